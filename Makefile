@@ -1,0 +1,65 @@
+# quicbed: one-command setup, tests and reproduction.
+#   make test       install what is missing (apt, Docker engine, Python env, images), run pytest
+#   make lab        an interactive emulated topology (PROFILE=india)
+#   make images     build the container images (cached: a second run takes seconds)
+#   make clean      remove every namespace, link, container and UML router the testbed made
+SHELL := /bin/bash
+include versions.env
+export
+
+ROOT     := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+VENV     := $(ROOT)/.venv
+PY       := $(VENV)/bin/python
+QUICBED  := $(VENV)/bin/quicbed
+# Slow-to-build things (images saved as tarballs, content, compiled tools) live here.
+export QUICBED_CACHE ?= /var/cache/quicbed
+PROFILE  ?= india
+PYTEST_ARGS ?=
+
+APT_PACKAGES := docker.io user-mode-linux mininet iperf3 debootstrap iputils-ping ethtool \
+	tcpdump iproute2 net-tools python3-venv python3-pip openssl ca-certificates procps \
+	docker-compose
+DEPS_STAMP := $(QUICBED_CACHE)/deps-$(shell echo '$(APT_PACKAGES)' | md5sum | cut -c1-8).stamp
+
+.PHONY: test deps docker venv images lab clean lint bench reproduce
+
+test: deps docker venv images
+	$(VENV)/bin/ruff check quicbed topology servers clients experiments analysis tests bench
+	$(VENV)/bin/pytest -v -rs $(PYTEST_ARGS)
+
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP):
+	@test "$$(id -u)" = 0 || { echo "make: run as root (namespaces, tc and Docker need it)"; exit 1; }
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing: $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	@mkdir -p $(QUICBED_CACHE) && touch $@
+
+docker: deps
+	@docker info >/dev/null 2>&1 || { \
+	  echo "starting dockerd (log: /var/log/dockerd.log)"; \
+	  (setsid dockerd >/var/log/dockerd.log 2>&1 &); \
+	  for i in $$(seq 60); do docker info >/dev/null 2>&1 && exit 0; sleep 1; done; \
+	  echo "dockerd did not start; see /var/log/dockerd.log"; tail -20 /var/log/dockerd.log; exit 1; }
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml versions.env | deps
+	test -x $(PY) || /usr/bin/python3 -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q $(PY_DEPS)
+	$(PY) -m pip install -q --no-deps -e .
+	@touch $@
+
+images: docker
+	@for suite in $(DEBIAN_BASE_SUITES); do bash images/base.sh $$suite; done
+	@if [ -x images/build.sh ]; then bash images/build.sh all; fi
+
+lab: deps docker venv images
+	$(QUICBED) lab $(PROFILE)
+
+bench: deps docker venv images
+	$(PY) bench/link_bench.py
+
+clean:
+	@if [ -x $(QUICBED) ]; then $(QUICBED) clean; fi

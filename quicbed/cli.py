@@ -1,0 +1,141 @@
+"""The `quicbed` command line: one subcommand per stage, errors as one line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from quicbed.errors import InputError, QuicbedError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _link_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("profile", help="profile name (topology/profiles) or a YAML file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a link parameter (loss_pct=1, down.rate_mbit=50)")
+    p.add_argument("--backend", default="auto", choices=["auto", "netem", "uml"],
+                   help="where tc netem runs (auto: the host kernel if it has netem)")
+    p.add_argument("--tcp-cc", default="cubic", help="TCP congestion control in every host")
+    p.add_argument("--client-image", default=None, help="client container image")
+    p.add_argument("--server-image", default=None, help="server container image")
+
+
+def _testbed_config(args: argparse.Namespace):  # noqa: ANN202 - lazy import keeps --help fast
+    from quicbed.topology.net import DEFAULT_IMAGE, TestbedConfig
+    from quicbed.topology.profiles import load_profile, parse_overrides
+
+    profile = load_profile(args.profile, parse_overrides(args.set))
+    return TestbedConfig(profile=profile, backend=args.backend, tcp_cc=args.tcp_cc,
+                         client_image=args.client_image or DEFAULT_IMAGE,
+                         server_image=args.server_image or args.client_image or DEFAULT_IMAGE)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from quicbed.topology.calibrate import calibrate
+    from quicbed.topology.net import Testbed
+    from quicbed.topology.report import print_calibration
+
+    cfg = _testbed_config(args)
+    say = _progress_printer()
+    say(f"bringing up {cfg.profile.name} ({cfg.profile.description})")
+    with Testbed(cfg) as tb:
+        say(f"link backend: {tb.backend.name}; router forwarding RTT "
+            f"{tb.forwarding_rtt_ms:.3f} ms (subtracted from the netem delay)")
+        cal = calibrate(tb, rtt_samples=args.samples, udp_packets=args.udp_packets,
+                        goodput_seconds=args.seconds, progress=lambda m: say(f"measuring {m}"))
+    print_calibration(cal)
+    out = Path(args.json) if args.json else None
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(cal.to_dict(), indent=2))
+        say(f"wrote {out}")
+    return 0 if cal.passed else 3
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    from mininet.cli import CLI
+
+    from quicbed.topology.net import Testbed
+
+    cfg = _testbed_config(args)
+    with Testbed(cfg) as tb:
+        print(f"quicbed lab: {cfg.profile.description}; backend {tb.backend.name}")
+        print("hosts: client 10.77.1.10, cross 10.77.1.11, router, server 10.77.2.10")
+        print("try: client ping -c 3 server    (exit with Ctrl-D or 'exit')")
+        CLI(tb.net)
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from quicbed.topology.clean import clean
+
+    removed = clean()
+    for line in removed:
+        print(f"removed {line}")
+    print("clean: nothing left" if not removed else f"clean: removed {len(removed)} item(s)")
+    return 0
+
+
+def _progress_printer() -> Callable[[str], None]:
+    start = time.monotonic()
+
+    def say(message: str) -> None:
+        print(f"[{time.monotonic() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="quicbed", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("calibrate", help="bring a profile's path up and prove it")
+    _link_args(p)
+    p.add_argument("--samples", type=int, default=30, help="ping samples (>= 20)")
+    p.add_argument("--udp-packets", type=int, default=20000, help="UDP datagrams per direction")
+    p.add_argument("--seconds", type=float, default=5.0, help="goodput test length")
+    p.add_argument("--json", help="write the calibration as JSON here")
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("lab", help="the topology up with a Mininet CLI, for course labs")
+    _link_args(p)
+    p.set_defaults(func=cmd_lab)
+
+    p = sub.add_parser("clean", help="remove every namespace, link, container and UML router")
+    p.set_defaults(func=cmd_clean)
+    return parser
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command != "clean" and os.geteuid() != 0:
+        print("quicbed: needs root (namespaces, tc, Docker)", file=sys.stderr)
+        return 4
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    handler: Handler = args.func
+    try:
+        return handler(args)
+    except InputError as exc:
+        print(f"quicbed: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except QuicbedError as exc:
+        print(f"quicbed: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("quicbed: interrupted; the topology was torn down", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Errors a user can act on. The CLI prints them as one line and exits with their code."""
+
+from __future__ import annotations
+
+
+class QuicbedError(Exception):
+    """A problem the user can fix; printed without a traceback."""
+
+    exit_code = 1
+
+
+class InputError(QuicbedError):
+    """Bad input (a file, a flag, a value). Exit code 2, as the issues ask."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, file: str | None = None, line: int | None = None,
+                 field: str | None = None) -> None:
+        self.file, self.line, self.field, self.detail = file, line, field, message
+        where = ""
+        if file:
+            where = f"{file}:{line}: " if line else f"{file}: "
+        prefix = f"{field}: " if field else ""
+        super().__init__(f"{where}{prefix}{message}")
+
+
+class PathMismatch(QuicbedError):
+    """Calibration found a path that does not match its profile: we refuse to measure."""
+
+    exit_code = 3
+
+
+class EnvironmentProblem(QuicbedError):
+    """Something on the machine is missing (Docker not running, no UML, not root)."""
+
+    exit_code = 4

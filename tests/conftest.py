@@ -1,0 +1,43 @@
+"""Shared fixtures. Tests marked `path` bring up the real emulated path (root + Docker)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+# Topology tests run every probe with the host's tools inside the hosts' namespaces, so any
+# image with bash serves; the base image always exists after `make images`.
+TOPOLOGY_IMAGE = os.environ.get("QUICBED_TEST_IMAGE", "debian:trixie-slim")
+
+
+def _docker_ready() -> bool:
+    if not shutil.which("docker"):
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    needs_env = [i for i in items if i.get_closest_marker("path") or i.get_closest_marker("docker")]
+    if not needs_env:
+        return
+    reason = None
+    if os.geteuid() != 0:
+        reason = "needs root"
+    elif not _docker_ready():
+        reason = "needs a running Docker engine (make docker)"
+    if reason:
+        for item in needs_env:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="module")
+def clean_slate():  # noqa: ANN201
+    """Nothing of an earlier run around before the module's tests, nothing left after."""
+    from quicbed.topology.clean import clean
+
+    clean()
+    yield
+    clean()

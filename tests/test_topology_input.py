@@ -1,0 +1,105 @@
+"""Bad profiles and overrides: one line naming file, line and field, exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from quicbed.errors import InputError
+from quicbed.topology.linkspec import GilbertElliott, LinkSpec, netem_commands, rate_commands
+from quicbed.topology.profiles import apply_overrides, available_profiles, load_profile
+
+GOOD = "down: {rate_mbit: 20, delay_ms: 40}\nup: {rate_mbit: 20, delay_ms: 40}\n"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("down: {rate_mbit: 20, delay_ms: -1}\nup: {rate_mbit: 20}\n",
+     ":1: down.delay_ms: must be >= 0 ms, got -1"),
+    ("down: {rate_mbit: 20}\nup:\n  rate_mbit: 20\n  loss_pct: 101\n",
+     ":4: up.loss_pct: must be within [0, 100] %, got 101"),
+    ("down: {rate_mbit: 0}\nup: {rate_mbit: 20}\n", ":1: down.rate_mbit: must be > 0 Mbit/s, got 0"),
+    ("down: {rate_mbit: 20}\nup: {rate_mbit: 20}\nbandwidth: 3\n",
+     ":3: bandwidth: unknown key (known: description, source, down, up)"),
+    ("down:\n  rate_mbit: 20\n  dely_ms: 3\nup: {rate_mbit: 20}\n",
+     ":3: down.dely_ms: unknown key"),
+    ("down: {rate_mbit: fast}\nup: {rate_mbit: 20}\n", ":1: down.rate_mbit: must be a number"),
+    ("down: {rate_mbit: 20\nup: {rate_mbit: 20}\n", ": YAML syntax"),
+    ("down: {rate_mbit: 20}\n", ":1: up: missing"),
+])
+def test_bad_profile_names_file_line_field(tmp_path: Path, text: str, expected: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(InputError) as err:
+        load_profile(str(path))
+    assert str(err.value).startswith(str(path))
+    assert expected in str(err.value)
+
+
+def test_cli_bad_profile_is_one_line_exit_2(tmp_path: Path) -> None:
+    path = _write(tmp_path, "down: {rate_mbit: 20, delay_ms: -5}\nup: {rate_mbit: 20}\n")
+    proc = subprocess.run([sys.executable, "-m", "quicbed.cli", "calibrate", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"quicbed: {path}:1: down.delay_ms: must be >= 0 ms, got -5"
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_unknown_profile_exit_2() -> None:
+    proc = subprocess.run([sys.executable, "-m", "quicbed.cli", "calibrate", "atlantis"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "unknown profile 'atlantis'" in proc.stderr and "india" in proc.stderr
+
+
+def test_all_shipped_profiles_load_and_cite_a_source() -> None:
+    names = available_profiles()
+    for required in ("india", "germany", "germany-lab", "dsl", "lte", "da2gc", "mss"):
+        assert required in names
+    for name in names:
+        profile = load_profile(name)
+        assert profile.source, f"{name} must name its source"
+    assert load_profile("india").rtt_ms == 80
+    dsl = load_profile("dsl")
+    assert (dsl.down.rate_mbit, dsl.up.rate_mbit) == (25, 5)
+
+
+def test_overrides_one_or_both_directions() -> None:
+    india = load_profile("india")
+    both = apply_overrides(india, {"loss_pct": "5"})
+    assert both.down.loss_pct == both.up.loss_pct == 5
+    down = apply_overrides(india, {"down.rate_mbit": "50"})
+    assert (down.down.rate_mbit, down.up.rate_mbit) == (50, 20)
+    with pytest.raises(InputError, match="must be within"):
+        apply_overrides(india, {"loss_pct": "150"})
+    with pytest.raises(InputError, match="cannot override"):
+        apply_overrides(india, {"sideways.loss_pct": "1"})
+
+
+def test_netem_stage_carries_delay_loss_and_never_drops_itself() -> None:
+    spec = LinkSpec(rate_mbit=20, delay_ms=40, loss_pct=1, jitter_ms=2)
+    add = netem_commands("vec0", spec, delay_ms=39.8)[-1]
+    assert add[add.index("delay") + 1:add.index("delay") + 5] == ["39.800ms", "2.000ms",
+                                                                   "distribution", "normal"]
+    assert add[add.index("loss") + 1:add.index("loss") + 3] == ["random", "1%"]
+    # 20 Mbit/s of 64-byte frames over 46 ms is ~1800 packets: the limit must exceed it.
+    assert int(add[add.index("limit") + 1]) > 20e6 * 0.046 / 512
+
+
+def test_rate_stage_queue_is_one_bdp_by_default_or_as_given() -> None:
+    spec = LinkSpec(rate_mbit=20, delay_ms=40)
+    fifo = rate_commands("eth0", spec, rtt_ms=80)[-1]
+    assert fifo[fifo.index("limit") + 1] == str(round(20e6 * 0.080 / (1514 * 8) + 0.5))
+    wolsing = LinkSpec(rate_mbit=10.5, delay_ms=37, queue_ms=200)
+    assert wolsing.queue_size_packets(74) == 174
+
+
+def test_gilbert_elliott_mean_loss() -> None:
+    assert GilbertElliott(p=1, r=9, loss_bad=100, loss_good=0).mean_loss_pct() == 10

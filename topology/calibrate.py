@@ -1,0 +1,250 @@
+"""Prove the path before measuring through it: RTT, goodput and loss per direction, and the
+route (the client's packets cross the router), each against the profile.
+
+Goodput is measured with loss switched off (TCP goodput under random loss measures TCP, not
+the link); loss is then measured on the full link with a paced UDP stream well below the rate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from scipy.stats import binomtest
+
+from quicbed.topology.linkspec import FRAME_BYTES, LinkSpec
+from quicbed.topology.net import ADDRESSES, ROUTER_CLIENT_IP, Testbed
+
+IPERF_PORT = 5201
+UDP_PAYLOAD = 64  # small datagrams: many samples in little time, even at low rates
+MAX_PPS = 2000
+
+
+@dataclass
+class Check:
+    metric: str
+    direction: str
+    configured: float
+    measured: float
+    tolerance: str
+    passed: bool
+    detail: str = ""
+
+
+@dataclass
+class Calibration:
+    profile: str
+    backend: str
+    checks: list[Check] = field(default_factory=list)
+    forced: bool = False
+    started_at: float = field(default_factory=time.time)
+    duration_s: float = 0.0
+    link: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "passed": self.passed}
+
+    def measured(self, metric: str, direction: str = "both") -> float | None:
+        for check in self.checks:
+            if check.metric == metric and check.direction == direction:
+                return check.measured
+        return None
+
+
+Progress = Callable[[str], None]
+
+
+def calibrate(tb: Testbed, rtt_samples: int = 30, udp_packets: int = 20000,
+              goodput_seconds: float = 5.0, progress: Progress = lambda _m: None
+              ) -> Calibration:
+    start = time.monotonic()
+    assert tb.backend
+    cal = Calibration(profile=tb.profile.name, backend=tb.backend.name)
+    progress("route")
+    cal.checks += check_route(tb)
+    down, up = tb.profile.down, tb.profile.up
+    tb.apply_link(*tb.without_loss())
+    progress("rtt")
+    cal.checks.append(check_rtt(tb, rtt_samples))
+    for direction, spec in (("down", down), ("up", up)):
+        progress(f"goodput {direction}")
+        cal.checks += check_goodput(tb, direction, spec, goodput_seconds)
+    tb.apply_link(down, up)
+    progress("loss")
+    cal.checks += check_loss(tb, udp_packets)
+    cal.link = tb.describe()
+    cal.duration_s = round(time.monotonic() - start, 1)
+    return cal
+
+
+def rtt_tolerance_ms(rtt_ms: float, jitter_ms: float = 0.0) -> float:
+    return max(0.5, 0.01 * rtt_ms) + jitter_ms
+
+
+def check_rtt(tb: Testbed, samples: int) -> Check:
+    tb.ping(count=3, interval=0.2)  # ARP through the delay line takes an extra RTT
+    rtts = tb.ping(count=max(20, samples), interval=0.05)
+    configured = tb.profile.rtt_ms
+    tolerance = rtt_tolerance_ms(configured, tb.profile.down.jitter_ms + tb.profile.up.jitter_ms)
+    if len(rtts) < 20:
+        return Check("rtt_median_ms", "both", configured, math.nan, f"±{tolerance:.2f} ms",
+                     False, f"only {len(rtts)} ping replies")
+    median = statistics.median(rtts)
+    return Check("rtt_median_ms", "both", configured, round(median, 3), f"±{tolerance:.2f} ms",
+                 abs(median - configured) <= tolerance,
+                 f"min {min(rtts):.2f} ms over {len(rtts)} samples")
+
+
+def goodput_floor(rate_mbit: float) -> float:
+    return 0.94 if rate_mbit <= 100 else 0.90
+
+
+def check_goodput(tb: Testbed, direction: str, spec: LinkSpec, seconds: float) -> list[Check]:
+    """TCP goodput of one direction, and the router's counters proving the bytes crossed it."""
+    assert tb.backend
+    egress = tb.backend.down_dev if direction == "down" else tb.backend.up_dev
+    before = tb.backend.counters()[egress]
+    result = iperf(tb, ["-t", str(seconds), "-O", "2", *(["-R"] if direction == "down" else [])],
+                   timeout=seconds + 30 + 10 * tb.profile.rtt_ms / 1000)
+    after = tb.backend.counters()[egress]
+    mbit = receiver_goodput_mbit(result, direction)
+    floor = goodput_floor(spec.rate_mbit)
+    ratio = mbit / spec.rate_mbit
+    received = _received_bytes(result, direction)
+    crossed = after["tx_bytes"] - before["tx_bytes"]
+    return [
+        Check("goodput_mbit", direction, spec.rate_mbit, round(mbit, 3),
+              f"{floor:.0%}..102% of rate", floor <= ratio <= 1.02,
+              f"{ratio:.3f} of rate; ideal TCP payload share {1448 / FRAME_BYTES:.3f}"),
+        Check("router_bytes", direction, received, crossed, ">= bytes received",
+              crossed >= received,
+              f"router egress {egress} sent {crossed} B while the receiver got {received} B"),
+    ]
+
+
+def check_loss(tb: Testbed, packets: int) -> list[Check]:
+    """Paced UDP streams, both directions at once, at most half the link rate (no queue
+    drops) and at most MAX_PPS, so the loss counted is netem's alone."""
+    specs = {"down": tb.profile.down, "up": tb.profile.up}
+    procs = {}
+    for port_offset, (direction, spec) in enumerate(specs.items(), start=1):
+        pps = min(MAX_PPS, 0.5 * spec.rate_mbit * 1e6 / ((UDP_PAYLOAD + 42) * 8))
+        seconds = math.ceil(packets / pps) + 1
+        args = ["-u", "-b", f"{pps * UDP_PAYLOAD * 8:.0f}", "-l", str(UDP_PAYLOAD),
+                "-t", str(seconds), *(["-R"] if direction == "down" else [])]
+        procs[direction] = _start_iperf(tb, IPERF_PORT + port_offset, args,
+                                        seconds + 30 + tb.profile.rtt_ms / 100)
+    checks = []
+    for direction, (server, client) in procs.items():
+        lost, total = _udp_loss(_finish_iperf(server, client), direction)
+        checks.append(_loss_check(direction, specs[direction].expected_loss_pct, lost, total,
+                                  bursty=specs[direction].gemodel is not None, needed=packets))
+    return checks
+
+
+def _loss_check(direction: str, expected_pct: float, lost: int, total: int, bursty: bool,
+                needed: int) -> Check:
+    measured = 100.0 * lost / total if total else math.nan
+    if total < needed:
+        return Check("loss_pct", direction, expected_pct, measured, f">= {needed} datagrams",
+                     False, f"only {total} datagrams were counted")
+    ci = binomtest(lost, total).proportion_ci(confidence_level=0.99, method="exact")
+    low, high = 100 * ci.low, 100 * ci.high
+    if bursty:
+        # Gilbert-Elliott losses come in bursts: the binomial interval is too narrow.
+        spread = max(0.5, 0.25 * expected_pct)
+        low, high = min(low, expected_pct - spread), max(high, expected_pct + spread)
+    return Check("loss_pct", direction, expected_pct, round(measured, 4),
+                 f"99% CI [{low:.3f}, {high:.3f}]", low <= expected_pct <= high,
+                 f"{lost} of {total} datagrams lost")
+
+
+def check_route(tb: Testbed) -> list[Check]:
+    """The client has no interface but lo and the emulated link, and reaches the server
+    through the router; counters during the goodput checks show the bytes crossed it."""
+    links = json.loads(tb.client.run(["ip", "-j", "link", "show"]).stdout)
+    names = sorted(link["ifname"] for link in links)
+    extra = [n for n in names if n not in ("lo", tb.client.intf().name)]
+    route = tb.client.run(["ip", "-j", "route", "get", ADDRESSES["server"]]).stdout
+    hop = json.loads(route)[0]
+    via = hop.get("gateway", "direct")
+    return [
+        Check("client_interfaces", "both", 2, len(names), "lo + emulated link only", not extra,
+              ", ".join(names)),
+        Check("route_via_router", "up", 1, float(via == ROUTER_CLIENT_IP), f"via {ROUTER_CLIENT_IP}",
+              via == ROUTER_CLIENT_IP, f"client → server goes via {via} dev {hop.get('dev')}"),
+    ]
+
+
+# -- iperf3 plumbing ----------------------------------------------------------------------
+def iperf(tb: Testbed, args: list[str], timeout: float) -> dict[str, Any]:
+    server, client = _start_iperf(tb, IPERF_PORT, args, timeout)
+    return _finish_iperf(server, client)
+
+
+def _start_iperf(tb: Testbed, port: int, args: list[str], timeout: float
+                 ) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
+    server = subprocess.Popen(tb.server.popen_argv(["iperf3", "-s", "-1", "-J", "-p", str(port),
+                                                    "-B", ADDRESSES["server"]]),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    client_argv = ["timeout", str(int(timeout)), "iperf3", "-c", ADDRESSES["server"], "-p",
+                   str(port), "-J", "--get-server-output", *args]
+    client = subprocess.Popen(tb.client.popen_argv(client_argv), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    return server, client
+
+
+def _finish_iperf(server: subprocess.Popen[str], client: subprocess.Popen[str]
+                  ) -> dict[str, Any]:
+    out, err = client.communicate()
+    try:
+        server.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        server.kill()
+    try:
+        result = json.loads(out)
+    except json.JSONDecodeError:
+        raise RuntimeError(f"iperf3 gave no result: {err.strip() or out[-300:]}") from None
+    if "error" in result:
+        raise RuntimeError(f"iperf3: {result['error']}")
+    return result
+
+
+def _receiver_intervals(result: dict[str, Any], direction: str) -> list[dict[str, Any]]:
+    # With -R the client receives; otherwise the server does and reports through
+    # --get-server-output. Omitted (slow-start) intervals are dropped.
+    source = result if direction == "down" else result.get("server_output_json", {})
+    return [i["sum"] for i in source.get("intervals", []) if not i["sum"].get("omitted")]
+
+
+def receiver_goodput_mbit(result: dict[str, Any], direction: str) -> float:
+    """Mean of the receiver's full intervals (a trailing partial interval is left out)."""
+    intervals = [i for i in _receiver_intervals(result, direction) if i["seconds"] >= 0.9]
+    if not intervals:
+        return 0.0
+    total_bytes = sum(i["bytes"] for i in intervals)
+    total_seconds = sum(i["seconds"] for i in intervals)
+    return total_bytes * 8 / total_seconds / 1e6
+
+
+def _received_bytes(result: dict[str, Any], direction: str) -> int:
+    return int(sum(i["bytes"] for i in _receiver_intervals(result, direction)))
+
+
+def _udp_loss(result: dict[str, Any], direction: str) -> tuple[int, int]:
+    if direction == "down":
+        summary = result["end"]["sum"]
+    else:
+        summary = result.get("server_output_json", {}).get("end", {}).get("sum", {})
+    return int(summary.get("lost_packets", 0)), int(summary.get("packets", 0))

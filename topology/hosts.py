@@ -1,0 +1,124 @@
+"""Mininet nodes for the testbed: Docker containers as hosts, and commands run from the host
+into a node's network namespace.
+
+A container host is started with `--network none`, so its only interfaces are lo and the
+emulated link that Mininet moves in: nothing can go around the path.
+"""
+
+from __future__ import annotations
+
+import json
+import pty
+import select
+import subprocess
+from collections.abc import Sequence
+
+from mininet.link import Intf
+from mininet.node import Host
+
+from quicbed.errors import EnvironmentProblem
+
+LABEL = "quicbed"  # every container the testbed makes carries this label, for `quicbed clean`
+
+
+def in_netns(pid: int, argv: Sequence[str], timeout: float = 60, check: bool = True
+             ) -> subprocess.CompletedProcess[str]:
+    """Run a host binary inside the network namespace of `pid` (host's filesystem)."""
+    proc = subprocess.run(["nsenter", "-t", str(pid), "-n", "--", *argv], capture_output=True,
+                          text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed in netns of {pid}: "
+                           f"{(proc.stderr or proc.stdout).strip()}")
+    return proc
+
+
+class HostIntf(Intf):
+    """An interface configured from the host with the host's tools, so container images
+    need neither ifconfig nor CAP_NET_ADMIN."""
+
+    def cmd(self, *args: str, **kwargs: object) -> str:
+        command = " ".join(str(a) for a in args)
+        proc = in_netns(self.node.pid, ["sh", "-c", command], check=False)
+        return proc.stdout + proc.stderr
+
+
+class NsHost(Host):
+    """A plain namespace host (the router, the cross-traffic host)."""
+
+    def run(self, argv: Sequence[str], timeout: float = 60, check: bool = True
+            ) -> subprocess.CompletedProcess[str]:
+        return in_netns(self.pid, argv, timeout=timeout, check=check)
+
+    def popen_argv(self, argv: Sequence[str]) -> list[str]:
+        return ["nsenter", "-t", str(self.pid), "-n", "--", *argv]
+
+
+class DockerHost(NsHost):
+    """A Docker container as a Mininet host (our own small Containernet).
+
+    params: image, docker_args (extra `docker run` arguments), run_id.
+    The Mininet shell is `docker exec` into the container, so lab commands
+    (`client curl ...`) use the container's own tools.
+    """
+
+    def __init__(self, name: str, image: str, run_id: str, docker_args: Sequence[str] = (),
+                 **params: object) -> None:
+        self.name, self.image, self.run_id = name, image, run_id
+        self.container = f"quicbed-{run_id}-{name}"
+        self._start_container(list(docker_args))
+        super().__init__(name, **params)
+
+    def _start_container(self, docker_args: list[str]) -> None:
+        argv = ["docker", "run", "-d", "--network", "none", "--name", self.container,
+                "--hostname", self.name, "--label", LABEL, "--label", f"{LABEL}.run={self.run_id}",
+                "--init", *docker_args, self.image, "sleep", "infinity"]
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise EnvironmentProblem(f"cannot start container {self.container} from "
+                                     f"{self.image}: {proc.stderr.strip()}")
+        state = subprocess.run(["docker", "inspect", "-f", "{{json .State}}", self.container],
+                               capture_output=True, text=True, check=True)
+        self.container_pid = int(json.loads(state.stdout)["Pid"])
+
+    def startShell(self, mnopts: object = None) -> None:  # noqa: N802 - Mininet's API
+        if self.shell:
+            return
+        cmd = ["docker", "exec", "-it", self.container, "env", "PS1=" + chr(127),
+               "bash", "--norc", "--noediting", "-is", "mininet:" + self.name]
+        self.master, self.slave = pty.openpty()
+        self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave, stderr=self.slave,
+                                 close_fds=False)
+        self.stdin = open(self.master, encoding="utf-8", errors="replace")  # noqa: SIM115
+        self.stdout = self.stdin
+        # Mininet moves interfaces into the namespace of self.pid: the container's init.
+        self.pid = self.container_pid
+        self.pollOut = select.poll()
+        self.pollOut.register(self.stdout)
+        self.outToNode[self.stdout.fileno()] = self
+        self.inToNode[self.stdin.fileno()] = self
+        self.execed, self.lastCmd, self.lastPid, self.readbuf = False, None, None, ""
+        while True:
+            data = self.read(1024)
+            if data and data[-1] == chr(127):
+                break
+            self.pollOut.poll()
+        self.waiting = False
+        self.cmd("unset HISTFILE; stty -echo; set +m")
+
+    def exec(self, argv: Sequence[str], timeout: float = 120, check: bool = False,
+             detach: bool = False) -> subprocess.CompletedProcess[str]:
+        """Run a command inside the container (its filesystem and tools)."""
+        docker = ["docker", "exec", *(["-d"] if detach else []), self.container, *argv]
+        proc = subprocess.run(docker, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"{self.name}: {' '.join(argv)} exited {proc.returncode}: "
+                               f"{(proc.stderr or proc.stdout).strip()[-800:]}")
+        return proc
+
+    def terminate(self) -> None:
+        try:
+            subprocess.run(["docker", "rm", "-f", self.container], capture_output=True)
+        finally:
+            if self.shell and self.shell.poll() is None:
+                self.shell.kill()
+            self.shell = None

@@ -1,0 +1,214 @@
+"""One direction of an emulated link, and the tc commands that make it.
+
+A direction is two stages: netem (delay, jitter, loss) on the router's egress, then the
+bottleneck (htb rate over a drop-tail queue) on the port toward the receiving host. The netem
+stage runs in the router namespace's kernel (netem backend) or inside the User-Mode Linux
+router (no sch_netem on the host); the same argument lists either way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from quicbed.errors import InputError
+from quicbed.yamlio import line_of
+
+FRAME_BYTES = 1514  # an MTU-sized Ethernet frame, which is what htb and netem count
+JITTER_DISTRIBUTIONS = ("normal", "pareto", "paretonormal", "uniform")
+
+
+@dataclass(frozen=True)
+class GilbertElliott:
+    """netem's gemodel, all in %: p = P(good→bad), r = P(bad→good), and the loss
+    probability in the bad state (netem's 1-h) and in the good state (netem's 1-k)."""
+
+    p: float
+    r: float
+    loss_bad: float = 100.0
+    loss_good: float = 0.0
+
+    def mean_loss_pct(self) -> float:
+        if self.p + self.r == 0:
+            return self.loss_good
+        bad = self.p / (self.p + self.r)
+        return bad * self.loss_bad + (1 - bad) * self.loss_good
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """What one direction of the bottleneck does to packets."""
+
+    rate_mbit: float
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    jitter_distribution: str = "normal"
+    loss_pct: float = 0.0
+    gemodel: GilbertElliott | None = None
+    queue_packets: int | None = None  # drop-tail queue beyond the delay line
+    queue_ms: float | None = None     # the same, as time at the link rate
+    reorder_pct: float = 0.0
+    duplicate_pct: float = 0.0
+
+    @property
+    def expected_loss_pct(self) -> float:
+        return self.gemodel.mean_loss_pct() if self.gemodel else self.loss_pct
+
+    def with_overrides(self, **changes: Any) -> LinkSpec:
+        return replace(self, **changes)
+
+    def delay_line_limit(self) -> int:
+        """netem's limit: its delay line full of minimum-size frames at the link rate, and a
+        margin (the delay line must never drop; the queue is the rate stage's)."""
+        in_flight = self.rate_mbit * 1e6 * (self.delay_ms + 3 * self.jitter_ms) / 1e3 / (64 * 8)
+        return math.ceil(in_flight) + 1000
+
+    def queue_size_packets(self, rtt_ms: float) -> int:
+        """The drop-tail queue: explicit, or from queue_ms, or one bandwidth-delay product."""
+        if self.queue_packets is not None:
+            return self.queue_packets
+        window_ms = self.queue_ms if self.queue_ms is not None else rtt_ms
+        return max(10, math.ceil(self.rate_mbit * 1e6 * window_ms / 1e3 / (FRAME_BYTES * 8)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def rate_commands(dev: str, spec: LinkSpec, rtt_ms: float) -> list[list[str]]:
+    """The bottleneck: htb at the link rate over a drop-tail FIFO of the spec's queue size.
+
+    Runs in the host kernel on the router's port toward the receiving host, after the netem
+    stage: the host kernel's htb is exact, where a UML kernel's timers are not.
+    """
+    rate_kbit = str(max(1, round(spec.rate_mbit * 1000)))
+    # A few frames at low rates, ~1 ms worth at high rates, so htb keeps up with timer
+    # granularity without letting big bursts through.
+    burst = str(max(4 * FRAME_BYTES, math.ceil(spec.rate_mbit * 1e6 / 8 / 1000)))
+    return [
+        ["tc", "qdisc", "del", "dev", dev, "root"],
+        ["tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"],
+        ["tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+         "rate", f"{rate_kbit}kbit", "ceil", f"{rate_kbit}kbit", "burst", burst, "cburst", burst,
+         "quantum", str(FRAME_BYTES * 10)],
+        ["tc", "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "pfifo",
+         "limit", str(spec.queue_size_packets(rtt_ms))],
+    ]
+
+
+def netem_commands(dev: str, spec: LinkSpec, delay_ms: float | None = None) -> list[list[str]]:
+    """Delay, jitter, loss, reordering, duplication: netem on the router's egress.
+
+    `delay_ms` overrides the spec's delay (the backend subtracts its own forwarding latency).
+    netem's limit only has to hold its delay line, which `delay_line_limit` sizes for
+    minimum-size packets so that netem never drops: queueing is the rate stage's job.
+    """
+    delay = spec.delay_ms if delay_ms is None else delay_ms
+    netem = ["tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "netem",
+             "limit", str(spec.delay_line_limit()), "delay", f"{delay:.3f}ms"]
+    if spec.jitter_ms > 0:
+        netem += [f"{spec.jitter_ms:.3f}ms", "distribution", spec.jitter_distribution]
+    if spec.gemodel:
+        g = spec.gemodel
+        netem += ["loss", "gemodel", f"{g.p:g}%", f"{g.r:g}%", f"{g.loss_bad:g}%",
+                  f"{g.loss_good:g}%"]
+    elif spec.loss_pct > 0:
+        netem += ["loss", "random", f"{spec.loss_pct:g}%"]
+    if spec.reorder_pct > 0:
+        netem += ["reorder", f"{spec.reorder_pct:g}%"]
+    if spec.duplicate_pct > 0:
+        netem += ["duplicate", f"{spec.duplicate_pct:g}%"]
+    return [["tc", "qdisc", "del", "dev", dev, "root"], netem]
+
+
+_FIELDS: dict[str, type] = {
+    "rate_mbit": float, "delay_ms": float, "jitter_ms": float, "jitter_distribution": str,
+    "loss_pct": float, "gemodel": dict, "queue_packets": int, "queue_ms": float,
+    "reorder_pct": float, "duplicate_pct": float,
+}
+
+
+def parse_linkspec(data: Any, file: str, field_path: str) -> LinkSpec:
+    """Validate one direction from YAML; every problem names file, line and field."""
+    if not isinstance(data, dict):
+        raise InputError("must be a mapping of link parameters", file, line_of(data, ""),
+                         field_path)
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        line = line_of(data, key)
+        where = f"{field_path}.{key}"
+        if key not in _FIELDS:
+            known = ", ".join(sorted(_FIELDS))
+            raise InputError(f"unknown key (known: {known})", file, line, where)
+        values[key] = _coerce(value, _FIELDS[key], file, line, where)
+    if "rate_mbit" not in values:
+        raise InputError("missing (the bottleneck rate in Mbit/s)", file, line_of(data, ""),
+                         f"{field_path}.rate_mbit")
+    if "gemodel" in values:
+        values["gemodel"] = _parse_gemodel(data["gemodel"], file, f"{field_path}.gemodel")
+    spec = LinkSpec(**values)
+    check_linkspec(spec, file, lambda key: line_of(data, key), field_path)
+    return spec
+
+
+def check_linkspec(spec: LinkSpec, file: str, line: Any, field_path: str) -> None:
+    """Reject values no link can have. `line(key)` gives the line of a key, or None."""
+    def bad(key: str, message: str) -> InputError:
+        return InputError(message, file, line(key), f"{field_path}.{key}")
+
+    if spec.rate_mbit <= 0:
+        raise bad("rate_mbit", f"must be > 0 Mbit/s, got {spec.rate_mbit:g}")
+    if spec.rate_mbit > 10000:
+        raise bad("rate_mbit", f"{spec.rate_mbit:g} Mbit/s is beyond what this testbed emulates")
+    for key in ("delay_ms", "jitter_ms"):
+        if getattr(spec, key) < 0:
+            raise bad(key, f"must be >= 0 ms, got {getattr(spec, key):g}")
+    for key in ("loss_pct", "reorder_pct", "duplicate_pct"):
+        value = getattr(spec, key)
+        if not 0 <= value <= 100:
+            raise bad(key, f"must be within [0, 100] %, got {value:g}")
+    if spec.jitter_distribution not in JITTER_DISTRIBUTIONS:
+        raise bad("jitter_distribution", f"must be one of {', '.join(JITTER_DISTRIBUTIONS)}")
+    if spec.queue_packets is not None and spec.queue_packets < 1:
+        raise bad("queue_packets", "must be >= 1 packet")
+    if spec.queue_ms is not None and spec.queue_ms <= 0:
+        raise bad("queue_ms", "must be > 0 ms")
+    if spec.gemodel and spec.loss_pct:
+        raise bad("loss_pct", "give either loss_pct or gemodel, not both")
+
+
+def _coerce(value: Any, kind: type, file: str, line: int | None, where: str) -> Any:
+    if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if kind is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind in (str, dict) and isinstance(value, kind):
+        return value
+    names = {float: "a number", int: "a whole number", str: "a string", dict: "a mapping"}
+    raise InputError(f"must be {names[kind]}, got {value!r}", file, line, where)
+
+
+def _parse_gemodel(data: Any, file: str, where: str) -> GilbertElliott:
+    if not isinstance(data, dict):
+        raise InputError("must be a mapping {p, r, loss_bad, loss_good} in %", file, line_of(data, ""), where)
+    params: dict[str, float] = {}
+    for key, value in data.items():
+        if key not in ("p", "r", "loss_bad", "loss_good"):
+            raise InputError("unknown key (known: p, r, loss_bad, loss_good)", file, line_of(data, key),
+                             f"{where}.{key}")
+        number = _coerce(value, float, file, line_of(data, key), f"{where}.{key}")
+        if not 0 <= number <= 100:
+            raise InputError(f"must be within [0, 100] %, got {number:g}", file,
+                             line_of(data, key), f"{where}.{key}")
+        params[key] = number
+    if "p" not in params or "r" not in params:
+        raise InputError("needs at least p and r", file, line_of(data, ""), where)
+    return GilbertElliott(**params)
+
+
+def field_names() -> tuple[str, ...]:
+    return tuple(_FIELDS)
+
+
+__all__ = ["GilbertElliott", "LinkSpec", "rate_commands", "netem_commands", "parse_linkspec",
+           "check_linkspec", "field_names"]

@@ -1,0 +1,251 @@
+"""The testbed's topology on Mininet's API: clients ─ router ─ servers.
+
+    client (container) ─┐                         ┌─ server (container)
+                        ├─ lanc ═ router ═ lans ─┤
+    cross  (namespace) ─┘   (bridges inside the router namespace)
+
+The router's egress toward lanc is the "down" direction, toward lans the "up" direction;
+the backend (kernel netem, or a UML router) shapes both. Bridges live inside the router
+namespace, never in the root namespace, where Docker's br_netfilter would drop their frames.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from mininet.link import Link
+from mininet.net import Mininet
+
+from quicbed.errors import EnvironmentProblem
+from quicbed.topology.backends import (
+    Backend,
+    Lan,
+    choose_backend,
+    make_backend,
+    router_state_dir,
+    tc_script,
+)
+from quicbed.topology.hosts import DockerHost, HostIntf, NsHost
+from quicbed.topology.linkspec import LinkSpec, netem_commands, rate_commands
+from quicbed.topology.profiles import Profile
+
+CLIENT_NET, SERVER_NET = "10.77.1", "10.77.2"
+ROUTER_CLIENT_IP, ROUTER_SERVER_IP = f"{CLIENT_NET}.1", f"{SERVER_NET}.1"
+ADDRESSES = {"client": f"{CLIENT_NET}.10", "cross": f"{CLIENT_NET}.11",
+             "server": f"{SERVER_NET}.10"}
+DEFAULT_IMAGE = "quicbed/client:dev"
+
+
+@dataclass
+class TestbedConfig:
+    profile: Profile
+    backend: str = "auto"
+    client_image: str = DEFAULT_IMAGE
+    server_image: str = DEFAULT_IMAGE
+    server_docker_args: Sequence[str] = ()
+    client_docker_args: Sequence[str] = ()
+    tcp_cc: str = "cubic"
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+
+
+def require_docker() -> None:
+    proc = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise EnvironmentProblem(
+            "Docker is not running. Start it with `make docker` (or `dockerd "
+            ">/var/log/dockerd.log 2>&1 &` as root; `systemctl start docker` where systemd runs)")
+
+
+def allow_congestion_control(name: str) -> None:
+    """Namespaces other than the host's may only pick "allowed" algorithms; add ours."""
+    proc_dir = Path("/proc/sys/net/ipv4")
+    available = (proc_dir / "tcp_available_congestion_control").read_text().split()
+    if name not in available:
+        raise EnvironmentProblem(f"TCP congestion control {name!r} is not in this kernel "
+                                 f"(available: {', '.join(available)})")
+    allowed_file = proc_dir / "tcp_allowed_congestion_control"
+    allowed = allowed_file.read_text().split()
+    if name not in allowed:
+        allowed_file.write_text(" ".join([*allowed, name]))
+
+
+class Testbed:
+    """Brings the path up, shapes it, and tears everything down (also on errors)."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, config: TestbedConfig) -> None:
+        self.config = config
+        self.profile = config.profile
+        self.state_dir: Path = router_state_dir(config.run_id)
+        self.net: Mininet | None = None
+        self.backend: Backend | None = None
+        self.forwarding_rtt_ms = 0.0
+        self.applied: dict[str, Any] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def __enter__(self) -> Testbed:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        require_docker()
+        backend_name = choose_backend(self.config.backend)
+        net = Mininet(topo=None, build=False, controller=None, cleanup=False)
+        self.net = net
+        cfg = self.config
+        self.router = net.addHost("router", cls=NsHost, ip=None)
+        self.client = net.addHost("client", cls=DockerHost, image=cfg.client_image,
+                                  run_id=cfg.run_id, docker_args=cfg.client_docker_args, ip=None)
+        self.cross = net.addHost("cross", cls=NsHost, ip=None)
+        self.server = net.addHost("server", cls=DockerHost, image=cfg.server_image,
+                                  run_id=cfg.run_id, docker_args=cfg.server_docker_args, ip=None)
+        # The router is always node1: Mininet then creates each veth from the router side.
+        links = {name: net.addLink(self.router, host, cls=Link, intf=HostIntf, fast=False)
+                 for name, host in (("client", self.client), ("cross", self.cross),
+                                    ("server", self.server))}
+        self._wire(links)
+        self.backend = make_backend(backend_name, self.router, self.state_dir)
+        self.backend.forward(Lan("lanc", f"{ROUTER_CLIENT_IP}/24"),
+                             Lan("lans", f"{ROUTER_SERVER_IP}/24"))
+        self._measure_forwarding_latency()
+        self.apply_link(self.profile.down, self.profile.up)
+
+    def stop(self) -> None:
+        if self.backend:
+            self.backend.stop()
+        if self.net:
+            for host in self.net.hosts:
+                try:
+                    host.terminate()
+                except Exception:  # noqa: BLE001 - teardown goes on whatever one host does
+                    pass
+        self.net = None
+        self.backend = None
+
+    # -- wiring ------------------------------------------------------------------------
+    def _wire(self, links: dict[str, Link]) -> None:
+        r = self.router.run
+        allow_congestion_control(self.config.tcp_cc)
+        self._sysctls(self.router)
+        for bridge in ("lanc", "lans"):
+            r(["ip", "link", "add", bridge, "type", "bridge", "forward_delay", "0"])
+            r(["sysctl", "-qw", f"net.ipv6.conf.{bridge}.disable_ipv6=1"])
+            r(["ip", "link", "set", bridge, "up"])
+        for name, link in links.items():
+            port = link.intf1.name
+            r(["ip", "link", "set", port, "master", "lanc" if name != "server" else "lans"])
+            self._offloads_off(self.router, port)
+            r(["ip", "link", "set", port, "up"])
+            host = link.intf2.node
+            self._configure_host(host, link.intf2.name, ADDRESSES[name],
+                                 ROUTER_SERVER_IP if name == "server" else ROUTER_CLIENT_IP)
+
+    def _configure_host(self, host: NsHost, intf: str, ip: str, gateway: str) -> None:
+        self._sysctls(host)
+        self._offloads_off(host, intf)
+        host.intf(intf).setIP(f"{ip}/24")
+        host.run(["ip", "link", "set", intf, "up"])
+        host.run(["ip", "route", "replace", "default", "via", gateway, "dev", intf])
+
+    def _sysctls(self, host: NsHost) -> None:
+        settings = [
+            f"net.ipv4.tcp_congestion_control={self.config.tcp_cc}",
+            # A fresh connection must not inherit ssthresh/cwnd cached from the last one.
+            "net.ipv4.tcp_no_metrics_save=1",
+            "net.ipv6.conf.all.disable_ipv6=1",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        ]
+        for setting in settings:
+            proc = host.run(["sysctl", "-qw", setting], check=False)
+            if proc.returncode != 0:
+                raise EnvironmentProblem(f"{host.name}: cannot set {setting}: "
+                                         f"{proc.stderr.strip()}")
+        # Best effort: where br_netfilter is loaded, keep iptables out of our bridges.
+        host.run(["sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=0"], check=False)
+
+    @staticmethod
+    def _offloads_off(host: NsHost, intf: str) -> None:
+        # Per-packet rate and loss: no GSO/TSO super-packets, no GRO merging on the path.
+        host.run(["ethtool", "-K", intf, "gso", "off", "tso", "off", "gro", "off"], check=False)
+
+    # -- link --------------------------------------------------------------------------
+    def _measure_forwarding_latency(self) -> None:
+        """The router's own round trip with no emulation, subtracted from the netem delay so
+        the path's RTT is the profile's (the UML router adds about 0.3 ms)."""
+        assert self.backend
+        self.backend.tc([["tc", "qdisc", "del", "dev", d, "root"]
+                         for d in (self.backend.down_dev, self.backend.up_dev)])
+        self.router.run(["sh", "-c", tc_script([["tc", "qdisc", "del", "dev", port, "root"]
+                                                 for port, _ in self._rate_ports(
+                                                     self.profile.down, self.profile.up)])])
+        self.ping(count=3, interval=0.05)  # ARP and caches
+        samples = self.ping(count=20, interval=0.02)
+        if len(samples) < 10:
+            raise EnvironmentProblem("the router does not forward: client cannot reach the server")
+        self.forwarding_rtt_ms = statistics.median(samples)
+
+    def apply_link(self, down: LinkSpec, up: LinkSpec) -> None:
+        """Shape both directions; a backend that cannot apply a parameter raises."""
+        assert self.backend
+        rtt = down.delay_ms + up.delay_ms
+        half = self.forwarding_rtt_ms / 2
+        netem: list[list[str]] = []
+        applied: dict[str, Any] = {"forwarding_rtt_ms": round(self.forwarding_rtt_ms, 3)}
+        for name, dev, spec in (("down", self.backend.down_dev, down),
+                                ("up", self.backend.up_dev, up)):
+            netem_delay = max(0.0, spec.delay_ms - half)
+            netem += netem_commands(dev, spec, delay_ms=netem_delay)
+            applied[name] = {**spec.to_dict(), "netem_delay_ms": round(netem_delay, 3),
+                             "netem_limit_packets": spec.delay_line_limit(),
+                             "queue_packets_effective": spec.queue_size_packets(rtt)}
+        self.backend.tc(netem)
+        rate: list[list[str]] = []
+        for port, spec in self._rate_ports(down, up):
+            rate += rate_commands(port, spec, rtt)
+        self.router.run(["sh", "-c", tc_script(rate)])
+        self.applied = applied
+        self.current = (down, up)
+
+    def _rate_ports(self, down: LinkSpec, up: LinkSpec) -> list[tuple[str, LinkSpec]]:
+        """The router's ports toward each host: the bottleneck of the direction into it."""
+        return [(intf.name, up if intf.link.intf2.node is self.server else down)
+                for intf in self.router.intfList() if intf.name != "lo"]
+
+    def without_loss(self) -> tuple[LinkSpec, LinkSpec]:
+        down, up = self.profile.down, self.profile.up
+        return (replace(down, loss_pct=0.0, gemodel=None),
+                replace(up, loss_pct=0.0, gemodel=None))
+
+    # -- probes ------------------------------------------------------------------------
+    def ping(self, count: int, interval: float = 0.05, src: NsHost | None = None,
+             dst_ip: str | None = None) -> list[float]:
+        """RTT samples (ms) from the client to the server, with the host's ping."""
+        src = src or self.client
+        dst_ip = dst_ip or ADDRESSES["server"]
+        timeout = count * interval + 5 + 3 * self.profile.rtt_ms / 1000
+        proc = src.run(["ping", "-n", "-c", str(count), "-i", str(interval), "-W", "3", dst_ip],
+                       timeout=timeout + 10, check=False)
+        return [float(part.split("=")[1]) for line in proc.stdout.splitlines()
+                for part in line.split() if part.startswith("time=")]
+
+    def describe(self) -> dict[str, Any]:
+        assert self.backend
+        return {**self.backend.describe(), "tcp_cc": self.config.tcp_cc,
+                "profile": self.profile.to_dict(), "applied": self.applied,
+                "addresses": ADDRESSES, "client_image": self.config.client_image,
+                "server_image": self.config.server_image}
