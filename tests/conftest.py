@@ -8,10 +8,6 @@ import subprocess
 
 import pytest
 
-# Topology tests run every probe with the host's tools inside the hosts' namespaces, so any
-# image with bash serves; the base image always exists after `make images`.
-TOPOLOGY_IMAGE = os.environ.get("QUICBED_TEST_IMAGE", "debian:trixie-slim")
-
 
 def _docker_ready() -> bool:
     if not shutil.which("docker"):

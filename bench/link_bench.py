@@ -1,0 +1,67 @@
+"""Benchmark of the emulated link on this machine's backend (not a test: it prints figures).
+
+For each rate: TCP goodput ÷ configured rate (down direction, saturating cubic flow), and the
+RTT error under load: ping's median RTT while a paced UDP flow fills 90% of the link (no
+standing queue), minus the configured RTT.
+
+    make bench            # or: .venv/bin/python bench/link_bench.py [--profiles india ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+
+from quicbed.topology.calibrate import _finish_iperf, _start_iperf, iperf, receiver_goodput_mbit
+from quicbed.topology.net import Testbed, TestbedConfig
+from quicbed.topology.profiles import load_profile
+
+IDEAL = 1448 / 1514  # TCP payload share of a full frame: the best goodput ÷ rate can be
+
+
+def bench_profile(name: str, image: str, seconds: int) -> dict[str, float | str]:
+    profile = load_profile(name)
+    cfg = TestbedConfig(profile=profile, client_image=image, server_image=image)
+    with Testbed(cfg) as tb:
+        rate = profile.down.rate_mbit
+        result = iperf(tb, ["-t", str(seconds), "-O", "2", "-R"], timeout=seconds + 40)
+        goodput = receiver_goodput_mbit(result, "down")
+        retransmits = result["end"].get("sum_sent", {}).get("retransmits", -1)
+        idle = tb.ping(count=40, interval=0.05)
+        load_bps = 0.9 * rate * 1e6 * 1470 / 1512
+        server, client = _start_iperf(tb, 5202, ["-u", "-R", "-b", f"{load_bps:.0f}",
+                                                 "-l", "1470", "-t", "8"], timeout=60)
+        loaded = tb.ping(count=80, interval=0.05)
+        _finish_iperf(server, client)
+        return {"profile": name, "backend": tb.backend.name, "rate_mbit": rate,
+                "rtt_ms": profile.rtt_ms, "goodput_mbit": goodput, "ratio": goodput / rate,
+                "ratio_of_ideal": goodput / rate / IDEAL, "retransmits": retransmits,
+                "rtt_idle_ms": statistics.median(idle), "rtt_load_ms": statistics.median(loaded),
+                "rtt_error_load_ms": statistics.median(loaded) - profile.rtt_ms,
+                "rtt_p95_load_ms": sorted(loaded)[int(0.95 * len(loaded)) - 1]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--profiles", nargs="+", default=["india", "germany", "germany-lab"])
+    parser.add_argument("--image", default="debian:trixie-slim")
+    parser.add_argument("--seconds", type=int, default=10)
+    args = parser.parse_args()
+    rows = [bench_profile(p, args.image, args.seconds) for p in args.profiles]
+    kernel = subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout.strip()
+    print(f"\nlink benchmark, kernel {kernel}, backend {rows[0]['backend']}")
+    print(f"{'profile':<12}{'rate':>7}{'rtt':>6}{'goodput':>9}{'÷rate':>7}{'÷ideal':>8}"
+          f"{'retx':>6}{'rtt idle':>10}{'rtt load':>10}{'err load':>10}{'p95 load':>10}")
+    for r in rows:
+        print(f"{r['profile']:<12}{r['rate_mbit']:>7g}{r['rtt_ms']:>6g}{r['goodput_mbit']:>9.1f}"
+              f"{r['ratio']:>7.3f}{r['ratio_of_ideal']:>8.3f}{r['retransmits']:>6}"
+              f"{r['rtt_idle_ms']:>10.2f}{r['rtt_load_ms']:>10.2f}{r['rtt_error_load_ms']:>+10.2f}"
+              f"{r['rtt_p95_load_ms']:>10.2f}")
+    print(f"(÷ideal: goodput ÷ (rate × {IDEAL:.3f}), the TCP payload share of a 1514-byte frame)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The emulated path, measured for real: RTT, goodput, loss, isolation, teardown.
+
+Each test brings up the real topology (containers, router, link backend chosen as `quicbed`
+would) and checks physics against the profile, with the same checks `quicbed calibrate` uses.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from quicbed.topology.calibrate import calibrate, check_loss, check_rtt
+from quicbed.topology.clean import leftovers
+from quicbed.topology.net import Testbed, TestbedConfig
+from quicbed.topology.profiles import apply_overrides, load_profile
+
+# Topology tests run every probe with the host's tools inside the hosts' namespaces, so any
+# image with bash serves; the base image always exists after `make images`.
+TOPOLOGY_IMAGE = os.environ.get("QUICBED_TEST_IMAGE", "debian:trixie-slim")
+pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
+
+
+def _config(profile: str, **overrides: str) -> TestbedConfig:
+    prof = apply_overrides(load_profile(profile), overrides)
+    return TestbedConfig(profile=prof, client_image=TOPOLOGY_IMAGE, server_image=TOPOLOGY_IMAGE)
+
+
+def _by_metric(cal, metric: str, direction: str = "both"):  # noqa: ANN001, ANN202
+    return next(c for c in cal.checks if c.metric == metric and c.direction == direction)
+
+
+@pytest.mark.parametrize("profile", ["india", "germany", "dsl"])
+def test_calibration_passes_on_shipped_profiles(profile: str) -> None:
+    """RTT at 80 ms (india) and 20 ms (germany), goodput at 20, 100 and asymmetric 25/5."""
+    with Testbed(_config(profile)) as tb:
+        cal = calibrate(tb, udp_packets=20000)
+    failed = [(c.metric, c.direction, c.configured, c.measured, c.detail)
+              for c in cal.checks if not c.passed]
+    assert not failed, failed
+    rtt = _by_metric(cal, "rtt_median_ms")
+    assert abs(rtt.measured - tb.profile.rtt_ms) <= max(0.5, 0.01 * tb.profile.rtt_ms)
+    for direction, spec in (("down", tb.profile.down), ("up", tb.profile.up)):
+        goodput = _by_metric(cal, "goodput_mbit", direction).measured
+        assert 0.94 * spec.rate_mbit <= goodput <= 1.02 * spec.rate_mbit
+
+
+@pytest.mark.parametrize("loss_pct", [1.0, 10.0])
+def test_loss_within_binomial_ci(loss_pct: float) -> None:
+    with Testbed(_config("india", loss_pct=str(loss_pct))) as tb:
+        checks = check_loss(tb, packets=20000)
+    for check in checks:
+        assert check.passed, (check.direction, check.measured, check.tolerance, check.detail)
+        assert abs(check.measured - loss_pct) < loss_pct * 0.25
+
+
+def test_host_container_has_no_route_but_the_emulated_one() -> None:
+    with Testbed(_config("india")) as tb:
+        links = tb.client.run(["ip", "-o", "link", "show"]).stdout
+        names = sorted(line.split(":")[1].strip().split("@")[0] for line in links.splitlines())
+        assert names == ["client-eth0", "lo"]
+        routes = tb.client.run(["ip", "route", "show", "table", "all"]).stdout
+        assert "default via 10.77.1.1 dev client-eth0" in routes
+        # Docker's bridge and the host are unreachable: only the path exists.
+        for outside in ("172.17.0.1", "8.8.8.8"):
+            proc = tb.client.run(["ping", "-c", "1", "-W", "1", outside], check=False)
+            assert proc.returncode != 0, f"client reached {outside} around the path"
+        # The path itself: the server answers, through the router, at the profile's RTT.
+        rtt = check_rtt(tb, samples=20)
+        assert rtt.passed, rtt
+
+
+def test_clean_leaves_nothing_after_kill_9() -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    run = subprocess.Popen([sys.executable, "-m", "quicbed.cli", "calibrate", "india",
+                            "--client-image", TOPOLOGY_IMAGE], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    seen = ""
+    while time.monotonic() < deadline:  # kill it mid-measurement, with everything up
+        line = run.stderr.readline()
+        seen += line
+        if "measuring goodput" in line:
+            break
+    else:
+        run.kill()
+        pytest.fail(f"the run never reached its measurements: {seen}")
+    assert any(item.startswith("container") for item in leftovers())
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+    proc = subprocess.run([sys.executable, "-m", "quicbed.cli", "clean"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    time.sleep(0.5)
+    assert leftovers() == []

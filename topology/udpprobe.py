@@ -1,0 +1,63 @@
+"""Count datagram loss on one direction of the path: a paced sender and a counting receiver.
+
+Run with the host's python3 inside a host's network namespace (no handshake to lose, unlike
+iperf3's UDP mode, whose setup fails on very lossy links):
+    udpprobe.py recv PORT COUNT IDLE_S      → prints {"received": N, "duplicates": D}
+    udpprobe.py send HOST PORT COUNT PPS
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import sys
+import time
+
+PAYLOAD = 64
+
+
+def receive(port: int, count: int, idle_s: float) -> dict[str, int]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    sock.bind(("0.0.0.0", port))
+    print("ready", flush=True)
+    seen: set[int] = set()
+    duplicates = 0
+    sock.settimeout(60.0)  # until the first datagram
+    while len(seen) < count:
+        try:
+            data = sock.recv(2048)
+        except TimeoutError:
+            break
+        sock.settimeout(idle_s)
+        seq = struct.unpack_from("!I", data)[0]
+        duplicates += seq in seen
+        seen.add(seq)
+    return {"received": len(seen), "duplicates": duplicates}
+
+
+def send(host: str, port: int, count: int, pps: float) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    pad = bytes(PAYLOAD - 4)
+    start = time.monotonic()
+    for seq in range(count):
+        delay = start + seq / pps - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        sock.sendto(struct.pack("!I", seq) + pad, (host, port))
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["recv"]:
+        print(json.dumps(receive(int(argv[1]), int(argv[2]), float(argv[3]))))
+    elif argv[:1] == ["send"]:
+        send(argv[1], int(argv[2]), int(argv[3]), float(argv[4]))
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
