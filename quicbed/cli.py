@@ -28,13 +28,14 @@ def _link_args(p: argparse.ArgumentParser) -> None:
 
 
 def _testbed_config(args: argparse.Namespace):  # noqa: ANN202 - lazy import keeps --help fast
-    from quicbed.topology.net import DEFAULT_IMAGE, TestbedConfig
+    from quicbed.topology.net import DEFAULT_IMAGE, HostSpec, TestbedConfig
     from quicbed.topology.profiles import load_profile, parse_overrides
 
     profile = load_profile(args.profile, parse_overrides(args.set))
+    client_image = args.client_image or DEFAULT_IMAGE
     return TestbedConfig(profile=profile, backend=args.backend, tcp_cc=args.tcp_cc,
-                         client_image=args.client_image or DEFAULT_IMAGE,
-                         server_image=args.server_image or args.client_image or DEFAULT_IMAGE)
+                         client=HostSpec(client_image),
+                         servers=(HostSpec(args.server_image or client_image),))
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -83,6 +84,25 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from quicbed.experiments.commands import cmd_run as run
+
+    def factory(exp, run_dir):  # noqa: ANN001, ANN202 - lazy: a dry run never builds it
+        from quicbed.experiments.executor import TestbedExecutor
+
+        return TestbedExecutor(exp, run_dir, force=args.force, backend=args.backend,
+                               client_image=args.client_image)
+
+    return run(args.file, factory, resume=args.resume, dry=args.dry_run,
+               check_after=args.check, quick=args.quick, progress=not args.no_progress)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from quicbed.experiments.commands import cmd_check as check
+
+    return check(args.file, args.run_id)
+
+
 def _progress_printer() -> Callable[[str], None]:
     start = time.monotonic()
 
@@ -108,6 +128,25 @@ def build_parser() -> argparse.ArgumentParser:
     _link_args(p)
     p.set_defaults(func=cmd_lab)
 
+    p = sub.add_parser("run", help="run an experiment file end to end into results/")
+    p.add_argument("file", help="experiment YAML (experiments/...)")
+    p.add_argument("--resume", metavar="RUN_ID", help="run only the trials RUN_ID is missing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate, print the expanded matrix and an estimate; touch nothing")
+    p.add_argument("--check", action="store_true", help="evaluate expect: after the run")
+    p.add_argument("--quick", action="store_true", help="use the file's quick: settings")
+    p.add_argument("--force", action="store_true",
+                   help="measure even through a path that failed calibration (recorded)")
+    p.add_argument("--backend", default="auto", choices=["auto", "netem", "uml"])
+    p.add_argument("--client-image", default="quicbed/client:dev")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("check", help="evaluate an experiment's expect: against a run")
+    p.add_argument("file")
+    p.add_argument("run_id")
+    p.set_defaults(func=cmd_check)
+
     p = sub.add_parser("clean", help="remove every namespace, link, container and UML router")
     p.set_defaults(func=cmd_clean)
     return parser
@@ -119,7 +158,9 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command != "clean" and os.geteuid() != 0:
+    needs_root = args.command in ("calibrate", "lab") or (
+        args.command == "run" and not args.dry_run)
+    if needs_root and os.geteuid() != 0:
         print("quicbed: needs root (namespaces, tc, Docker)", file=sys.stderr)
         return 4
     signal.signal(signal.SIGTERM, _on_sigterm)

@@ -18,7 +18,7 @@ from quicbed.paths import STATE
 from quicbed.topology.backends import UML_MARK
 from quicbed.topology.hosts import LABEL
 
-NODE_NAMES = ("client", "cross", "router", "server")
+NODE_NAMES = ("client", "cross", "router", r"server\d*")
 _VETH = re.compile(rf"^({'|'.join(NODE_NAMES)})-eth\d+$")
 _SHELL = re.compile(rf"mininet:({'|'.join(NODE_NAMES)})$")
 

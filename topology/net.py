@@ -14,7 +14,6 @@ from __future__ import annotations
 import statistics
 import subprocess
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -42,16 +41,31 @@ ADDRESSES = {"client": f"{CLIENT_NET}.10", "cross": f"{CLIENT_NET}.11",
 DEFAULT_IMAGE = "quicbed/client:dev"
 
 
+def server_host_name(index: int) -> str:
+    return "server" if index == 0 else f"server{index + 1}"
+
+
+def server_address(index: int) -> str:
+    return f"{SERVER_NET}.{10 + index}"
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """A container host: its image and extra `docker run` options (mounts, capabilities)."""
+
+    image: str = DEFAULT_IMAGE
+    docker_args: tuple[str, ...] = ()
+
+
 @dataclass
 class TestbedConfig:
     __test__ = False  # not a pytest class
 
     profile: Profile
     backend: str = "auto"
-    client_image: str = DEFAULT_IMAGE
-    server_image: str = DEFAULT_IMAGE
-    server_docker_args: Sequence[str] = ()
-    client_docker_args: Sequence[str] = ()
+    client: HostSpec = HostSpec()
+    # One host per server (server, server2, ...): they share the server LAN behind the router.
+    servers: tuple[HostSpec, ...] = (HostSpec(),)
     tcp_cc: str = "cubic"
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
@@ -111,16 +125,19 @@ class Testbed:
         self.net = net
         cfg = self.config
         self.router = net.addHost("router", cls=NsHost, ip=None)
-        self.client = net.addHost("client", cls=DockerHost, image=cfg.client_image,
-                                  run_id=cfg.run_id, docker_args=cfg.client_docker_args, ip=None)
+        self.client = net.addHost("client", cls=DockerHost, image=cfg.client.image,
+                                  run_id=cfg.run_id, docker_args=cfg.client.docker_args, ip=None)
         self.cross = net.addHost("cross", cls=NsHost, ip=None)
-        self.server = net.addHost("server", cls=DockerHost, image=cfg.server_image,
-                                  run_id=cfg.run_id, docker_args=cfg.server_docker_args, ip=None)
+        self.servers = [net.addHost(server_host_name(i), cls=DockerHost, image=spec.image,
+                                    run_id=cfg.run_id, docker_args=spec.docker_args, ip=None)
+                        for i, spec in enumerate(cfg.servers)]
+        self.server = self.servers[0]  # calibration's far end
+        addresses = {self.client: ADDRESSES["client"], self.cross: ADDRESSES["cross"],
+                     **{host: server_address(i) for i, host in enumerate(self.servers)}}
         # The router is always node1: Mininet then creates each veth from the router side.
-        links = {name: net.addLink(self.router, host, cls=Link, intf=HostIntf, fast=False)
-                 for name, host in (("client", self.client), ("cross", self.cross),
-                                    ("server", self.server))}
-        self._wire(links)
+        links = {host: net.addLink(self.router, host, cls=Link, intf=HostIntf, fast=False)
+                 for host in addresses}
+        self._wire(links, addresses)
         self.backend = make_backend(backend_name, self.router, self.state_dir)
         self.backend.forward(Lan("lanc", f"{ROUTER_CLIENT_IP}/24"),
                              Lan("lans", f"{ROUTER_SERVER_IP}/24"))
@@ -140,7 +157,7 @@ class Testbed:
         self.backend = None
 
     # -- wiring ------------------------------------------------------------------------
-    def _wire(self, links: dict[str, Link]) -> None:
+    def _wire(self, links: dict[NsHost, Link], addresses: dict[NsHost, str]) -> None:
         r = self.router.run
         allow_congestion_control(self.config.tcp_cc)
         self._sysctls(self.router)
@@ -148,14 +165,14 @@ class Testbed:
             r(["ip", "link", "add", bridge, "type", "bridge", "forward_delay", "0"])
             r(["sysctl", "-qw", f"net.ipv6.conf.{bridge}.disable_ipv6=1"])
             r(["ip", "link", "set", bridge, "up"])
-        for name, link in links.items():
+        for host, link in links.items():
+            server_side = host in self.servers
             port = link.intf1.name
-            r(["ip", "link", "set", port, "master", "lanc" if name != "server" else "lans"])
+            r(["ip", "link", "set", port, "master", "lans" if server_side else "lanc"])
             self._offloads_off(self.router, port)
             r(["ip", "link", "set", port, "up"])
-            host = link.intf2.node
-            self._configure_host(host, link.intf2.name, ADDRESSES[name],
-                                 ROUTER_SERVER_IP if name == "server" else ROUTER_CLIENT_IP)
+            self._configure_host(host, link.intf2.name, addresses[host],
+                                 ROUTER_SERVER_IP if server_side else ROUTER_CLIENT_IP)
 
     def _configure_host(self, host: NsHost, intf: str, ip: str, gateway: str) -> None:
         self._sysctls(host)
@@ -224,7 +241,7 @@ class Testbed:
 
     def _rate_ports(self, down: LinkSpec, up: LinkSpec) -> list[tuple[str, LinkSpec]]:
         """The router's ports toward each host: the bottleneck of the direction into it."""
-        return [(intf.name, up if intf.link.intf2.node is self.server else down)
+        return [(intf.name, up if intf.link.intf2.node in self.servers else down)
                 for intf in self.router.intfList() if intf.name != "lo"]
 
     def without_loss(self) -> tuple[LinkSpec, LinkSpec]:
@@ -248,5 +265,5 @@ class Testbed:
         assert self.backend
         return {**self.backend.describe(), "tcp_cc": self.config.tcp_cc,
                 "profile": self.profile.to_dict(), "applied": self.applied,
-                "addresses": ADDRESSES, "client_image": self.config.client_image,
-                "server_image": self.config.server_image}
+                "addresses": ADDRESSES, "client_image": self.config.client.image,
+                "server_images": [spec.image for spec in self.config.servers]}

@@ -1,0 +1,211 @@
+"""The runner's Executor on the real testbed: one calibrated path per condition, the servers
+in containers behind the router, the perf tools in the client container.
+
+Nothing is measured through a path that failed calibration, unless `--force`; then every row
+and the manifest say so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import platform
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from quicbed import servers
+from quicbed.errors import PathMismatch
+from quicbed.paths import CACHE, STATE
+from quicbed.servers import content, pki
+from quicbed.topology.backends import choose_backend
+from quicbed.topology.calibrate import calibrate
+from quicbed.topology.hosts import DockerHost
+from quicbed.topology.net import DEFAULT_IMAGE, HostSpec, Testbed, TestbedConfig, server_address
+from quicbed.topology.report import print_calibration
+
+from .matrix import Condition, Trial
+from .runner import TrialError
+from .schema import Experiment
+
+SERVER_NAME = "server.quicbed"
+CLIENT_PKI = "/etc/quicbed/pki"
+CPU_BOUND_PCT = 90.0  # of one core: the host, not the network, may have set the pace
+
+
+class TestbedExecutor:
+    __test__ = False
+
+    def __init__(self, exp: Experiment, run_dir: Path, *, force: bool = False,
+                 backend: str = "auto", client_image: str = DEFAULT_IMAGE,
+                 console: Console | None = None) -> None:
+        self.exp, self.run_dir, self.force, self.client_image = exp, run_dir, force, client_image
+        self.backend = choose_backend(backend)
+        self.console = console or Console(stderr=True, highlight=False)
+        self.content_dir = CACHE / "content"
+        # Keys are made per run and kept out of the results (which people share).
+        self.pki_dir = STATE / "pki" / run_dir.name
+        self.tb: Testbed | None = None
+        self.hosts: dict[str, DockerHost] = {}
+        self.started: set[str] = set()
+
+    # -- Executor protocol ---------------------------------------------------------------
+    def manifest_info(self) -> dict[str, Any]:
+        return {"link_backend": self.backend, "kernel": platform.release(), "force": self.force,
+                "client_image": _image_info(self.client_image),
+                "server_images": {name: _image_info(spec.image)
+                                  for name, spec in servers.SERVERS.items()},
+                "pki": "fresh private CA per run (not stored with the results)"}
+
+    @contextlib.contextmanager
+    def condition(self, cond: Condition) -> Iterator[dict[str, Any]]:
+        names = list(self.exp.servers)
+        self._prepare_content()
+        self._pki(names)
+        log_root = self.run_dir / "logs" / cond.id
+        specs = []
+        for name in names:
+            log_dir = log_root / name
+            log_dir.mkdir(parents=True, exist_ok=True)
+            args = servers.docker_run_args(name, self.content_dir, self.pki_dir, log_dir)
+            specs.append(HostSpec(image=args[-3], docker_args=tuple(args[:-3])))
+        cfg = TestbedConfig(profile=cond.link, backend=self.backend,
+                            client=HostSpec(self.client_image,
+                                            ("-v", f"{self.pki_dir}:{CLIENT_PKI}:ro")),
+                            servers=tuple(specs),
+                            tcp_cc=str(cond.params.get("server.tcp_cc", "cubic")))
+        with Testbed(cfg) as tb:
+            self.tb, self.started = tb, set()
+            self.hosts = dict(zip(names, tb.servers, strict=True))
+            self.console.print(f"{cond.id}: calibrating {cond.label} via {tb.backend.name}")
+            cal = calibrate(tb)
+            print_calibration(cal, self.console)
+            if not cal.passed and not self.force:
+                failed = ", ".join(f"{c.metric}/{c.direction}" for c in cal.checks if not c.passed)
+                raise PathMismatch(f"calibration failed ({failed}); refusing to measure "
+                                   "(--force measures anyway and marks every row)")
+            cal.forced = not cal.passed
+            try:
+                yield {"rtt_ms": cal.measured("rtt_median_ms"), "passed": cal.passed,
+                       "forced": cal.forced, "calibration": cal.to_dict(),
+                       "ca_sha256": pki.cert_sha256(self.pki_dir / "ca.pem"),
+                       "servers": {n: self._server_facts(n) for n in names}}
+            finally:
+                self.tb, self.hosts = None, {}
+
+    def ensure_server(self, name: str) -> None:
+        host = self.hosts[name]
+        if name in self.started and self._server_alive(host, name):
+            return
+        servers.start_server(host.container, name, timeout=30)
+        self.started.add(name)
+
+    def run_trial(self, trial: Trial) -> dict[str, Any]:
+        assert self.tb
+        host = self.hosts[trial.server]
+        argv = self._tool_argv(trial, server_address(self.tb.servers.index(host)))
+        before = {h: _cpu_usec(h.container) for h in (self.tb.client, host)}
+        start = time.monotonic()
+        proc = self.tb.client.exec(argv, timeout=trial.timeout_s + 15)
+        wall = time.monotonic() - start
+        cpu = {h: (_cpu_usec(h.container) - before[h]) / 1e4 / wall for h in before}
+        rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        if not rows:
+            raise TrialError(f"{trial.client.tool} gave no row (exit {proc.returncode}): "
+                             f"{proc.stderr.strip()[-300:]}")
+        row = rows[-1]
+        row.update(cpu_client_pct=round(cpu[self.tb.client], 1),
+                   cpu_server_pct=round(cpu[host], 1))
+        row["cpu_bound"] = max(cpu.values()) >= CPU_BOUND_PCT
+        if row.get("error"):
+            raise TrialError(row["error"], row)
+        return row
+
+    # -- helpers -------------------------------------------------------------------------
+    def _prepare_content(self) -> None:
+        workload = self.exp.workload
+        content.ensure_content(self.content_dir, {workload.kind})
+        if workload.kind == "cloud":
+            content.ensure_files(self.content_dir, workload.objects)
+
+    def _pki(self, names: list[str]) -> None:
+        if (self.pki_dir / "server.pem").exists():  # one CA per run, kept across resumes
+            return
+        # Every server host presents the same certificate; its SANs hold the first address.
+        pki.generate_pki(self.pki_dir, server_address(0), SERVER_NAME)
+
+    def _server_facts(self, name: str) -> dict[str, Any]:
+        container = self.hosts[name].container
+        facts: dict[str, Any] = {}
+        for key, fn in (("version", servers.server_version), ("settings", servers.server_settings)):
+            try:
+                facts[key] = fn(container, name)
+            except Exception as exc:  # noqa: BLE001 - facts are best effort, recorded as such
+                facts[key] = f"unavailable: {exc}"
+        return facts
+
+    @staticmethod
+    def _server_alive(host: DockerHost, name: str) -> bool:
+        process = Path(servers.get_server(name).command[0]).name
+        proc = host.exec(["pgrep", "-x", process], timeout=10)
+        return proc.returncode == 0
+
+    @staticmethod
+    def _tool_argv(trial: Trial, address: str) -> list[str]:
+        url = f"https://{SERVER_NAME}/{_url_path(trial)}"
+        argv = [trial.client.tool, "--url", url, "--resolve", f"{SERVER_NAME}:443:{address}",
+                "--cacert", f"{CLIENT_PKI}/ca.pem", "-n", "1", "--cpu",
+                "--timeout", str(int(trial.timeout_s))]
+        opts = trial.client.options
+        if "tls" in opts:
+            argv += ["--tls", opts["tls"]]
+        if "http" in opts and trial.client.tool == "tls_perf":
+            argv += ["--http", opts["http"]]
+        if opts.get("backend"):
+            argv += ["--backend", opts["backend"]]
+        return argv
+
+
+def _url_path(trial: Trial) -> str:
+    kind, name = trial.workload.kind, trial.object
+    if kind == "web":
+        return f"web/{name}/index.html" if name.startswith("pages/") else f"web/{name}"
+    if kind == "cloud":
+        return f"cloud/{name}"
+    return f"video/{name}"
+
+
+def _image_info(image: str) -> dict[str, str]:
+    proc = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}} {{.Created}}", image],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"image": image, "id": "missing"}
+    image_id, created = proc.stdout.split(maxsplit=1)
+    return {"image": image, "id": image_id, "created": created.strip()}
+
+
+def _cpu_usec(container: str) -> float:
+    """CPU time the container's cgroup has used (µs), from cgroup v2 or v1 accounting."""
+    proc = subprocess.run(["docker", "inspect", "-f", "{{.Id}}", container],
+                          capture_output=True, text=True)
+    cid = proc.stdout.strip()
+    for path in glob.glob(f"/sys/fs/cgroup/**/*{cid}*/cpu.stat", recursive=True):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith("usage_usec"):
+                return float(line.split()[1])
+    for path in glob.glob(f"/sys/fs/cgroup/cpuacct/**/*{cid}*/cpuacct.usage", recursive=True):
+        return float(Path(path).read_text()) / 1000
+    return 0.0
+
+
+def executor_factory(**options: Any) -> Callable[[Experiment, Path], TestbedExecutor]:
+    """For `cmd_run`: an executor per run, with the CLI's options (force, backend, image)."""
+    def factory(exp: Experiment, run_dir: Path) -> TestbedExecutor:
+        return TestbedExecutor(exp, run_dir, **options)
+
+    return factory

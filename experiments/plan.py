@@ -1,0 +1,73 @@
+"""Dry run: what an experiment would run and roughly how long, without touching the network."""
+
+from __future__ import annotations
+
+import math
+
+from .matrix import Condition, conditions, count_per_condition
+from .registry import HANDSHAKE_RTTS, object_bytes
+from .schema import Experiment
+
+SETUP_S = 15.0  # per condition: path up, calibration, server start, teardown
+TRIAL_OVERHEAD_S = 0.5  # per trial: container exec, tool start-up, row bookkeeping
+INIT_WINDOW_BYTES = 10 * 1460
+
+
+def trial_seconds(exp: Experiment, cond: Condition, protocol: str, obj: str) -> float:
+    """Handshake + request + slow-start rounds + serialisation; a rough lower bound."""
+    if exp.workload.kind == "video":
+        return (exp.workload.duration_s or 0) + TRIAL_OVERHEAD_S
+    rtt = cond.link.rtt_ms / 1000
+    size = object_bytes(exp.workload.kind, obj)
+    slow_start_rounds = math.log2(size / INIT_WINDOW_BYTES + 1)
+    transfer = size * 8 / (cond.link.down.rate_mbit * 1e6)
+    rounds = HANDSHAKE_RTTS.get(protocol, 2) + 1 + slow_start_rounds
+    return rounds * rtt + transfer + TRIAL_OVERHEAD_S
+
+
+def estimate_seconds(exp: Experiment) -> float:
+    total = 0.0
+    for cond in conditions(exp):
+        per_rep = sum(
+            trial_seconds(exp, cond, c.protocol, o)
+            for c in exp.clients
+            for o in exp.workload.objects
+        )
+        total += SETUP_S + per_rep * len(exp.servers) * exp.repetitions
+    return total
+
+
+def dry_run(exp: Experiment) -> str:
+    conds = conditions(exp)
+    per = count_per_condition(exp)
+    w = exp.workload
+    lines = [
+        f"experiment {exp.name} ({exp.file}){' [quick]' if exp.quick else ''}",
+        f"conditions: {len(conds)}",
+    ]
+    for c in conds:
+        d, u = c.link.down, c.link.up
+        lines.append(
+            f"  {c.id:<4} {c.label:<30} rtt {c.link.rtt_ms:g} ms  "
+            f"{d.rate_mbit:g}/{u.rate_mbit:g} Mbit/s  "
+            f"loss {d.expected_loss_pct:g}/{u.expected_loss_pct:g}%"
+        )
+    lines += [
+        f"servers: {', '.join(exp.servers)}",
+        f"clients: {', '.join(c.label for c in exp.clients)}",
+        f"workload: {w.kind}: {', '.join(w.objects)}"
+        + (f" ({w.duration_s:g} s each)" if w.duration_s else ""),
+        f"per condition: {len(exp.servers)} servers x {len(exp.clients)} clients x "
+        f"{len(w.objects)} objects x {exp.repetitions} repetitions = {per} trials",
+        f"total: {len(conds)} conditions x {per} = {len(conds) * per} trials, "
+        f"order {exp.order}, seed {exp.seed}",
+        f"estimated duration: {_hms(estimate_seconds(exp))} (rough: {SETUP_S:g} s setup per "
+        f"condition, handshake/slow-start/rate model per trial)",
+        f"expectations: {len(exp.expect)}",
+    ]
+    return "\n".join(lines)
+
+
+def _hms(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s"

@@ -1,0 +1,378 @@
+"""Run an experiment's matrix through an Executor, one durable row per trial, resumable.
+
+The network (path, calibration, containers, client tools) sits behind `Executor`; this module
+owns ordering, bookkeeping, progress, interruption and the manifest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import platform
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from quicbed import paths
+
+from .expectations import statistic
+from .matrix import Condition, Trial, conditions, count_per_condition, trials
+from .schema import Experiment
+from .store import RunStore, StoreError, load_rows, read_manifest
+
+# Columns every row has even when the tool or executor does not supply them.
+ROW_DEFAULTS: dict[str, Any] = {
+    "error": None,
+    "connection_time_ms": None,
+    "ttfb_ms": None,
+    "download_time_ms": None,
+    "throughput_mbps": None,
+    "cpu_client_pct": None,
+    "cpu_server_pct": None,
+    "cpu_bound": False,
+}
+SUMMARY_METRICS = {"conn": "connection_time_ms", "ttfb": "ttfb_ms", "dl": "download_time_ms"}
+
+
+class TrialError(Exception):
+    """A trial failed (timeout, tool error, bad HTTP status); recorded in the row's `error`."""
+
+    def __init__(self, reason: str, row: dict[str, Any] | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.row = row or {}  # whatever the tool did measure, kept alongside the error
+
+
+class Executor(Protocol):
+    """The network side; implemented by the topology (and by experiments.synthetic for tests)."""
+
+    def condition(self, cond: Condition) -> AbstractContextManager[dict[str, Any]]:
+        """Bring the path up for `cond`, calibrate, yield the calibration dict
+        (rtt_ms, passed, forced, ...); raise if calibration fails and not forced; tear down."""
+        ...
+
+    def ensure_server(self, name: str) -> None:
+        """Start the server for this condition, or restart it if it died; cheap if running."""
+        ...
+
+    def run_trial(self, trial: Trial) -> dict[str, Any]:
+        """Run one client fetch; return the tool's row, raise TrialError on failure."""
+        ...
+
+    def manifest_info(self) -> dict[str, Any]:
+        """Versions, kernel, backend, TCP congestion control, QUIC settings..."""
+        ...
+
+
+class RunAborted(StoreError):
+    """The run directory failed mid-run (disk full...); what was written is consistent."""
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    run_dir: Path
+    total: int = 0
+    done_before: int = 0
+    ran: int = 0
+    failed: int = 0
+    skipped: list[str] = field(default_factory=list)  # condition ids that could not be set up
+    interrupted: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 130
+        return 1 if self.failed or self.skipped else 0
+
+
+def run_experiment(
+    exp: Experiment,
+    executor: Executor,
+    run_dir: Path | str,
+    resume: bool = False,
+    progress: bool = True,
+    console: Console | None = None,
+) -> RunSummary:
+    """Run every missing trial of `exp` into `run_dir`. Raises StoreError before any trial if
+    the directory is unusable or locked, and on disk-full mid-run (the file stays consistent)."""
+    console = console or Console(highlight=False, soft_wrap=True)
+    run_dir = Path(run_dir)
+    if not resume and (run_dir / "manifest.json").exists():
+        raise StoreError(f"{run_dir} already holds a run; use --resume {run_dir.name}")
+    with RunStore(run_dir).open(create=not resume) as store:
+        manifest = _start_manifest(exp, executor, run_dir, resume)
+        store.write_manifest(manifest)
+        done = {r["trial_id"] for r in load_rows(run_dir)[0]}
+        conds = conditions(exp)
+        summary = RunSummary(run_dir.name, run_dir, len(conds) * count_per_condition(exp))
+        summary.done_before = len(done & {t.trial_id for c in conds for t in trials(exp, c)})
+        if store.torn_lines:
+            console.print(f"note: dropped {store.torn_lines} torn row (crash); it will be rerun")
+        try:
+            with _signals_interrupt(), _progress(console, progress) as bar:
+                task = bar.add_task("", total=summary.total, completed=summary.done_before)
+                for cond in conds:
+                    todo = [t for t in trials(exp, cond) if t.trial_id not in done]
+                    if todo:
+                        _run_condition(cond, todo, executor, store, manifest, summary, bar, task)
+                        store.write_manifest(manifest)
+        except KeyboardInterrupt:
+            summary.interrupted = True
+        except StoreError as exc:  # e.g. disk full: rows so far are intact, the run can resume
+            raise RunAborted(str(exc)) from None
+        _finish(store, manifest, summary, console)
+    return summary
+
+
+def _run_condition(
+    cond: Condition,
+    todo: list[Trial],
+    executor: Executor,
+    store: RunStore,
+    manifest: dict[str, Any],
+    summary: RunSummary,
+    bar: Progress,
+    task: Any,
+) -> None:
+    entry = manifest["conditions"][cond.id]
+    bar.update(task, description=f"{cond.id} {cond.label}")
+    with contextlib.ExitStack() as stack:
+        try:
+            calib = stack.enter_context(executor.condition(cond)) or {}
+        except Exception as exc:  # calibration mismatch, path failure: skip, resume retries it
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+            summary.skipped.append(cond.id)
+            bar.console.print(f"{cond.id} {cond.label}: skipped: {exc}", style="red", markup=False)
+            bar.advance(task, len(todo))
+            return
+        entry["calibration"] = calib
+        entry.pop("error", None)
+        for trial in todo:
+            row = _run_trial(trial, executor, calib, manifest["run_id"])
+            store.append(row)
+            summary.ran += 1
+            summary.failed += row["error"] is not None
+            bar.advance(task)
+    bar.console.print(condition_summary(cond, load_rows(store.dir)[0]), markup=False)
+
+
+def _run_trial(trial: Trial, executor: Executor, calib: dict, run_id: str) -> dict[str, Any]:
+    started, t0 = _now(), time.monotonic()
+    try:
+        executor.ensure_server(trial.server)
+        tool_row, error = executor.run_trial(trial), None
+    except TrialError as exc:
+        tool_row, error = exc.row, exc.reason
+    except Exception as exc:  # an executor bug must not lose the rest of the run
+        tool_row, error = {}, f"{type(exc).__name__}: {exc}"
+    timing = {"started_at": started, "wall_s": round(time.monotonic() - t0, 3)}
+    row = make_row(run_id, trial, tool_row, calib) | timing
+    # The tools write "" for success; rows say None, so one test (`error is None`) holds.
+    row["error"] = error or row.get("error") or None
+    return row
+
+
+def make_row(
+    run_id: str, trial: Trial, tool_row: dict[str, Any], calib: dict[str, Any]
+) -> dict[str, Any]:
+    """Axes + the tool's row + calibration summary. Axes win; a tool value that disagrees with
+    an axis (e.g. its own `protocol` spelling) is kept as tool_<key>."""
+    axes = trial_axes(run_id, trial)
+    clashes = {f"tool_{k}": v for k, v in tool_row.items() if k in axes and v != axes[k]}
+    calib_summary = {
+        "calib_rtt_ms": calib.get("rtt_ms"),
+        "calib_passed": calib.get("passed"),
+        "calib_forced": bool(calib.get("forced", False)),
+    }
+    row = axes | {k: v for k, v in tool_row.items() if k not in axes} | clashes | calib_summary
+    return row | {k: v for k, v in ROW_DEFAULTS.items() if k not in row}
+
+
+def trial_axes(run_id: str, trial: Trial) -> dict[str, Any]:
+    cond, link = trial.condition, trial.condition.link
+    return {
+        "run_id": run_id,
+        "trial_id": trial.trial_id,
+        "condition": cond.id,
+        "condition_label": cond.label,
+        "profile": cond.profile,
+        "rtt_ms": link.rtt_ms,
+        "rate_down_mbit": link.down.rate_mbit,
+        "rate_up_mbit": link.up.rate_mbit,
+        "loss_pct": link.down.expected_loss_pct,  # a Gilbert-Elliott model as its mean
+        "loss_up_pct": link.up.expected_loss_pct,
+        "jitter_ms": link.down.jitter_ms,
+        "queue_packets": link.down.queue_packets,
+        **{f"param_{k}": v for k, v in cond.params.items()},
+        "server": trial.server,
+        "client": trial.client.label,
+        "tool": trial.client.tool,
+        "protocol": trial.client.protocol,
+        "workload": trial.workload.kind,
+        "object": trial.object,
+        "repetition": trial.repetition,
+    }
+
+
+def condition_summary(cond: Condition, rows: list[dict[str, Any]]) -> str:
+    """One line: medians per protocol, e.g. `c0 india: quic conn 81 ttfb 162 dl 170 ms | ...`."""
+    mine = [r for r in rows if r.get("condition") == cond.id]
+    parts = []
+    for proto in sorted({r["protocol"] for r in mine}):
+        ok = [r for r in mine if r["protocol"] == proto and r.get("error") is None]
+        stats = " ".join(
+            f"{k} {statistic([r.get(c) for r in ok], 'median'):.0f}"
+            for k, c in SUMMARY_METRICS.items()
+        )
+        parts.append(f"{proto} {stats} ms" if ok else f"{proto} no successful trials")
+    failed = sum(r.get("error") is not None for r in mine)
+    tail = f" | {failed} failed" if failed else ""
+    return f"{cond.id} {cond.label}: " + " | ".join(parts) + tail
+
+
+def _finish(store: RunStore, manifest: dict, summary: RunSummary, console: Console) -> None:
+    status = (
+        "interrupted" if summary.interrupted else "incomplete" if summary.skipped else "complete"
+    )
+    manifest.update(status=status, ended_at=_now())
+    manifest["sessions"][-1].update(status=status, ended_at=manifest["ended_at"], ran=summary.ran)
+    store.write_manifest(manifest)
+    store.write_parquet()
+    done = summary.done_before + summary.ran
+    console.print(
+        f"{summary.run_id}: {done}/{summary.total} trials, {summary.failed} failed "
+        f"this session, {len(summary.skipped)} conditions skipped -> {store.dir}",
+        markup=False,
+    )
+
+
+def _start_manifest(exp: Experiment, executor: Executor, run_dir: Path, resume: bool) -> dict:
+    # Each session records its own commit: a resumed run may have been resumed on other code.
+    session = {"started_at": _now(), "pid": os.getpid(), "status": "running", "git": git_info()}
+    if resume:
+        manifest = read_manifest(run_dir)
+        if manifest.get("matrix_hash") != exp.matrix_hash():
+            raise StoreError(
+                f"{run_dir.name} was started from a different experiment (matrix "
+                "changed); start a new run instead of resuming"
+            )
+        manifest["sessions"].append(session)
+        manifest["status"] = "running"
+        return manifest
+    return {
+        "run_id": run_dir.name,
+        "experiment": exp.name,
+        "file": exp.file,
+        "file_sha256": hashlib.sha256(exp.text.encode()).hexdigest(),
+        "experiment_text": exp.text,
+        "matrix_hash": exp.matrix_hash(),
+        "quick": exp.quick,
+        "seed": exp.seed,
+        "order": exp.order,
+        "trials_total": len(conditions(exp)) * count_per_condition(exp),
+        "git": session["git"],
+        "host": {
+            "kernel": platform.release(),
+            "machine": platform.machine(),
+            "python": platform.python_version(),
+        },
+        "versions": _safe(paths.read_versions),
+        "executor": _safe(executor.manifest_info),
+        "started_at": session["started_at"],
+        "status": "running",
+        "sessions": [session],
+        "conditions": {
+            c.id: {
+                "label": c.label,
+                "profile": c.profile,
+                "link": c.link.to_dict(),
+                "overrides": c.overrides,
+                "params": c.params,
+                "calibration": None,
+            }
+            for c in conditions(exp)
+        },
+    }
+
+
+def git_info() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(paths.REPO), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+
+    try:
+        # Results written inside the checkout must not make every run look dirty.
+        status = git("status", "--porcelain", "--", ".", ":(exclude)results")
+        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status)}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def _safe(fn) -> Any:
+    try:
+        return fn()
+    except Exception as exc:  # the manifest records the failure instead of aborting the run
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM (and SIGINT, even if inherited as ignored) unwinds like Ctrl-C, so the executor's
+    context managers tear the path down and the run is marked interrupted."""
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt  # not an Exception: per-trial error handling must not catch it
+
+    signals = (signal.SIGTERM, signal.SIGINT)
+    try:
+        previous = [signal.signal(s, handler) for s in signals]
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, old in zip(signals, previous, strict=True):
+            signal.signal(sig, old)
+
+
+def _progress(console: Console, enabled: bool) -> AbstractContextManager[Progress]:
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not enabled,
+    )
+    # A disabled bar still prints a newline when stopped; don't start it at all.
+    return bar if enabled else contextlib.nullcontext(bar)

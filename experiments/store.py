@@ -1,0 +1,221 @@
+"""A run directory: results/<run-id>/{rows.jsonl, manifest.json, rows.parquet, .lock}.
+
+rows.jsonl is the source of truth and is crash-safe: each trial's row is one `os.write` of one
+complete line followed by fsync. A crash can at worst leave a torn last line, which loading
+ignores (that trial counts as missing) and reopening for append cuts off. A failed write (disk
+full) is rolled back by truncation, so the last row is either whole or absent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import math
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from quicbed.errors import QuicbedError
+
+ROWS, MANIFEST, PARQUET, LOCK = "rows.jsonl", "manifest.json", "rows.parquet", ".lock"
+
+
+class StoreError(QuicbedError):
+    """A run-directory problem worth one clear line to the user (no traceback)."""
+
+
+def new_run_id(name: str, results: Path) -> str:
+    """`<name>-<UTC time>`, with a -2, -3... suffix if a run started in the same second."""
+    base = f"{name}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    run_id, n = base, 1
+    while (results / run_id).exists():
+        n += 1
+        run_id = f"{base}-{n}"
+    return run_id
+
+
+class RunStore:
+    """Exclusive, append-only access to one run directory; use as a context manager."""
+
+    def __init__(self, run_dir: Path | str):
+        self.dir = Path(run_dir)
+        self.rows_path = self.dir / ROWS
+        self._lock_fd: int | None = None
+        self._rows_fd: int | None = None
+        self.torn_lines = 0  # torn tail lines cut off when opening
+
+    def open(self, create: bool = True) -> RunStore:
+        """Lock the directory and prepare for appending; fails before any trial runs."""
+        if not create and not self.dir.is_dir():
+            raise StoreError(f"no run directory {self.dir}")
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"results directory {self.dir} is not writable: {_why(exc)}") from None
+        self._lock()
+        self.torn_lines = self._cut_torn_tail()
+        try:
+            self._rows_fd = os.open(self.rows_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            self.close()
+            raise StoreError(f"cannot write {self.rows_path}: {_why(exc)}") from None
+        return self
+
+    def _lock(self) -> None:
+        assert self._lock_fd is not None
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = os.pread(self._lock_fd, 32, 0).decode(errors="replace").strip() or "?"
+            self.close()
+            raise StoreError(f"{self.dir} is in use by another quicbed run (pid {pid})") from None
+        # The pid is only for that message; the flock itself dies with the process.
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._lock_fd, 0)
+            os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
+
+    def _cut_torn_tail(self) -> int:
+        """Truncate an incomplete last line (a crash mid-write) so appends start on a fresh line."""
+        try:
+            data = self.rows_path.read_bytes()
+        except FileNotFoundError:
+            return 0
+        if not data or data.endswith(b"\n"):
+            return 0
+        try:
+            os.truncate(self.rows_path, data.rfind(b"\n") + 1)
+        except OSError as exc:
+            raise StoreError(f"cannot repair {self.rows_path}: {_why(exc)}") from None
+        return 1
+
+    def close(self) -> None:
+        for fd in (self._rows_fd, self._lock_fd):
+            if fd is not None:
+                os.close(fd)
+        self._rows_fd = self._lock_fd = None
+
+    def __enter__(self) -> RunStore:
+        return self if self._lock_fd is not None else self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def append(self, row: dict[str, Any]) -> None:
+        """Write one row durably, or raise StoreError with the file unchanged."""
+        assert self._rows_fd is not None, "open() first"
+        line = (json.dumps(row, default=_jsonable, separators=(",", ":")) + "\n").encode()
+        size = os.fstat(self._rows_fd).st_size
+        try:
+            written = os.write(self._rows_fd, line)
+            if written != len(line):  # a short write means the disk filled up mid-line
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            os.fsync(self._rows_fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._rows_fd, size)
+            raise StoreError(f"cannot save a row to {self.rows_path}: {_why(exc)}") from None
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        write_json_atomic(self.dir / MANIFEST, manifest)
+
+    def write_parquet(self) -> Path:
+        return write_parquet(load_rows(self.dir)[0], self.dir / PARQUET)
+
+
+def load_rows(run_dir: Path | str) -> tuple[list[dict[str, Any]], int]:
+    """All complete rows, and how many lines were unreadable (torn by a crash)."""
+    rows, bad = [], 0
+    try:
+        text = (Path(run_dir) / ROWS).read_bytes().decode(errors="replace")
+    except FileNotFoundError:
+        return [], 0
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(row, dict) and "trial_id" in row:
+            rows.append(row)
+        else:
+            bad += 1
+    return rows, bad
+
+
+def read_manifest(run_dir: Path | str) -> dict[str, Any]:
+    path = Path(run_dir) / MANIFEST
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StoreError(f"no run at {run_dir} ({MANIFEST} is missing)") from None
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"cannot read {path}: {exc}") from None
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """tmp + fsync + rename: readers see the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=2, default=_jsonable)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise StoreError(f"cannot write {path}: {_why(exc)}") from None
+
+
+def write_parquet(rows: list[dict[str, Any]], path: Path) -> Path:
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    frame = pd.DataFrame.from_records(rows)
+    columns = {}
+    for name in frame.columns:
+        try:
+            columns[name] = pa.array(frame[name].tolist(), from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            # Mixed shapes (e.g. a tool row with a dict here, a number there): keep as JSON text.
+            columns[name] = pa.array(
+                [None if _missing(v) else json.dumps(v, default=_jsonable) for v in frame[name]]
+            )
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        pq.write_table(pa.table(columns), tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise StoreError(f"cannot write {path}: {_why(exc)}") from None
+    return path
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    return str(value)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno == errno.ENOSPC:
+        return "no space left on device"
+    return exc.strerror or str(exc)

@@ -1,0 +1,83 @@
+"""A network-free Executor returning physically plausible rows (handshake RTTs, rate-bound
+transfers). For tests of the run/resume/check logic and for trying the CLI without Docker; it
+measures nothing. `python -m quicbed.experiments.synthetic FILE [--resume ID] [--delay S]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .matrix import Condition, Trial
+from .registry import HANDSHAKE_RTTS, object_bytes
+from .runner import TrialError
+
+
+class SyntheticExecutor:
+    def __init__(self, delay_s: float = 0.0, seed: int = 0, fail: set[str] | None = None):
+        self.delay_s, self.seed = delay_s, seed
+        self.fail = fail or set()  # trial ids that raise TrialError
+        self.servers: set[str] = set()
+
+    @contextmanager
+    def condition(self, cond: Condition) -> Iterator[dict[str, Any]]:
+        self.servers.clear()
+        yield {"rtt_ms": cond.link.rtt_ms, "passed": True, "forced": False, "backend": "synthetic"}
+        self.servers.clear()
+
+    def ensure_server(self, name: str) -> None:
+        self.servers.add(name)
+
+    def run_trial(self, trial: Trial) -> dict[str, Any]:
+        time.sleep(self.delay_s)
+        if trial.trial_id in self.fail:
+            raise TrialError("synthetic failure")
+        rng = random.Random(f"{self.seed}/{trial.trial_id}")
+        link = trial.condition.link
+        rtt = link.rtt_ms * rng.uniform(1.0, 1.05)
+        connect = HANDSHAKE_RTTS.get(trial.client.protocol, 2) * rtt
+        ttfb = connect + rtt
+        size = object_bytes(trial.workload.kind, trial.object)
+        download = ttfb + size * 8 / (link.down.rate_mbit * 1e3)
+        return {
+            "tool": trial.client.tool,
+            "connection_time_ms": round(connect, 3),
+            "ttfb_ms": round(ttfb, 3),
+            "download_time_ms": round(download, 3),
+            "throughput_mbps": round(size * 8 / (download * 1e3), 3) if download else None,
+            "bytes": size,
+            "http_status": 200,
+        }
+
+    def manifest_info(self) -> dict[str, Any]:
+        return {"backend": "synthetic", "delay_s": self.delay_s}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .commands import cmd_run
+
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("file")
+    ap.add_argument("--resume", metavar="RUN_ID")
+    ap.add_argument("--delay", type=float, default=0.0)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    return cmd_run(
+        args.file,
+        lambda exp, run_dir: SyntheticExecutor(args.delay),
+        resume=args.resume,
+        quick=args.quick,
+        check_after=args.check,
+        progress=not args.no_progress,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""A fresh private CA and server certificate per run (openssl CLI, argument lists only).
+
+Per run, so no client can have cached or pinned an earlier key, and a leaked key is worth
+nothing after the run. ECDSA P-256 keeps handshakes small and cheap, as on the real web.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import os
+import secrets
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+DAYS = 30
+
+
+class PkiError(RuntimeError):
+    """openssl failed; the message carries its stderr."""
+
+
+@dataclass(frozen=True)
+class Pki:
+    dir: Path
+    ca: Path  # ca.pem: what clients trust (--cacert)
+    cert: Path  # server.pem
+    key: Path  # server.key, mode 0600
+    server_name: str
+    server_ip: str
+    spki_sha256: str  # base64 sha256 of the server's SubjectPublicKeyInfo (Chromium's SPKI list)
+    ca_sha256: str  # hex sha256 of the CA certificate (DER), to tell runs' CAs apart
+
+
+def _openssl(*args: str | Path) -> bytes:
+    proc = subprocess.run(["openssl", *map(str, args)], capture_output=True, timeout=60)
+    if proc.returncode != 0:
+        raise PkiError(f"openssl {args[0]} failed: {proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout
+
+
+def _pem_body(pem: bytes, label: str) -> bytes:
+    """The DER inside the first PEM block with this label."""
+    text = pem.decode()
+    begin, end = f"-----BEGIN {label}-----", f"-----END {label}-----"
+    start = text.index(begin) + len(begin)
+    return base64.b64decode("".join(text[start : text.index(end, start)].split()))
+
+
+def spki_sha256(cert: Path) -> str:
+    """Chromium's --ignore-certificate-errors-spki-list value for this certificate."""
+    der = _pem_body(_openssl("x509", "-in", cert, "-pubkey", "-noout"), "PUBLIC KEY")
+    return base64.b64encode(hashlib.sha256(der).digest()).decode()
+
+
+def cert_sha256(cert: Path) -> str:
+    return hashlib.sha256(_pem_body(cert.read_bytes(), "CERTIFICATE")).hexdigest()
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chmod(path, 0o600)
+
+
+def generate_pki(out_dir: Path, server_ip: str, server_name: str = "server.quicbed") -> Pki:
+    """Write ca.pem, server.pem and server.key (0600) into out_dir; the CA key is discarded.
+
+    SANs: server_name, localhost (ngtcp2 and others send SNI "localhost" for IP hosts),
+    server_ip and 127.0.0.1 (checks from inside the server's own namespace, compose ports).
+    """
+    ipaddress.ip_address(server_ip)  # fail early and clearly on a typo
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ca_key, csr = out_dir / "ca.key", out_dir / "server.csr"
+    ca, cert, key = out_dir / "ca.pem", out_dir / "server.pem", out_dir / "server.key"
+    ext = out_dir / "server.ext"
+    tag = secrets.token_hex(4)  # distinguishes one run's CA from another's in a trust store
+    curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256")
+    try:
+        _openssl("req", "-x509", "-new", *curve, "-nodes", "-keyout", ca_key, "-out", ca,
+                 "-days", str(DAYS), "-subj", f"/O=quicbed/CN=quicbed run CA {tag}",
+                 "-addext", "basicConstraints=critical,CA:TRUE",
+                 "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        os.chmod(ca_key, 0o600)
+        _write_private(key, _openssl("genpkey", "-algorithm", "EC",
+                                     "-pkeyopt", "ec_paramgen_curve:P-256"))
+        _openssl("req", "-new", "-key", key, "-subj", f"/O=quicbed/CN={server_name}", "-out", csr)
+        sans = [f"DNS:{server_name}", "DNS:localhost", f"IP:{server_ip}"]
+        if server_ip != "127.0.0.1":
+            sans.append("IP:127.0.0.1")
+        ext.write_text(
+            "basicConstraints=critical,CA:FALSE\n"
+            "keyUsage=critical,digitalSignature\n"
+            "extendedKeyUsage=serverAuth\n"
+            f"subjectAltName={','.join(sans)}\n"
+        )
+        _openssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key,
+                 "-set_serial", str(secrets.randbits(63)), "-days", str(DAYS),
+                 "-extfile", ext, "-out", cert)
+    finally:
+        # Without the CA key nobody, not even a later run, can mint certs this run's clients trust.
+        for tmp in (ca_key, csr, ext):
+            tmp.unlink(missing_ok=True)
+    # Containers read the public parts as other users (nginx workers); the key stays 0600.
+    ca.chmod(0o644)
+    cert.chmod(0o644)
+    return Pki(dir=out_dir, ca=ca, cert=cert, key=key, server_name=server_name,
+               server_ip=server_ip, spki_sha256=spki_sha256(cert), ca_sha256=cert_sha256(ca))

@@ -1,0 +1,251 @@
+"""Experiment files: schema errors, the expectation language, matrix expansion, dry run."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from quicbed.experiments import links
+from quicbed.experiments.expectations import Ref, compile_expectation, evaluate, statistic
+from quicbed.experiments.matrix import conditions, count_per_condition, trials
+from quicbed.experiments.plan import dry_run
+from quicbed.experiments.schema import (
+    ExperimentError,
+    Workload,
+    load_experiment,
+    parse_experiment,
+)
+
+BAD = Path(__file__).parent / "data" / "bad_experiments"
+EXPECTED = {
+    line.split(":", 1)[0]: line
+    for line in (BAD / "expected.txt").read_text().splitlines()
+    if line and not line.startswith("#")
+}
+
+GOOD = """\
+name: demo
+profiles:
+  - {name: lab, rtt_ms: 80, rate_mbit: 20}
+  - name: asym
+    rtt_ms: 40
+    down: {rate_mbit: 10}
+    up: {rate_mbit: 2, loss_pct: 1}
+sweep:
+  loss_pct: [0, 5]
+  server.tcp_cc: [cubic, bbr]
+servers: [caddy, nginx]
+clients:
+  - {tool: tls_perf, tls: [1.2, 1.3], http: 2}
+  - quic_perf
+workload: {kind: web, objects: [index.html, sample.png]}
+repetitions: 4
+expect:
+  - "quic.connection_time.median / rtt < 1.15"
+quick:
+  repetitions: 1
+  sweep: {loss_pct: [0]}
+"""
+
+
+@pytest.fixture(autouse=True)
+def fixed_profiles(monkeypatch):
+    # The corpus' messages list the known profiles; pin them so topology edits don't matter.
+    monkeypatch.setattr(links, "available_profiles", lambda: ["germany", "india"])
+
+
+def test_corpus_is_big_and_complete():
+    files = sorted(p.name for p in BAD.glob("*.yaml"))
+    assert len(files) >= 20
+    assert sorted(EXPECTED) == files
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_bad_experiment_gives_exact_one_line_error(name, monkeypatch):
+    monkeypatch.chdir(BAD)
+    with pytest.raises(ExperimentError) as err:
+        load_experiment(name)
+    assert str(err.value) == EXPECTED[name]
+    assert "\n" not in str(err.value)
+    assert err.value.exit_code == 2
+
+
+def test_unreadable_file_is_located_error(tmp_path):
+    with pytest.raises(ExperimentError, match=r"^.*/missing.yaml:1: file: cannot read"):
+        load_experiment(tmp_path / "missing.yaml")
+
+
+def test_good_experiment_parses_and_normalises():
+    exp = parse_experiment(GOOD)
+    assert [c.label for c in exp.clients] == ["tls1.2-h2", "tls1.3-h2", "quic-h3"]
+    assert [c.protocol for c in exp.clients] == ["tls1.2", "tls1.3", "quic"]
+    asym = exp.profiles[1]
+    assert (asym.rtt_ms, asym.down.rate_mbit, asym.up.rate_mbit, asym.up.loss_pct) == (40, 10, 2, 1)
+    assert exp.repetitions == 4 and not exp.quick
+    quick = parse_experiment(GOOD, quick=True)
+    assert quick.quick and quick.repetitions == 1 and quick.sweep["loss_pct"] == [0]
+    assert quick.matrix_hash() != exp.matrix_hash()
+
+
+def test_repository_experiments_parse(monkeypatch):
+    repo = Path(__file__).resolve().parents[1]
+    if not (repo / "topology/profiles/india.yaml").exists():
+        pytest.skip("topology/profiles not written yet")
+    monkeypatch.undo()
+    for path in (repo / "experiments").rglob("*.yaml"):
+        assert load_experiment(path).expect
+
+
+# --- expectations -------------------------------------------------------------------------------
+
+
+def test_expectation_names_with_dots_and_dashes():
+    e = compile_expectation("1.8 < tls1.3-h2.ttfb.p90 / rtt <= caddy-debian.tls13.ttfb.max")
+    assert e.refs == (
+        Ref(None, "tls1.3-h2", "ttfb", "p90"),
+        Ref("caddy-debian", "tls1.3", "ttfb", "max"),
+    )
+
+
+def test_evaluate_chained_and_missing_data():
+    e = compile_expectation("0.9 < quic.connection_time.median / rtt < 1.15")
+    values = {"quic": 82.0}
+    ok = evaluate(e, lambda r: values.get(r.group, math.nan), rtt=80, rate=20)
+    assert ok.passed and ok.detail == "0.9 < 1.025 < 1.15"
+    values = {}
+    assert not evaluate(e, lambda r: values.get(r.group, math.nan), rtt=80, rate=20).passed
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "(lambda: 1)() < 2",
+        "quic.ttfb.median < [1][0]",
+        "True < quic.ttfb.median",
+        "quic.ttfb.median < 'a'",
+        "quic.ttfb.median if 1 else 2 < 3",
+        "rtt < 1 and rtt > 0",
+    ],
+)
+def test_expectation_rejects_anything_but_arithmetic(text):
+    with pytest.raises(ValueError):
+        compile_expectation(text)
+
+
+def test_statistics():
+    xs = [5, 1, 3, 9, 7, 2]
+    assert [statistic(xs, s) for s in ("median", "p25", "p90", "min", "max", "mean", "count")] == [
+        4,
+        2.25,
+        8,
+        1,
+        9,
+        4.5,
+        6,
+    ]
+    assert math.isnan(statistic([], "median")) and statistic([], "count") == 0
+
+
+# --- matrix -------------------------------------------------------------------------------------
+
+
+def test_matrix_counts_and_condition_links():
+    exp = parse_experiment(GOOD)
+    conds = conditions(exp)
+    assert len(conds) == 2 * 2 * 2  # profiles x loss x tcp_cc
+    assert count_per_condition(exp) == 2 * 3 * 2 * 4
+    c = conds[3]  # lab, loss 5, bbr
+    assert (c.profile, c.overrides, c.params) == (
+        "lab",
+        {"loss_pct": 5.0},
+        {"server.tcp_cc": "bbr"},
+    )
+    assert c.link.down.loss_pct == c.link.up.loss_pct == 5
+    assert all(len(trials(exp, c)) == count_per_condition(exp) for c in conds)
+
+
+def test_interleaved_order_alternates_protocols():
+    exp = parse_experiment(GOOD)
+    ts = trials(exp, conditions(exp)[0])
+    assert [t.trial_id for t in ts[:7]] == [
+        "c0/caddy/tls1.2-h2/index.html/r0",
+        "c0/caddy/tls1.3-h2/index.html/r0",
+        "c0/caddy/quic-h3/index.html/r0",
+        "c0/nginx/tls1.2-h2/index.html/r0",
+        "c0/nginx/tls1.3-h2/index.html/r0",
+        "c0/nginx/quic-h3/index.html/r0",
+        "c0/caddy/tls1.2-h2/sample.png/r0",
+    ]
+    protocols = [t.client.protocol for t in ts]
+    assert all(a != b for a, b in zip(protocols, protocols[1:], strict=False))
+
+
+@pytest.mark.parametrize("order", ["blocked", "shuffled"])
+def test_orders_keep_the_same_stable_ids(order):
+    base = parse_experiment(GOOD)
+    other = parse_experiment(GOOD + f"order: {order}\n")
+    for cb, co in zip(conditions(base), conditions(other), strict=True):
+        ids_b, ids_o = (
+            [t.trial_id for t in trials(base, cb)],
+            [t.trial_id for t in trials(other, co)],
+        )
+        assert ids_b != ids_o and sorted(ids_b) == sorted(ids_o)
+        assert len(set(ids_o)) == len(ids_o)
+        assert ids_o == [t.trial_id for t in trials(other, co)]  # deterministic
+    if order == "blocked":
+        first = trials(other, conditions(other)[0])[:4]
+        assert [t.repetition for t in first] == [0, 1, 2, 3]
+
+
+def test_dry_run_counts_and_estimate():
+    text = dry_run(parse_experiment(GOOD))
+    assert "= 48 trials" in text and "8 conditions x 48 = 384 trials" in text
+    assert "estimated duration: 0h" in text
+
+
+def test_cloud_and_video_workloads():
+    cloud = parse_experiment(
+        GOOD.replace(
+            "{kind: web, objects: [index.html, sample.png]}", "{kind: cloud, files: [1KB, 2GB]}"
+        )
+    )
+    assert cloud.workload.objects == ("1KB", "2GB") and "2GB" in dry_run(cloud)
+    video = parse_experiment(
+        GOOD.replace(
+            "{kind: web, objects: [index.html, sample.png]}", "{kind: video, duration_s: 60}"
+        ).replace(
+            "  - {tool: tls_perf, tls: [1.2, 1.3], http: 2}\n  - quic_perf",
+            "  - {tool: chromium, protocol: [quic, tls1.3]}",
+        )
+    )
+    assert [c.label for c in video.clients] == ["chromium-quic", "chromium-tls1.3"]
+    assert video.workload == Workload("video", ("progressive",), 60.0)
+
+
+def test_condition_link_is_the_topology_profile_with_sweep_applied():
+    exp = parse_experiment(GOOD.replace("loss_pct: [0, 5]", "rtt_ms: [100]"))
+    cond = conditions(exp)[2]  # asym, rtt 100, cubic
+    assert (cond.profile, cond.overrides, cond.params) == (
+        "asym",
+        {"rtt_ms": 100.0},
+        {"server.tcp_cc": "cubic"},
+    )
+    link = cond.link
+    assert (link.rtt_ms, link.down.delay_ms, link.down.rate_mbit, link.up.rate_mbit) == (
+        100,
+        50,
+        10,
+        2,
+    )
+    assert link.up.loss_pct == 1 and link.source == "inline in the experiment file"
+
+
+def test_readme_example_is_a_valid_experiment():
+    readme = (Path(__file__).resolve().parents[1] / "experiments/README.md").read_text()
+    example = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
+    if not (links.PROFILES_DIR / "india.yaml").exists():
+        pytest.skip("topology/profiles/india.yaml not written yet")
+    exp = parse_experiment(example, "README.md")
+    assert len(conditions(exp)) == 3 * 4 * 2 * 2 and exp.expect

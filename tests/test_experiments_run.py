@@ -1,0 +1,343 @@
+"""Run bookkeeping without a network: store durability, locking, the runner, resume, check."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from quicbed.experiments.check import check
+from quicbed.experiments.commands import cmd_check, cmd_run
+from quicbed.experiments.matrix import Trial
+from quicbed.experiments.runner import run_experiment
+from quicbed.experiments.schema import parse_experiment
+from quicbed.experiments.store import RunStore, StoreError, load_rows, read_manifest
+from quicbed.experiments.synthetic import SyntheticExecutor
+
+EXPERIMENT = """\
+name: synth
+profiles:
+  - {name: lab, rtt_ms: 80, rate_mbit: 20}
+sweep: {loss_pct: [0, 1]}
+servers: [caddy, nginx]
+clients:
+  - {tool: tls_perf, tls: ["1.2", "1.3"], http: "2"}
+  - {tool: quic_perf}
+workload: {kind: web, objects: [index.html]}
+repetitions: 5
+expect:
+  - "0.9 < quic.connection_time.median / rtt < 1.15"
+  - "1.85 < tls1.3.connection_time.median / rtt < 2.3"
+  - "2.8 < tls1.2.connection_time.median / rtt < 3.4"
+"""
+TOTAL = 2 * 2 * 3 * 5
+
+
+@pytest.fixture
+def exp_file(tmp_path):
+    path = tmp_path / "synth.yaml"
+    path.write_text(EXPERIMENT)
+    return path
+
+
+def run(exp_file: Path, run_dir: Path, executor=None, **kw):
+    exp = parse_experiment(exp_file.read_text(), str(exp_file))
+    return run_experiment(exp, executor or SyntheticExecutor(), run_dir, progress=False, **kw)
+
+
+# --- store --------------------------------------------------------------------------------------
+
+
+def test_append_and_load_ignores_torn_last_line(tmp_path):
+    with RunStore(tmp_path / "r").open() as store:
+        store.append({"trial_id": "a", "x": 1})
+        store.append({"trial_id": "b", "x": float("nan")})
+    with open(tmp_path / "r/rows.jsonl", "ab") as f:
+        f.write(b'{"trial_id": "c", "x"')  # a crash mid-write
+    rows, bad = load_rows(tmp_path / "r")
+    assert [r["trial_id"] for r in rows] == ["a", "b"] and bad == 1
+    with RunStore(tmp_path / "r").open(create=False) as store:  # reopening cuts the torn tail
+        assert store.torn_lines == 1
+        store.append({"trial_id": "c"})
+    assert [r["trial_id"] for r in load_rows(tmp_path / "r")[0]] == ["a", "b", "c"]
+
+
+def test_lock_conflict_names_the_other_pid(tmp_path):
+    with RunStore(tmp_path / "r").open():
+        with pytest.raises(
+            StoreError, match=rf"in use by another quicbed run \(pid {os.getpid()}\)"
+        ):
+            RunStore(tmp_path / "r").open()
+    RunStore(tmp_path / "r").open().close()  # released on close
+
+
+def test_unwritable_results_dir(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(StoreError, match="is not writable"):
+        RunStore(tmp_path / "file" / "run").open()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permission bits")
+def test_read_only_results_dir(tmp_path):
+    tmp_path.chmod(0o500)
+    try:
+        with pytest.raises(StoreError, match="is not writable"):
+            RunStore(tmp_path / "run").open()
+    finally:
+        tmp_path.chmod(0o700)
+
+
+@contextlib.contextmanager
+def tiny_tmpfs(path: Path, size: str = "64k"):
+    path.mkdir()
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    ).returncode:
+        pytest.skip("cannot mount tmpfs here")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_disk_full_leaves_last_row_whole_or_absent(tmp_path):
+    with tiny_tmpfs(tmp_path / "mnt") as mnt, RunStore(mnt / "r").open() as store:
+        row = {"trial_id": "", "pad": "x" * 3000}
+        written = 0
+        with pytest.raises(StoreError, match="no space left on device"):
+            for i in range(1000):
+                store.append(row | {"trial_id": f"t{i}"})
+                written += 1
+        rows, bad = load_rows(mnt / "r")
+        assert bad == 0 and len(rows) == written
+        assert (mnt / "r/rows.jsonl").read_bytes().endswith(b"\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_run_on_full_disk_is_a_clean_error(tmp_path, exp_file, capsys):
+    with tiny_tmpfs(tmp_path / "mnt", "32k") as mnt:
+        code = cmd_run(exp_file, lambda e, d: SyntheticExecutor(), results=mnt, progress=False)
+        out = capsys.readouterr().out
+        assert code == 1 and "no space left on device" in out and "Traceback" not in out
+        assert "--resume" in out
+        run_dir = next(mnt.iterdir())
+        rows, bad = load_rows(run_dir)
+        assert bad == 0 and 0 < len(rows) < TOTAL
+
+
+# --- runner -------------------------------------------------------------------------------------
+
+
+def test_run_writes_rows_manifest_and_parquet(tmp_path, exp_file):
+    import pandas as pd
+
+    summary = run(exp_file, tmp_path / "r")
+    assert (summary.ran, summary.failed, summary.exit_code) == (TOTAL, 0, 0)
+    rows, _ = load_rows(tmp_path / "r")
+    assert len({r["trial_id"] for r in rows}) == TOTAL
+    row = rows[0]
+    assert row["trial_id"] == "c0/caddy/tls1.2-h2/index.html/r0"
+    assert (row["protocol"], row["client"], row["rtt_ms"], row["calib_rtt_ms"]) == (
+        "tls1.2",
+        "tls1.2-h2",
+        80,
+        80,
+    )
+    assert row["error"] is None and row["cpu_bound"] is False and row["cpu_client_pct"] is None
+    manifest = read_manifest(tmp_path / "r")
+    assert manifest["status"] == "complete" and manifest["experiment_text"] == EXPERIMENT
+    assert manifest["conditions"]["c1"]["calibration"]["rtt_ms"] == 80
+    assert manifest["executor"] == {"backend": "synthetic", "delay_s": 0.0}
+    assert set(manifest["git"]) == {"commit", "dirty"} and manifest["host"]["kernel"]
+    assert manifest["file_sha256"] and manifest["seed"] == 1 and manifest["ended_at"]
+    assert len(pd.read_parquet(tmp_path / "r/rows.parquet")) == TOTAL
+
+
+class Flaky(SyntheticExecutor):
+    """Calibration fails on c1; one trial fails; one server dies."""
+
+    def __init__(self):
+        super().__init__(fail={"c0/nginx/quic-h3/index.html/r2"})
+        self.starts: list[str] = []
+
+    @contextlib.contextmanager
+    def condition(self, cond):
+        if cond.id == "c1":
+            raise RuntimeError("calibration: rtt 95 ms, expected 80 ms")
+        with super().condition(cond) as calib:
+            yield calib
+
+    def ensure_server(self, name):
+        if name not in self.servers:
+            self.starts.append(name)
+        super().ensure_server(name)
+
+    def run_trial(self, trial: Trial):
+        if trial.trial_id == "c0/caddy/quic-h3/index.html/r1":
+            self.servers.discard("caddy")  # it crashed; the next ensure_server restarts it
+            raise ValueError("connection refused")
+        return super().run_trial(trial)
+
+
+def test_failures_are_recorded_and_the_run_goes_on(tmp_path, exp_file):
+    ex = Flaky()
+    summary = run(exp_file, tmp_path / "r", ex)
+    assert summary.skipped == ["c1"] and summary.failed == 2 and summary.exit_code == 1
+    rows = {r["trial_id"]: r for r in load_rows(tmp_path / "r")[0]}
+    assert len(rows) == TOTAL // 2
+    assert rows["c0/nginx/quic-h3/index.html/r2"]["error"] == "synthetic failure"
+    assert rows["c0/caddy/quic-h3/index.html/r1"]["error"] == "ValueError: connection refused"
+    assert ex.starts == ["caddy", "nginx", "caddy"]
+    manifest = read_manifest(tmp_path / "r")
+    assert "calibration" in manifest["conditions"]["c1"]["error"]
+    assert manifest["status"] == "incomplete"
+    # Resuming retries only the skipped condition.
+    summary = run(exp_file, tmp_path / "r", SyntheticExecutor(), resume=True)
+    assert summary.ran == TOTAL // 2 and len(load_rows(tmp_path / "r")[0]) == TOTAL
+
+
+def test_resume_refuses_a_changed_matrix(tmp_path, exp_file):
+    run(exp_file, tmp_path / "r")
+    exp_file.write_text(EXPERIMENT.replace("repetitions: 5", "repetitions: 6"))
+    with pytest.raises(StoreError, match="different experiment"):
+        run(exp_file, tmp_path / "r", resume=True)
+
+
+def start_synthetic(exp_file: Path, results: Path, *args: str) -> subprocess.Popen:
+    env = os.environ | {"QUICBED_RESULTS": str(results)}
+    cmd = [
+        sys.executable,
+        "-m",
+        "quicbed.experiments.synthetic",
+        str(exp_file),
+        "--no-progress",
+        *args,
+    ]
+    return subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def wait_for_rows(results: Path, n: int, timeout: float = 20) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for rows in results.glob("*/rows.jsonl"):
+            if rows.read_bytes().count(b"\n") >= n:
+                return rows.parent
+        time.sleep(0.02)
+    raise AssertionError("runner produced no rows")
+
+
+def test_sigkill_then_resume_gives_every_trial_exactly_once(tmp_path, exp_file):
+    results = tmp_path / "results"
+    proc = start_synthetic(exp_file, results, "--delay", "0.02")
+    run_dir = wait_for_rows(results, 15)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = len(load_rows(run_dir)[0])
+    assert 15 <= before < TOTAL
+    with open(run_dir / "rows.jsonl", "ab") as f:  # as if killed mid-write
+        f.write(b'{"trial_id": "c1/nginx/qu')
+    proc = start_synthetic(exp_file, results, "--resume", run_dir.name)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    ids = [r["trial_id"] for r in load_rows(run_dir)[0]]
+    assert len(ids) == TOTAL and len(set(ids)) == TOTAL
+    assert load_rows(run_dir)[1] == 0
+    assert [s["status"] for s in read_manifest(run_dir)["sessions"]] == ["running", "complete"]
+
+
+def test_sigterm_stops_cleanly_with_resume_hint(tmp_path, exp_file):
+    results = tmp_path / "results"
+    proc = start_synthetic(exp_file, results, "--delay", "0.02")
+    run_dir = wait_for_rows(results, 5)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 130, out
+    assert f"interrupted: resume with quicbed run {exp_file} --resume {run_dir.name}" in out
+    assert "Traceback" not in out
+    assert read_manifest(run_dir)["status"] == "interrupted"
+
+
+def test_second_run_on_same_dir_is_refused(tmp_path, exp_file):
+    with RunStore(tmp_path / "r").open():
+        with pytest.raises(StoreError, match="in use"):
+            run(exp_file, tmp_path / "r", resume=False)
+
+
+# --- check and commands -------------------------------------------------------------------------
+
+
+def test_check_passes_then_fails_when_an_expectation_is_false(tmp_path, exp_file, capsys):
+    assert cmd_run(exp_file, lambda e, d: SyntheticExecutor(), results=tmp_path, progress=False) == 0
+    run_id = next(p.name for p in tmp_path.iterdir() if p.is_dir())
+    assert cmd_check(exp_file, run_id, results=tmp_path) == 0
+    assert "6/6 expectations passed" in capsys.readouterr().out
+    exp_file.write_text(EXPERIMENT.replace("rtt < 1.15", "rtt < 0.95"))
+    assert cmd_check(exp_file, run_id, results=tmp_path) == 1
+    out = capsys.readouterr().out
+    assert "FAIL c0 lab loss_pct=0: 0.9 < quic.connection_time.median / rtt < 0.95" in out
+
+
+def test_check_bad_input_is_exit_2(tmp_path, exp_file, capsys):
+    assert cmd_check(exp_file, "no-such-run", results=tmp_path) == 2
+    exp = parse_experiment(EXPERIMENT.split("expect:")[0])
+    (tmp_path / "r").mkdir()
+    assert check(exp, tmp_path / "r") == 2
+    assert "no expect: section" in capsys.readouterr().out
+
+
+def test_github_annotation_on_failure(tmp_path, exp_file, monkeypatch, capsys):
+    run(exp_file, tmp_path / "r")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    exp = parse_experiment(EXPERIMENT.replace("< 3.4", "< 2.9"), str(exp_file))
+    assert check(exp, tmp_path / "r") == 1
+    assert f"::error file={exp_file},line=14::" in capsys.readouterr().out
+
+
+def test_cmd_run_bad_file_is_one_line_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(EXPERIMENT.replace("servers: [caddy, nginx]", "servers: [caddy, iis]"))
+    assert cmd_run(bad, lambda e, d: SyntheticExecutor(), results=tmp_path) == 2
+    out = capsys.readouterr().out
+    assert out == f"{bad}:5: servers[1]: unknown server 'iis' (known: caddy, nginx, caddy-debian)\n"
+
+
+def test_cmd_run_dry_run_touches_nothing(tmp_path, exp_file, capsys):
+    def no_executor(exp, run_dir):
+        raise AssertionError("dry run must not build an executor")
+
+    assert cmd_run(exp_file, no_executor, dry=True, results=tmp_path) == 0
+    assert f"= {TOTAL} trials" in capsys.readouterr().out and not any(tmp_path.glob("synth-*"))
+
+
+def test_rows_are_single_json_lines(tmp_path, exp_file):
+    run(exp_file, tmp_path / "r")
+    for line in (tmp_path / "r/rows.jsonl").read_text().splitlines():
+        assert isinstance(json.loads(line), dict)
+
+
+def test_ci_handshake_experiment_passes_on_synthetic_physics(tmp_path):
+    ci = Path(__file__).resolve().parents[1] / "experiments/ci/handshake.yaml"
+    if not (ci.parents[2] / "topology/profiles/india.yaml").exists():
+        pytest.skip("topology/profiles/india.yaml not written yet")
+    code = cmd_run(
+        ci, lambda e, d: SyntheticExecutor(), check_after=True, results=tmp_path, progress=False
+    )
+    assert code == 0
+
+
+def test_two_runs_in_the_same_second_get_distinct_ids(tmp_path, exp_file):
+    for _ in range(2):
+        assert (
+            cmd_run(exp_file, lambda e, d: SyntheticExecutor(), results=tmp_path, progress=False) == 0
+        )
+    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2

@@ -1,0 +1,317 @@
+"""Servers stage: content, PKI, registry (pure) and real fetches per server x protocol (docker).
+
+The docker tests start each server with quicbed.servers in a --network none container and
+fetch from a second container sharing its network namespace (loopback only), like the
+topology will, minus the emulated link.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from quicbed import servers
+from quicbed.servers import content, pki
+
+# ---------------------------------------------------------------- pure
+
+
+def _manifest_digests(root: Path) -> dict[str, str]:
+    return {rel: e["sha256"] for rel, e in content.load_manifest(root)["files"].items()}
+
+
+def test_content_is_deterministic(tmp_path: Path) -> None:
+    a = content.ensure_content(tmp_path / "a", {"web"})
+    b = content.ensure_content(tmp_path / "b", {"web"})
+    content.ensure_files(a, ["1KB", "1MB"])
+    content.ensure_files(b, ["1KB", "1MB"])
+    assert _manifest_digests(a) == _manifest_digests(b)
+    assert (a / "cloud/1MB").read_bytes() == (b / "cloud/1MB").read_bytes()
+    assert "web/index.html" in _manifest_digests(a)
+
+
+def test_manifest_checksums_and_sizes(tmp_path: Path) -> None:
+    root = content.ensure_content(tmp_path, {"web"})
+    content.ensure_files(root, ["5KB", "2MB"])
+    files = content.load_manifest(root)["files"]
+    for rel, entry in files.items():
+        data = (root / rel).read_bytes()
+        assert len(data) == entry["size"], rel
+        assert hashlib.sha256(data).hexdigest() == entry["sha256"], rel
+    assert files["cloud/5KB"]["size"] == 5 * 1024
+    assert files["cloud/2MB"]["size"] == 2 * 1024 * 1024
+    assert content.verify_content(root) == []
+    (root / "web/sample.css").write_bytes(b"tampered")
+    assert content.verify_content(root) == ["web/sample.css"]
+
+
+def test_content_second_call_is_fast_and_repairs(tmp_path: Path) -> None:
+    root = content.ensure_content(tmp_path, {"web", "cloud"})
+    (root / "cloud/1MB").unlink()
+    start = time.monotonic()
+    content.ensure_content(root, {"web", "cloud"})
+    assert time.monotonic() - start < 5
+    assert (root / "cloud/1MB").stat().st_size == 1024 * 1024
+
+
+def test_cloud_files_are_incompressible_and_on_demand(tmp_path: Path) -> None:
+    import zlib
+
+    root = content.ensure_content(tmp_path, {"cloud"})
+    assert not (root / "cloud/50MB").exists()  # big ones only when asked for
+    data = (root / "cloud/1MB").read_bytes()
+    assert len(zlib.compress(data, 9)) > 0.99 * len(data)
+    with pytest.raises(content.ContentError, match="valid"):
+        content.ensure_files(root, ["3MB"])
+
+
+def test_landing_pages_median_about_40kb(tmp_path: Path) -> None:
+    root = content.ensure_content(tmp_path, {"web"})
+    totals = sorted(sum(p.stat().st_size for p in d.iterdir())
+                    for d in (root / "web/pages").iterdir())
+    median = totals[len(totals) // 2]
+    assert 35_000 < median < 45_000
+    for d in (root / "web/pages").iterdir():  # every referenced asset exists
+        html = (d / "index.html").read_text()
+        for asset in d.iterdir():
+            if asset.name != "index.html":
+                assert asset.name in html
+
+
+def test_pki_fresh_each_call(tmp_path: Path) -> None:
+    a = pki.generate_pki(tmp_path / "a", "10.0.0.2")
+    b = pki.generate_pki(tmp_path / "b", "10.0.0.2")
+    assert a.ca_sha256 != b.ca_sha256
+    assert a.spki_sha256 != b.spki_sha256
+    assert a.key.stat().st_mode & 0o777 == 0o600
+    assert sorted(os.listdir(a.dir)) == ["ca.pem", "server.key", "server.pem"]  # no CA key left
+
+
+def test_pki_sans_and_chain(tmp_path: Path) -> None:
+    p = pki.generate_pki(tmp_path, "10.1.2.3", server_name="srv.example")
+    sans = subprocess.run(["openssl", "x509", "-in", p.cert, "-noout", "-ext", "subjectAltName"],
+                          capture_output=True, text=True, check=True).stdout
+    for want in ("DNS:srv.example", "DNS:localhost", "IP Address:10.1.2.3"):
+        assert want in sans
+    subprocess.run(["openssl", "verify", "-CAfile", p.ca, p.cert], check=True,
+                   capture_output=True)
+
+
+def test_spki_hash_matches_openssl(tmp_path: Path) -> None:
+    p = pki.generate_pki(tmp_path, "10.0.0.2")
+    # The pipeline from Chromium's documentation, one stage at a time.
+    pub = subprocess.run(["openssl", "x509", "-pubkey", "-noout", "-in", p.cert],
+                         capture_output=True, check=True).stdout
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=pub,
+                         capture_output=True, check=True).stdout
+    digest = subprocess.run(["openssl", "dgst", "-sha256", "-binary"], input=der,
+                            capture_output=True, check=True).stdout
+    assert p.spki_sha256 == base64.b64encode(digest).decode()
+
+
+def test_pki_rejects_bad_ip(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        pki.generate_pki(tmp_path, "10.0.0.300")
+
+
+def test_unknown_server_is_clear() -> None:
+    with pytest.raises(servers.UnknownServer) as err:
+        servers.get_server("apache")
+    assert "apache" in str(err.value) and "caddy" in str(err.value) and "nginx" in str(err.value)
+
+
+def test_registry_and_run_args(tmp_path: Path) -> None:
+    for name in ("caddy", "nginx"):
+        spec = servers.get_server(name)
+        assert spec.image.startswith(f"quicbed/{name}:") and spec.version in spec.image
+        args = servers.docker_run_args(name, tmp_path / "c", tmp_path / "p", tmp_path / "l")
+        assert f"{tmp_path / 'c'}:/srv/content:ro" in args
+        assert f"{tmp_path / 'p'}:/etc/quicbed/pki:ro" in args
+        assert f"{tmp_path / 'l'}:/var/log/quicbed" in args
+        assert args[-3:] == [spec.image, "sleep", "infinity"]
+
+
+def test_read_access_log_normalizes_both_formats(tmp_path: Path) -> None:
+    caddy = {"level": "info", "ts": 1.0, "logger": "http.log.access", "msg": "handled request",
+             "request": {"remote_ip": "127.0.0.1", "proto": "HTTP/3.0", "method": "GET",
+                         "uri": "/web/index.html?x=1", "tls": {"version": 772, "proto": "h3"}},
+             "duration": 0.0125, "size": 100, "status": 200}
+    nginx = {"ts": "t", "proto": "HTTP/2.0", "tls": "TLSv1.2", "alpn": "h2", "method": "GET",
+             "path": "/cloud/1KB", "status": 200, "bytes": 1024, "request_time": 0.003}
+    health = dict(nginx, path=servers.HEALTH_PATH)
+    lines = [json.dumps(caddy), "garbage{", json.dumps(nginx), json.dumps(health)]
+    (tmp_path / "access.log").write_text("\n".join(lines) + "\n")
+    a, b = servers.read_access_log(tmp_path)
+    assert (a["proto"], a["tls"], a["path"], a["bytes"], a["status"]) == (
+        "HTTP/3.0", "TLSv1.3", "/web/index.html", 100, 200)
+    assert a["duration_ms"] == pytest.approx(12.5)
+    assert (b["proto"], b["tls"], b["path"], b["bytes"]) == ("HTTP/2.0", "TLSv1.2", "/cloud/1KB",
+                                                              1024)
+    assert b["duration_ms"] == pytest.approx(3.0)
+    assert servers.read_access_log(tmp_path / "missing") == []
+
+
+# ---------------------------------------------------------------- docker
+
+MODES = {  # mode -> (curl flags, expected proto, expected TLS version)
+    "h2-tls12": (["--http2", "--tlsv1.2", "--tls-max", "1.2"], "HTTP/2.0", "TLSv1.2"),
+    "h2-tls13": (["--http2", "--tlsv1.3"], "HTTP/2.0", "TLSv1.3"),
+    "h3": (["--http3-only"], "HTTP/3.0", "TLSv1.3"),
+}
+
+
+def _docker(*args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
+                          check=check)
+
+
+def _have_image(image: str) -> bool:
+    return _docker("image", "inspect", image, check=False).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def content_root() -> Path:
+    # The shared cache: made once (video takes a minute or two), reused by later runs.
+    root = content.default_root()
+    try:
+        content.ensure_content(root, {"web", "cloud", "video"})
+    except content.ContentError as e:  # no ffmpeg and no quicbed/tools image
+        pytest.skip(str(e))
+    return root
+
+
+class ServerBox:
+    """A --network none server container set up the way the topology does it."""
+
+    def __init__(self, name: str, root: Path, tmp: Path):
+        spec = servers.get_server(name)
+        if not _have_image(spec.image):
+            pytest.skip(f"{spec.image} not built (images/build.sh {name})")
+        self.server, self.image = name, spec.image
+        self.pki = pki.generate_pki(tmp / "pki", "127.0.0.1")
+        self.logs = tmp / "logs"
+        self.logs.mkdir()
+        self.name = f"dev-srv-test-{name}-{uuid.uuid4().hex[:6]}"
+        _docker("run", "-d", "--network", "none", "--name", self.name,
+                *servers.docker_run_args(name, root, self.pki.dir, self.logs))
+
+    def fetch(self, flags: list[str], paths: list[str], out: Path) -> subprocess.CompletedProcess:
+        """One curl, one connection, all paths, from a second container in the same netns."""
+        out.mkdir(parents=True, exist_ok=True)
+        cmd = ["run", "--rm", "--network", f"container:{self.name}",
+               "-v", f"{self.pki.dir}:/pki:ro", "-v", f"{out}:/out", self.image,
+               "curl", "-sS", "--fail", "--max-time", "30", *flags, "--cacert", "/pki/ca.pem",
+               "--resolve", "server.quicbed:443:127.0.0.1"]
+        for i, path in enumerate(paths):
+            cmd += ["-o", f"/out/{i}", f"https://server.quicbed/{path}"]
+        return _docker(*cmd, check=False)
+
+    def close(self) -> None:
+        _docker("rm", "-f", self.name, check=False)
+
+
+# caddy-debian is optional (skipped when its image is not built).
+@pytest.fixture(scope="module", params=["caddy", "nginx", "caddy-debian"])
+def box(request, content_root: Path, tmp_path_factory) -> ServerBox:
+    b = ServerBox(request.param, content_root, tmp_path_factory.mktemp(request.param))
+    try:
+        servers.start_server(b.name, b.server, timeout=20)
+        yield b
+    finally:
+        b.close()
+
+
+def _pick(root: Path, prefix: str) -> str:
+    return min(rel for rel in content.load_manifest(root)["files"] if rel.startswith(prefix))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("mode", list(MODES))
+def test_fetch_and_access_log(box: ServerBox, content_root: Path, mode: str,
+                              tmp_path: Path) -> None:
+    flags, proto, tls = MODES[mode]
+    paths = ["web/sample.js", "cloud/1MB", _pick(content_root, "video/dash/chunk-stream0-")]
+    proc = box.fetch(flags, paths, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    files = content.load_manifest(content_root)["files"]
+    for i, path in enumerate(paths):
+        got = hashlib.sha256((tmp_path / str(i)).read_bytes()).hexdigest()
+        assert got == files[path]["sha256"], path
+    entries = {e["path"]: e for e in servers.read_access_log(box.logs)
+               if e["path"] in {"/" + p for p in paths}}
+    # The log accumulates over the modes; the newest entry per path is this mode's.
+    assert len(entries) == len(paths)
+    for path in paths:
+        e = entries["/" + path]
+        assert (e["proto"], e["tls"], e["status"]) == (proto, tls, 200), e
+        assert e["bytes"] == files[path]["size"]
+
+
+@pytest.mark.docker
+def test_restart_in_same_container(box: ServerBox, tmp_path: Path) -> None:
+    # Runs reuse containers: stop, start again, still serving h3.
+    servers.stop_server(box.name, box.server)
+    servers.start_server(box.name, box.server, timeout=20)
+    assert box.fetch(MODES["h3"][0], ["web/index.html"], tmp_path).returncode == 0
+
+
+@pytest.mark.docker
+def test_settings_and_version(box: ServerBox) -> None:
+    settings = servers.server_settings(box.name, box.server)
+    assert settings["version"].lstrip("v") == servers.get_server(box.server).version.lstrip("v")
+    assert settings["tcp_cc"] in {"bbr", "cubic", "reno"}
+    assert settings["quic"]["congestion_control"]
+    # No quic-go "failed to sufficiently increase receive buffer size" warning.
+    log = (box.logs / f"{box.server}.log").read_text()
+    assert "increase receive buffer size" not in log, log
+
+
+def _broken_box(name: str, root: Path, tmp: Path, script: str) -> ServerBox:
+    b = ServerBox(name, root, tmp)
+    _docker("exec", b.name, "sh", "-c", script)
+    return b
+
+
+@pytest.mark.docker
+def test_broken_config_raises_with_log_tail(tmp_path: Path) -> None:
+    root = content.ensure_content(tmp_path / "content", {"web"})
+    b = _broken_box("nginx", root, tmp_path,
+                    "echo 'this is not a directive;' >/etc/quicbed/nginx.conf")
+    try:
+        start = time.monotonic()
+        with pytest.raises(servers.ServerError) as err:
+            servers.start_server(b.name, "nginx", timeout=10)
+        assert time.monotonic() - start < 10
+        assert "exited with code 1" in str(err.value)
+        assert "unknown directive" in str(err.value)
+    finally:
+        b.close()
+
+
+@pytest.mark.docker
+def test_server_not_answering_times_out(tmp_path: Path) -> None:
+    root = content.ensure_content(tmp_path / "content", {"web"})
+    # Valid config, wrong port: Caddy runs but never answers on 443.
+    b = _broken_box("caddy", root, tmp_path,
+                    "printf '{\\n admin off\\n}\\n:8444 {\\n respond ok\\n}\\n' "
+                    ">/etc/quicbed/Caddyfile")
+    try:
+        start = time.monotonic()
+        with pytest.raises(servers.ServerError) as err:
+            servers.start_server(b.name, "caddy", timeout=4)
+        assert time.monotonic() - start < 12
+        assert "no answer on 443 within 4 s" in str(err.value)
+        assert "last lines of" in str(err.value)
+        # The server that never came up was stopped again.
+        pid = _docker("exec", b.name, "cat", "/run/quicbed/caddy.pid").stdout.strip()
+        assert _docker("exec", b.name, "kill", "-0", pid, check=False).returncode != 0
+    finally:
+        b.close()
