@@ -21,7 +21,7 @@ APT_PACKAGES := docker.io user-mode-linux mininet iperf3 debootstrap iputils-pin
 	docker-compose
 DEPS_STAMP := $(QUICBED_CACHE)/deps-$(shell echo '$(APT_PACKAGES)' | md5sum | cut -c1-8).stamp
 
-.PHONY: test deps docker venv images lab clean lint bench reproduce
+.PHONY: test deps docker venv images content lab clean bench reproduce compose-prepare compose-up
 
 test: deps docker venv images
 	$(VENV)/bin/ruff check quicbed topology servers clients experiments analysis tests bench
@@ -38,6 +38,9 @@ $(DEPS_STAMP):
 	@mkdir -p $(QUICBED_CACHE) && touch $@
 
 docker: deps
+	@# quic-go asks for ~7 MB UDP buffers; containers inherit the host's maximum.
+	@for k in net.core.rmem_max net.core.wmem_max; do \
+	  [ "$$(sysctl -n $$k)" -ge 8388608 ] || sysctl -qw $$k=8388608; done
 	@docker info >/dev/null 2>&1 || { \
 	  echo "starting dockerd (log: /var/log/dockerd.log)"; \
 	  (setsid dockerd >/var/log/dockerd.log 2>&1 &); \
@@ -54,6 +57,15 @@ $(VENV)/.installed: pyproject.toml versions.env | deps
 images: docker
 	@for suite in $(DEBIAN_BASE_SUITES); do bash images/base.sh $$suite; done
 	@if [ -x images/build.sh ]; then bash images/build.sh all; fi
+
+content: venv
+	$(PY) -m quicbed.servers.content
+
+compose-prepare: venv
+	$(PY) -m quicbed.servers.prepare_compose
+
+compose-up: compose-prepare images
+	docker-compose --env-file versions.env up -d
 
 lab: deps docker venv images
 	$(QUICBED) lab $(PROFILE)

@@ -27,6 +27,7 @@ from quicbed.topology.backends import choose_backend
 from quicbed.topology.calibrate import calibrate
 from quicbed.topology.hosts import DockerHost
 from quicbed.topology.net import DEFAULT_IMAGE, HostSpec, Testbed, TestbedConfig, server_address
+from quicbed.topology.profiles import Profile
 from quicbed.topology.report import print_calibration
 
 from .matrix import Condition, Trial
@@ -66,22 +67,12 @@ class TestbedExecutor:
     def condition(self, cond: Condition) -> Iterator[dict[str, Any]]:
         names = list(self.exp.servers)
         self._prepare_content()
-        self._pki(names)
-        log_root = self.run_dir / "logs" / cond.id
-        specs = []
-        for name in names:
-            log_dir = log_root / name
-            log_dir.mkdir(parents=True, exist_ok=True)
-            args = servers.docker_run_args(name, self.content_dir, self.pki_dir, log_dir)
-            specs.append(HostSpec(image=args[-3], docker_args=tuple(args[:-3])))
-        cfg = TestbedConfig(profile=cond.link, backend=self.backend,
-                            client=HostSpec(self.client_image,
-                                            ("-v", f"{self.pki_dir}:{CLIENT_PKI}:ro")),
-                            servers=tuple(specs),
-                            tcp_cc=str(cond.params.get("server.tcp_cc", "cubic")))
-        with Testbed(cfg) as tb:
-            self.tb, self.started = tb, set()
-            self.hosts = dict(zip(names, tb.servers, strict=True))
+        ensure_pki(self.pki_dir)
+        with served_testbed(cond.link, names, log_root=self.run_dir / "logs" / cond.id,
+                            pki_dir=self.pki_dir, content_dir=self.content_dir,
+                            backend=self.backend, client_image=self.client_image,
+                            tcp_cc=str(cond.params.get("server.tcp_cc", "cubic"))) as (tb, hosts):
+            self.tb, self.hosts, self.started = tb, hosts, set()
             self.console.print(f"{cond.id}: calibrating {cond.label} via {tb.backend.name}")
             cal = calibrate(tb)
             print_calibration(cal, self.console)
@@ -133,12 +124,6 @@ class TestbedExecutor:
         if workload.kind == "cloud":
             content.ensure_files(self.content_dir, workload.objects)
 
-    def _pki(self, names: list[str]) -> None:
-        if (self.pki_dir / "server.pem").exists():  # one CA per run, kept across resumes
-            return
-        # Every server host presents the same certificate; its SANs hold the first address.
-        pki.generate_pki(self.pki_dir, server_address(0), SERVER_NAME)
-
     def _server_facts(self, name: str) -> dict[str, Any]:
         container = self.hosts[name].container
         facts: dict[str, Any] = {}
@@ -169,6 +154,33 @@ class TestbedExecutor:
         if opts.get("backend"):
             argv += ["--backend", opts["backend"]]
         return argv
+
+
+def ensure_pki(pki_dir: Path) -> None:
+    """One private CA and server certificate per run, kept across its conditions and resumes."""
+    if not (pki_dir / "server.pem").exists():
+        # Every server host presents the same certificate; clients connect by name.
+        pki.generate_pki(pki_dir, server_address(0), SERVER_NAME)
+
+
+@contextlib.contextmanager
+def served_testbed(profile: Profile, names: list[str], *, log_root: Path, pki_dir: Path,
+                   content_dir: Path, backend: str = "auto", client_image: str = DEFAULT_IMAGE,
+                   tcp_cc: str = "cubic") -> Iterator[tuple[Testbed, dict[str, DockerHost]]]:
+    """The path with one container per named server (content, PKI and logs mounted) and the
+    client with the CA; servers are started by `servers.start_server` when needed."""
+    specs = []
+    for name in names:
+        log_dir = log_root / name
+        log_dir.mkdir(parents=True, exist_ok=True)
+        options = servers.docker_run_args(name, content_dir, pki_dir, log_dir)
+        image_at = options.index(servers.get_server(name).image)
+        specs.append(HostSpec(image=options[image_at], docker_args=tuple(options[:image_at])))
+    cfg = TestbedConfig(profile=profile, backend=backend, tcp_cc=tcp_cc,
+                        client=HostSpec(client_image, ("-v", f"{pki_dir}:{CLIENT_PKI}:ro")),
+                        servers=tuple(specs))
+    with Testbed(cfg) as tb:
+        yield tb, dict(zip(names, tb.servers, strict=True))
 
 
 def _url_path(trial: Trial) -> str:

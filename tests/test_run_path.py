@@ -1,0 +1,71 @@
+"""`quicbed run` on the real path: the CI experiment passes its expectations, and a run
+killed with SIGKILL mid-way resumes to exactly one row per trial."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from quicbed.paths import REPO
+from quicbed.topology.clean import clean, leftovers
+
+pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
+
+CI_EXPERIMENT = REPO / "experiments" / "ci" / "handshake.yaml"
+TRIALS = 15  # 1 condition x 1 server x 3 clients x 1 object x 5 repetitions
+
+
+def _quicbed(*args: str, results: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "QUICBED_RESULTS": str(results), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "quicbed.cli", *args, "--no-progress"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "rows.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def test_ci_experiment_passes_its_expectations(tmp_path: Path) -> None:
+    proc = _quicbed("run", str(CI_EXPERIMENT), "--check", results=tmp_path)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    assert "4/4 expectations passed" in out
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    rows = _rows(run_dir)
+    assert len(rows) == TRIALS and all(r["error"] is None for r in rows)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    calibration = manifest["conditions"]["c0"]["calibration"]
+    assert calibration["passed"] and not calibration["forced"]
+
+
+def test_killed_run_resumes_to_exactly_one_row_per_trial(tmp_path: Path) -> None:
+    proc = _quicbed("run", str(CI_EXPERIMENT), results=tmp_path)
+    deadline = time.monotonic() + 300
+    run_dir = None
+    while time.monotonic() < deadline:
+        dirs = [p for p in tmp_path.iterdir() if p.is_dir()]
+        if dirs and (dirs[0] / "rows.jsonl").exists() and len(_rows(dirs[0])) >= 5:
+            run_dir = dirs[0]
+            break
+        time.sleep(0.2)
+    assert run_dir is not None, "the run never wrote rows"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = len(_rows(run_dir))
+    assert 5 <= done_before < TRIALS
+    clean()
+    assert leftovers() == []
+    resumed = _quicbed("run", str(CI_EXPERIMENT), "--resume", run_dir.name, results=tmp_path)
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out[-3000:]
+    rows = _rows(run_dir)
+    ids = [r["trial_id"] for r in rows]
+    assert len(ids) == TRIALS and len(set(ids)) == TRIALS

@@ -1,0 +1,68 @@
+"""Each server × protocol over the emulated path: right bytes, and the server's own log shows
+the protocol and TLS version the client asked for."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from quicbed import servers
+from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, ensure_pki, served_testbed
+from quicbed.paths import CACHE
+from quicbed.servers import content
+from quicbed.topology.net import server_address
+from quicbed.topology.profiles import load_profile
+
+pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
+
+SERVERS = ["caddy", "nginx"]
+# (tool, options, access-log protocol, TLS version, handshake RTTs of a fresh connection)
+MODES = {
+    "h2-tls1.2": ("tls_perf", ["--tls", "1.2", "--http", "2"], "HTTP/2.0", "TLSv1.2", 3),
+    "h2-tls1.3": ("tls_perf", ["--tls", "1.3", "--http", "2"], "HTTP/2.0", "TLSv1.3", 2),
+    "h3": ("quic_perf", [], "HTTP/3.0", "TLSv1.3", 1),
+}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, clean_slate):  # noqa: ANN001, ANN201
+    root = CACHE / "content"
+    content.ensure_content(root, {"web", "video"})
+    content.ensure_files(root, ["1MB"])
+    files = content.load_manifest(root)["files"]
+    segment = sorted(rel for rel in files if rel.startswith("video/") and rel.endswith(".m4s"))[0]
+    objects = {rel: files[rel] for rel in ("web/index.html", "cloud/1MB", segment)}
+    tmp = tmp_path_factory.mktemp("served")
+    ensure_pki(tmp / "pki")
+    profile = load_profile("germany")
+    with served_testbed(profile, SERVERS, log_root=tmp / "logs", pki_dir=tmp / "pki",
+                        content_dir=root) as (tb, hosts):
+        for name, host in hosts.items():
+            servers.start_server(host.container, name, timeout=30)
+        yield tb, hosts, objects, tmp / "logs", profile.rtt_ms
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("server", SERVERS)
+def test_server_serves_each_protocol_over_the_path(served, server: str, mode: str) -> None:  # noqa: ANN001
+    tb, hosts, objects, logs, rtt = served
+    tool, options, log_proto, tls, rtts = MODES[mode]
+    address = server_address(tb.servers.index(hosts[server]))
+    for rel, meta in objects.items():
+        argv = [tool, "--url", f"https://{SERVER_NAME}/{rel}", "--resolve",
+                f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem", "--sha256",
+                "--timeout", "30", *options]
+        proc = tb.client.exec(argv, timeout=60)
+        row = json.loads(proc.stdout.splitlines()[-1])
+        assert row["error"] == "", row["error"]
+        assert (row["bytes"], row["sha256"]) == (meta["size"], meta["sha256"]), rel
+        assert row["tls_version"] == tls
+        assert row["http_version"] == log_proto.split("/")[1].rstrip(".0")
+        assert row["remote_ip"] == address
+        # Crossed the emulated path: a fresh handshake costs its RTTs of the 20 ms link.
+        assert row["connection_time_ms"] >= 0.95 * rtts * rtt
+    entries = servers.read_access_log(logs / server)[-len(objects):]
+    assert [e["path"].lstrip("/") for e in entries] == list(objects)
+    for entry in entries:
+        assert (entry["proto"], entry["tls"]) == (log_proto, tls), entry
