@@ -1,6 +1,7 @@
 # quicbed: one-command setup, tests and reproduction.
 #   make test       install what is missing (apt, Docker engine, Python env, images), run pytest
 #   make lab        an interactive emulated topology (PROFILE=india)
+#   make reproduce  run experiments/paper (quick; FULL=1 for all repetitions) and write the report
 #   make images     build the container images (cached: a second run takes seconds)
 #   make clean      remove every namespace, link, container and UML router the testbed made
 SHELL := /bin/bash
@@ -69,6 +70,10 @@ compose-up: compose-prepare images
 
 lab: deps docker venv images
 	$(QUICBED) lab $(PROFILE)
+
+# Quick by default (about 15 minutes on 2 cores); FULL=1 runs the paper's repetitions.
+reproduce: deps docker venv images
+	$(QUICBED) reproduce $(if $(FULL),--full,)
 
 bench: deps docker venv images
 	$(PY) bench/link_bench.py

@@ -8,7 +8,7 @@ from .matrix import Condition, conditions, count_per_condition
 from .registry import HANDSHAKE_RTTS, object_bytes
 from .schema import Experiment
 
-SETUP_S = 15.0  # per condition: path up, calibration, server start, teardown
+SETUP_S = 50.0  # per condition: path up (~7 s), calibration (~35 s), servers, teardown
 TRIAL_OVERHEAD_S = 0.5  # per trial: container exec, tool start-up, row bookkeeping
 INIT_WINDOW_BYTES = 10 * 1460
 

@@ -103,6 +103,37 @@ def cmd_check(args: argparse.Namespace) -> int:
     return check(args.file, args.run_id)
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from quicbed.analysis.report import main_report
+
+    return main_report(args.run_ids, args.out)
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    """Every experiment in experiments/paper (quick unless --full), then one report."""
+    from quicbed.analysis.report import main_report
+    from quicbed.paths import REPO, RESULTS
+
+    say = _progress_printer()
+    run_ids: list[str] = []
+    worst = 0
+    for file in sorted((REPO / "experiments" / "paper").glob("*.yaml")):
+        before = set(RESULTS.glob("*")) if RESULTS.exists() else set()
+        say(f"reproduce: {file.relative_to(REPO)} ({'full' if args.full else 'quick'})")
+        run_args = argparse.Namespace(file=str(file), resume=None, dry_run=False, check=False,
+                                      quick=not args.full, force=False, backend=args.backend,
+                                      client_image="quicbed/client:dev",
+                                      no_progress=args.no_progress)
+        worst = max(worst, cmd_run(run_args))
+        run_ids += sorted(p.name for p in set(RESULTS.glob("*")) - before if p.is_dir())
+    if not run_ids:
+        print("quicbed reproduce: no run produced results", file=sys.stderr)
+        return 1
+    say(f"reproduce: report over {', '.join(run_ids)}")
+    code = main_report(run_ids, args.out)
+    return code or worst
+
+
 def _progress_printer() -> Callable[[str], None]:
     start = time.monotonic()
 
@@ -147,6 +178,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_id")
     p.set_defaults(func=cmd_check)
 
+    p = sub.add_parser("report", help="HTML and Markdown report of one or more runs")
+    p.add_argument("run_ids", nargs="+", metavar="RUN_ID", help="run ids (results/) or paths")
+    p.add_argument("--out", help="output directory (default: next to the runs)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("reproduce", help="run experiments/paper (quick) and write the report")
+    p.add_argument("--full", action="store_true", help="the full repetitions (hours)")
+    p.add_argument("--backend", default="auto", choices=["auto", "netem", "uml"])
+    p.add_argument("--out", help="report directory")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_reproduce)
+
     p = sub.add_parser("clean", help="remove every namespace, link, container and UML router")
     p.set_defaults(func=cmd_clean)
     return parser
@@ -158,7 +201,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    needs_root = args.command in ("calibrate", "lab") or (
+    needs_root = args.command in ("calibrate", "lab", "reproduce") or (
         args.command == "run" and not args.dry_run)
     if needs_root and os.geteuid() != 0:
         print("quicbed: needs root (namespaces, tc, Docker)", file=sys.stderr)

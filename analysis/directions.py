@@ -1,0 +1,383 @@
+"""The paper's findings as directions, each checked against a run ("Against the paper").
+
+A direction is a claim plus a function over the successful rows returning a Verdict.
+To add one, write a check and append a Direction to DIRECTIONS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .model import (
+    CLOUD_CPU,
+    CLOUD_THROUGHPUT,
+    CONNECTION,
+    DOWNLOAD,
+    MB,
+    STREAMING,
+    TTFB,
+    Metric,
+    listed,
+    near,
+    protocol_label,
+    size_label,
+)
+from .stats import MIN_N, Comparison, compare, median_ci
+from .tables import compare_protocols, fmt, fmt_est, lowest_quality, protocol_values
+
+HOLDS, FAILS, NO_DATA = "holds", "does not hold", "not enough data"
+HANDSHAKE_RTTS = {"quic": 1, "tls1.3": 2, "tls1.2": 3}
+RTT_TOLERANCE = 0.5
+SMALL_FILE = 20 * MB  # the paper's split between QUIC's and TLS 1.2's regimes
+CPU_FILE = 200 * MB  # the paper compares CPU on a 200 MB download
+SIMILAR = 0.10  # relative difference under which two medians count as "similar"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str
+    found: tuple[str, ...]  # one finding per line
+
+
+@dataclass(frozen=True)
+class Direction:
+    claim: str
+    check: Callable[[pd.DataFrame], Verdict]
+
+
+def verdict(ok: bool, found: list[str]) -> Verdict:
+    return Verdict(HOLDS if ok else FAILS, tuple(found))
+
+
+def judge(c: Comparison, quic_lower: bool) -> str:
+    """A single comparison against a claimed direction. Pointing the claimed way without
+    significance is not yet evidence either way; pointing the other way is."""
+    right = (c.diff.value < 0) == quic_lower
+    if c.significant or not right:
+        return HOLDS if right and c.significant else FAILS
+    return NO_DATA
+
+
+def combined(statuses: list[str], found: list[str]) -> Verdict:
+    """Any failure fails; otherwise any open question leaves it open."""
+    for status in (FAILS, NO_DATA):
+        if status in statuses:
+            return Verdict(status, tuple(found))
+    return Verdict(HOLDS, tuple(found))
+
+
+def significance_note(c: Comparison) -> str:
+    return "" if c.significant else " (not significant at p < 0.01)"
+
+
+def no_data(reason: str) -> Verdict:
+    return Verdict(NO_DATA, (reason,))
+
+
+def by_facet(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    return [(str(f), rows[rows["facet"] == f]) for f in dict.fromkeys(rows["facet"])]
+
+
+def enough(c: Comparison | None) -> bool:
+    """Both sides have the samples a verdict needs; fewer means "not enough data", not
+    "does not hold"."""
+    return c is not None and min(c.a.n, c.b.n) >= MIN_N
+
+
+def lower(c: Comparison | None) -> bool:
+    """a's median is significantly below b's."""
+    return c is not None and c.significant and c.diff.value < 0
+
+
+def handshake_rtts(df: pd.DataFrame) -> Verdict:
+    rows = CONNECTION.rows(df)
+    rows = rows[rows["rtt_ref_ms"].notna()]
+    found, ok = [], True
+    for facet, in_facet in by_facet(rows):
+        parts = []
+        for protocol, expected in HANDSHAKE_RTTS.items():
+            mine = in_facet[in_facet["protocol"] == protocol]
+            if len(mine) < MIN_N:
+                continue
+            est = median_ci(mine["connection_time_ms"] / mine["rtt_ref_ms"])
+            ok &= abs(est.value - expected) <= RTT_TOLERANCE
+            parts.append(f"{protocol_label(protocol)} {fmt(est.value)} (expected {expected}, n={est.n})")
+        if parts:
+            found.append(f"{facet}: " + ", ".join(parts) + " RTT")
+    if not found:
+        return no_data(f"no condition with ≥{MIN_N} handshakes per protocol "
+                       "and a calibrated RTT ≥ 1 ms")
+    return verdict(ok, found)
+
+
+def connection_order(df: pd.DataFrame) -> Verdict:
+    order = ["quic", "tls1.3", "tls1.2"]
+    found, ok = [], True
+    for facet, rows in by_facet(CONNECTION.rows(df)):
+        present = [p for p in order if (rows["protocol"] == p).sum() >= MIN_N]
+        if len(present) < 2:
+            continue
+        pairs = [compare_protocols(rows, CONNECTION, a, b)
+                 for a, b in zip(present, present[1:], strict=False)]
+        ok &= all(lower(c) for c in pairs)
+        values = [protocol_values(rows, CONNECTION, p) for p in present]
+        medians = [f"{protocol_label(p)} {fmt(v.median())}" for p, v in zip(present, values, strict=True)]
+        found.append(f"{facet}: " + " < ".join(medians) + " ms (medians; n="
+                     + "/".join(str(len(v)) for v in values) + ")")
+    if not found:
+        return no_data(f"no condition with ≥{MIN_N} trials of two protocols")
+    return verdict(ok, found)
+
+
+def profile_rows(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    named = (df["profile"].astype(str) + " " + df["condition"].astype(str)).str.lower()
+    return df[named.str.contains(name)]
+
+
+def handshake_gap(rows: pd.DataFrame, baseline: str) -> Comparison | None:
+    # baseline − QUIC: how much sooner QUIC's connection is up (positive = QUIC faster).
+    return compare_protocols(rows, CONNECTION, baseline, "quic")
+
+
+def india_gap(df: pd.DataFrame) -> Verdict:
+    rows = CONNECTION.rows(df)
+    india, germany = profile_rows(rows, "india"), profile_rows(rows, "germany")
+    found, ok = [], True
+    for baseline in ("tls1.2", "tls1.3"):
+        gi, gg = handshake_gap(india, baseline), handshake_gap(germany, baseline)
+        if gi is None or gg is None or min(gi.a.n, gi.b.n, gg.a.n, gg.b.n) < MIN_N:
+            continue
+        # Holds only if the CIs don't overlap, not merely the point estimates.
+        ok &= gi.diff.lo > gg.diff.hi
+        found.append(f"QUIC faster than {protocol_label(baseline)} by {fmt_est(gi.diff)} ms on india "
+                     f"against {fmt_est(gg.diff)} ms on germany")
+    if not found:
+        return no_data(f"needs ≥{MIN_N} connection times from both an india and a germany "
+                       "profile, for QUIC and a TLS baseline")
+    return verdict(ok, found)
+
+
+def relative_gain(rows: pd.DataFrame, metric: Metric, baseline: str) -> float:
+    c = compare_protocols(rows, metric, "quic", baseline)
+    return np.nan if c is None or not c.significant else -c.relative
+
+
+def gain_shrinks(df: pd.DataFrame) -> Verdict:
+    web = df[df["workload"] == "web"]
+    found, ok = [], True
+    for facet, rows in by_facet(web):
+        for baseline in ("tls1.2", "tls1.3"):
+            gains = [relative_gain(rows, m, baseline) for m in (CONNECTION, TTFB, DOWNLOAD)]
+            if not np.isfinite(gains).any():
+                continue
+            # NaN (no significant difference) means QUIC did not win there.
+            ok &= bool(np.all(np.nan_to_num(gains) > 0) and gains[0] >= gains[1] >= gains[2])
+            found.append(f"{facet}, vs {protocol_label(baseline)}: QUIC's median gain "
+                         + " → ".join("n.s." if not np.isfinite(g) else f"{100 * g:.0f}%"
+                                      for g in gains)
+                         + " (connection → TTFB → download; n="
+                         + "/".join(str(len(protocol_values(rows, TTFB, p)))
+                                    for p in ("quic", baseline)) + ")")
+    if not found:
+        return no_data(f"needs web rows of QUIC and a TLS baseline (≥{MIN_N} each)")
+    return verdict(ok, found)
+
+
+def throughput_cells(df: pd.DataFrame, small: bool) -> list[tuple[str, Comparison]]:
+    rows = CLOUD_THROUGHPUT.rows(df)
+    # "≤ 20 MB" includes a 20 MB file however its megabytes were counted.
+    rows = rows[((rows["object_bytes"] <= SMALL_FILE) | near(rows["object_bytes"], SMALL_FILE))
+                == small]
+    cells = []
+    for facet, in_facet in by_facet(rows):
+        for size, group in in_facet.groupby("object_bytes"):
+            c = compare_protocols(group, CLOUD_THROUGHPUT, "quic", "tls1.2")
+            if enough(c):
+                cells.append((f"{facet} {size_label(size)}", c))
+    return cells
+
+
+def throughput_direction(small: bool) -> Callable[[pd.DataFrame], Verdict]:
+    winner = "QUIC" if small else "TLS 1.2"
+
+    def check(df: pd.DataFrame) -> Verdict:
+        cells = throughput_cells(df, small)
+        if not cells:
+            return no_data(f"no cloud file {'≤' if small else '>'} 20 MB with "
+                           f"≥{MIN_N} QUIC and TLS 1.2 trials")
+        wins = [(name, c) for name, c in cells
+                if c.significant and (c.diff.value > 0) == small]
+        found = [f"{winner} significantly higher in {len(wins)} of {len(cells)} "
+                 "condition × size cells"]
+        found += [f"{name}: QUIC {fmt(c.a.value)} vs TLS 1.2 {fmt(c.b.value)} Mbit/s "
+                  f"(n={c.a.n}/{c.b.n})" for name, c in cells]
+        return verdict(2 * len(wins) > len(cells), found)
+    return check
+
+
+def cpu_ratio(df: pd.DataFrame) -> Verdict:
+    rows = CLOUD_CPU.rows(df)
+    rows = rows[near(rows["object_bytes"], CPU_FILE)]
+    found, ok = [], True
+    for facet, in_facet in by_facet(rows):
+        c = compare_protocols(in_facet, CLOUD_CPU, "quic", "tls1.2")
+        if not enough(c):
+            continue
+        ratio = c.a.value / c.b.value if c.b.value else np.nan
+        # "About 2×": at least 1.5× and significant.
+        ok &= c.significant and ratio >= 1.5
+        found.append(f"{facet}: QUIC {fmt(c.a.value)}% vs TLS 1.2 {fmt(c.b.value)}% "
+                     f"(×{fmt(ratio)}, n={c.a.n}/{c.b.n})")
+    if not found:
+        return no_data(f"needs client CPU of ≥{MIN_N} 200 MB cloud downloads over QUIC "
+                       "and TLS 1.2")
+    return verdict(ok, found)
+
+
+def quic_vs_tcp(rows: pd.DataFrame, column: str) -> tuple[Comparison, str] | None:
+    """QUIC against TLS/TCP pooled (video and streaming compare transports, as the paper)."""
+    quic, tcp = rows[rows["protocol"] == "quic"], rows[rows["protocol"] != "quic"]
+    xa, xb = quic[column].dropna(), tcp[column].dropna()
+    if xa.empty or xb.empty:
+        return None
+    names = "/".join(protocol_label(p) for p in sorted(tcp["protocol"].unique()))
+    return compare(xa, xb), f"TLS/TCP ({names})"
+
+
+def video_direction(column: str, quic_lower: bool, unit: str
+                    ) -> Callable[[pd.DataFrame], Verdict]:
+    def check(df: pd.DataFrame) -> Verdict:
+        video = df[(df["workload"] == "video") & df[column].notna()]
+        found, statuses = [], []
+        for facet, rows in by_facet(video):
+            result = quic_vs_tcp(rows, column)
+            if result is None or not enough(result[0]):
+                continue
+            c, tcp = result
+            statuses.append(judge(c, quic_lower))
+            found.append(f"{facet}: QUIC {fmt(c.a.value)} vs {tcp} {fmt(c.b.value)} {unit} "
+                         f"(Δ {fmt_est(c.diff)}, n={c.a.n}/{c.b.n}){significance_note(c)}")
+        if not found:
+            return no_data(f"needs ≥{MIN_N} video rows over QUIC and TLS/TCP")
+        return combined(statuses, found)
+    return check
+
+
+def streaming_by_loss(df: pd.DataFrame, column: str) -> list[tuple[float, Comparison, str]]:
+    rows = df[(df["workload"] == STREAMING) & df[column].notna()]
+    out = []
+    for loss, group in sorted(rows.groupby(rows["loss_pct"].fillna(0)), key=lambda g: g[0]):
+        result = quic_vs_tcp(group, column)
+        if result is not None and enough(result[0]):
+            out.append((float(loss), *result))
+    return out
+
+
+def startup_line(loss: float, c: Comparison, tcp: str) -> str:
+    return (f"{loss:g}% loss: QUIC {fmt(c.a.value)} vs {tcp} {fmt(c.b.value)} ms "
+            f"({fmt(100 * c.relative)}%, n={c.a.n}/{c.b.n})")
+
+
+def startup_no_loss(df: pd.DataFrame) -> Verdict:
+    cells = [cell for cell in streaming_by_loss(df, "startup_delay_ms") if cell[0] == 0]
+    if not cells:
+        return no_data(f"needs ≥{MIN_N} streaming sessions without loss over both "
+                       "transports")
+    _, c, tcp = cells[0]
+    return verdict(not c.significant or abs(c.relative) < SIMILAR, [startup_line(*cells[0])])
+
+
+def startup_with_loss(df: pd.DataFrame) -> Verdict:
+    cells = [cell for cell in streaming_by_loss(df, "startup_delay_ms") if cell[0] > 0]
+    if not cells:
+        return no_data(f"needs ≥{MIN_N} streaming sessions under loss over both transports")
+    ok = all(c.diff.value < 0 for _, c, _ in cells) and any(c.significant for _, c, _ in cells)
+    return verdict(ok, [startup_line(*cell) for cell in cells])
+
+
+def stall_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per stall (loss, protocol, duration), from the sessions' duration lists."""
+    rows = df[df["workload"] == STREAMING][["loss_pct", "protocol", "stall_durations_ms"]]
+    rows = rows.assign(stall_durations_ms=rows["stall_durations_ms"].map(listed))
+    rows = rows.explode("stall_durations_ms").dropna(subset=["stall_durations_ms"])
+    return rows.rename(columns={"stall_durations_ms": "stall_ms"}).astype({"stall_ms": float})
+
+
+def stalls_longer(df: pd.DataFrame) -> Verdict:
+    stalls = stall_rows(df)
+    stalls = stalls[stalls["loss_pct"] == stalls["loss_pct"].max()] if len(stalls) else stalls
+    result = quic_vs_tcp(stalls, "stall_ms") if len(stalls) else None
+    if result is None or not enough(result[0]):
+        return no_data(f"needs ≥{MIN_N} stalls over each transport at the highest loss")
+    c, tcp = result
+    loss = stalls["loss_pct"].iloc[0]
+    return combined([judge(c, quic_lower=True)], [
+        f"{loss:g}% loss: median stall {tcp} {fmt(c.b.value)} ms vs QUIC {fmt(c.a.value)} ms "
+        f"(TCP {fmt(-100 * c.diff.value / c.a.value)}% longer, stalls n={c.b.n}/{c.a.n})"
+        + significance_note(c)])
+
+
+def switches_rise(df: pd.DataFrame) -> Verdict:
+    rows = df[(df["workload"] == STREAMING) & df["quality_switches"].notna()]
+    found, ok = [], True
+    for protocol in rows["protocol"].unique():
+        by_loss = rows[rows["protocol"] == protocol].groupby("loss_pct")["quality_switches"]
+        stats = by_loss.agg(["mean", "size"])
+        stats = stats[stats["size"] >= MIN_N]
+        if len(stats) < 2:
+            continue
+        ok &= stats["mean"].iloc[-1] > stats["mean"].iloc[0]
+        found.append(f"{protocol_label(protocol)}: mean switches " + ", ".join(
+            f"{fmt(s['mean'])} at {loss:g}% (n={int(s['size'])})"
+            for loss, s in stats.iterrows()))
+    if not found:
+        return no_data(f"needs quality switches of ≥{MIN_N} sessions at two or more loss "
+                       "rates")
+    return verdict(ok, found)
+
+
+def lowest_144p(df: pd.DataFrame) -> Verdict:
+    rows = df[(df["workload"] == STREAMING) & (df["loss_pct"] >= 5)]
+    rows = rows[rows["lowest_quality"].notna()]
+    if rows.empty:
+        return no_data("needs streaming sessions at 5% loss or more")
+    lowest = {protocol_label(p): lowest_quality(g["lowest_quality"]) for p, g in rows.groupby("protocol")}
+    return verdict(all(q == "144p" for q in lowest.values()),
+                   ["lowest quality at ≥5% loss: "
+                    + ", ".join(f"{p} {q}" for p, q in lowest.items())])
+
+
+DIRECTIONS: list[Direction] = [
+    Direction("Handshake arithmetic (first connection): QUIC 1 RTT, TLS 1.3 2 RTT, "
+              "TLS 1.2 3 RTT", handshake_rtts),
+    Direction("Connection time: QUIC < TLS 1.3 < TLS 1.2", connection_order),
+    Direction("The connection-time gap is much larger on india than on germany (paper: "
+              "QUIC faster by 445/409 ms vs TLS 1.2/1.3 from India, 270/300 ms from Germany)",
+              india_gap),
+    Direction("TTFB and download time of small pages: QUIC still wins, but the relative "
+              "gain shrinks as the connection proceeds", gain_shrinks),
+    Direction("Cloud storage: QUIC has the higher throughput for files ≤ 20 MB",
+              throughput_direction(small=True)),
+    Direction("Cloud storage: TLS 1.2 has the higher throughput for files > 20 MB",
+              throughput_direction(small=False)),
+    Direction("QUIC uses about 2× the CPU on a 200 MB download (≈90% vs ≈50%)", cpu_ratio),
+    Direction("Video: handshakes to the media servers are faster over QUIC "
+              "(534 ms from India, 406 ms from Germany)",
+              video_direction("connection_time_ms", quic_lower=True, unit="ms")),
+    Direction("Video: the overall download rate is higher over TLS/TCP",
+              video_direction("throughput_mbps", quic_lower=True, unit="Mbit/s")),
+    Direction("Streaming: startup delay is similar without loss", startup_no_loss),
+    Direction("Streaming: with loss QUIC starts faster (≈40% at 5% loss)", startup_with_loss),
+    Direction("Streaming: TLS/TCP stalls last longer at high loss (up to 50% at 10%)",
+              stalls_longer),
+    Direction("Streaming: quality switches rise with loss for both protocols", switches_rise),
+    Direction("Streaming: the lowest quality falls to 144p at 5–10% loss", lowest_144p),
+]
+
+
+def evaluate(ok: pd.DataFrame) -> list[tuple[Direction, Verdict]]:
+    return [(d, d.check(ok)) for d in DIRECTIONS]

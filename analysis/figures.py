@@ -1,0 +1,366 @@
+"""Figures of a run, mirroring the paper's where the run has the data (PNG and SVG).
+
+Every builder takes the successful rows and returns the figures it drew; a figure whose
+data the run lacks is skipped (an empty list), never drawn empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: reports are built on servers and in CI
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .model import (  # noqa: E402
+    STREAMING,
+    TIMING_METRICS,
+    VIDEO_CONNECTION,
+    Metric,
+    listed,
+    ordered_protocols,
+    protocol_color,
+    protocol_label,
+    size_label,
+)
+from .stats import median_ci  # noqa: E402
+
+RTT_GUIDES = (1, 2, 3)
+X_SPAN = "The x axis spans about the 1st to the 99th percentile."
+MAX_COLUMNS = 3
+CPU_OBJECT = "200MB"  # the paper compares CPU on a 200 MB download
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    section: str  # which report section shows it: timing, cloud, video, streaming
+    title: str
+    caption: str
+    png: Path
+    svg: Path
+
+
+# panel title -> protocol -> values
+Panels = dict[str, dict[str, np.ndarray]]
+
+
+def ordered_unique(values: pd.Series) -> list:
+    return list(dict.fromkeys(values.dropna()))
+
+
+def panel_grid(count: int, columns: int = MAX_COLUMNS, sharex: bool = False
+               ) -> tuple[plt.Figure, list[plt.Axes]]:
+    rows = -(-count // columns)
+    columns = -(-count // rows)  # balance the grid: 4 panels as 2×2, not 3 + 1
+    width = min(4.6, 15 / columns)  # keep wide grids legible once scaled to a page
+    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, 3.4 * rows),
+                             squeeze=False, layout="constrained", sharex=sharex)
+    flat = list(axes.ravel())
+    for extra in flat[count:]:
+        extra.set_visible(False)
+    return fig, flat[:count]
+
+
+def save(fig: plt.Figure, out_dir: Path, name: str, section: str, title: str,
+         caption: str) -> Figure:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png, svg = out_dir / f"{name}.png", out_dir / f"{name}.svg"
+    fig.suptitle(title)
+    fig.savefig(png, dpi=110)
+    # The layout is settled by the first save; freezing it makes the second save cheaper.
+    fig.set_layout_engine("none")
+    fig.savefig(svg)
+    plt.close(fig)
+    return Figure(name, section, title, caption, png, svg)
+
+
+def panels_by(df: pd.DataFrame, panel: pd.Series, value: Callable[[pd.DataFrame], np.ndarray]
+              ) -> Panels:
+    out: Panels = {}
+    for key in ordered_unique(panel):
+        rows = df[panel == key]
+        by_protocol = {p: value(rows[rows["protocol"] == p])
+                       for p in ordered_protocols(rows["protocol"])}
+        by_protocol = {p: v for p, v in by_protocol.items() if len(v)}
+        if by_protocol:
+            out[str(key)] = by_protocol
+    return out
+
+
+def draw_cdf(ax: plt.Axes, values: np.ndarray, protocol: str) -> None:
+    x = np.sort(values)
+    y = np.arange(1, len(x) + 1) / len(x)
+    # Start the curve at 0 so the first step is drawn, not implied.
+    ax.step(np.r_[x[0], x], np.r_[0, y], where="post", color=protocol_color(protocol),
+            linewidth=1.8, label=f"{protocol_label(protocol)} (n={len(x)})")
+
+
+def x_range(panels: Iterable[dict[str, np.ndarray]], guides: Iterable[float]
+            ) -> tuple[float, float]:
+    """1st to 99th percentile (the long tail would squash the body of every curve),
+    widened to show the guides; from 0 when that costs little space."""
+    values = [v for by_protocol in panels for v in by_protocol.values()]
+    lo = min(np.quantile(v, 0.01) for v in values)
+    hi = max(np.quantile(v, 0.99) for v in values)
+    lo, hi = min([lo, *guides]), max([hi, *guides])
+    pad = 0.08 * (hi - lo) or 0.1 * abs(hi) or 1.0
+    return (0.0 if lo < 0.5 * hi else lo - pad), hi + pad
+
+
+def cdf_figure(panels: Panels, xlabel: str, guides: Iterable[float] = (),
+               columns: int = MAX_COLUMNS, sharex: bool = False,
+               ylabel: str = "CDF (fraction of trials)") -> plt.Figure:
+    guides = tuple(guides)
+    fig, axes = panel_grid(len(panels), columns, sharex)
+    shared = x_range(panels.values(), guides) if sharex else None
+    for ax, (title, by_protocol) in zip(axes, panels.items(), strict=True):
+        for protocol, values in by_protocol.items():
+            draw_cdf(ax, values, protocol)
+        for guide in guides:
+            ax.axvline(guide, color="0.6", linestyle=":", linewidth=1)
+            ax.text(guide, 1.01, f"{guide:g} RTT", ha="center", va="bottom", fontsize=8,
+                    color="0.35", transform=ax.get_xaxis_transform())
+        ax.set_xlim(*(shared or x_range([by_protocol], guides)))
+        ax.set_ylim(0, 1)
+        ax.set_title(title, fontsize=10, pad=14 if guides else 6)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+        if sharex:
+            ax.label_outer()  # one axis label per row and column is enough when shared
+    return fig
+
+
+def column_values(column: str, scale: pd.Series | None = None
+                  ) -> Callable[[pd.DataFrame], np.ndarray]:
+    def values(rows: pd.DataFrame) -> np.ndarray:
+        x = pd.to_numeric(rows[column], errors="coerce")
+        if scale is not None:
+            x = x / scale.loc[rows.index]
+        return x[np.isfinite(x)].to_numpy(dtype=float)
+    return values
+
+
+def metric_cdf(df: pd.DataFrame, out_dir: Path, metric: Metric, section: str,
+               per_rtt: bool) -> list[Figure]:
+    rows = metric.rows(df)
+    dropped = ""
+    if per_rtt:
+        short = rows.loc[rows["rtt_ref_ms"].isna(), "facet"].unique()
+        rows = rows[rows["rtt_ref_ms"].notna()]
+        if len(short):
+            dropped = (" Left out (no calibrated RTT of 1 ms or more): "
+                       f"{', '.join(map(str, short))}.")
+    if rows.empty:
+        return []
+    scale = rows["rtt_ref_ms"] if per_rtt else None
+    panels = panels_by(rows, rows["facet"], column_values(metric.column, scale))
+    where = "" if metric.workloads is None else f" ({', '.join(metric.workloads)} rows)"
+    if per_rtt:
+        fig = cdf_figure(panels, f"{metric.label} (RTTs, calibrated RTT)", RTT_GUIDES)
+        caption = (f"{metric.label}{where} divided by each trial's calibrated RTT; dotted "
+                   "lines mark 1, 2 and 3 RTT (first-connection handshakes: QUIC 1, "
+                   f"TLS 1.3 2, TLS 1.2 3). {X_SPAN}{dropped}")
+        name = f"cdf_{metric.column.removesuffix('_ms')}_{section}_rtt"
+        title = f"{metric.label} in RTTs"
+    else:
+        fig = cdf_figure(panels, f"{metric.label} ({metric.unit})")
+        name_in_text = metric.label if metric.label.isupper() else metric.label.lower()
+        caption = (f"CDF of {name_in_text}{where} per protocol and condition; "
+                   f"n = trials. {X_SPAN}")
+        name = f"cdf_{metric.column.removesuffix('_ms')}_{section}_ms"
+        title = metric.label
+    return [save(fig, out_dir, name, section, title, caption)]
+
+
+def timing_cdfs(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+    figures = []
+    for metric in TIMING_METRICS:
+        for per_rtt in (False, True):
+            figures += metric_cdf(df, out_dir, metric, "timing", per_rtt)
+    return figures
+
+
+def video_cdfs(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+    return metric_cdf(df, out_dir, VIDEO_CONNECTION, "video", per_rtt=False)
+
+
+def cloud_rows(df: pd.DataFrame) -> pd.DataFrame:
+    rows = df[df["workload"] == "cloud"]
+    return rows[rows["throughput_mbps"].notna() & rows["object_bytes"].notna()]
+
+
+def throughput_vs_size(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+    rows = cloud_rows(df)
+    if rows.empty:
+        return []
+    facets = ordered_unique(rows["facet"])
+    fig, axes = panel_grid(len(facets))
+    for ax, facet in zip(axes, facets, strict=True):
+        in_facet = rows[rows["facet"] == facet]
+        for protocol in ordered_protocols(in_facet["protocol"]):
+            draw_throughput(ax, in_facet[in_facet["protocol"] == protocol], protocol)
+        rates = pd.to_numeric(in_facet["rate_down_mbit"], errors="coerce").dropna()
+        if len(rates):
+            ax.axhline(rates.median(), color="0.5", linestyle="--", linewidth=1,
+                       label="link rate")
+        ax.set_xscale("log")
+        sizes = sorted(in_facet["object_bytes"].unique())
+        ax.set_xticks(sizes, [size_label(s) for s in sizes], rotation=45, fontsize=8)
+        ax.minorticks_off()
+        ax.set_title(str(facet), fontsize=10)
+        ax.set_xlabel("file size (log scale)")
+        ax.set_ylabel("throughput (Mbit/s)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    caption = ("Median throughput (size / total download time) per file size, with 95% "
+               "bootstrap CIs as error bars; n = trials per size (range over sizes).")
+    return [save(fig, out_dir, "cloud_throughput_vs_size", "cloud",
+                 "Cloud storage: throughput against file size", caption)]
+
+
+def draw_throughput(ax: plt.Axes, rows: pd.DataFrame, protocol: str) -> None:
+    points = [(size, median_ci(group["throughput_mbps"]))
+              for size, group in rows.groupby("object_bytes")]
+    sizes = np.array([s for s, _ in points])
+    est = [e for _, e in points]
+    value = np.array([e.value for e in est])
+    err = np.array([[e.value - e.lo, e.hi - e.value] for e in est]).T
+    ns = [e.n for e in est]
+    n_text = f"n={min(ns)}" if min(ns) == max(ns) else f"n={min(ns)}–{max(ns)}"
+    ax.errorbar(sizes, value, yerr=np.nan_to_num(err), color=protocol_color(protocol),
+                marker="o", markersize=4, capsize=3, linewidth=1.6,
+                label=f"{protocol_label(protocol)} ({n_text} per size)")
+
+
+def cpu_samples(rows: pd.DataFrame) -> pd.DataFrame:
+    """One line per CPU sample: trial, protocol, facet, t (s), proc_pct."""
+    records = []
+    for row in rows.itertuples():
+        samples = [s for s in listed(row.cpu) if s is not None and s.get("proc_pct") is not None]
+        # Time from the trial's first sample, whether t is relative or a wall-clock stamp.
+        t0 = min((float(s.get("t", 0)) for s in samples), default=0.0)
+        records += [(row.trial_id, row.protocol, row.facet, float(s.get("t", 0)) - t0,
+                     float(s["proc_pct"])) for s in samples]
+    return pd.DataFrame(records, columns=["trial_id", "protocol", "facet", "t", "proc_pct"])
+
+
+def cpu_object(rows: pd.DataFrame) -> str:
+    objects = rows.drop_duplicates("object").set_index("object")["object_bytes"]
+    return CPU_OBJECT if CPU_OBJECT in objects.index else str(objects.idxmax())
+
+
+def cpu_over_time(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+    rows = cloud_rows(df)
+    if rows.empty:
+        return []
+    samples_rows = rows[has_items(rows["cpu"])]
+    if samples_rows.empty:
+        return []
+    obj = cpu_object(samples_rows)
+    samples = cpu_samples(samples_rows[samples_rows["object"] == obj])
+    if samples.empty:
+        return []
+    facets = ordered_unique(samples["facet"])
+    fig, axes = panel_grid(len(facets))
+    for ax, facet in zip(axes, facets, strict=True):
+        draw_cpu(ax, samples[samples["facet"] == facet])
+        ax.set_title(str(facet), fontsize=10)
+        ax.set_xlabel("time since trial start (s)")
+        ax.set_ylabel("client process CPU (%)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    caption = (f"CPU of the client process while downloading {obj}, sampled every 500 ms: "
+               "thin lines are single trials, thick lines the median across trials.")
+    return [save(fig, out_dir, "cloud_cpu_over_time", "cloud",
+                 f"Cloud storage: CPU over time ({obj})", caption)]
+
+
+def draw_cpu(ax: plt.Axes, samples: pd.DataFrame) -> None:
+    for protocol in ordered_protocols(samples["protocol"]):
+        mine = samples[samples["protocol"] == protocol]
+        color = protocol_color(protocol)
+        for _, trial in mine.groupby("trial_id"):
+            ax.plot(trial["t"], trial["proc_pct"], color=color, alpha=0.2, linewidth=0.8)
+        # Median across trials on the 500 ms sampling grid.
+        median = mine.groupby((mine["t"] * 2).round() / 2)["proc_pct"].median()
+        ax.plot(median.index, median.to_numpy(), color=color, linewidth=2.2,
+                label=f"{protocol_label(protocol)} (n={mine['trial_id'].nunique()} trials)")
+
+
+def streaming_panel(rows: pd.DataFrame) -> pd.Series:
+    loss = rows["loss_pct"].map(lambda v: f"{v:g}% loss")
+    if rows["profile"].nunique() > 1:
+        return rows["profile"].astype(str) + " · " + loss
+    return loss
+
+
+def streaming_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Streaming rows ordered profile by profile, by loss within one (one grid row each)."""
+    rows = df[df["workload"] == STREAMING].assign(loss_pct=lambda d: d["loss_pct"].fillna(0))
+    first = {p: i for i, p in enumerate(dict.fromkeys(rows["profile"]))}
+    return rows.sort_values(["profile", "loss_pct"], key=lambda c: c.map(first)
+                            if c.name == "profile" else c)
+
+
+def streaming_cdf(panels: Panels, rows: pd.DataFrame, xlabel: str, ylabel: str
+                  ) -> plt.Figure:
+    # One column per loss rate and a shared x axis, so loss reads left to right.
+    return cdf_figure(panels, xlabel, columns=max(1, rows["loss_pct"].nunique()), sharex=True,
+                      ylabel=ylabel)
+
+
+def has_items(cells: pd.Series) -> pd.Series:
+    # astype(bool): on an empty frame map() gives an object Series, which pandas would
+    # read as a list of column labels rather than a mask.
+    return cells.map(lambda c: len(listed(c)) > 0).astype(bool)
+
+
+def stall_durations(rows: pd.DataFrame) -> np.ndarray:
+    return np.asarray([d for ds in rows["stall_durations_ms"] for d in listed(ds)], dtype=float)
+
+
+def streaming_cdfs(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+    rows = streaming_rows(df)
+    if rows.empty:
+        return []
+    figures = []
+    startup = rows[rows["startup_delay_ms"].notna()]
+    if not startup.empty:
+        panels = panels_by(startup, streaming_panel(startup), column_values("startup_delay_ms"))
+        figures.append(save(streaming_cdf(panels, startup, "startup delay (ms)",
+                                          "CDF (fraction of sessions)"), out_dir,
+                            "streaming_startup_delay", "streaming", "Streaming: startup delay",
+                            "CDF of the video startup delay per loss rate; n = sessions."))
+    stalled = rows[has_items(rows["stall_durations_ms"])]
+    panels = panels_by(stalled, streaming_panel(stalled), stall_durations)
+    if panels:
+        figures.append(save(streaming_cdf(panels, stalled, "stall duration (ms)",
+                                          "CDF (fraction of stalls)"), out_dir,
+                            "streaming_stall_durations", "streaming",
+                            "Streaming: stall durations",
+                            "CDF of the durations of single stalls per loss rate; "
+                            "n = stalls (sessions without stalls add none)."))
+    return figures
+
+
+BUILDERS: list[Callable[[pd.DataFrame, Path], list[Figure]]] = [
+    timing_cdfs, throughput_vs_size, cpu_over_time, video_cdfs, streaming_cdfs,
+]
+
+
+def make_figures(ok: pd.DataFrame, out_dir: Path) -> list[Figure]:
+    """All figures the successful rows `ok` support, written to out_dir."""
+    figures: list[Figure] = []
+    for build in BUILDERS:
+        figures += build(ok, out_dir)
+    return figures

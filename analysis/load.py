@@ -1,0 +1,193 @@
+"""Load one or more run directories (manifest.json + rows) into one frame.
+
+A run directory is written by the experiment runner while it runs: rows.jsonl grows one
+line per trial (its last line may be torn if the run was interrupted) and rows.parquet
+appears only when the run ends. So Parquet is preferred and JSON lines are the fallback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from quicbed import paths
+from quicbed.errors import QuicbedError
+
+from .manifest import calibrated_rtt, manifest_differences
+from .model import (
+    OPTIONAL_COLUMNS,
+    STREAMING,
+    is_failed,
+    object_size_bytes,
+    truthy,
+)
+
+
+class AnalysisError(QuicbedError):
+    """A problem the user can fix (unknown run, no rows...); one line, no traceback."""
+
+    exit_code = 2
+
+
+MIN_RTT_MS = 1.0
+# Without these a row cannot be placed in any comparison; every other column is optional.
+REQUIRED_COLUMNS = ["protocol"]
+
+
+def results_root() -> Path:
+    # Read the environment at call time so tests (and users) can point elsewhere.
+    return Path(os.environ.get("QUICBED_RESULTS", paths.RESULTS))
+
+
+def available_runs(root: Path | None = None) -> list[str]:
+    root = root or results_root()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "manifest.json").is_file()
+                  or (p / "rows.jsonl").is_file())
+
+
+def resolve_run_dir(run: str | Path) -> Path:
+    """A run id (under the results root) or a path to a run directory."""
+    candidate = Path(run)
+    if candidate.is_dir():
+        return candidate
+    root = results_root()
+    if (root / str(run)).is_dir():
+        return root / str(run)
+    runs = available_runs(root)
+    listing = ", ".join(runs) if runs else "none"
+    raise AnalysisError(f"unknown run '{run}' (looked in {root}; available runs: {listing})")
+
+
+def read_manifest(run_dir: Path, notes: list[str]) -> dict[str, Any]:
+    path = run_dir / "manifest.json"
+    if not path.is_file():
+        notes.append(f"run {run_dir.name}: no manifest.json; versions and calibration unknown")
+        return {"run_id": run_dir.name}
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise AnalysisError(
+            f"run {run_dir.name}: manifest.json is not valid JSON ({exc})") from None
+    manifest.setdefault("run_id", run_dir.name)
+    status = manifest.get("status", "complete")
+    if status != "complete":
+        notes.append(f"run {run_dir.name} has status '{status}' (not complete): "
+                     "this report covers the rows written so far")
+    return manifest
+
+
+def read_jsonl(path: Path, notes: list[str]) -> pd.DataFrame:
+    lines = path.read_text(errors="replace").splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            # The runner appends while it runs, so only the last line can be torn; a bad
+            # line elsewhere is damage worth mentioning, but not worth losing the run over.
+            where = "last line (torn write)" if number == len(lines) else f"line {number}"
+            notes.append(f"{path.parent.name}/rows.jsonl: {where} unreadable, ignored")
+    return pd.DataFrame.from_records(records)
+
+
+def read_rows(run_dir: Path, notes: list[str]) -> pd.DataFrame:
+    parquet, jsonl = run_dir / "rows.parquet", run_dir / "rows.jsonl"
+    if parquet.is_file():
+        try:
+            return pd.read_parquet(parquet)
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+            if not jsonl.is_file():
+                raise AnalysisError(f"run {run_dir.name}: rows.parquet is corrupt ({reason}) "
+                                    "and there is no rows.jsonl to fall back to") from None
+            notes.append(f"run {run_dir.name}: rows.parquet is corrupt ({reason}); "
+                         "read rows.jsonl instead")
+    if jsonl.is_file():
+        return read_jsonl(jsonl, notes)
+    return pd.DataFrame()
+
+
+def load_run(run: str | Path, notes: list[str]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    run_dir = resolve_run_dir(run)
+    manifest = read_manifest(run_dir, notes)
+    rows = read_rows(run_dir, notes)
+    if rows.empty:
+        raise AnalysisError(f"run {run_dir.name} has no rows (nothing in {run_dir})")
+    missing = [c for c in REQUIRED_COLUMNS if c not in rows]
+    if missing:
+        raise AnalysisError(f"run {run_dir.name}: rows lack the column(s) {', '.join(missing)}")
+    if "run_id" not in rows:
+        rows["run_id"] = manifest["run_id"]
+    return rows, manifest
+
+
+def rtt_reference(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> pd.Series:
+    """The RTT that timings are normalised by: the trial's calibrated RTT, else the run's
+    calibration for that condition, else the configured RTT."""
+    from_manifest = calibrated_rtt(manifests)
+    keys = zip(df["run_id"], df["condition"], strict=True)
+    manifest_rtt = pd.Series([from_manifest.get(k, np.nan) for k in keys], index=df.index)
+    return df["calib_rtt_ms"].fillna(manifest_rtt).fillna(df["rtt_ms"]).astype(float)
+
+
+def prepare(df: pd.DataFrame, manifests: list[dict[str, Any]], mixed: bool) -> pd.DataFrame:
+    """Add missing optional columns and the derived ones every later stage relies on."""
+    df = df.reset_index(drop=True)
+    for column, default in OPTIONAL_COLUMNS.items():
+        if column not in df:
+            df[column] = default
+    df["failed"] = df["error"].map(is_failed)
+    for flag in ("cpu_bound", "calib_forced"):
+        df[flag] = truthy(df[flag])
+    # A playback session in a browser may come labelled as a video workload; what makes it
+    # streaming (startup delay, stalls, switches) is what it measured.
+    playback = df["startup_delay_ms"].notna() | df["stall_count"].notna()
+    df["workload"] = df["workload"].where(~playback, STREAMING)
+    rtt = rtt_reference(df, manifests)
+    # Below 1 ms the "RTT" is the hosts' own stacks (an unshaped path): dividing by it gives
+    # noise, so such trials have no RTT-normalised values (NaN) anywhere.
+    df["rtt_ref_ms"] = rtt.where(rtt >= MIN_RTT_MS)
+    df["object_bytes"] = object_size_bytes(df)
+    # Runs with different setups are kept apart (the run id becomes part of the facet)
+    # rather than pooled; a second server is likewise never pooled with the first.
+    # The runner's condition ids (c0, c1...) are opaque; its labels ("india loss_pct=1") read.
+    facet = df["condition_label"].fillna(df["condition"]).astype(str)
+    if df["server"].nunique(dropna=True) > 1:
+        facet = facet + " · " + df["server"].astype(str)
+    if mixed:
+        facet = df["run_id"].astype(str) + " · " + facet
+    df["facet"] = facet
+    return df
+
+
+def load_runs(runs: Iterable[str | Path]) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """All rows of the given runs (ids or paths) and their manifests.
+
+    df.attrs["notes"] lists recoverable problems (fallbacks, torn lines) and
+    df.attrs["manifest_differences"] how the runs' setups differ (empty if they don't).
+    """
+    runs = list(dict.fromkeys(str(r) for r in runs))
+    if not runs:
+        raise AnalysisError("no run given (available runs: "
+                            f"{', '.join(available_runs()) or 'none'})")
+    notes: list[str] = []
+    frames, manifests = [], []
+    for run in runs:
+        rows, manifest = load_run(run, notes)
+        frames.append(rows)
+        manifests.append(manifest)
+    differences = manifest_differences(manifests) if len(manifests) > 1 else []
+    df = prepare(pd.concat(frames, ignore_index=True), manifests, mixed=bool(differences))
+    df.attrs["notes"] = notes
+    df.attrs["manifest_differences"] = differences
+    return df, manifests

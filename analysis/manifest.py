@@ -1,0 +1,108 @@
+"""Reading run manifests: how two runs' setups differ, and each condition's calibration.
+
+Two manifest shapes are understood: the runner's (`conditions: {id: {label, profile, link,
+calibration: {rtt_ms, passed, forced, checks: [{metric, direction, configured, measured}]}}}`)
+and a flat one (`calibration: [{condition, profile, configured: {...}, measured: {...},
+passed, forced}]`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# Manifest fields that legitimately differ between runs of one setup (bookkeeping, what was
+# run, when); every other field is setup (versions, kernel, backend, commit, TCP/QUIC settings).
+PER_RUN_KEYS = {
+    "run_id", "calibration", "conditions", "seed", "started_at", "ended_at", "notes",
+    "sessions", "status", "trials_total", "experiment", "experiment_text", "description",
+    "file", "file_sha256", "matrix_hash", "quick", "order",
+}
+SHOWN_CHARS = 60
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
+
+
+def manifest_differences(manifests: list[dict[str, Any]]) -> list[str]:
+    """Setup fields (dotted paths) on which the runs differ, one readable line each."""
+    flat = [flatten({k: v for k, v in m.items() if k not in PER_RUN_KEYS}) for m in manifests]
+    keys = sorted(set().union(*flat)) if flat else []
+    diffs = []
+    for key in keys:
+        values = [f.get(key, "(missing)") for f in flat]
+        if len({json.dumps(v, sort_keys=True, default=str) for v in values}) > 1:
+            per_run = "; ".join(f"{m.get('run_id', '?')}={short(v)}"
+                                for m, v in zip(manifests, values, strict=True))
+            diffs.append(f"{key}: {per_run}")
+    return diffs
+
+
+def check_values(checks: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Measured values of the runner's calibration checks, keyed metric[_direction]."""
+    out = {}
+    for c in checks or []:
+        direction = c.get("direction")
+        key = c.get("metric", "?") + ("" if direction in (None, "both") else f"_{direction}")
+        out[key] = c.get("measured")
+    return out
+
+
+def runner_entry(run_id: str, cid: str, cond: dict[str, Any]) -> dict[str, Any]:
+    link, cal = cond.get("link") or {}, cond.get("calibration") or {}
+    down, up = link.get("down") or {}, link.get("up") or {}
+    measured = check_values(cal.get("checks"))
+    failed = [c for c in cal.get("checks") or [] if not c.get("passed", True)]
+    return {
+        "run": run_id, "condition": cid, "label": cond.get("label", cid),
+        "profile": cond.get("profile", ""), "calibrated": bool(cal),
+        "rtt_ms": link.get("rtt_ms"), "rtt_min_ms": cal.get("rtt_ms"),
+        "rtt_median_ms": measured.get("rtt_median_ms"),
+        "rate_down_mbit": down.get("rate_mbit"), "goodput_down_mbit": measured.get(
+            "goodput_mbit_down"),
+        "rate_up_mbit": up.get("rate_mbit"), "goodput_up_mbit": measured.get("goodput_mbit_up"),
+        "loss_pct": down.get("loss_pct"), "loss_down_pct": measured.get("loss_pct_down"),
+        "loss_up_pct": measured.get("loss_pct_up"),
+        "passed": cal.get("passed"), "forced": cal.get("forced", False),
+        "failed_checks": [f"{c.get('metric')} {c.get('direction')}: {c.get('measured')} "
+                          f"(configured {c.get('configured')}, {c.get('tolerance', '')})"
+                          for c in failed],
+    }
+
+
+def flat_entry(run_id: str, cal: dict[str, Any]) -> dict[str, Any]:
+    conf, meas = cal.get("configured") or {}, cal.get("measured") or {}
+    return {"run": run_id, "condition": cal.get("condition"),
+            "label": cal.get("label", cal.get("condition")), "profile": cal.get("profile", ""),
+            "calibrated": True, **conf, **meas, "passed": cal.get("passed"),
+            "forced": cal.get("forced", False), "failed_checks": []}
+
+
+def calibration_entries(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One flat record per run and condition: configured vs measured, passed, forced."""
+    entries = []
+    for m in manifests:
+        run_id = str(m.get("run_id"))
+        entries += [runner_entry(run_id, cid, cond)
+                    for cid, cond in (m.get("conditions") or {}).items()]
+        entries += [flat_entry(run_id, cal) for cal in m.get("calibration") or []]
+    return entries
+
+
+def calibrated_rtt(manifests: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
+    """(run_id, condition) -> the calibrated (minimum) RTT, where the manifest has one."""
+    return {(e["run"], e["condition"]): float(e["rtt_min_ms"])
+            for e in calibration_entries(manifests) if e.get("rtt_min_ms") is not None}

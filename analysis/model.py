@@ -1,0 +1,143 @@
+"""Shared vocabulary of the analysis: protocols, their colours, metrics and row columns."""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+# QUIC first: every comparison is "QUIC against a TCP stack".
+PROTOCOL_ORDER = ["quic", "tls1.3", "tls1.2"]
+PROTOCOL_LABELS = {"quic": "QUIC", "tls1.3": "TLS 1.3", "tls1.2": "TLS 1.2"}
+# Okabe-Ito colours (colour-blind safe); one per protocol in every figure.
+PROTOCOL_COLORS = {"quic": "#0072B2", "tls1.3": "#E69F00", "tls1.2": "#D55E00"}
+FALLBACK_COLORS = ["#009E73", "#CC79A7", "#56B4E9", "#000000"]
+
+STREAMING = "streaming"
+
+# Columns a run may lack (older runners, other workloads); filled so code can rely on them.
+OPTIONAL_COLUMNS: dict[str, object] = {
+    "run_id": "", "trial_id": "", "condition": "default", "condition_label": None,
+    "profile": "", "server": "",
+    "client": "", "workload": "web", "object": "", "repetition": np.nan,
+    "rtt_ms": np.nan, "rate_down_mbit": np.nan, "rate_up_mbit": np.nan, "loss_pct": 0.0,
+    "bytes": np.nan, "connection_time_ms": np.nan, "ttfb_ms": np.nan,
+    "download_time_ms": np.nan, "throughput_mbps": np.nan, "cpu": None,
+    "cpu_client_pct": np.nan, "cpu_server_pct": np.nan, "cpu_bound": False,
+    "calib_rtt_ms": np.nan, "calib_passed": True, "calib_forced": False, "error": "",
+    "startup_delay_ms": np.nan, "stall_count": np.nan, "stall_durations_ms": None,
+    "quality_switches": np.nan, "lowest_quality": None,
+}
+
+
+@dataclass(frozen=True)
+class Metric:
+    column: str
+    label: str
+    unit: str
+    # Workloads whose rows measure this metric; None = every workload but streaming
+    # (a handshake is a handshake whatever is fetched after it).
+    workloads: tuple[str, ...] | None = None
+    # Whether dividing by the RTT is meaningful (times are, rates are not).
+    per_rtt: bool = True
+
+    def rows(self, df: pd.DataFrame) -> pd.DataFrame:
+        if self.workloads is None:
+            selected = df[df["workload"] != STREAMING]
+        else:
+            selected = df[df["workload"].isin(self.workloads)]
+        return selected[selected[self.column].notna()]
+
+
+CONNECTION = Metric("connection_time_ms", "Connection time", "ms")
+TTFB = Metric("ttfb_ms", "TTFB", "ms", ("web",))
+DOWNLOAD = Metric("download_time_ms", "Download time", "ms", ("web",))
+TIMING_METRICS = [CONNECTION, TTFB, DOWNLOAD]
+CLOUD_THROUGHPUT = Metric("throughput_mbps", "Throughput", "Mbit/s", ("cloud",), per_rtt=False)
+CLOUD_CPU = Metric("cpu_client_pct", "Client CPU", "%", ("cloud",), per_rtt=False)
+CLOUD_DOWNLOAD = Metric("download_time_ms", "Download time", "ms", ("cloud",), per_rtt=False)
+VIDEO_CONNECTION = Metric("connection_time_ms", "Connection time", "ms", ("video",))
+VIDEO_THROUGHPUT = Metric("throughput_mbps", "Download rate", "Mbit/s", ("video",),
+                          per_rtt=False)
+STARTUP = Metric("startup_delay_ms", "Startup delay", "ms", (STREAMING,), per_rtt=False)
+
+
+def protocol_label(protocol: str) -> str:
+    return PROTOCOL_LABELS.get(protocol, protocol)
+
+
+def protocol_color(protocol: str) -> str:
+    if protocol in PROTOCOL_COLORS:
+        return PROTOCOL_COLORS[protocol]
+    # crc32, not hash(): str hashes change between processes, colours must not.
+    return FALLBACK_COLORS[zlib.crc32(protocol.encode()) % len(FALLBACK_COLORS)]
+
+
+def ordered_protocols(values: pd.Series) -> list[str]:
+    present = set(values.dropna())
+    known = [p for p in PROTOCOL_ORDER if p in present]
+    return known + sorted(present - set(known))
+
+
+def listed(value: object) -> list:
+    """A list-valued cell as a list: JSON lines give lists, Parquet arrays, gaps None/NaN."""
+    if isinstance(value, str):
+        # The runner's Parquet writer stores columns of mixed shapes as JSON text.
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return []
+    if value is None or isinstance(value, float | str | dict):
+        return []
+    return list(value)
+
+
+def truthy(values: pd.Series) -> pd.Series:
+    """A flag column as bools; missing (None/NaN) counts as not set."""
+    return values.map(lambda v: isinstance(v, bool | int | np.bool_ | np.integer) and bool(v)
+                      ).astype(bool)
+
+
+def is_failed(error: object) -> bool:
+    if error is None or (isinstance(error, float) and np.isnan(error)):
+        return False
+    return str(error).strip() != ""
+
+
+KB, MB, GB = 2**10, 2**20, 2**30
+# Binary, as the testbed's content server makes its files ("1MB" is 1 MiB, servers/content.py).
+UNITS = {"": 1, "B": 1, "K": KB, "KB": KB, "KIB": KB, "M": MB, "MB": MB, "MIB": MB,
+         "G": GB, "GB": GB, "GIB": GB}
+
+
+def parse_size(name: object) -> float:
+    """'10MB' -> 10 MiB; NaN when the object is not named by its size (e.g. index.html)."""
+    match = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", str(name))
+    if not match or match.group(2).upper() not in UNITS:
+        return np.nan
+    return float(match.group(1)) * UNITS[match.group(2).upper()]
+
+
+def object_size_bytes(df: pd.DataFrame) -> pd.Series:
+    """Size of each row's object: the name if it states a size, else the median bytes
+    received for that object (so a failed trial still gets its object's size)."""
+    named = df["object"].map(parse_size)
+    measured = pd.to_numeric(df["bytes"], errors="coerce").groupby(df["object"]).transform(
+        "median")
+    return named.fillna(measured)
+
+
+def size_label(size: float) -> str:
+    for unit, factor in (("GB", GB), ("MB", MB), ("KB", KB)):
+        if size >= factor:
+            return f"{size / factor:.3g} {unit}"
+    return f"{size:g} B"
+
+
+def near(sizes: pd.Series, size: float, tolerance: float = 0.05) -> pd.Series:
+    """Sizes within 5% of `size`: "200 MB" matches 200 MiB and 200·10⁶ bytes alike."""
+    return (sizes / size - 1).abs() <= tolerance

@@ -1,0 +1,246 @@
+"""The report of one or more runs: report.html (self-contained, figures as files beside it)
+and report.md, both rendered from the same list of sections."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from . import render
+from .directions import evaluate
+from .figures import Figure, make_figures
+from .load import AnalysisError, load_runs, resolve_run_dir, results_root
+from .manifest import calibration_entries, flatten
+from .model import (
+    CLOUD_CPU,
+    CLOUD_DOWNLOAD,
+    CLOUD_THROUGHPUT,
+    STREAMING,
+    TIMING_METRICS,
+    VIDEO_CONNECTION,
+    VIDEO_THROUGHPUT,
+    Metric,
+)
+from .render import Bullets, FigureBlock, Section, Table, Text, VerdictList
+from .tables import (
+    comparison_table,
+    failures_table,
+    flag_table,
+    fmt,
+    streaming_table,
+    summary_table,
+)
+
+# Shown elsewhere (calibration) or too long for a table (the experiment file, sessions).
+MANIFEST_SKIP = {"calibration", "conditions", "experiment_text", "sessions"}
+
+
+def figure_blocks(figures: list[Figure], section: str) -> list[FigureBlock]:
+    return [FigureBlock(f) for f in figures if f.section == section]
+
+
+def flags(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> list[str]:
+    """Everything a reader must know before trusting the numbers."""
+    out = [f"Setups differ (runs analysed apart, not pooled): {d}"
+           for d in df.attrs.get("manifest_differences", [])]
+    out += df.attrs.get("notes", [])
+    clients = df.dropna(subset=["client"]).groupby("protocol")["client"].unique()
+    out += [f"Protocol {p} was measured by several clients ({', '.join(map(str, c))}); "
+            "their trials are pooled." for p, c in clients.items() if len(c) > 1]
+    out += [f"Calibration of {e['label']} (run {e['run']}) failed"
+            + (" and the run went on (forced)" if e.get("forced") else "")
+            + ": " + ("; ".join(e["failed_checks"]) or "see Run")
+            for e in calibration_entries(manifests) if e["calibrated"] and not e.get("passed")]
+    counts = [("failed", df["failed"], "excluded from statistics"),
+              ("CPU-bound", df["cpu_bound"],
+               "a host's CPU, not the path, may have limited them"),
+              ("forced-calibration", df["calib_forced"],
+               "their path failed calibration and the run went on anyway")]
+    for name, mask, why in counts:
+        if mask.any():
+            out.append(f"{int(mask.sum())} of {len(df)} trials are {name}: {why} "
+                       "(see Flagged trials).")
+    return out
+
+
+def summary_section(df: pd.DataFrame, manifests: list[dict[str, Any]], warnings: list[str]
+                    ) -> Section:
+    runs = ", ".join(str(m.get("run_id")) for m in manifests)
+    ok = int((~df["failed"]).sum())
+    text = (f"Runs: {runs}. {len(df)} trials: {ok} analysed, {len(df) - ok} failed. "
+            "Medians with 95% percentile-bootstrap CIs; n = trials (or samples) behind each "
+            "number. RTT-normalised values divide by each trial's calibrated RTT.")
+    blocks = [Text(text)]
+    if warnings:
+        blocks.append(Bullets(warnings, warn=True))
+    return Section("Summary", blocks)
+
+
+def directions_section(ok: pd.DataFrame) -> Section:
+    return Section("Against the paper", [
+        Text("Each finding of the paper (as a direction), what this run found, and whether "
+             "it holds. Significance: Welch's t-test and Mann–Whitney U both at p < 0.01 "
+             "with ≥ 10 trials per side."),
+        VerdictList(evaluate(ok))])
+
+
+def metric_section(title: str, rows: pd.DataFrame, keys: list[str], metrics: list[Metric],
+                   figures: list[Figure], section: str, intro: str,
+                   compared: list[Metric] | None = None) -> Section | None:
+    """Medians of `metrics` per group, QUIC against TLS on `compared` (default: all)."""
+    if rows.empty:
+        return None
+    blocks: list[Any] = [Text(intro), Table(summary_table(rows, keys, metrics),
+                                            "Medians per condition and protocol")]
+    comparisons = comparison_table(rows, [k for k in keys if k != "protocol"],
+                                   compared or metrics)
+    if not comparisons.empty:
+        blocks.append(Table(comparisons, "QUIC against TLS 1.2 and TLS 1.3 "
+                                         "(Δ = QUIC − other; negative = QUIC lower)"))
+    return Section(title, blocks + figure_blocks(figures, section))
+
+
+def streaming_section(ok: pd.DataFrame, figures: list[Figure]) -> Section | None:
+    table = streaming_table(ok)
+    if table.empty:
+        return None
+    return Section("Streaming", [Table(table, "Stalls and quality switches against loss"),
+                                 *figure_blocks(figures, "streaming")])
+
+
+def manifest_table(manifests: list[dict[str, Any]]) -> pd.DataFrame:
+    flat = [flatten({k: v for k, v in m.items() if k not in MANIFEST_SKIP}) for m in manifests]
+    keys = list(dict.fromkeys(k for f in flat for k in f))
+    return pd.DataFrame([{"field": k, **{str(m.get("run_id")): str(f.get(k, "–"))[:160]
+                                         for m, f in zip(manifests, flat, strict=True)}}
+                         for k in keys])
+
+
+def calibration_status(e: dict[str, Any]) -> str:
+    if not e["calibrated"]:
+        return "not calibrated (condition skipped?)"
+    status = "pass" if e.get("passed") else "FAILED"
+    status += " (forced)" if e.get("forced") else ""
+    return "; ".join([status, *e["failed_checks"]])
+
+
+def configured_vs_measured(e: dict[str, Any], configured: str, *measured: str) -> str:
+    return " / ".join(fmt(e.get(k)) for k in (configured, *measured))
+
+
+def calibration_table(manifests: list[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame([{
+        "run": e["run"], "condition": str(e["label"]), "profile": str(e["profile"]),
+        "RTT (ms) configured / min / median": configured_vs_measured(
+            e, "rtt_ms", "rtt_min_ms", "rtt_median_ms"),
+        "down (Mbit/s) configured / goodput": configured_vs_measured(
+            e, "rate_down_mbit", "goodput_down_mbit"),
+        "up (Mbit/s) configured / goodput": configured_vs_measured(
+            e, "rate_up_mbit", "goodput_up_mbit"),
+        "loss (%) configured / down / up": configured_vs_measured(
+            e, "loss_pct", "loss_down_pct", "loss_up_pct"),
+        "calibration": calibration_status(e)} for e in calibration_entries(manifests)])
+
+
+def run_section(manifests: list[dict[str, Any]]) -> Section:
+    return Section("Run", [Table(manifest_table(manifests), "Manifest"),
+                           Table(calibration_table(manifests),
+                                 "Calibration: configured against measured")])
+
+
+def flagged_section(df: pd.DataFrame) -> Section | None:
+    tables = [(failures_table(df), "Failed trials (excluded from statistics)"),
+              (flag_table(df, "cpu_bound"), "CPU-bound trials (kept, but suspect)"),
+              (flag_table(df, "calib_forced"), "Trials on a path whose calibration was forced")]
+    blocks = [Table(t, caption) for t, caption in tables if not t.empty]
+    return Section("Flagged trials", blocks) if blocks else None
+
+
+def build_sections(df: pd.DataFrame, manifests: list[dict[str, Any]],
+                   figures: list[Figure], warnings: list[str]) -> list[Section]:
+    ok = df[~df["failed"]]
+    keys = ["facet", "protocol"]
+    sections = [
+        summary_section(df, manifests, warnings),
+        directions_section(ok),
+        metric_section("Connection time, TTFB and download time",
+                       ok[ok["workload"] != STREAMING], keys, TIMING_METRICS, figures,
+                       "timing", "Connection time covers every non-streaming trial (a "
+                       "handshake does not depend on what follows); TTFB and download time "
+                       "cover the web pages."),
+        metric_section("Cloud storage", ok[ok["workload"] == "cloud"],
+                       ["facet", "object_bytes", "protocol"],
+                       [CLOUD_THROUGHPUT, CLOUD_DOWNLOAD, CLOUD_CPU], figures, "cloud",
+                       "Throughput = size / total download time; CPU = client process.",
+                       # download time is throughput restated; comparing both adds rows only
+                       compared=[CLOUD_THROUGHPUT, CLOUD_CPU]),
+        metric_section("Video download", ok[ok["workload"] == "video"], keys,
+                       [VIDEO_CONNECTION, VIDEO_THROUGHPUT], figures, "video",
+                       "Audio and video fetched in parallel: handshake time and overall "
+                       "download rate."),
+        streaming_section(ok, figures),
+        run_section(manifests),
+        flagged_section(df),
+    ]
+    return [s for s in sections if s is not None]
+
+
+def default_out_dir(runs: Sequence[str], manifests: list[dict[str, Any]]) -> Path:
+    if len(runs) == 1:
+        return resolve_run_dir(runs[0]) / "report"
+    return results_root() / "reports" / "+".join(str(m.get("run_id")) for m in manifests)
+
+
+def build_report(run_ids: Sequence[str | Path], out_dir: str | Path | None = None
+                 ) -> tuple[Path, list[str]]:
+    """Analyse the runs, write report.html and report.md; (report.html, flags)."""
+    runs = [str(r) for r in run_ids]
+    df, manifests = load_runs(runs)
+    out = Path(out_dir) if out_dir else default_out_dir(runs, manifests)
+    warnings = flags(df, manifests)
+    try:
+        return write_files(df, manifests, out, warnings), warnings
+    except OSError as exc:
+        raise AnalysisError(f"cannot write the report to {out}: "
+                            f"{exc.strerror or exc}") from None
+
+
+def write_files(df: pd.DataFrame, manifests: list[dict[str, Any]], out: Path,
+                warnings: list[str]) -> Path:
+    figure_dir = out / "figures"
+    out.mkdir(parents=True, exist_ok=True)
+    # Figures of an earlier report of the same runs would linger unreferenced.
+    for stale in [*figure_dir.glob("*.png"), *figure_dir.glob("*.svg")]:
+        stale.unlink()
+    figures = make_figures(df[~df["failed"]], figure_dir)
+    sections = build_sections(df, manifests, figures, warnings)
+    title = "quicbed report: " + ", ".join(str(m.get("run_id")) for m in manifests)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    (out / "report.md").write_text(render.markdown(title, stamp, sections, out))
+    html_path = out / "report.html"
+    html_path.write_text(render.html(title, stamp, sections, out))
+    return html_path
+
+
+def write_report(run_ids: Sequence[str | Path], out_dir: str | Path | None = None) -> Path:
+    """Analyse the runs and write report.html and report.md; returns report.html's path."""
+    return build_report(run_ids, out_dir)[0]
+
+
+def main_report(argv_run_ids: list[str], out: str | None) -> int:
+    """CLI entry: `quicbed report RUN_ID... [--out DIR]`. Errors: one line, exit code 2."""
+    try:
+        path, warnings = build_report(argv_run_ids, out)
+    except AnalysisError as exc:
+        print(f"quicbed report: {exc}", file=sys.stderr)
+        return 2
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"report: {path}")
+    print(f"        {path.with_suffix('.md')}")
+    return 0

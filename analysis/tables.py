@@ -1,0 +1,197 @@
+"""Tables of the report, as DataFrames of display strings (rendered to HTML and Markdown)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .model import (
+    STREAMING,
+    Metric,
+    listed,
+    ordered_protocols,
+    protocol_label,
+    size_label,
+)
+from .stats import ALPHA, MIN_N, Comparison, Estimate, compare, median_ci
+
+BASELINES = ("tls1.2", "tls1.3")
+NUMERIC_KEYS = {"object_bytes", "loss_pct"}
+
+
+def fmt(value: object) -> str:
+    """Three significant digits, without scientific notation for typical magnitudes."""
+    try:
+        value = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "–" if value is None else str(value)
+    if not np.isfinite(value):
+        return "–"
+    magnitude = abs(value)
+    digits = 0 if magnitude >= 100 else 1 if magnitude >= 10 else 2
+    return f"{value:,.{digits}f}"
+
+
+def fmt_p(p: float) -> str:
+    if not np.isfinite(p):
+        return "–"
+    return "<0.0001" if p < 1e-4 else f"{p:.4f}"
+
+
+def fmt_est(e: Estimate) -> str:
+    if e.n == 0:
+        return "–"
+    ci = f" [{fmt(e.lo)}, {fmt(e.hi)}]" if np.isfinite(e.lo) else ""
+    return f"{fmt(e.value)}{ci}"
+
+
+def group_frames(df: pd.DataFrame, keys: Sequence[str]) -> list[tuple[tuple, pd.DataFrame]]:
+    """(key values, rows) in order of first appearance, protocols in canonical order."""
+    if df.empty:
+        return []
+    rank = {key: ({p: i for i, p in enumerate(ordered_protocols(df[key]))}
+                  if key == "protocol" else None if key in NUMERIC_KEYS
+                  else {v: i for i, v in enumerate(dict.fromkeys(df[key]))})
+            for key in keys}
+    groups = [(k if isinstance(k, tuple) else (k,), rows)
+              for k, rows in df.groupby(list(keys), sort=False, dropna=False)]
+    # Sizes and loss rates sort by value, protocols canonically, the rest as they came.
+    groups.sort(key=lambda g: tuple(v if rank[k] is None else rank[k].get(v, 99)
+                                    for k, v in zip(keys, g[0], strict=True)))
+    return groups
+
+
+def key_columns(keys: Sequence[str], values: tuple) -> dict[str, str]:
+    names = {"facet": "condition", "protocol": "protocol", "object_bytes": "file size",
+             "loss_pct": "loss (%)"}
+    shown = {"protocol": protocol_label, "object_bytes": size_label,
+             "loss_pct": lambda v: f"{v:g}"}
+    return {names.get(k, k): shown.get(k, str)(v) for k, v in zip(keys, values, strict=True)}
+
+
+def metric_cells(rows: pd.DataFrame, metric: Metric) -> dict[str, str]:
+    values = metric.rows(rows)
+    est = median_ci(values[metric.column])
+    cells = {f"{metric.label} n": str(est.n),
+             f"{metric.label} median ({metric.unit}) [95% CI]": fmt_est(est)}
+    if metric.per_rtt:
+        per_rtt = median_ci(values[metric.column] / values["rtt_ref_ms"])
+        cells[f"{metric.label} (RTTs)"] = fmt_est(per_rtt)
+    return cells
+
+
+def summary_table(df: pd.DataFrame, keys: Sequence[str], metrics: Sequence[Metric]
+                  ) -> pd.DataFrame:
+    """One line per group: n, median with CI (and in RTTs) for every metric."""
+    lines = []
+    for values, rows in group_frames(df, keys):
+        cells = key_columns(keys, values)
+        for metric in metrics:
+            cells.update(metric_cells(rows, metric))
+        lines.append(cells)
+    return pd.DataFrame(lines)
+
+
+def protocol_values(rows: pd.DataFrame, metric: Metric, protocol: str) -> pd.Series:
+    values = metric.rows(rows)
+    return values.loc[values["protocol"] == protocol, metric.column]
+
+
+def compare_protocols(rows: pd.DataFrame, metric: Metric, a: str = "quic",
+                      b: str = "tls1.2") -> Comparison | None:
+    xa, xb = protocol_values(rows, metric, a), protocol_values(rows, metric, b)
+    if xa.empty or xb.empty:
+        return None
+    return compare(xa, xb)
+
+
+# A trial's place in the schedule: with interleaved runs, one key's QUIC and TLS trials ran
+# back to back (Kakhki et al. compare such pairs).
+PAIR_KEY = ["run_id", "condition", "server", "object", "repetition"]
+
+
+def back_to_back_pairs(rows: pd.DataFrame, metric: Metric, a: str, b: str) -> int:
+    values = metric.rows(rows)
+    keys = [set(map(tuple, values.loc[values["protocol"] == p, PAIR_KEY].astype(str).to_numpy()))
+            for p in (a, b)]
+    return len(keys[0] & keys[1])
+
+
+def comparison_cells(c: Comparison, unit: str, pairs: int) -> dict[str, str]:
+    # Units go in their own column so metrics with different units share one table.
+    verdict = "yes" if c.significant else ("n<10" if min(c.a.n, c.b.n) < MIN_N else "no")
+    return {"unit": unit, "n QUIC / other (pairs)": f"{c.a.n} / {c.b.n} ({pairs})",
+            "median QUIC": fmt(c.a.value), "median other": fmt(c.b.value),
+            "Δ median [95% CI]": fmt_est(c.diff),
+            "Δ (%)": fmt(100 * c.relative), "Welch p": fmt_p(c.welch_p),
+            "MWU p": fmt_p(c.mwu_p), f"significant (p<{ALPHA:g})": verdict}
+
+
+def comparison_table(df: pd.DataFrame, keys: Sequence[str], metrics: Sequence[Metric],
+                     baselines: Sequence[str] = BASELINES) -> pd.DataFrame:
+    """QUIC against each TCP baseline, per group and metric: Δ = QUIC − baseline."""
+    lines = []
+    for values, rows in group_frames(df, keys):
+        for metric in metrics:
+            for baseline in baselines:
+                c = compare_protocols(rows, metric, "quic", baseline)
+                if c is None:
+                    continue
+                lines.append({**key_columns(keys, values), "metric": metric.label,
+                              "QUIC vs": protocol_label(baseline),
+                              **comparison_cells(c, metric.unit, back_to_back_pairs(
+                                  rows, metric, "quic", baseline))})
+    return pd.DataFrame(lines)
+
+
+def lowest_quality(values: pd.Series) -> str:
+    """The lowest resolution seen ('144p' < '240p' ...), by its number of lines."""
+    heights = {str(v): float(str(v).rstrip("p")) for v in values.dropna()
+               if str(v).rstrip("p").replace(".", "", 1).isdigit()}
+    return min(heights, key=heights.get) if heights else "–"
+
+
+def streaming_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Stalls and quality switches against loss, per protocol."""
+    rows = df[df["workload"] == STREAMING]
+    lines = []
+    for values, group in group_frames(rows, ["loss_pct", "protocol"]):
+        stalls = group["stall_durations_ms"].map(listed)
+        durations = [d for ds in stalls for d in ds]
+        lines.append({**key_columns(["loss_pct", "protocol"], values),
+                      "sessions n": str(len(group)),
+                      "startup delay median (ms) [95% CI]": fmt_est(
+                          median_ci(group["startup_delay_ms"])),
+                      "stalls per session (mean)": fmt(group["stall_count"].mean()),
+                      "stalls n": str(len(durations)),
+                      "stall duration median (ms) [95% CI]": fmt_est(median_ci(durations)),
+                      "stall time per session (mean, ms)": fmt(
+                          stalls.map(lambda ds: float(np.sum(ds))).mean()),
+                      "quality switches (median)": fmt(group["quality_switches"].median()),
+                      "lowest quality": lowest_quality(group["lowest_quality"])})
+    return pd.DataFrame(lines)
+
+
+def failures_table(df: pd.DataFrame) -> pd.DataFrame:
+    failed = df[df["failed"]]
+    if failed.empty:
+        return pd.DataFrame()
+    counts = failed.groupby(["facet", "protocol", "workload", "error"], sort=False).size()
+    return pd.DataFrame([{**key_columns(["facet", "protocol"], k[:2]), "workload": k[2],
+                          "error": k[3], "trials": str(n)} for k, n in counts.items()])
+
+
+def flag_table(df: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Per condition and protocol: how many trials carry a boolean flag (of how many)."""
+    flagged = df[column]
+    if not flagged.any():
+        return pd.DataFrame()
+    lines = []
+    for values, rows in group_frames(df, ["facet", "protocol"]):
+        count = int(flagged.loc[rows.index].sum())
+        if count:
+            lines.append({**key_columns(["facet", "protocol"], values),
+                          "flagged trials": f"{count} of {len(rows)}"})
+    return pd.DataFrame(lines)

@@ -1,0 +1,204 @@
+"""Synthetic runs for the analysis tests (tests only): a run directory written from a model
+with known parameters, shaped like the runner's output (manifest.json, rows.jsonl, parquet).
+
+Model: connection time = k·RTT·(1 + noise) with k = 1/2/3 for QUIC/TLS 1.3/TLS 1.2;
+TTFB = connection + RTT; download = TTFB + size / rate. Cloud throughput favours QUIC up
+to 20 MB and TLS 1.2 above; QUIC's client CPU is ~2× on large files. Streaming: QUIC starts
+faster and stalls shorter under loss.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+HANDSHAKE_K = {"quic": 1, "tls1.3": 2, "tls1.2": 3}
+CLIENTS = {"quic": "quic-h3", "tls1.3": "tls1.3-h2", "tls1.2": "tls1.2-h2"}
+CONDITIONS = {  # name: (rtt_ms, down, up, loss)
+    "india": (80.0, 20.0, 20.0, 0.0),
+    "germany": (6.0, 500.0, 500.0, 0.0),
+}
+MiB = 2**20  # the content server's "MB"
+CLOUD_SIZES = {"1KB": 1024, "1MB": MiB, "10MB": 10 * MiB, "20MB": 20 * MiB, "50MB": 50 * MiB,
+               "200MB": 200 * MiB}
+VERSIONS = {"CADDY_VERSION": "v2.11.9", "NGINX_VERSION": "1.26.3"}
+
+
+@dataclass
+class Model:
+    repetitions: int = 20
+    workloads: tuple[str, ...] = ("web", "cloud", "video", "streaming")
+    conditions: dict[str, tuple[float, float, float, float]] = field(
+        default_factory=lambda: dict(CONDITIONS))
+    noise: float = 0.05
+    failed: int = 2  # trials with an error
+    seed: int = 1
+
+
+def base_row(run_id: str, condition: str, params: tuple, protocol: str, rep: int) -> dict:
+    rtt, down, up, loss = params
+    return {"run_id": run_id, "condition": condition, "profile": condition, "rtt_ms": rtt,
+            "rate_down_mbit": down, "rate_up_mbit": up, "loss_pct": loss, "server": "caddy",
+            "client": CLIENTS[protocol], "protocol": protocol, "repetition": rep,
+            "tool": "synthetic", "tls_version": "1.3" if protocol != "tls1.2" else "1.2",
+            "http_version": "3" if protocol == "quic" else "2", "http_status": 200,
+            "cpu": [], "cpu_client_pct": 10.0, "cpu_server_pct": 5.0, "cpu_bound": False,
+            "calib_rtt_ms": rtt * 1.01, "calib_passed": True, "calib_forced": False,
+            "error": ""}
+
+
+def timing(rng: np.random.Generator, m: Model, rtt: float, protocol: str, size: float,
+           rate: float) -> dict:
+    conn = HANDSHAKE_K[protocol] * rtt * (1 + m.noise * rng.standard_normal()) + 0.3
+    ttfb = conn + rtt * (1 + m.noise * rng.random())
+    download = ttfb + size * 8 / (rate * 1e3)
+    return {"connection_time_ms": conn, "ttfb_ms": ttfb, "download_time_ms": download,
+            "bytes": size, "throughput_mbps": size * 8 / (download * 1e3)}
+
+
+def cloud_rate(rate: float, protocol: str, size: float) -> float:
+    # QUIC ahead up to 20 MB, TCP ahead above it (the paper's direction).
+    if size <= 20 * MiB:
+        return rate * (0.9 if protocol == "quic" else 0.6)
+    return rate * (0.6 if protocol == "quic" else 0.9)
+
+
+def cpu_trace(rng: np.random.Generator, protocol: str, seconds: float) -> list[dict]:
+    level = 90.0 if protocol == "quic" else 50.0
+    return [{"t": t, "proc_pct": float(level + 5 * rng.standard_normal()),
+             "sys_busy_pct": 60.0} for t in np.arange(0, min(seconds, 20), 0.5)]
+
+
+def web_rows(rng, m, base, params) -> list[dict]:
+    rtt, down = params[0], params[1]
+    return [{**base, "workload": "web", "object": "index.html",
+             **timing(rng, m, rtt, base["protocol"], 40e3, down)}]
+
+
+def cloud_rows(rng, m, base, params) -> list[dict]:
+    rtt, down, protocol = params[0], params[1], base["protocol"]
+    rows = []
+    for name, size in CLOUD_SIZES.items():
+        row = {**base, "workload": "cloud", "object": name,
+               **timing(rng, m, rtt, protocol, size, cloud_rate(down, protocol, size))}
+        if size >= 100 * MiB:
+            row["cpu"] = cpu_trace(rng, protocol, row["download_time_ms"] / 1e3)
+            row["cpu_client_pct"] = float(np.median([s["proc_pct"] for s in row["cpu"]]))
+            row["cpu_bound"] = row["cpu_client_pct"] > 85
+        rows.append(row)
+    return rows
+
+
+def video_rows(rng, m, base, params) -> list[dict]:
+    rtt, down, protocol = params[0], params[1], base["protocol"]
+    row = {**base, "workload": "video", "object": "video+audio",
+           **timing(rng, m, rtt, protocol, 30e6, down * (0.7 if protocol == "quic" else 0.9))}
+    return [row]
+
+
+def streaming_rows(rng, m, base, params) -> list[dict]:
+    if base["protocol"] == "tls1.2":
+        return []  # Chrome streams over TLS 1.3 or QUIC
+    rows = []
+    quic = base["protocol"] == "quic"
+    for loss in (0.0, 1.0, 5.0, 10.0):
+        factor = 1 + loss / 5 * (0.6 if quic else 1.0)
+        stalls = int(rng.poisson(loss / 2))
+        rows.append({**base, "workload": "streaming", "object": "dash", "loss_pct": loss,
+                     "startup_delay_ms": 600 * factor * (1 + 0.05 * rng.standard_normal()),
+                     "stall_count": stalls,
+                     "stall_durations_ms": list(rng.gamma(4, (150 if quic else 225),
+                                                          size=stalls)),
+                     "quality_switches": int(rng.poisson(1 + loss)),
+                     "lowest_quality": "144p" if loss >= 5 else "480p"})
+    return rows
+
+
+BUILDERS = {"web": web_rows, "cloud": cloud_rows, "video": video_rows,
+            "streaming": streaming_rows}
+
+
+def make_rows(run_id: str, m: Model) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(m.seed)
+    rows = []
+    for condition, params in m.conditions.items():
+        for rep in range(m.repetitions):
+            for protocol in HANDSHAKE_K:
+                base = base_row(run_id, condition, params, protocol, rep)
+                for workload in m.workloads:
+                    rows += BUILDERS[workload](rng, m, base, params)
+    for i, row in enumerate(rows):
+        row["trial_id"] = f"{run_id}-{i:05d}"
+    for row in rows[: m.failed]:
+        row.update(error="curl: (28) Operation timed out", connection_time_ms=None)
+    return rows
+
+
+def manifest(run_id: str, m: Model, versions: dict[str, str] | None = None) -> dict:
+    return {"run_id": run_id, "experiment": "synthetic", "git_commit": "0123abc",
+            "kernel": "6.1.176", "link_backend": "uml", "versions": versions or VERSIONS,
+            "tcp_cc": "cubic", "quic": {"initial_window": 10}, "seed": m.seed,
+            "calibration": [
+                {"condition": c, "profile": c,
+                 "configured": {"rtt_ms": p[0], "rate_down_mbit": p[1], "rate_up_mbit": p[2],
+                                "loss_pct": p[3]},
+                 "measured": {"rtt_min_ms": p[0] * 1.01, "rtt_median_ms": p[0] * 1.02,
+                              "goodput_down_mbit": p[1] * 0.95, "goodput_up_mbit": p[2] * 0.95,
+                              "loss_down_pct": p[3], "loss_up_pct": p[3]},
+                 "passed": True, "forced": False} for c, p in m.conditions.items()],
+            "started_at": "2026-11-22T00:00:00Z", "ended_at": "2026-11-22T01:00:00Z"}
+
+
+def runner_manifest(run_id: str, m: Model, failing: str | None) -> dict:
+    """The experiment runner's shape: conditions keyed by id, calibration checks inside."""
+    def condition(i: int, name: str, p: tuple) -> dict:
+        ok = name != failing
+        checks = [
+            {"metric": "rtt_median_ms", "direction": "both", "configured": p[0],
+             "measured": p[0] * 1.02, "tolerance": "±2 ms", "passed": True},
+            {"metric": "goodput_mbit", "direction": "down", "configured": p[1],
+             "measured": p[1] * (0.95 if ok else 0.5), "tolerance": "90%..102% of rate",
+             "passed": ok},
+        ]
+        return {"label": name, "profile": name,
+                "link": {"name": name, "rtt_ms": p[0], "down": {"rate_mbit": p[1],
+                         "loss_pct": p[3]}, "up": {"rate_mbit": p[2], "loss_pct": p[3]}},
+                "calibration": {"rtt_ms": p[0] * 1.01, "passed": ok, "forced": not ok,
+                                "backend": "uml", "checks": checks}}
+    return {"run_id": run_id, "experiment": "synthetic", "git": {"commit": "0123abc"},
+            "host": {"kernel": "6.18"}, "versions": VERSIONS, "executor": {"backend": "uml"},
+            "status": "complete", "sessions": [{"pid": 1}],
+            "conditions": {f"c{i}": condition(i, name, p)
+                           for i, (name, p) in enumerate(m.conditions.items())}}
+
+
+def write_run(root: Path, run_id: str, m: Model | None = None, *, parquet: bool = True,
+              torn_tail: bool = False, versions: dict[str, str] | None = None,
+              runner_style: bool = False, failing: str | None = None) -> Path:
+    """Write results/<run_id>/ under root; returns the run directory. runner_style: rows and
+    manifest as the experiment runner writes them (condition ids c0.. plus labels), with
+    the calibration of condition `failing` failed and forced."""
+    m = m or Model()
+    run_dir = root / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rows = make_rows(run_id, m)
+    if runner_style:
+        ids = {name: f"c{i}" for i, name in enumerate(m.conditions)}
+        for row in rows:
+            row.update(condition=ids[row["condition"]], condition_label=row["condition"],
+                       calib_forced=row["condition"] == failing)
+        info = runner_manifest(run_id, m, failing)
+    else:
+        info = manifest(run_id, m, versions)
+    (run_dir / "manifest.json").write_text(json.dumps(info, indent=1))
+    lines = [json.dumps(r) for r in rows]
+    tail = '{"run_id": "' + run_id + '", "trial_' if torn_tail else ""
+    (run_dir / "rows.jsonl").write_text("\n".join(lines) + "\n" + tail)
+    if parquet:
+        pd.DataFrame(rows).to_parquet(run_dir / "rows.parquet")
+    return run_dir

@@ -1,0 +1,143 @@
+"""Loading run directories (quicbed.analysis.load): fallbacks, clear errors, mixed runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from analysis_synthetic import Model, write_run
+
+from quicbed.analysis import AnalysisError, load_runs, main_report
+from quicbed.analysis.load import manifest_differences
+
+SMALL = Model(repetitions=3, workloads=("web",), conditions={"india": (80.0, 20.0, 20.0, 0.0)})
+
+
+@pytest.fixture
+def results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("QUICBED_RESULTS", str(tmp_path))
+    return tmp_path
+
+
+def test_loads_parquet_by_run_id_and_adds_derived_columns(results):
+    write_run(results, "r1", SMALL)
+    df, manifests = load_runs(["r1"])
+    assert len(df) == 3 * 3 and manifests[0]["run_id"] == "r1"
+    assert {"failed", "facet", "rtt_ref_ms", "object_bytes"} <= set(df.columns)
+    assert df["rtt_ref_ms"].iloc[0] == pytest.approx(80.8)
+    assert df.attrs["notes"] == [] and df.attrs["manifest_differences"] == []
+
+
+def test_accepts_a_path_and_falls_back_to_jsonl_ignoring_a_torn_last_line(results):
+    run_dir = write_run(results, "r1", SMALL, parquet=False, torn_tail=True)
+    df, _ = load_runs([str(run_dir)])
+    assert len(df) == 9
+    assert any("torn" in n for n in df.attrs["notes"])
+
+
+def test_failed_rows_are_kept_and_marked(results):
+    write_run(results, "r1", SMALL)  # the model fails its first two trials
+    df, _ = load_runs(["r1"])
+    assert int(df["failed"].sum()) == 2
+
+
+def test_unknown_run_lists_the_available_ones(results):
+    write_run(results, "r1", SMALL)
+    write_run(results, "r2", SMALL)
+    with pytest.raises(AnalysisError, match=r"unknown run 'nope'.*available runs: r1, r2"):
+        load_runs(["nope"])
+
+
+def test_empty_run_is_an_error(results):
+    run_dir = write_run(results, "r1", SMALL, parquet=False)
+    (run_dir / "rows.jsonl").write_text("")
+    with pytest.raises(AnalysisError, match="run r1 has no rows"):
+        load_runs(["r1"])
+
+
+def test_corrupt_parquet_falls_back_to_jsonl_and_says_so(results):
+    run_dir = write_run(results, "r1", SMALL)
+    (run_dir / "rows.parquet").write_bytes(b"PAR1 this is not parquet")
+    df, _ = load_runs(["r1"])
+    assert len(df) == 9
+    assert any("rows.parquet is corrupt" in n and "rows.jsonl instead" in n
+               for n in df.attrs["notes"])
+
+
+def test_corrupt_parquet_without_jsonl_is_an_error(results):
+    run_dir = write_run(results, "r1", SMALL)
+    (run_dir / "rows.parquet").write_bytes(b"garbage")
+    (run_dir / "rows.jsonl").unlink()
+    with pytest.raises(AnalysisError, match="corrupt.*no rows.jsonl to fall back to"):
+        load_runs(["r1"])
+
+
+def test_missing_optional_columns_are_tolerated(results):
+    run_dir = results / "bare"
+    run_dir.mkdir()
+    rows = [{"condition": "c", "protocol": p, "connection_time_ms": 10.0 * k, "rtt_ms": 10.0}
+            for k, p in enumerate(["quic", "tls1.3", "tls1.2"], start=1)]
+    (run_dir / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    df, manifests = load_runs(["bare"])
+    assert not df["failed"].any() and (df["workload"] == "web").all()
+    assert list(df["rtt_ref_ms"]) == [10.0] * 3  # configured RTT when nothing was calibrated
+    assert any("no manifest.json" in n for n in df.attrs["notes"])
+
+
+def test_mixed_manifests_are_flagged_and_kept_apart(results):
+    write_run(results, "r1", SMALL)
+    write_run(results, "r2", SMALL,
+              versions={"CADDY_VERSION": "v2.10.0", "NGINX_VERSION": "1.26.3"})
+    df, manifests = load_runs(["r1", "r2"])
+    diffs = df.attrs["manifest_differences"]
+    assert len(diffs) == 1 and diffs[0].startswith("versions.CADDY_VERSION")
+    assert "r1=v2.11.9" in diffs[0] and "r2=v2.10.0" in diffs[0]
+    assert set(df["facet"]) == {"r1 · india", "r2 · india"}  # not pooled
+
+
+def test_identical_setups_are_pooled(results):
+    write_run(results, "r1", SMALL)
+    write_run(results, "r2", SMALL)
+    df, _ = load_runs(["r1", "r2"])
+    assert df.attrs["manifest_differences"] == [] and set(df["facet"]) == {"india"}
+
+
+def test_manifest_differences_ignore_per_run_fields():
+    a = {"run_id": "a", "seed": 1, "kernel": "6.1", "started_at": "x"}
+    b = {"run_id": "b", "seed": 2, "kernel": "6.18", "started_at": "y"}
+    assert manifest_differences([a, b]) == ["kernel: a=6.1; b=6.18"]
+
+
+def test_cli_entry_prints_one_line_and_exits_2(results, capsys):
+    assert main_report(["missing-run"], None) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("quicbed report: unknown run 'missing-run'") and "\n" not in err
+
+
+def test_rows_without_a_protocol_are_an_error(results):
+    run_dir = results / "odd"
+    run_dir.mkdir()
+    (run_dir / "rows.jsonl").write_text('{"condition": "c", "connection_time_ms": 1.0}\n')
+    with pytest.raises(AnalysisError, match="rows lack the column.*protocol"):
+        load_runs(["odd"])
+
+
+def test_an_unfinished_run_is_noted(results):
+    run_dir = write_run(results, "r1", SMALL, parquet=False)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "status": "running"}))
+    df, _ = load_runs(["r1"])
+    assert any("status 'running'" in n for n in df.attrs["notes"])
+
+
+def test_playback_sessions_count_as_streaming_whatever_their_workload_label(results):
+    run_dir = results / "play"
+    run_dir.mkdir()
+    rows = [{"protocol": "quic", "workload": "video", "object": "segments",
+             "startup_delay_ms": 700.0, "stall_count": 0},
+            {"protocol": "quic", "workload": "video", "object": "progressive",
+             "connection_time_ms": 80.0}]
+    (run_dir / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    df, _ = load_runs(["play"])
+    assert list(df["workload"]) == ["streaming", "video"]

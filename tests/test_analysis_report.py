@@ -1,0 +1,148 @@
+"""The report (quicbed.analysis.report) of synthetic runs: figures, tables, directions."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from analysis_synthetic import Model, write_run
+
+from quicbed.analysis import load_runs, main_report, write_report
+from quicbed.analysis.directions import FAILS, HOLDS, NO_DATA, evaluate
+from quicbed.analysis.figures import make_figures
+
+FULL = Model(repetitions=12)
+WEB_ONLY = Model(repetitions=12, workloads=("web",),
+                 conditions={"india": (80.0, 20.0, 20.0, 0.0)})
+
+
+@pytest.fixture(scope="module")
+def full_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("results")
+    write_run(root, "full", FULL)
+    return write_report([str(root / "full")])
+
+
+def referenced(html: str) -> set[str]:
+    return set(re.findall(r"(?:src|href)='([^']+)'", html)) - {""}
+
+
+def test_report_is_written_next_to_the_run(full_report):
+    assert full_report.name == "report.html" and full_report.parent.name == "report"
+    assert full_report.with_suffix(".md").is_file()
+
+
+def test_every_figure_exists_non_empty_and_is_referenced(full_report):
+    html = full_report.read_text()
+    markdown = full_report.with_suffix(".md").read_text()
+    files = sorted((full_report.parent / "figures").iterdir())
+    names = {f.stem for f in files}
+    assert {"cdf_connection_time_timing_ms", "cdf_connection_time_timing_rtt",
+            "cdf_ttfb_timing_ms", "cdf_download_time_timing_rtt", "cloud_throughput_vs_size",
+            "cloud_cpu_over_time", "cdf_connection_time_video_ms", "streaming_startup_delay",
+            "streaming_stall_durations"} <= names
+    for f in files:
+        assert f.stat().st_size > 1000
+        assert f"figures/{f.name}" in referenced(html)
+        assert f"(figures/{f.name})" in markdown
+    # and nothing referenced is missing
+    local = {r for r in referenced(html) if not r.startswith("#")}
+    assert all((full_report.parent / r).is_file() for r in local)
+
+
+def test_html_is_self_contained(full_report):
+    html = full_report.read_text()
+    assert "<style>" in html and "http://" not in html and "https://" not in html
+
+
+def test_report_has_tables_manifest_and_flags(full_report):
+    html = full_report.read_text()
+    for text in ("Medians per condition and protocol", "QUIC against TLS 1.2 and TLS 1.3",
+                 "Welch p", "MWU p", "n QUIC / other (pairs)", "Against the paper",
+                 "Calibration: configured against measured",
+                 "Stalls and quality switches against loss", "link_backend",
+                 "Failed trials (excluded from statistics)", "CPU-bound trials",
+                 "are failed: excluded from statistics"):
+        assert text in html, text
+
+
+def test_synthetic_model_directions_hold(full_report):
+    df, _ = load_runs([str(full_report.parent.parent)])
+    verdicts = {d.claim: v for d, v in evaluate(df[~df["failed"]])}
+    not_holding = {c: v for c, v in verdicts.items() if v.status != HOLDS}
+    assert not not_holding
+    handshake = next(v for c, v in verdicts.items() if c.startswith("Handshake arithmetic"))
+    assert "QUIC 1.0" in handshake.found[0] or "QUIC 0.9" in handshake.found[0]
+
+
+def test_absent_data_is_skipped_not_drawn_empty(tmp_path):
+    write_run(tmp_path, "web", WEB_ONLY)
+    df, _ = load_runs([str(tmp_path / "web")])
+    figures = make_figures(df[~df["failed"]], tmp_path / "figs")
+    assert {f.section for f in figures} == {"timing"}
+    assert len(figures) == 6  # 3 metrics x (ms, RTTs)
+    verdicts = {d.claim: v.status for d, v in evaluate(df[~df["failed"]])}
+    assert verdicts["Streaming: startup delay is similar without loss"] == NO_DATA
+    assert verdicts["QUIC uses about 2× the CPU on a 200 MB download (≈90% vs ≈50%)"] == NO_DATA
+
+
+def test_directions_that_do_not_hold_say_so(tmp_path):
+    write_run(tmp_path, "web", WEB_ONLY)
+    df, _ = load_runs([str(tmp_path / "web")])
+    ok = df[~df["failed"]].copy()
+    # Make QUIC's handshake the slowest: the ordering direction must fail.
+    quic = ok["protocol"] == "quic"
+    ok.loc[quic, "connection_time_ms"] *= 10
+    verdicts = {d.claim: v.status for d, v in evaluate(ok)}
+    assert verdicts["Connection time: QUIC < TLS 1.3 < TLS 1.2"] == FAILS
+
+
+def test_cli_entry_writes_to_out(tmp_path, capsys):
+    write_run(tmp_path, "web", WEB_ONLY)
+    assert main_report([str(tmp_path / "web")], str(tmp_path / "out")) == 0
+    assert (tmp_path / "out" / "report.html").is_file()
+    assert "report: " in capsys.readouterr().out
+
+
+def test_an_unshaped_condition_is_left_out_of_the_rtt_figures(tmp_path):
+    model = Model(repetitions=10, workloads=("web",),
+                  conditions={"india": (80.0, 20.0, 20.0, 0.0), "lan": (0.05, 1e4, 1e4, 0.0)})
+    write_run(tmp_path, "lan", model)
+    df, _ = load_runs([str(tmp_path / "lan")])
+    figures = {f.name: f for f in make_figures(df[~df["failed"]], tmp_path / "figs")}
+    assert "Left out" not in figures["cdf_connection_time_timing_ms"].caption
+    assert "Left out (no calibrated RTT of 1 ms or more): lan" in figures[
+        "cdf_connection_time_timing_rtt"].caption
+
+
+def test_runner_style_manifest_labels_calibration_and_forced_trials(tmp_path):
+    model = Model(repetitions=10, workloads=("web",))
+    write_run(tmp_path, "runner", model, runner_style=True, failing="germany")
+    df, manifests = load_runs([str(tmp_path / "runner")])
+    assert set(df["facet"]) == {"india", "germany"}  # labels, not the ids c0/c1
+    assert df.loc[df["condition"] == "c0", "rtt_ref_ms"].notna().all()
+    report = write_report([str(tmp_path / "runner")]).read_text()
+    assert "goodput_mbit down: 250.0 (configured 500.0" in report
+    assert "Calibration of germany (run runner) failed and the run went on (forced)" in report
+    assert "Trials on a path whose calibration was forced" in report
+
+
+def test_a_run_whose_trials_all_failed_still_gets_a_report(tmp_path):
+    model = Model(repetitions=2, workloads=("web",), failed=6,
+                  conditions={"india": (80.0, 20.0, 20.0, 0.0)})
+    write_run(tmp_path, "bad", model)
+    html = write_report([str(tmp_path / "bad")]).read_text()
+    assert "6 of 6 trials are failed" in html and "<img" not in html
+    assert "not enough data" in html
+
+
+def test_too_few_samples_is_not_enough_data_rather_than_a_verdict(tmp_path):
+    model = Model(repetitions=2, workloads=("streaming", "video"),
+                  conditions={"india": (80.0, 20.0, 20.0, 0.0)})
+    write_run(tmp_path, "few", model)
+    df, _ = load_runs([str(tmp_path / "few")])
+    verdicts = {d.claim: v.status for d, v in evaluate(df[~df["failed"]])}
+    observational = "Streaming: the lowest quality falls to 144p at 5–10% loss"
+    assert verdicts.pop(observational) == HOLDS  # a minimum needs no sample size
+    assert set(verdicts.values()) == {NO_DATA}
