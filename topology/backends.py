@@ -134,7 +134,8 @@ class UmlBackend(Backend):
             r(["ip", "link", "set", f"{veth}br", "master", lan.bridge])
             for dev in (veth, f"{veth}br"):
                 r(["sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1"])
-                r(["ethtool", "-K", dev, "gso", "off", "tso", "off", "gro", "off"], check=False)
+                for feature in ("gso", "tso", "gro", "tx-udp-segmentation"):
+                    r(["ethtool", "-K", dev, feature, "off"], check=False)
                 r(["ip", "link", "set", dev, "up"])
         self.ctl.mkdir(parents=True, exist_ok=True)
         (self.ctl / "net.conf").write_text(f"VEC0_ADDR={client_lan.router_cidr}\n"

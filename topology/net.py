@@ -39,6 +39,7 @@ ROUTER_CLIENT_IP, ROUTER_SERVER_IP = f"{CLIENT_NET}.1", f"{SERVER_NET}.1"
 ADDRESSES = {"client": f"{CLIENT_NET}.10", "cross": f"{CLIENT_NET}.11",
              "server": f"{SERVER_NET}.10"}
 DEFAULT_IMAGE = "quicbed/client:dev"
+OFFLOADS = ("gso", "tso", "gro", "tx-udp-segmentation", "rx-udp-gro-forwarding", "rx-gro-list")
 
 
 def server_host_name(index: int) -> str:
@@ -199,8 +200,11 @@ class Testbed:
 
     @staticmethod
     def _offloads_off(host: NsHost, intf: str) -> None:
-        # Per-packet rate and loss: no GSO/TSO super-packets, no GRO merging on the path.
-        host.run(["ethtool", "-K", intf, "gso", "off", "tso", "off", "gro", "off"], check=False)
+        """Per-packet rate and loss: no super-packets anywhere on the path. UDP GSO counts
+        too: quic-go sends with UDP_SEGMENT, and a UDP GSO frame reaching the UML router
+        whole was lost there (Caddy's HTTP/3 stalled ~1 s per response until this)."""
+        for feature in OFFLOADS:
+            host.run(["ethtool", "-K", intf, feature, "off"], check=False)
 
     # -- link --------------------------------------------------------------------------
     def _measure_forwarding_latency(self) -> None:
