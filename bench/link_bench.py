@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 from quicbed.topology.calibrate import _finish_iperf, _start_iperf, iperf, receiver_goodput_mbit
-from quicbed.topology.net import Testbed, TestbedConfig
+from quicbed.topology.net import HostSpec, Testbed, TestbedConfig
 from quicbed.topology.profiles import load_profile
 
 IDEAL = 1448 / 1514  # TCP payload share of a full frame: the best goodput ÷ rate can be
@@ -23,7 +23,7 @@ IDEAL = 1448 / 1514  # TCP payload share of a full frame: the best goodput ÷ ra
 
 def bench_profile(name: str, image: str, seconds: int) -> dict[str, float | str]:
     profile = load_profile(name)
-    cfg = TestbedConfig(profile=profile, client_image=image, server_image=image)
+    cfg = TestbedConfig(profile=profile, client=HostSpec(image), servers=(HostSpec(image),))
     with Testbed(cfg) as tb:
         rate = profile.down.rate_mbit
         result = iperf(tb, ["-t", str(seconds), "-O", "2", "-R"], timeout=seconds + 40)

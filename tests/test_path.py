@@ -16,7 +16,7 @@ import pytest
 
 from quicbed.topology.calibrate import calibrate, check_loss, check_rtt
 from quicbed.topology.clean import leftovers
-from quicbed.topology.net import Testbed, TestbedConfig
+from quicbed.topology.net import HostSpec, Testbed, TestbedConfig
 from quicbed.topology.profiles import apply_overrides, load_profile
 
 # Topology tests run every probe with the host's tools inside the hosts' namespaces, so any
@@ -27,7 +27,8 @@ pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
 def _config(profile: str, **overrides: str) -> TestbedConfig:
     prof = apply_overrides(load_profile(profile), overrides)
-    return TestbedConfig(profile=prof, client_image=TOPOLOGY_IMAGE, server_image=TOPOLOGY_IMAGE)
+    return TestbedConfig(profile=prof, client=HostSpec(TOPOLOGY_IMAGE),
+                         servers=(HostSpec(TOPOLOGY_IMAGE),))
 
 
 def _by_metric(cal, metric: str, direction: str = "both"):  # noqa: ANN001, ANN202

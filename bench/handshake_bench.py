@@ -1,0 +1,91 @@
+"""Handshake physics of the perf tools on the emulated path (prints figures; asserts nothing).
+
+For india (80 ms) and a 200 ms variant: median connection time ÷ calibrated RTT per protocol
+against theory (fresh: TLS 1.2 3, TLS 1.3 2, QUIC 1; resumed: 2, 1, 0), TTFB − connection
+time in RTTs (≥ 1), and 10 MB download goodput ÷ rate at 20 Mbit/s.
+
+    .venv/bin/python bench/handshake_bench.py [--reps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from quicbed import servers
+from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, ensure_pki, served_testbed
+from quicbed.paths import CACHE
+from quicbed.servers import content
+from quicbed.topology.calibrate import check_rtt
+from quicbed.topology.net import server_address
+from quicbed.topology.profiles import apply_overrides, load_profile
+
+# label: (tool, options, fresh RTTs, resumed RTTs or None)
+CLIENTS = {
+    "tls1.2-h2": ("tls_perf", ["--tls", "1.2", "--http", "2"], 3, 2),
+    "tls1.3-h2": ("tls_perf", ["--tls", "1.3", "--http", "2"], 2, 1),
+    "quic-h3 (libcurl)": ("quic_perf", [], 1, 0),
+    "quic-h3 (ngtcp2)": ("quic_perf", ["--backend", "ngtcp2"], 1, None),
+}
+
+
+def fetch(tb, address: str, tool: str, options: list[str], path: str, reps: int,  # noqa: ANN001
+          extra: list[str] = ()) -> list[dict]:
+    argv = [tool, "--url", f"https://{SERVER_NAME}/{path}", "--resolve",
+            f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem",
+            "-n", str(reps), "--pause", "100", "--timeout", "60", *options, *extra]
+    proc = tb.client.exec(argv, timeout=120 + reps * 10)
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def bench(profile_name: str, overrides: dict[str, str], server: str, reps: int) -> None:
+    profile = apply_overrides(load_profile(profile_name), overrides)
+    root = CACHE / "content"
+    content.ensure_content(root, {"web"})
+    content.ensure_files(root, ["10MB"])
+    with tempfile.TemporaryDirectory() as tmp:
+        ensure_pki(Path(tmp) / "pki")
+        with served_testbed(profile, [server], log_root=Path(tmp) / "logs",
+                            pki_dir=Path(tmp) / "pki", content_dir=root) as (tb, hosts):
+            servers.start_server(hosts[server].container, server, timeout=30)
+            rtt = check_rtt(tb, 30).measured
+            address = server_address(0)
+            print(f"\n{profile_name} {overrides or ''} via {tb.backend.name}, server {server}: "
+                  f"configured RTT {profile.rtt_ms:g} ms, calibrated {rtt:.2f} ms, n={reps}")
+            print(f"{'client':<20}{'conn/RTT':>9}{'theory':>7}{'error':>8}{'ttfb-conn':>10}"
+                  f"{'resumed':>9}{'theory':>7}{'10MB ÷ rate':>12}")
+            for label, (tool, options, fresh, resumed) in CLIENTS.items():
+                rows = [r for r in fetch(tb, address, tool, options, "web/index.html", reps)
+                        if not r["error"]]
+                conn = statistics.median(r["connection_time_ms"] for r in rows) / rtt
+                gap = statistics.median(r["ttfb_ms"] - r["connection_time_ms"] for r in rows) / rtt
+                res_text = "-"
+                if resumed is not None:
+                    again = [r for r in fetch(tb, address, tool, options, "web/index.html", reps,
+                                              ["--resume"]) if not r["error"]]
+                    if again:
+                        res = statistics.median(r["connection_time_ms"] for r in again) / rtt
+                        res_text = f"{res:.3f}"
+                big = [r for r in fetch(tb, address, tool, options, "cloud/10MB", 1)
+                       if not r["error"]]
+                goodput = big[0]["throughput_mbps"] / profile.down.rate_mbit if big else float("nan")
+                print(f"{label:<20}{conn:>9.3f}{fresh:>7}{(conn / fresh - 1):>+8.1%}{gap:>10.2f}"
+                      f"{res_text:>9}{resumed if resumed is not None else '-':>7}{goodput:>12.3f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--server", default="nginx")
+    args = parser.parse_args()
+    bench("india", {}, args.server, args.reps)
+    bench("india", {"delay_ms": "100"}, args.server, args.reps)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

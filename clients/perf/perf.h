@@ -1,0 +1,136 @@
+/* Shared types of tls_perf and quic_perf: options, the measurement row and the backend
+ * interface. Both tools are the same driver (perf_main) with a different tool description,
+ * so options, timing, CPU sampling and JSON output exist once. */
+#ifndef PERF_H
+#define PERF_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+
+#define PERF_TOOL_VERSION "0.1.0"
+#define PERF_MAX_RESOLVE 8
+
+enum perf_proto { PROTO_TLS12, PROTO_TLS13, PROTO_QUIC };
+enum perf_http { HTTP_11, HTTP_2, HTTP_3 };
+
+struct perf_opts {
+    const char *tool;             /* "tls_perf" or "quic_perf" */
+    const char *url;
+    const char *resolve[PERF_MAX_RESOLVE];
+    int n_resolve;
+    const char *cacert;
+    int insecure;
+    int repetitions;
+    long pause_ms;
+    double timeout_s;
+    int cpu;
+    const char *keylog;
+    const char *output_body;      /* NULL: discard (bytes are still counted) */
+    int sha256;
+    int resume;
+    int verbose;
+    int curl_timers;              /* add libcurl's raw phase offsets to the row */
+    enum perf_proto proto;
+    enum perf_http http;
+    const char *backend;
+    const char *cc;               /* --cc: congestion control, NULL = the stack's default */
+};
+
+/* One CPU sample; see cpu.c for the definition of the two percentages. */
+struct cpu_sample {
+    double t;                     /* seconds since t_start */
+    double proc_pct;
+    double sys_busy_pct;
+};
+
+struct perf_row {
+    char library[256];
+    char tls_version[32];
+    char http_version[8];
+    char cipher[96];
+    char local_ip[64];
+    long local_port;
+    char remote_ip[64];
+    long remote_port;
+    uint64_t bytes;
+    long http_status;
+    double t_start, t_connect, t_handshake, t_first_byte, t_done;  /* epoch seconds */
+    double connection_time_ms, ttfb_ms, download_time_ms, throughput_mbps;
+    int resumed;                  /* 1, 0, or -1 = unknown (printed as null) */
+    struct cpu_sample *cpu;
+    size_t n_cpu;
+    char sha256[65];              /* printed only with --sha256 */
+    long long early_data_bytes;   /* printed only with --resume */
+    /* --curl-timers: libcurl's own offsets from its start, in microseconds, plus the instant
+     * of the pre-request callback; for diagnosing the timing rules documented in README.md */
+    long long curl_us[7];         /* namelookup connect appconnect pretransfer starttransfer
+                                     total prereq_cb */
+    int rep;
+    char error[256];
+};
+
+/* A way of fetching one URL over one fresh (or resumed) connection.
+ * setup/teardown hold state that lives across repetitions (e.g. a TLS session cache for
+ * --resume); setup returns -2 for options the backend cannot honour (a usage error).
+ * fetch fills every field of the row it can, and sets row->error on failure. */
+struct perf_backend {
+    const char *name;
+    int (*setup)(const struct perf_opts *o, void **state);
+    int (*fetch)(const struct perf_opts *o, void *state, struct perf_row *row);
+    void (*teardown)(void *state);
+};
+
+/* What distinguishes the two tools. */
+struct perf_tool {
+    const char *name;
+    enum perf_proto default_proto;
+    enum perf_http default_http;
+    int is_quic;                  /* accepts --http 3 only, no --tls */
+    const struct perf_backend *const *backends;  /* NULL-terminated, first = default */
+};
+
+int perf_main(const struct perf_tool *tool, int argc, char **argv);
+
+/* opts.c */
+int perf_parse_opts(const struct perf_tool *tool, int argc, char **argv, struct perf_opts *o);
+void perf_usage(const struct perf_tool *tool, FILE *out);
+
+/* row.c */
+void perf_row_init(struct perf_row *row, int rep);
+void perf_row_free(struct perf_row *row);
+void perf_row_print(const struct perf_opts *o, const struct perf_row *row);
+void perf_row_failed(struct perf_row *row);
+void perf_row_timings(struct perf_row *row, double t_before, double namelookup_s,
+                      double connect_s, double appconnect_s, double starttransfer_s,
+                      double total_s);
+const char *perf_proto_name(enum perf_proto p);
+
+/* timeutil */
+double perf_now_realtime(void);
+double perf_now_monotonic(void);
+void perf_sleep_ms(long ms);
+
+/* cpu.c: samples every 500 ms from a helper thread while a fetch runs. */
+struct cpu_sampler;
+struct cpu_sampler *cpu_sampler_start(double interval_s);
+void cpu_sampler_stop(struct cpu_sampler *s, struct perf_row *row);
+
+/* sink.c: where the body goes (counted always; optionally hashed and/or kept) */
+struct perf_sink {
+    FILE *body;
+    void *md;                     /* EVP_MD_CTX * with --sha256 */
+};
+int perf_sink_open(struct perf_sink *s, const struct perf_opts *o, struct perf_row *row);
+int perf_sink_write(struct perf_sink *s, struct perf_row *row, const void *data, size_t len);
+void perf_sink_close(struct perf_sink *s, struct perf_row *row);
+
+/* backend_curl.c */
+extern const struct perf_backend perf_backend_libcurl;
+
+#ifdef HAVE_NGTCP2
+/* backend_ngtcp2.c: native ngtcp2 + nghttp3 + GnuTLS */
+extern const struct perf_backend perf_backend_ngtcp2;
+#endif
+
+#endif
