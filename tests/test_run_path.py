@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from quicbed.analysis.report import write_report
 from quicbed.paths import REPO
 from quicbed.topology.clean import clean, leftovers
 
@@ -20,6 +21,7 @@ pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
 CI_EXPERIMENT = REPO / "experiments" / "ci" / "handshake.yaml"
 TRIALS = 15  # 1 condition x 1 server x 3 clients x 1 object x 5 repetitions
+CA_OF_RUN: dict[str, str] = {}
 
 
 def _quicbed(*args: str, results: Path) -> subprocess.Popen[str]:
@@ -44,6 +46,15 @@ def test_ci_experiment_passes_its_expectations(tmp_path: Path) -> None:
     manifest = json.loads((run_dir / "manifest.json").read_text())
     calibration = manifest["conditions"]["c0"]["calibration"]
     assert calibration["passed"] and not calibration["forced"]
+    CA_OF_RUN[run_dir.name] = calibration["ca_sha256"]
+    # The report renders from this real run: every figure exists and the HTML links it.
+    html = write_report([str(run_dir)])
+    figures = sorted((html.parent / "figures").glob("*.png"))
+    assert figures, "no figures"
+    text = html.read_text()
+    for figure in figures:
+        assert figure.stat().st_size > 1000
+        assert f"figures/{figure.name}" in text
 
 
 def test_killed_run_resumes_to_exactly_one_row_per_trial(tmp_path: Path) -> None:
@@ -69,3 +80,6 @@ def test_killed_run_resumes_to_exactly_one_row_per_trial(tmp_path: Path) -> None
     rows = _rows(run_dir)
     ids = [r["trial_id"] for r in rows]
     assert len(ids) == TRIALS and len(set(ids)) == TRIALS
+    # A fresh run made a fresh CA (the resumed run kept its own).
+    calibration = json.loads((run_dir / "manifest.json").read_text())["conditions"]["c0"]
+    assert calibration["calibration"]["ca_sha256"] not in CA_OF_RUN.values()

@@ -1,0 +1,46 @@
+"""docker-compose.yml: the server stack on its own answers over HTTP/3 on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from quicbed.paths import REPO
+from quicbed.servers.prepare_compose import PORTS, prepare
+
+pytestmark = pytest.mark.docker
+
+
+def _fetch_h3(pki: Path, port: int) -> str:
+    argv = ["docker", "run", "--rm", "--network", "host", "-v", f"{pki}:/pki:ro",
+            "quicbed/client:dev", "curl", "--http3-only", "-s", "-o", "/dev/null",
+            "-w", "%{http_version} %{response_code}", "--cacert", "/pki/ca.pem",
+            "--resolve", f"localhost:{port}:127.0.0.1", f"https://localhost:{port}/web/index.html"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout.strip()
+
+
+@pytest.mark.skipif(not shutil.which("docker-compose"), reason="needs docker-compose")
+def test_compose_stack_serves_http3(tmp_path: Path) -> None:
+    out = tmp_path / "compose"
+    prepare(out, {"web"}, [])
+    env = {**os.environ, "QUICBED_COMPOSE_DIR": str(out)}
+    compose = ["docker-compose", "-p", "quicbedtest", "--env-file", "versions.env"]
+    up = subprocess.run([*compose, "up", "-d"], cwd=REPO, env=env, capture_output=True,
+                        text=True, timeout=120)
+    assert up.returncode == 0, up.stderr
+    try:
+        for server, port in PORTS.items():
+            deadline, answer = time.monotonic() + 30, ""
+            while time.monotonic() < deadline and answer != "3 200":
+                answer = _fetch_h3(out / "pki", port)
+                time.sleep(0 if answer == "3 200" else 1)
+            assert answer == "3 200", f"{server} on 127.0.0.1:{port} answered {answer!r}"
+            logs = (out / "logs" / server / "access.log").read_text()
+            assert "HTTP/3.0" in logs
+    finally:
+        subprocess.run([*compose, "down"], cwd=REPO, env=env, capture_output=True, timeout=120)

@@ -1,0 +1,139 @@
+"""The perf tools' physics on the emulated india path (80 ms, 20 Mbit/s).
+
+A fresh connection costs TLS 1.2 3 RTT, TLS 1.3 2 RTT, QUIC 1 RTT; resumed 2, 1 and 0 (QUIC
+0-RTT: the request leaves with the first flight, so the response arrives after 1 RTT). The
+figures against the +3% criterion are printed by bench/handshake_bench.py; these tests hold
+bounds that separate whole RTTs and fail if a tool or the path miscounts one.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from quicbed import servers
+from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, ensure_pki, served_testbed
+from quicbed.paths import CACHE
+from quicbed.servers import content
+from quicbed.topology.calibrate import check_rtt
+from quicbed.topology.net import server_address
+from quicbed.topology.profiles import load_profile
+
+pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
+
+# label: (tool, options, fresh RTTs)
+CLIENTS = {
+    "tls1.2": ("tls_perf", ["--tls", "1.2", "--http", "2"], 3),
+    "tls1.3": ("tls_perf", ["--tls", "1.3", "--http", "2"], 2),
+    "quic-libcurl": ("quic_perf", [], 1),
+    "quic-ngtcp2": ("quic_perf", ["--backend", "ngtcp2"], 1),
+}
+SERVERS = ["nginx", "caddy"]
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory, clean_slate):  # noqa: ANN001, ANN201
+    root = CACHE / "content"
+    content.ensure_content(root, {"web"})
+    content.ensure_files(root, ["10MB"])
+    tmp = tmp_path_factory.mktemp("perf")
+    ensure_pki(tmp / "pki")
+    profile = load_profile("india")
+    with served_testbed(profile, SERVERS, log_root=tmp / "logs", pki_dir=tmp / "pki",
+                        content_dir=root) as (tb, hosts):
+        for name, host in hosts.items():
+            servers.start_server(host.container, name, timeout=30)
+        rtt = check_rtt(tb, 30)
+        assert rtt.passed, rtt
+        yield tb, hosts, rtt.measured, profile
+
+
+def _fetch(path, server: str, client: str, obj: str = "web/index.html", reps: int = 7,  # noqa: ANN001
+           extra: tuple[str, ...] = (), shell_prefix: str = "") -> list[dict]:
+    tb, hosts, _, _ = path
+    tool, options, _ = CLIENTS[client]
+    address = server_address(tb.servers.index(hosts[server]))
+    argv = [tool, "--url", f"https://{SERVER_NAME}/{obj}", "--resolve",
+            f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem", "-n", str(reps),
+            "--pause", "100", "--timeout", "60", *options, *extra]
+    proc = tb.client.exec(argv, timeout=300)
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert rows and all(r["error"] == "" for r in rows), (proc.stderr[-500:], rows[-1:])
+    return rows
+
+
+def _median(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+@pytest.mark.parametrize("client", list(CLIENTS))
+def test_fresh_connection_costs_its_rtts(path, client: str) -> None:  # noqa: ANN001
+    _, _, rtt, _ = path
+    rows = _fetch(path, "nginx", client)
+    expected = CLIENTS[client][2]
+    ratio = _median(rows, "connection_time_ms") / rtt
+    # Above the RTT count by the handshake's transmission time and the endpoints' CPU only.
+    assert expected - 0.01 <= ratio <= expected + 0.06, ratio
+    # The request goes after the handshake: the first byte comes at least 1 RTT later.
+    gaps = [(r["ttfb_ms"] - r["connection_time_ms"]) / rtt for r in rows]
+    assert statistics.median(gaps) >= 0.98, gaps
+    assert all(r["resumed"] in (False, None) for r in rows)
+
+
+@pytest.mark.parametrize(("server", "client", "expected"), [
+    ("nginx", "tls1.2", 2), ("nginx", "tls1.3", 1), ("caddy", "tls1.3", 1)])
+def test_resumed_tls_saves_one_rtt(path, server: str, client: str, expected: int) -> None:  # noqa: ANN001
+    _, _, rtt, _ = path
+    rows = _fetch(path, server, client, extra=("--resume",))
+    assert all(r["resumed"] for r in rows), [r["resumed"] for r in rows]
+    ratio = _median(rows, "connection_time_ms") / rtt
+    assert expected - 0.01 <= ratio <= expected + 0.06, ratio
+
+
+def test_quic_0rtt_answers_after_one_rtt(path) -> None:  # noqa: ANN001
+    """ngtcp2 against Caddy: the request rides in 0-RTT, so TTFB is ~1 RTT instead of 2."""
+    _, _, rtt, _ = path
+    rows = _fetch(path, "caddy", "quic-ngtcp2", extra=("--resume",))
+    assert all(r["resumed"] and r["early_data_bytes"] > 0 for r in rows), rows[0]
+    assert 0.99 <= _median(rows, "ttfb_ms") / rtt <= 1.08
+
+
+@pytest.mark.parametrize("client", ["tls1.3", "quic-ngtcp2"])
+def test_10mb_download_follows_the_shaped_rate(path, client: str) -> None:  # noqa: ANN001
+    _, _, _, profile = path
+    rows = _fetch(path, "nginx", client, obj="cloud/10MB", reps=2)
+    ratio = max(r["throughput_mbps"] for r in rows) / profile.down.rate_mbit
+    assert 0.80 <= ratio <= 1.0, ratio
+
+
+CAPTURE = (
+    "cd /tmp && rm -f w.pcap w.keys w.err && "
+    "(tcpdump --immediate-mode -B 131072 -Z root -i client-eth0 -w w.pcap 'port 443' "
+    "2>w.err & echo $! > w.pid) && i=0 && "
+    "while ! grep -q listening w.err && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; "
+    "{tool} --keylog /tmp/w.keys > w.json; sleep 0.3; kill $(cat w.pid); sleep 0.3; "
+    "wirecheck.py --pcap w.pcap --row w.json --keylog w.keys --json"
+)
+
+
+@pytest.mark.parametrize("client", list(CLIENTS))
+def test_tool_instants_match_the_wire(path, client: str) -> None:  # noqa: ANN001
+    """A capture on the client's emulated interface puts handshake and first byte within
+    1 ms of what the tool reported (best of three: a busy host only makes the tool late)."""
+    tb, hosts, _, _ = path
+    tool, options, _ = CLIENTS[client]
+    address = server_address(tb.servers.index(hosts["nginx"]))
+    command = " ".join([tool, "--url", f"https://{SERVER_NAME}/web/index.html", "--resolve",
+                        f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem",
+                        *options])
+    worst = []
+    for _ in range(3):
+        proc = tb.client.exec(["sh", "-c", CAPTURE.format(tool=command)], timeout=120)
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        deltas = [abs(result["events"][k]["delta_ms"]) for k in ("handshake", "first_byte")]
+        worst.append(max(deltas))
+        if worst[-1] <= 1.0:
+            break
+    assert min(worst) <= 1.0, worst
