@@ -13,9 +13,9 @@ from quicbed.errors import InputError
 from quicbed.topology import profiles as topo
 from quicbed.topology.linkspec import field_names, parse_linkspec
 from quicbed.topology.profiles import Profile
+from quicbed.yamlio import PathKey, Source
 
 from .registry import PASSTHROUGH_PREFIXES
-from .source import PathKey, Source
 
 Link = Profile
 PROFILES_DIR = topo.PROFILE_DIR

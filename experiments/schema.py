@@ -15,6 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quicbed.yamlio import LocatedError as ExperimentError
+from quicbed.yamlio import PathKey, Source, load_source, parse_source
+
 from . import links
 from .expectations import Expectation, compile_expectation
 from .links import Link
@@ -28,7 +31,6 @@ from .registry import (
     variant_label,
     variant_protocol,
 )
-from .source import ExperimentError, PathKey, Source, load_source, parse_source
 
 ORDERS = ("interleaved", "blocked", "shuffled")
 _TOP_KEYS = {

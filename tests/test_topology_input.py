@@ -32,7 +32,7 @@ def _write(tmp_path: Path, text: str) -> Path:
     ("down:\n  rate_mbit: 20\n  dely_ms: 3\nup: {rate_mbit: 20}\n",
      ":3: down.dely_ms: unknown key"),
     ("down: {rate_mbit: fast}\nup: {rate_mbit: 20}\n", ":1: down.rate_mbit: must be a number"),
-    ("down: {rate_mbit: 20\nup: {rate_mbit: 20}\n", ": YAML syntax"),
+    ("down: {rate_mbit: 20\nup: {rate_mbit: 20}\n", ":2: yaml: while parsing a flow mapping"),
     ("down: {rate_mbit: 20}\n", ":1: up: missing"),
 ])
 def test_bad_profile_names_file_line_field(tmp_path: Path, text: str, expected: str) -> None:

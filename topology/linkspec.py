@@ -9,11 +9,11 @@ router (no sch_netem on the host); the same argument lists either way.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from quicbed.errors import InputError
-from quicbed.yamlio import line_of
 
 FRAME_BYTES = 1514  # an MTU-sized Ethernet frame, which is what htb and netem count
 JITTER_DISTRIBUTIONS = ("normal", "pareto", "paretonormal", "uniform")
@@ -128,26 +128,29 @@ _FIELDS: dict[str, type] = {
 }
 
 
-def parse_linkspec(data: Any, file: str, field_path: str) -> LinkSpec:
+LineOf = Callable[..., int | None]  # line(*keys below this spec) -> line in the file
+
+
+def parse_linkspec(data: Any, file: str, field_path: str, line: LineOf = lambda *_: None
+                   ) -> LinkSpec:
     """Validate one direction from YAML; every problem names file, line and field."""
     if not isinstance(data, dict):
-        raise InputError("must be a mapping of link parameters", file, line_of(data, ""),
-                         field_path)
+        raise InputError("must be a mapping of link parameters", file, line(), field_path)
     values: dict[str, Any] = {}
     for key, value in data.items():
-        line = line_of(data, key)
         where = f"{field_path}.{key}"
         if key not in _FIELDS:
             known = ", ".join(sorted(_FIELDS))
-            raise InputError(f"unknown key (known: {known})", file, line, where)
-        values[key] = _coerce(value, _FIELDS[key], file, line, where)
+            raise InputError(f"unknown key (known: {known})", file, line(key), where)
+        values[key] = _coerce(value, _FIELDS[key], file, line(key), where)
     if "rate_mbit" not in values:
-        raise InputError("missing (the bottleneck rate in Mbit/s)", file, line_of(data, ""),
+        raise InputError("missing (the bottleneck rate in Mbit/s)", file, line(),
                          f"{field_path}.rate_mbit")
     if "gemodel" in values:
-        values["gemodel"] = _parse_gemodel(data["gemodel"], file, f"{field_path}.gemodel")
+        values["gemodel"] = _parse_gemodel(data["gemodel"], file, f"{field_path}.gemodel",
+                                           lambda *keys: line("gemodel", *keys))
     spec = LinkSpec(**values)
-    check_linkspec(spec, file, lambda key: line_of(data, key), field_path)
+    check_linkspec(spec, file, line, field_path)
     return spec
 
 
@@ -188,21 +191,21 @@ def _coerce(value: Any, kind: type, file: str, line: int | None, where: str) -> 
     raise InputError(f"must be {names[kind]}, got {value!r}", file, line, where)
 
 
-def _parse_gemodel(data: Any, file: str, where: str) -> GilbertElliott:
+def _parse_gemodel(data: Any, file: str, where: str, line: LineOf) -> GilbertElliott:
     if not isinstance(data, dict):
-        raise InputError("must be a mapping {p, r, loss_bad, loss_good} in %", file, line_of(data, ""), where)
+        raise InputError("must be a mapping {p, r, loss_bad, loss_good} in %", file, line(), where)
     params: dict[str, float] = {}
     for key, value in data.items():
         if key not in ("p", "r", "loss_bad", "loss_good"):
-            raise InputError("unknown key (known: p, r, loss_bad, loss_good)", file, line_of(data, key),
+            raise InputError("unknown key (known: p, r, loss_bad, loss_good)", file, line(key),
                              f"{where}.{key}")
-        number = _coerce(value, float, file, line_of(data, key), f"{where}.{key}")
+        number = _coerce(value, float, file, line(key), f"{where}.{key}")
         if not 0 <= number <= 100:
-            raise InputError(f"must be within [0, 100] %, got {number:g}", file,
-                             line_of(data, key), f"{where}.{key}")
+            raise InputError(f"must be within [0, 100] %, got {number:g}", file, line(key),
+                             f"{where}.{key}")
         params[key] = number
     if "p" not in params or "r" not in params:
-        raise InputError("needs at least p and r", file, line_of(data, ""), where)
+        raise InputError("needs at least p and r", file, line(), where)
     return GilbertElliott(**params)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from quicbed.errors import InputError
 from quicbed.topology.linkspec import LinkSpec, check_linkspec, field_names, parse_linkspec
-from quicbed.yamlio import line_of, load_yaml
+from quicbed.yamlio import Source, load_source
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 _TOP_KEYS = ("description", "source", "down", "up")
@@ -46,24 +46,27 @@ def load_profile(name: str, overrides: dict[str, str] | None = None) -> Profile:
     if not path.exists():
         raise InputError(f"unknown profile {name!r} (available: {', '.join(available_profiles())})",
                          field="profile")
-    profile = parse_profile(load_yaml(path), str(path), path.stem)
+    profile = parse_profile(load_source(path), path.stem)
     return apply_overrides(profile, overrides or {})
 
 
-def parse_profile(data: Any, file: str, name: str) -> Profile:
+def parse_profile(src: Source, name: str) -> Profile:
+    data, file = src.data, src.file
     if not isinstance(data, dict):
         raise InputError("a profile must be a mapping with down and up", file, 1)
     for key in data:
         if key not in _TOP_KEYS:
             raise InputError(f"unknown key (known: {', '.join(_TOP_KEYS)})", file,
-                             line_of(data, key), str(key))
+                             src.line((key,)), str(key))
     for key in ("down", "up"):
         if key not in data:
             raise InputError("missing (a link spec for this direction)", file, 1, key)
+
+    def direction(key: str) -> LinkSpec:
+        return parse_linkspec(data[key], file, key, lambda *keys: src.line((key, *keys)))
+
     return Profile(name=name, description=str(data.get("description", "")),
-                   source=str(data.get("source", "")),
-                   down=parse_linkspec(data["down"], file, "down"),
-                   up=parse_linkspec(data["up"], file, "up"))
+                   source=str(data.get("source", "")), down=direction("down"), up=direction("up"))
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, str]:
