@@ -11,13 +11,14 @@ LAN and the server LAN, `tc(...)` runs tc argument lists on the router's egress 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,9 @@ from quicbed.paths import REPO, STATE
 from quicbed.topology.hosts import NsHost
 
 UML_BINARY = "linux.uml"
-UML_MARK = "umid=quicbed-"  # `quicbed clean` finds UML routers by this argument
+UML_MARK = "umid=quicbed-"
+UML_SOCKET_BUFFER = 8 << 20
+RMEM_DEFAULT = Path("/proc/sys/net/core/rmem_default")  # `quicbed clean` finds UML routers by this argument
 
 
 @dataclass(frozen=True)
@@ -149,15 +152,19 @@ class UmlBackend(Backend):
                 f"umid={self.umid}",
                 "vec0:transport=raw,ifname=uml0", "vec1:transport=raw,ifname=uml1"]
         log = open(self.ctl / "console.log", "wb")  # noqa: SIM115 - UML writes it until stop
-        self.process = subprocess.Popen(self.router.popen_argv(argv), stdin=subprocess.DEVNULL,
-                                        stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
-        deadline = time.monotonic() + self.BOOT_TIMEOUT
-        while not (self.ctl / "ready").exists():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                tail = (self.ctl / "console.log").read_text(errors="replace")[-1500:]
-                raise EnvironmentProblem(f"the UML router did not come up:\n{tail}")
-            time.sleep(0.05)
+        # UML's packet sockets take the host's default receive buffer when its init brings
+        # vec0/vec1 up; 208 KB overflowed whenever UML waited for the CPU (hundreds of drops
+        # a second at 100 Mbit/s), so the default is raised for the boot only.
+        with _socket_default(RMEM_DEFAULT, UML_SOCKET_BUFFER):
+            self.process = subprocess.Popen(self.router.popen_argv(argv),
+                                            stdin=subprocess.DEVNULL, stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+            deadline = time.monotonic() + self.BOOT_TIMEOUT
+            while not (self.ctl / "ready").exists():
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    tail = (self.ctl / "console.log").read_text(errors="replace")[-1500:]
+                    raise EnvironmentProblem(f"the UML router did not come up:\n{tail}")
+                time.sleep(0.05)
 
     def run(self, script: str) -> tuple[int, str]:
         """Run a shell script inside the UML router through the control directory."""
@@ -204,6 +211,16 @@ class UmlBackend(Backend):
         ready = self.ctl / "ready"
         kernel = ready.read_text().strip() if ready.exists() else "?"
         return {"backend": self.name, "uml_kernel": kernel}
+
+
+@contextlib.contextmanager
+def _socket_default(path: Path, value: int) -> Iterator[None]:
+    old = path.read_text().strip()
+    path.write_text(str(max(value, int(old))))
+    try:
+        yield
+    finally:
+        path.write_text(old)
 
 
 BACKENDS = {"netem": NetemBackend, "uml": UmlBackend}

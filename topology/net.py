@@ -39,6 +39,7 @@ ROUTER_CLIENT_IP, ROUTER_SERVER_IP = f"{CLIENT_NET}.1", f"{SERVER_NET}.1"
 ADDRESSES = {"client": f"{CLIENT_NET}.10", "cross": f"{CLIENT_NET}.11",
              "server": f"{SERVER_NET}.10"}
 DEFAULT_IMAGE = "quicbed/client:dev"
+PROBE_DELAY_MS = 5.0  # netem delay per direction while the path's own latency is measured
 OFFLOADS = ("gso", "tso", "gro", "tx-udp-segmentation", "rx-udp-gro-forwarding", "rx-gro-list")
 
 
@@ -208,18 +209,18 @@ class Testbed:
 
     # -- link --------------------------------------------------------------------------
     def _measure_forwarding_latency(self) -> None:
-        """The path's own round trip through a zero-delay netem stage (the UML router and its
-        timers add about 0.3-0.5 ms), subtracted from the netem delay so that the path's RTT
-        is the profile's."""
+        """What the path adds to netem's delay: forwarding, and (in UML) timer latency that
+        only shows when netem holds packets. Measured through a probe delay in each
+        direction and subtracted from the netem delay, so the path's RTT is the profile's."""
         assert self.backend
-        zero = LinkSpec(rate_mbit=self.profile.down.rate_mbit)
-        self.backend.tc([*netem_commands(self.backend.down_dev, zero),
-                         *netem_commands(self.backend.up_dev, zero)])
+        probe = LinkSpec(rate_mbit=self.profile.down.rate_mbit, delay_ms=PROBE_DELAY_MS)
+        self.backend.tc([*netem_commands(self.backend.down_dev, probe),
+                         *netem_commands(self.backend.up_dev, probe)])
         self.ping(count=3, interval=0.05)  # ARP and caches
         samples = self.ping(count=30, interval=0.02)
         if len(samples) < 20:
             raise EnvironmentProblem("the router does not forward: client cannot reach the server")
-        self.forwarding_rtt_ms = statistics.median(samples)
+        self.forwarding_rtt_ms = max(0.0, statistics.median(samples) - 2 * PROBE_DELAY_MS)
 
     def apply_link(self, down: LinkSpec, up: LinkSpec) -> None:
         """Shape both directions; a backend that cannot apply a parameter raises."""
