@@ -8,7 +8,7 @@ and the manifest say so.
 from __future__ import annotations
 
 import contextlib
-import glob
+import functools
 import json
 import platform
 import subprocess
@@ -201,17 +201,34 @@ def _image_info(image: str) -> dict[str, str]:
     return {"image": image, "id": image_id, "created": created.strip()}
 
 
+@functools.cache
+def _cpu_stat_file(container: str) -> Path | None:
+    """The container's cgroup CPU accounting file, found once through its init's cgroup."""
+    proc = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", container],
+                          capture_output=True, text=True)
+    try:
+        lines = Path(f"/proc/{int(proc.stdout)}/cgroup").read_text().splitlines()
+    except (ValueError, OSError):
+        return None
+    for line in lines:
+        hierarchy, controllers, path = line.split(":", 2)
+        if hierarchy == "0":  # cgroup v2
+            return Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.stat"
+        if "cpuacct" in controllers.split(","):
+            return Path("/sys/fs/cgroup/cpuacct") / path.lstrip("/") / "cpuacct.usage"
+    return None
+
+
 def _cpu_usec(container: str) -> float:
     """CPU time the container's cgroup has used (µs), from cgroup v2 or v1 accounting."""
-    proc = subprocess.run(["docker", "inspect", "-f", "{{.Id}}", container],
-                          capture_output=True, text=True)
-    cid = proc.stdout.strip()
-    for path in glob.glob(f"/sys/fs/cgroup/**/*{cid}*/cpu.stat", recursive=True):
-        for line in Path(path).read_text().splitlines():
-            if line.startswith("usage_usec"):
-                return float(line.split()[1])
-    for path in glob.glob(f"/sys/fs/cgroup/cpuacct/**/*{cid}*/cpuacct.usage", recursive=True):
-        return float(Path(path).read_text()) / 1000
+    path = _cpu_stat_file(container)
+    if path is None or not path.exists():
+        return 0.0
+    if path.name == "cpuacct.usage":
+        return float(path.read_text()) / 1000
+    for line in path.read_text().splitlines():
+        if line.startswith("usage_usec"):
+            return float(line.split()[1])
     return 0.0
 
 
