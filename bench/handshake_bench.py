@@ -17,8 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from quicbed import servers
-from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, ensure_pki, served_testbed
+from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.paths import CACHE
 from quicbed.servers import content
 from quicbed.topology.calibrate import check_rtt
@@ -50,11 +49,8 @@ def bench(profile_name: str, overrides: dict[str, str], server: str, reps: int) 
     content.ensure_content(root, {"web"})
     content.ensure_files(root, ["10MB"])
     with tempfile.TemporaryDirectory() as tmp:
-        ensure_pki(Path(tmp) / "pki")
         with served_testbed(profile, names, log_root=Path(tmp) / "logs",
-                            pki_dir=Path(tmp) / "pki", content_dir=root) as (tb, hosts):
-            for name in names:
-                servers.start_server(hosts[name].container, name, timeout=30)
+                            pki_dir=Path(tmp) / "pki", content_dir=root, start=True) as (tb, hosts):
             rtt = check_rtt(tb, 30).measured
             address_of = {n: server_address(tb.servers.index(hosts[n])) for n in names}
             address = address_of[server]

@@ -67,7 +67,6 @@ class TestbedExecutor:
     def condition(self, cond: Condition) -> Iterator[dict[str, Any]]:
         names = list(self.exp.servers)
         self._prepare_content()
-        ensure_pki(self.pki_dir)
         with served_testbed(cond.link, names, log_root=self.run_dir / "logs" / cond.id,
                             pki_dir=self.pki_dir, content_dir=self.content_dir,
                             backend=self.backend, client_image=self.client_image,
@@ -166,9 +165,12 @@ def ensure_pki(pki_dir: Path) -> None:
 @contextlib.contextmanager
 def served_testbed(profile: Profile, names: list[str], *, log_root: Path, pki_dir: Path,
                    content_dir: Path, backend: str = "auto", client_image: str = DEFAULT_IMAGE,
-                   tcp_cc: str = "cubic") -> Iterator[tuple[Testbed, dict[str, DockerHost]]]:
+                   tcp_cc: str = "cubic", start: bool = False
+                   ) -> Iterator[tuple[Testbed, dict[str, DockerHost]]]:
     """The path with one container per named server (content, PKI and logs mounted) and the
-    client with the CA; servers are started by `servers.start_server` when needed."""
+    client with the CA. With `start`, every server is started and ready; otherwise the caller
+    starts them (the runner does, once per condition, after calibration)."""
+    ensure_pki(pki_dir)
     specs = []
     for name in names:
         log_dir = log_root / name
@@ -180,7 +182,10 @@ def served_testbed(profile: Profile, names: list[str], *, log_root: Path, pki_di
                         client=HostSpec(client_image, ("-v", f"{pki_dir}:{CLIENT_PKI}:ro")),
                         servers=tuple(specs))
     with Testbed(cfg) as tb:
-        yield tb, dict(zip(names, tb.servers, strict=True))
+        hosts = dict(zip(names, tb.servers, strict=True))
+        for name, host in hosts.items() if start else ():
+            servers.start_server(host.container, name, timeout=30)
+        yield tb, hosts
 
 
 def _url_path(trial: Trial) -> str:

@@ -14,8 +14,7 @@ import statistics
 
 import pytest
 
-from quicbed import servers
-from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, ensure_pki, served_testbed
+from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.paths import CACHE
 from quicbed.servers import content
 from quicbed.topology.calibrate import check_rtt
@@ -40,12 +39,9 @@ def path(tmp_path_factory, clean_slate):  # noqa: ANN001, ANN201
     content.ensure_content(root, {"web"})
     content.ensure_files(root, ["10MB"])
     tmp = tmp_path_factory.mktemp("perf")
-    ensure_pki(tmp / "pki")
     profile = load_profile("india")
     with served_testbed(profile, SERVERS, log_root=tmp / "logs", pki_dir=tmp / "pki",
-                        content_dir=root) as (tb, hosts):
-        for name, host in hosts.items():
-            servers.start_server(host.container, name, timeout=30)
+                        content_dir=root, start=True) as (tb, hosts):
         rtt = check_rtt(tb, 30)
         assert rtt.passed, rtt
         yield tb, hosts, rtt.measured, profile

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from quicbed import servers
-from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, ensure_pki, served_testbed
+from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.paths import CACHE
 from quicbed.servers import content
 from quicbed.topology.net import server_address
@@ -34,12 +34,9 @@ def served(tmp_path_factory, clean_slate):  # noqa: ANN001, ANN201
     segment = sorted(rel for rel in files if rel.startswith("video/") and rel.endswith(".m4s"))[0]
     objects = {rel: files[rel] for rel in ("web/index.html", "cloud/1MB", segment)}
     tmp = tmp_path_factory.mktemp("served")
-    ensure_pki(tmp / "pki")
     profile = load_profile("germany")
     with served_testbed(profile, SERVERS, log_root=tmp / "logs", pki_dir=tmp / "pki",
-                        content_dir=root) as (tb, hosts):
-        for name, host in hosts.items():
-            servers.start_server(host.container, name, timeout=30)
+                        content_dir=root, start=True) as (tb, hosts):
         yield tb, hosts, objects, tmp / "logs", profile.rtt_ms
 
 
