@@ -63,9 +63,12 @@ def _specs() -> dict[str, ServerSpec]:
         # quic-go's cubic_sender.go, instantiated with "true, // use Reno" (checked in v0.63).
         "congestion_control": "NewReno (quic-go default: its Cubic sender in Reno mode)",
         "initial_cwnd": "32 packets (initialCongestionWindow in quic-go)",
+        # The emulated links turn tx-udp-segmentation off, so GSO batches are split in the
+        # sender's kernel before they reach the router.
         "gso": "on when the kernel supports UDP GSO",
         "udp_buffers": "7 MiB requested (SO_RCVBUFFORCE when CAP_NET_ADMIN)",
-        # Clients make first connections only; resumption is never exercised.
+        # Clients make fresh connections unless --resume; then TLS 1.3 resumes and QUIC
+        # accepts 0-RTT (Go's crypto/tls offers no TLS 1.2 resumption to libcurl).
         "tls_session_tickets": "on (Caddy default)",
     }
     specs = [
@@ -92,7 +95,11 @@ def _specs() -> dict[str, ServerSpec]:
                 "gso": "off (quic_gso default)",
                 "udp_buffers": "rcvbuf=7m sndbuf=7m on the listen socket, clamped by rmem_max",
                 "workers": "1",
-                "tls_session_tickets": "off (ssl_session_tickets off, no session cache)",
+                "stream_buffer": "4m (http3_stream_buffer_size; the 64k default caps a "
+                                 "stream at 64 KB per RTT)",
+                "tls_session_tickets": "on, with a shared session cache; TLS 1.3 0-RTT over TCP "
+                                       "on (ssl_early_data); QUIC early data refused by nginx's "
+                                       "OpenSSL compatibility layer",
             },
         ),
     ]

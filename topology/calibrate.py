@@ -140,7 +140,7 @@ def check_goodput(tb: Testbed, direction: str, spec: LinkSpec, seconds: float) -
     mbit, received, crossed = max(attempts)
     ratio = mbit / spec.rate_mbit
     tried = ", ".join(f"{a[0]:.1f}" for a in attempts)
-    egress = "the router's egress"
+    egress = f"router egress {_egress(tb, direction)}"
     return [
         Check("goodput_mbit", direction, spec.rate_mbit, round(mbit, 3),
               f"{floor:.0%}..102% of rate", floor <= ratio <= 1.02,
@@ -152,9 +152,14 @@ def check_goodput(tb: Testbed, direction: str, spec: LinkSpec, seconds: float) -
     ]
 
 
+def _egress(tb: Testbed, direction: str) -> str:
+    assert tb.backend
+    return tb.backend.down_dev if direction == "down" else tb.backend.up_dev
+
+
 def _goodput_once(tb: Testbed, direction: str, seconds: float) -> tuple[float, int, int]:
     assert tb.backend
-    egress = tb.backend.down_dev if direction == "down" else tb.backend.up_dev
+    egress = _egress(tb, direction)
     before = tb.backend.counters()[egress]
     result = iperf(tb, ["-t", str(seconds), "-O", "2", *(["-R"] if direction == "down" else [])],
                    timeout=seconds + 30 + 10 * tb.profile.rtt_ms / 1000)
