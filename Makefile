@@ -19,12 +19,13 @@ PYTEST_ARGS ?=
 
 APT_PACKAGES := docker.io user-mode-linux mininet iperf3 debootstrap iputils-ping ethtool \
 	tcpdump iproute2 net-tools python3-venv python3-pip openssl ca-certificates procps \
-	docker-compose
+	docker-compose gcc libc6-dev make
 DEPS_STAMP := $(QUICBED_CACHE)/deps-$(shell echo '$(APT_PACKAGES)' | md5sum | cut -c1-8).stamp
 
-.PHONY: test deps docker venv images content lab clean bench reproduce compose-prepare compose-up
+.PHONY: test deps docker venv images delayline content lab clean bench reproduce compose-prepare \
+	compose-up
 
-test: deps docker venv images
+test: deps docker venv images delayline
 	$(VENV)/bin/ruff check quicbed topology servers clients experiments analysis tests bench
 	$(VENV)/bin/pytest -v -rs $(PYTEST_ARGS)
 
@@ -58,6 +59,10 @@ $(VENV)/.installed: pyproject.toml versions.env | deps
 images: docker
 	@for suite in $(DEBIAN_BASE_SUITES); do bash images/base.sh $$suite; done
 	@if [ -x images/build.sh ]; then bash images/build.sh all; fi
+
+# The user-space netem stage for kernels without sch_netem (topology/delayline).
+delayline: deps
+	@$(MAKE) -s -C topology/delayline
 
 content: venv
 	$(PY) -m quicbed.servers.content

@@ -21,9 +21,11 @@ from quicbed.topology.profiles import load_profile
 IDEAL = 1448 / 1514  # TCP payload share of a full frame: the best goodput ÷ rate can be
 
 
-def bench_profile(name: str, image: str, seconds: int) -> dict[str, float | str]:
+def bench_profile(name: str, image: str, seconds: int, backend: str
+                  ) -> dict[str, float | str]:
     profile = load_profile(name)
-    cfg = TestbedConfig(profile=profile, client=HostSpec(image), servers=(HostSpec(image),))
+    cfg = TestbedConfig(profile=profile, backend=backend, client=HostSpec(image),
+                        servers=(HostSpec(image),))
     with Testbed(cfg) as tb:
         rate = profile.down.rate_mbit
         result = iperf(tb, ["-t", str(seconds), "-O", "2", "-R"], timeout=seconds + 40)
@@ -48,14 +50,17 @@ def main() -> int:
     parser.add_argument("--profiles", nargs="+", default=["india", "germany", "germany-lab"])
     parser.add_argument("--image", default="debian:trixie-slim")
     parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--backend", default="auto", help="auto, netem, uml or delayline")
     args = parser.parse_args()
-    rows = [bench_profile(p, args.image, args.seconds) for p in args.profiles]
+    rows = [bench_profile(p, args.image, args.seconds, args.backend) for p in args.profiles]
     kernel = subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout.strip()
-    print(f"\nlink benchmark, kernel {kernel}, backend {rows[0]['backend']}")
-    print(f"{'profile':<12}{'rate':>7}{'rtt':>6}{'goodput':>9}{'÷rate':>7}{'÷ideal':>8}"
-          f"{'retx':>6}{'rtt idle':>10}{'rtt load':>10}{'err load':>10}{'p95 load':>10}")
+    print(f"\nlink benchmark, kernel {kernel}, backend {args.backend}")
+    print(f"{'profile':<12}{'backend':<10}{'rate':>6}{'rtt':>6}{'goodput':>9}{'÷rate':>7}"
+          f"{'÷ideal':>8}{'retx':>6}{'rtt idle':>10}{'rtt load':>10}{'err load':>10}"
+          f"{'p95 load':>10}")
     for r in rows:
-        print(f"{r['profile']:<12}{r['rate_mbit']:>7g}{r['rtt_ms']:>6g}{r['goodput_mbit']:>9.1f}"
+        print(f"{r['profile']:<12}{r['backend']:<10}{r['rate_mbit']:>6g}{r['rtt_ms']:>6g}"
+              f"{r['goodput_mbit']:>9.1f}"
               f"{r['ratio']:>7.3f}{r['ratio_of_ideal']:>8.3f}{r['retransmits']:>6}"
               f"{r['rtt_idle_ms']:>10.2f}{r['rtt_load_ms']:>10.2f}{r['rtt_error_load_ms']:>+10.2f}"
               f"{r['rtt_p95_load_ms']:>10.2f}")

@@ -46,7 +46,8 @@ class TestbedExecutor:
                  backend: str = "auto", client_image: str = DEFAULT_IMAGE,
                  console: Console | None = None) -> None:
         self.exp, self.run_dir, self.force, self.client_image = exp, run_dir, force, client_image
-        self.backend = choose_backend(backend)
+        choose_backend(backend)  # a requested backend this kernel lacks fails here, not later
+        self.backend = backend  # "auto" resolves per profile (its rate), recorded per condition
         self.console = console or Console(stderr=True, highlight=False)
         self.content_dir = CACHE / "content"
         # Keys are made per run and kept out of the results (which people share).
@@ -57,7 +58,8 @@ class TestbedExecutor:
 
     # -- Executor protocol ---------------------------------------------------------------
     def manifest_info(self) -> dict[str, Any]:
-        return {"link_backend": self.backend, "kernel": platform.release(), "force": self.force,
+        return {"link_backend": self.backend, "link_backend_per_condition": "calibration.backend",
+                "kernel": platform.release(), "force": self.force,
                 "client_image": _image_info(self.client_image),
                 "server_images": {name: _image_info(spec.image)
                                   for name, spec in servers.SERVERS.items()},

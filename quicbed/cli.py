@@ -14,14 +14,17 @@ from pathlib import Path
 from quicbed.errors import InputError, QuicbedError
 
 Handler = Callable[[argparse.Namespace], int]
+# topology.backends.BACKENDS and "auto"; spelled out so that `--help` needs no Mininet import.
+BACKEND_CHOICES = ("auto", "netem", "uml", "delayline")
 
 
 def _link_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("profile", help="profile name (topology/profiles) or a YAML file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a link parameter (loss_pct=1, down.rate_mbit=50)")
-    p.add_argument("--backend", default="auto", choices=["auto", "netem", "uml"],
-                   help="where tc netem runs (auto: the host kernel if it has netem)")
+    p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
+                   help="where the netem stage runs (auto: the host kernel if it has netem, else a UML "
+                   "router, or the delay line above 100 Mbit/s)")
     p.add_argument("--tcp-cc", default="cubic", help="TCP congestion control in every host")
     p.add_argument("--client-image", default=None, help="client container image")
     p.add_argument("--server-image", default=None, help="server container image")
@@ -168,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="use the file's quick: settings")
     p.add_argument("--force", action="store_true",
                    help="measure even through a path that failed calibration (recorded)")
-    p.add_argument("--backend", default="auto", choices=["auto", "netem", "uml"])
+    p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     p.add_argument("--client-image", default="quicbed/client:dev")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_run)
@@ -185,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("reproduce", help="run experiments/paper (quick) and write the report")
     p.add_argument("--full", action="store_true", help="the full repetitions (hours)")
-    p.add_argument("--backend", default="auto", choices=["auto", "netem", "uml"])
+    p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     p.add_argument("--out", help="report directory")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_reproduce)

@@ -75,10 +75,11 @@ def test_host_container_has_no_route_but_the_emulated_one() -> None:
         assert rtt.passed, rtt
 
 
-def test_clean_leaves_nothing_after_kill_9() -> None:
+@pytest.mark.parametrize("backend", ["auto", "delayline"])
+def test_clean_leaves_nothing_after_kill_9(backend: str) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     run = subprocess.Popen([sys.executable, "-m", "quicbed.cli", "calibrate", "india",
-                            "--client-image", TOPOLOGY_IMAGE], env=env,
+                            "--backend", backend, "--client-image", TOPOLOGY_IMAGE], env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 90
     seen = ""

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from quicbed.errors import InputError
+from quicbed.topology.backends import delayline_config
+from quicbed.topology.calibrate import expected_loss_run
 from quicbed.topology.linkspec import GilbertElliott, LinkSpec, netem_commands, rate_commands
 from quicbed.topology.profiles import apply_overrides, available_profiles, load_profile
+from quicbed.topology.udpprobe import loss_runs
 
 GOOD = "down: {rate_mbit: 20, delay_ms: 40}\nup: {rate_mbit: 20, delay_ms: 40}\n"
 
@@ -103,3 +106,39 @@ def test_rate_stage_queue_is_one_bdp_by_default_or_as_given() -> None:
 
 def test_gilbert_elliott_mean_loss() -> None:
     assert GilbertElliott(p=1, r=9, loss_bad=100, loss_good=0).mean_loss_pct() == 10
+
+
+def test_uniform_jitter_gives_netem_no_table() -> None:
+    """tc has no "uniform" table (it refuses `distribution uniform`); netem without one
+    draws uniformly."""
+    add = netem_commands("vec0", LinkSpec(rate_mbit=20, delay_ms=40, jitter_ms=2,
+                                          jitter_distribution="uniform"))[-1]
+    assert "distribution" not in add and "2.000ms" in add
+
+
+def test_reordering_needs_a_delay() -> None:
+    india = load_profile("india")
+    with pytest.raises(InputError, match="reorder_pct: needs a delay"):
+        apply_overrides(india, {"delay_ms": "0", "reorder_pct": "5"})
+
+
+def test_delay_line_settings_are_netems_parameters() -> None:
+    spec = LinkSpec(rate_mbit=20, delay_ms=40, jitter_ms=2, duplicate_pct=1,
+                    gemodel=GilbertElliott(p=1, r=20))
+    settings = dict(line.split("=", 1)
+                    for line in delayline_config(spec, 39.8, seed=7, generation=3).split())
+    assert settings["delay_us"] == "39800.0" and settings["jitter_us"] == "2000.0"
+    assert settings["distribution"].endswith("/normal.dist")
+    assert (settings["ge_p"], settings["ge_r"], settings["ge_loss_bad"]) == ("1", "20", "100")
+    assert "loss_pct" not in settings and settings["duplicate_pct"] == "1"
+    assert int(settings["limit"]) == spec.delay_line_limit()
+    assert (settings["seed"], settings["generation"]) == ("7", "3")
+
+
+def test_loss_runs_and_their_expected_length() -> None:
+    assert loss_runs({0, 3, 4, 8}, 10) == 3  # 1-2, 5-7 and 9 lost
+    assert loss_runs(set(range(10)), 10) == 0
+    assert expected_loss_run(LinkSpec(rate_mbit=1, loss_pct=10)) == pytest.approx(1 / 0.9)
+    assert expected_loss_run(LinkSpec(rate_mbit=1, gemodel=GilbertElliott(p=1, r=20))) == 5
+    partial = GilbertElliott(p=1, r=20, loss_bad=50)
+    assert expected_loss_run(LinkSpec(rate_mbit=1, gemodel=partial)) is None

@@ -194,13 +194,46 @@ def check_loss(tb: Testbed, packets: int) -> list[Check]:
         send.wait()
         out, err = recv.communicate(timeout=120)
         try:
-            received = json.loads(out)["received"]
+            result = json.loads(out)
+            received, runs = result["received"], result["loss_runs"]
         except (json.JSONDecodeError, KeyError):
             raise RuntimeError(f"loss probe failed: {err.strip() or out}") from None
-        checks.append(_loss_check(direction, specs[direction].expected_loss_pct,
-                                  packets - received, packets,
-                                  bursty=specs[direction].gemodel is not None))
+        spec = specs[direction]
+        checks.append(_loss_check(direction, spec.expected_loss_pct, packets - received, packets,
+                                  bursty=spec.gemodel is not None))
+        burst = _burst_check(direction, spec, packets - received, runs)
+        if burst:
+            checks.append(burst)
     return checks
+
+
+MIN_LOSS_RUNS = 40  # fewer runs than this say too little about their length
+
+
+def expected_loss_run(spec: LinkSpec) -> float | None:
+    """Mean length of a run of lost packets, where the loss model fixes it: 1/(1-p) for
+    random loss p; 1/r for Gilbert-Elliott that loses all in bad and none in good (netem
+    decides each packet in the state it arrives in, so the bad state's sojourn is the run)."""
+    g = spec.gemodel
+    if g is None:
+        return 1 / (1 - spec.loss_pct / 100) if 0 < spec.loss_pct < 100 else None
+    if g.loss_bad == 100 and g.loss_good == 0 and g.r > 0:
+        return 100 / g.r
+    return None
+
+
+def _burst_check(direction: str, spec: LinkSpec, lost: int, runs: int) -> Check | None:
+    """Losses come in runs of the model's length: random loss in ones, gemodel in bursts."""
+    expected = expected_loss_run(spec)
+    if expected is None or runs < MIN_LOSS_RUNS:
+        return None
+    measured = lost / runs
+    # Random loss: only the upper bound says something (runs of one are never too short).
+    low = 1.0 if spec.gemodel is None else 1 + 0.7 * (expected - 1)
+    high = 1.3 * expected
+    return Check("loss_run_mean", direction, round(expected, 3), round(measured, 3),
+                 f"{low:.2f}..{high:.2f} packets", low <= measured <= high,
+                 f"{lost} lost in {runs} runs")
 
 
 def _loss_check(direction: str, expected_pct: float, lost: int, total: int, bursty: bool

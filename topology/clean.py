@@ -1,8 +1,9 @@
 """Remove everything the testbed made, even after `kill -9` of a run.
 
-What a run leaves when killed: containers (labelled `quicbed`), UML routers (found by their
-`umid=quicbed-` argument) that keep the router namespace alive, Mininet shells, processes
-started inside those namespaces, veths half-made in the root namespace, and probe namespaces.
+What a run leaves when killed: containers (labelled `quicbed`), UML routers and delay lines
+(found by their `umid=quicbed-` argument and binary name) that keep the router namespace
+alive, Mininet shells, processes started inside those namespaces, veths half-made in the root
+namespace, and probe namespaces.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 from quicbed.paths import STATE
-from quicbed.topology.backends import UML_MARK
+from quicbed.topology.backends import DELAYLINE_MARK, UML_MARK
 from quicbed.topology.hosts import LABEL
 
 NODE_NAMES = ("client", "cross", "router", r"server\d*")
@@ -44,7 +45,9 @@ def _pids() -> list[int]:
 def testbed_processes() -> list[int]:
     """UML routers and Mininet shells of the testbed, and every process sharing their netns."""
     root_ns = _netns(1)
-    marked = [pid for pid in _pids() if UML_MARK in _cmdline(pid) or _SHELL.search(_cmdline(pid))]
+    marked = [pid for pid in _pids()
+              if any(mark in _cmdline(pid) for mark in (UML_MARK, DELAYLINE_MARK))
+              or _SHELL.search(_cmdline(pid))]
     namespaces = {_netns(pid) for pid in marked} - {None, root_ns}
     in_ns = [pid for pid in _pids() if _netns(pid) in namespaces]
     return sorted(set(marked) | set(in_ns) - {os.getpid()})

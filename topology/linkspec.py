@@ -107,7 +107,10 @@ def netem_commands(dev: str, spec: LinkSpec, delay_ms: float | None = None) -> l
     netem = ["tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "netem",
              "limit", str(spec.delay_line_limit()), "delay", f"{delay:.3f}ms"]
     if spec.jitter_ms > 0:
-        netem += [f"{spec.jitter_ms:.3f}ms", "distribution", spec.jitter_distribution]
+        netem.append(f"{spec.jitter_ms:.3f}ms")
+        # netem draws uniformly when it is given no table; tc has no "uniform" table.
+        if spec.jitter_distribution != "uniform":
+            netem += ["distribution", spec.jitter_distribution]
     if spec.gemodel:
         g = spec.gemodel
         netem += ["loss", "gemodel", f"{g.p:g}%", f"{g.r:g}%", f"{g.loss_bad:g}%",
@@ -176,6 +179,9 @@ def check_linkspec(spec: LinkSpec, file: str, line: Any, field_path: str) -> Non
         raise bad("queue_packets", "must be >= 1 packet")
     if spec.queue_ms is not None and spec.queue_ms <= 0:
         raise bad("queue_ms", "must be > 0 ms")
+    if spec.reorder_pct and spec.delay_ms == 0:
+        raise bad("reorder_pct", "needs a delay: netem reorders by sending some packets "
+                  "ahead of the delayed ones")
     if spec.gemodel and spec.loss_pct:
         raise bad("loss_pct", "give either loss_pct or gemodel, not both")
 

@@ -31,7 +31,7 @@ from quicbed.topology.backends import (
     tc_script,
 )
 from quicbed.topology.hosts import DockerHost, HostIntf, NsHost
-from quicbed.topology.linkspec import LinkSpec, netem_commands, rate_commands
+from quicbed.topology.linkspec import LinkSpec, rate_commands
 from quicbed.topology.profiles import Profile
 
 CLIENT_NET, SERVER_NET = "10.77.1", "10.77.2"
@@ -122,7 +122,7 @@ class Testbed:
 
     def start(self) -> None:
         require_docker()
-        backend_name = choose_backend(self.config.backend)
+        backend_name = choose_backend(self.config.backend, self.profile.max_rate_mbit)
         net = Mininet(topo=None, build=False, controller=None, cleanup=False)
         self.net = net
         cfg = self.config
@@ -214,8 +214,7 @@ class Testbed:
         direction and subtracted from the netem delay, so the path's RTT is the profile's."""
         assert self.backend
         probe = LinkSpec(rate_mbit=self.profile.down.rate_mbit, delay_ms=PROBE_DELAY_MS)
-        self.backend.tc([*netem_commands(self.backend.down_dev, probe),
-                         *netem_commands(self.backend.up_dev, probe)])
+        self.backend.impair((probe, PROBE_DELAY_MS), (probe, PROBE_DELAY_MS))
         self.ping(count=3, interval=0.05)  # ARP and caches
         samples = self.ping(count=30, interval=0.02)
         if len(samples) < 20:
@@ -227,16 +226,14 @@ class Testbed:
         assert self.backend
         rtt = down.delay_ms + up.delay_ms
         half = self.forwarding_rtt_ms / 2
-        netem: list[list[str]] = []
         applied: dict[str, Any] = {"forwarding_rtt_ms": round(self.forwarding_rtt_ms, 3)}
-        for name, dev, spec in (("down", self.backend.down_dev, down),
-                                ("up", self.backend.up_dev, up)):
-            netem_delay = max(0.0, spec.delay_ms - half)
-            netem += netem_commands(dev, spec, delay_ms=netem_delay)
-            applied[name] = {**spec.to_dict(), "netem_delay_ms": round(netem_delay, 3),
+        delays = {}
+        for name, spec in (("down", down), ("up", up)):
+            delays[name] = max(0.0, spec.delay_ms - half)
+            applied[name] = {**spec.to_dict(), "netem_delay_ms": round(delays[name], 3),
                              "netem_limit_packets": spec.delay_line_limit(),
                              "queue_packets_effective": spec.queue_size_packets(rtt)}
-        self.backend.tc(netem)
+        self.backend.impair((down, delays["down"]), (up, delays["up"]))
         rate: list[list[str]] = []
         for port, spec in self._rate_ports(down, up):
             rate += rate_commands(port, spec, rtt)

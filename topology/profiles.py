@@ -31,6 +31,10 @@ class Profile:
     def rtt_ms(self) -> float:
         return self.down.delay_ms + self.up.delay_ms
 
+    @property
+    def max_rate_mbit(self) -> float:
+        return max(self.down.rate_mbit, self.up.rate_mbit)
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "source": self.source,
                 "rtt_ms": self.rtt_ms, "down": self.down.to_dict(), "up": self.up.to_dict()}

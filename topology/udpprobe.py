@@ -2,7 +2,8 @@
 
 Run with the host's python3 inside a host's network namespace (no handshake to lose, unlike
 iperf3's UDP mode, whose setup fails on very lossy links):
-    udpprobe.py recv PORT COUNT IDLE_S      → prints {"received": N, "duplicates": D}
+    udpprobe.py recv PORT COUNT IDLE_S      → prints {"received": N, "duplicates": D,
+                                                      "loss_runs": R}
     udpprobe.py send HOST PORT COUNT PPS
 """
 
@@ -34,7 +35,18 @@ def receive(port: int, count: int, idle_s: float) -> dict[str, int]:
         seq = struct.unpack_from("!I", data)[0]
         duplicates += seq in seen
         seen.add(seq)
-    return {"received": len(seen), "duplicates": duplicates}
+    return {"received": len(seen), "duplicates": duplicates,
+            "loss_runs": loss_runs(seen, count)}
+
+
+def loss_runs(seen: set[int], count: int) -> int:
+    """How many runs of consecutive lost datagrams (a burst of 5 counts once)."""
+    runs, previous_lost = 0, False
+    for seq in range(count):
+        lost = seq not in seen
+        runs += lost and not previous_lost
+        previous_lost = lost
+    return runs
 
 
 def send(host: str, port: int, count: int, pps: float) -> None:

@@ -1,0 +1,81 @@
+"""The delay-line backend on a real path: it must give the same calibrated link as netem.
+
+The delay line (topology/delayline) is netem's delay stage in user space, for kernels without
+sch_netem at rates a UML router cannot forward. These tests hold it to the checks every
+backend passes (calibration at 20 and 500 Mbit/s, loss in the binomial CI), plus the parts of
+netem's behaviour that calibration does not see: Gilbert-Elliott loss, jitter distributions.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+import pytest
+from test_path import TOPOLOGY_IMAGE
+
+from quicbed.topology.calibrate import calibrate, check_loss
+from quicbed.topology.linkspec import GilbertElliott
+from quicbed.topology.net import HostSpec, Testbed, TestbedConfig
+from quicbed.topology.profiles import Profile, apply_overrides, load_profile
+
+pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
+
+
+def _delayline(profile: Profile) -> TestbedConfig:
+    return TestbedConfig(profile=profile, backend="delayline", client=HostSpec(TOPOLOGY_IMAGE),
+                         servers=(HostSpec(TOPOLOGY_IMAGE),))
+
+
+@pytest.mark.parametrize("profile", ["india", "germany-lab"])
+def test_delayline_passes_calibration(profile: str) -> None:
+    """20 Mbit/s at 80 ms, and 500 Mbit/s at 6 ms (≥ 90% of the rate), RTT within tolerance."""
+    with Testbed(_delayline(load_profile(profile))) as tb:
+        assert tb.backend and tb.backend.name == "delayline"
+        cal = calibrate(tb, udp_packets=20000)
+    failed = [(c.metric, c.direction, c.configured, c.measured, c.detail)
+              for c in cal.checks if not c.passed]
+    assert not failed, failed
+    floor = 0.94 if tb.profile.max_rate_mbit <= 100 else 0.90
+    for direction in ("down", "up"):
+        goodput = next(c for c in cal.checks
+                       if c.metric == "goodput_mbit" and c.direction == direction)
+        assert goodput.measured >= floor * tb.profile.max_rate_mbit
+
+
+def test_delayline_random_loss_within_binomial_ci() -> None:
+    with Testbed(_delayline(apply_overrides(load_profile("india"), {"loss_pct": "10"}))) as tb:
+        checks = check_loss(tb, packets=20000)
+    assert {c.metric for c in checks} == {"loss_pct", "loss_run_mean"}
+    for check in checks:
+        assert check.passed, (check.direction, check.measured, check.tolerance, check.detail)
+
+
+def test_delayline_gilbert_elliott_loss_has_bursts() -> None:
+    """netem's gemodel: the mean loss p/(p+r) and losses that come in runs (mean run 1/r)."""
+    india = load_profile("india")
+    ge = GilbertElliott(p=1.0, r=20.0)  # mean loss 4.76 %, mean burst 5 packets
+    profile = replace(india, down=replace(india.down, gemodel=ge), up=replace(india.up, gemodel=ge))
+    with Testbed(_delayline(profile)) as tb:
+        checks = check_loss(tb, packets=20000)
+    bursts = [c for c in checks if c.metric == "loss_run_mean"]
+    assert len(bursts) == 2
+    for check in checks:
+        assert check.passed, (check.direction, check.measured, check.tolerance, check.detail)
+
+
+@pytest.mark.parametrize(("distribution", "stdev_per_sigma"),
+                         [("normal", 1.0), ("uniform", 1 / 3 ** 0.5)])
+def test_delayline_jitter_follows_netem_tables(distribution: str, stdev_per_sigma: float) -> None:
+    """Jitter σ per direction: RTT spread √2·σ for netem's normal table, √2·σ/√3 uniform."""
+    sigma = 4.0
+    profile = apply_overrides(load_profile("india"),
+                              {"jitter_ms": str(sigma), "jitter_distribution": distribution})
+    with Testbed(_delayline(profile)) as tb:
+        samples = tb.ping(count=300, interval=0.01)
+    assert len(samples) >= 290
+    expected = 2 ** 0.5 * sigma * stdev_per_sigma
+    assert abs(statistics.stdev(samples) - expected) < 0.15 * expected, statistics.stdev(samples)
+    assert abs(statistics.median(samples) - 80.0) < 1.0
+    if distribution == "uniform":  # bounded: never beyond ±σ per direction
+        assert 80 - 2 * sigma - 0.5 <= min(samples) and max(samples) <= 80 + 2 * sigma + 1.0

@@ -1,0 +1,482 @@
+/*
+ * quicbed-delayline: netem's delay stage in user space, for kernels without sch_netem.
+ *
+ * It joins two interfaces with AF_PACKET sockets. Frames read on --a (the router's egress)
+ * are impaired the way netem impairs them (delay, jitter from the same iproute2 tables,
+ * random or Gilbert-Elliott loss, reordering, duplication, a delay-line limit) and sent on
+ * --b when due; frames read on --b go back to --a at once. The rate stage (htb) stays in the
+ * host kernel, after this one, exactly as with netem.
+ *
+ * Configuration is a key=value file (--config). SIGHUP re-reads it; the new settings hold
+ * from the next frame on, and the file named by --applied then gets the config's
+ * `generation` and the counters, so the caller knows when a change took effect.
+ *
+ * PACKET_VNET_HDR carries the kernel's checksum state across: a frame that left the router
+ * with its checksum still to be filled in (CHECKSUM_PARTIAL) is sent on the same way.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <linux/if_packet.h>
+#include <linux/virtio_net.h>
+#include <net/ethernet.h>
+#include <net/if.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef PACKET_IGNORE_OUTGOING
+#define PACKET_IGNORE_OUTGOING 23
+#endif
+
+#define SLOT_BYTES 2048 /* a vnet header and one MTU-sized frame (offloads are off) */
+#define POOL_SLOTS 32768
+#define BATCH 64
+#define DIST_SCALE 8192 /* netem's NETEM_DIST_SCALE */
+#define DIST_MAX 16384
+#define SOCKET_BUFFER (8 << 20)
+
+struct config {
+    int64_t delay_ns, jitter_ns;
+    short dist[DIST_MAX];
+    int dist_size; /* 0: uniform, as netem without a table */
+    uint32_t loss, ge_p, ge_r, ge_h, ge_k1; /* netem's thresholds against a 32-bit draw */
+    int gemodel;
+    uint32_t reorder, duplicate;
+    long limit;
+    uint64_t seed;
+    long generation;
+};
+
+struct entry {
+    uint64_t due_ns, seq;
+    uint32_t slot, len;
+};
+
+struct counters {
+    unsigned long long rx_a, rx_b, tx_a, tx_b, lost, over_limit, duplicated, reordered,
+        send_errors;
+};
+
+static volatile sig_atomic_t reload_requested, stop_requested;
+static struct config cfg;
+static struct counters count;
+static unsigned char *pool;
+static uint32_t free_slots[POOL_SLOTS];
+static int free_top;
+static struct entry heap[POOL_SLOTS];
+static int heap_len;
+static uint64_t next_seq;
+static uint64_t prng_state;
+static int ge_bad;
+
+static void on_hup(int sig) { (void)sig; reload_requested = 1; }
+static void on_term(int sig) { (void)sig; stop_requested = 1; }
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* splitmix64: seedable, so a run's impairments can be repeated. */
+static uint32_t draw(void)
+{
+    uint64_t z = (prng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (uint32_t)((z ^ (z >> 31)) >> 32);
+}
+
+/* A percentage as netem's 32-bit threshold (what tc's get_percent gives the kernel). */
+static uint32_t threshold(double pct)
+{
+    if (pct <= 0) return 0;
+    if (pct >= 100) return UINT32_MAX;
+    return (uint32_t)(pct / 100.0 * UINT32_MAX + 0.5);
+}
+
+static int load_dist(const char *path, struct config *c)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "delayline: cannot open distribution %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    char line[4096];
+    c->dist_size = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        char *p = line, *end;
+        for (;;) {
+            long v = strtol(p, &end, 10);
+            if (end == p) break;
+            if (c->dist_size == DIST_MAX) { fclose(f); return -1; }
+            c->dist[c->dist_size++] = (short)v;
+            p = end;
+        }
+    }
+    fclose(f);
+    return c->dist_size > 0 ? 0 : -1;
+}
+
+static int read_config(const char *path, struct config *c)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "delayline: cannot open %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    memset(c, 0, sizeof *c);
+    c->limit = 1000;
+    char line[512];
+    int rc = 0;
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        char key[64], value[400];
+        if (line[0] == '#' || line[0] == '\n') continue;
+        if (sscanf(line, "%63[^=]=%399s", key, value) != 2) {
+            fprintf(stderr, "delayline: bad line in %s: %s", path, line);
+            rc = -1;
+        } else if (!strcmp(key, "delay_us")) c->delay_ns = (int64_t)(atof(value) * 1000);
+        else if (!strcmp(key, "jitter_us")) c->jitter_ns = (int64_t)(atof(value) * 1000);
+        else if (!strcmp(key, "distribution")) rc = strcmp(value, "uniform") ? load_dist(value, c) : 0;
+        else if (!strcmp(key, "loss_pct")) c->loss = threshold(atof(value));
+        else if (!strcmp(key, "ge_p")) { c->gemodel = 1; c->ge_p = threshold(atof(value)); }
+        else if (!strcmp(key, "ge_r")) c->ge_r = threshold(atof(value));
+        else if (!strcmp(key, "ge_loss_bad")) c->ge_h = threshold(100 - atof(value));
+        else if (!strcmp(key, "ge_loss_good")) c->ge_k1 = threshold(atof(value));
+        else if (!strcmp(key, "reorder_pct")) c->reorder = threshold(atof(value));
+        else if (!strcmp(key, "duplicate_pct")) c->duplicate = threshold(atof(value));
+        else if (!strcmp(key, "limit")) c->limit = atol(value);
+        else if (!strcmp(key, "seed")) c->seed = strtoull(value, NULL, 10);
+        else if (!strcmp(key, "generation")) c->generation = atol(value);
+        else {
+            fprintf(stderr, "delayline: unknown key %s in %s\n", key, path);
+            rc = -1;
+        }
+    }
+    fclose(f);
+    if (c->limit < 1 || c->limit > POOL_SLOTS - BATCH) c->limit = POOL_SLOTS - BATCH;
+    return rc;
+}
+
+static void write_applied(const char *path)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    fprintf(f, "generation=%ld\nrx_a=%llu\nrx_b=%llu\ntx_a=%llu\ntx_b=%llu\nlost=%llu\n"
+               "over_limit=%llu\nduplicated=%llu\nreordered=%llu\nsend_errors=%llu\n"
+               "queued=%d\n",
+            cfg.generation, count.rx_a, count.rx_b, count.tx_a, count.tx_b, count.lost,
+            count.over_limit, count.duplicated, count.reordered, count.send_errors, heap_len);
+    fclose(f);
+    rename(tmp, path);
+}
+
+/* netem's tabledist(): mu + sigma * table value / DIST_SCALE, or uniform without a table. */
+static int64_t tabledist(int64_t mu, int64_t sigma)
+{
+    if (sigma == 0) return mu;
+    uint32_t rnd = draw();
+    if (cfg.dist_size == 0) return (int64_t)(rnd % (uint64_t)(2 * sigma)) + mu - sigma;
+    int64_t t = cfg.dist[rnd % (uint32_t)cfg.dist_size];
+    int64_t x = (sigma % DIST_SCALE) * t;
+    x += x >= 0 ? DIST_SCALE / 2 : -DIST_SCALE / 2;
+    return x / DIST_SCALE + (sigma / DIST_SCALE) * t + mu;
+}
+
+/* netem's loss_event(): random, or the Gilbert-Elliott chain (state moves, then decides). */
+static int loss_event(void)
+{
+    if (!cfg.gemodel) return cfg.loss && cfg.loss >= draw();
+    if (!ge_bad) {
+        if (draw() < cfg.ge_p) ge_bad = 1;
+        if (draw() < cfg.ge_k1) return 1;
+    } else {
+        if (draw() < cfg.ge_r) ge_bad = 0;
+        if (draw() > cfg.ge_h) return 1;
+    }
+    return 0;
+}
+
+static void heap_push(struct entry e)
+{
+    int i = heap_len++;
+    while (i > 0) {
+        int parent = (i - 1) / 2;
+        struct entry *p = &heap[parent];
+        if (p->due_ns < e.due_ns || (p->due_ns == e.due_ns && p->seq < e.seq)) break;
+        heap[i] = *p;
+        i = parent;
+    }
+    heap[i] = e;
+}
+
+static struct entry heap_pop(void)
+{
+    struct entry top = heap[0], last = heap[--heap_len];
+    int i = 0;
+    for (;;) {
+        int child = 2 * i + 1;
+        if (child >= heap_len) break;
+        if (child + 1 < heap_len &&
+            (heap[child + 1].due_ns < heap[child].due_ns ||
+             (heap[child + 1].due_ns == heap[child].due_ns && heap[child + 1].seq < heap[child].seq)))
+            child++;
+        if (last.due_ns < heap[child].due_ns ||
+            (last.due_ns == heap[child].due_ns && last.seq < heap[child].seq))
+            break;
+        heap[i] = heap[child];
+        i = child;
+    }
+    heap[i] = last;
+    return top;
+}
+
+/* One copy into the delay line: netem's limit, then reorder-or-delay. */
+static void enqueue(uint32_t slot, uint32_t len, uint64_t now)
+{
+    if (heap_len >= cfg.limit) {
+        count.over_limit++;
+        free_slots[free_top++] = slot;
+        return;
+    }
+    uint64_t due;
+    if (cfg.reorder && cfg.delay_ns && cfg.reorder >= draw()) {
+        due = now; /* netem sends these at once, ahead of the delayed ones */
+        count.reordered++;
+    } else {
+        int64_t delay = tabledist(cfg.delay_ns, cfg.jitter_ns);
+        due = now + (uint64_t)(delay > 0 ? delay : 0);
+    }
+    heap_push((struct entry){due, next_seq++, slot, len});
+}
+
+/* netem_enqueue()'s order: duplicate?, loss takes one copy, the clone gets its own draws. */
+static void impair(uint32_t slot, uint32_t len, uint64_t now)
+{
+    int copies = 1 + (cfg.duplicate && cfg.duplicate >= draw());
+    if (loss_event()) copies--;
+    if (copies == 0) {
+        count.lost++;
+        free_slots[free_top++] = slot;
+        return;
+    }
+    if (copies > 1 && free_top > 0) {
+        if (!loss_event()) {
+            uint32_t clone = free_slots[--free_top];
+            memcpy(pool + (size_t)clone * SLOT_BYTES, pool + (size_t)slot * SLOT_BYTES, len);
+            count.duplicated++;
+            enqueue(clone, len, now);
+        } else {
+            count.lost++;
+        }
+    }
+    enqueue(slot, len, now);
+}
+
+static int open_socket(const char *ifname)
+{
+    int fd = socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL));
+    if (fd < 0) { perror("delayline: socket"); return -1; }
+    int on = 1, size = SOCKET_BUFFER;
+    if (setsockopt(fd, SOL_PACKET, PACKET_VNET_HDR, &on, sizeof on) ||
+        setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &on, sizeof on) ||
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof size) ||
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &size, sizeof size)) {
+        perror("delayline: setsockopt");
+        close(fd);
+        return -1;
+    }
+    struct sockaddr_ll addr = {0};
+    addr.sll_family = AF_PACKET;
+    addr.sll_protocol = htons(ETH_P_ALL);
+    addr.sll_ifindex = (int)if_nametoindex(ifname);
+    if (addr.sll_ifindex == 0 || bind(fd, (struct sockaddr *)&addr, sizeof addr)) {
+        fprintf(stderr, "delayline: cannot bind to %s: %s\n", ifname, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void send_batch(int fd, struct mmsghdr *msgs, struct iovec *iov, int n,
+                       unsigned long long *sent)
+{
+    for (int i = 0; i < n; i++) {
+        memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    int done = 0;
+    while (done < n) {
+        int r = sendmmsg(fd, msgs + done, (unsigned)(n - done), 0);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            count.send_errors++; /* the frame is lost, as on a full device queue */
+            done++;
+            continue;
+        }
+        done += r;
+        *sent += (unsigned long long)r;
+    }
+}
+
+/* Frames read on b pass to a unchanged: only the direction out of the router is emulated. */
+static void pass_through(int from, int to)
+{
+    static unsigned char buf[BATCH][SLOT_BYTES];
+    struct mmsghdr msgs[BATCH];
+    struct iovec iov[BATCH];
+    for (int i = 0; i < BATCH; i++) {
+        iov[i] = (struct iovec){buf[i], SLOT_BYTES};
+        memset(&msgs[i], 0, sizeof msgs[i]);
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    int n = recvmmsg(from, msgs, BATCH, MSG_DONTWAIT, NULL);
+    if (n <= 0) return;
+    count.rx_b += (unsigned long long)n;
+    for (int i = 0; i < n; i++) iov[i].iov_len = msgs[i].msg_len;
+    send_batch(to, msgs, iov, n, &count.tx_a);
+}
+
+static void take_in(int from)
+{
+    struct mmsghdr msgs[BATCH];
+    struct iovec iov[BATCH];
+    uint32_t slots[BATCH];
+    int want = free_top < BATCH ? free_top : BATCH;
+    static unsigned char spill[SLOT_BYTES];
+    if (want == 0) { /* pool full: read one and drop it, as netem over its limit */
+        if (recv(from, spill, sizeof spill, MSG_DONTWAIT) > 0) { count.rx_a++; count.over_limit++; }
+        return;
+    }
+    for (int i = 0; i < want; i++) {
+        slots[i] = free_slots[--free_top];
+        iov[i] = (struct iovec){pool + (size_t)slots[i] * SLOT_BYTES, SLOT_BYTES};
+        memset(&msgs[i], 0, sizeof msgs[i]);
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    int n = recvmmsg(from, msgs, (unsigned)want, MSG_DONTWAIT, NULL);
+    uint64_t now = now_ns();
+    for (int i = 0; i < want; i++) {
+        if (i < n) {
+            count.rx_a++;
+            impair(slots[i], msgs[i].msg_len, now);
+        } else {
+            free_slots[free_top++] = slots[i];
+        }
+    }
+}
+
+static void send_due(int to, uint64_t now)
+{
+    struct mmsghdr msgs[BATCH];
+    struct iovec iov[BATCH];
+    uint32_t slots[BATCH];
+    while (heap_len > 0 && heap[0].due_ns <= now) {
+        int n = 0;
+        while (n < BATCH && heap_len > 0 && heap[0].due_ns <= now) {
+            struct entry e = heap_pop();
+            slots[n] = e.slot;
+            iov[n] = (struct iovec){pool + (size_t)e.slot * SLOT_BYTES, e.len};
+            n++;
+        }
+        send_batch(to, msgs, iov, n, &count.tx_b);
+        for (int i = 0; i < n; i++) free_slots[free_top++] = slots[i];
+    }
+}
+
+static int apply_config(const char *config_path, const char *applied_path)
+{
+    struct config next;
+    if (read_config(config_path, &next)) return -1;
+    int reseed = next.seed != cfg.seed || cfg.generation == 0;
+    cfg = next;
+    if (reseed) prng_state = cfg.seed ? cfg.seed : (uint64_t)now_ns();
+    if (applied_path) write_applied(applied_path);
+    return 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: quicbed-delayline --a IFACE --b IFACE --config FILE "
+                    "[--applied FILE]\n");
+}
+
+int main(int argc, char **argv)
+{
+    const char *a_name = NULL, *b_name = NULL, *config_path = NULL, *applied_path = NULL;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--a")) a_name = argv[i + 1];
+        else if (!strcmp(argv[i], "--b")) b_name = argv[i + 1];
+        else if (!strcmp(argv[i], "--config")) config_path = argv[i + 1];
+        else if (!strcmp(argv[i], "--applied")) applied_path = argv[i + 1];
+        else { usage(); return 2; }
+    }
+    if (!a_name || !b_name || !config_path) { usage(); return 2; }
+    if (apply_config(config_path, NULL)) return 2;
+
+    pool = malloc((size_t)POOL_SLOTS * SLOT_BYTES);
+    if (!pool) { perror("delayline: malloc"); return 1; }
+    for (int i = POOL_SLOTS - 1; i >= 0; i--) free_slots[free_top++] = (uint32_t)i;
+
+    int a = open_socket(a_name), b = open_socket(b_name);
+    if (a < 0 || b < 0) return 1;
+    prctl(PR_SET_TIMERSLACK, 1UL); /* wake on time: the default 50 us slack is jitter */
+
+    /* Signals are only taken inside ppoll, so a SIGHUP is never missed between checks. */
+    sigset_t blocked, during_poll;
+    sigemptyset(&blocked);
+    sigaddset(&blocked, SIGHUP);
+    sigaddset(&blocked, SIGTERM);
+    sigaddset(&blocked, SIGINT);
+    sigprocmask(SIG_BLOCK, &blocked, &during_poll);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_hup;
+    sigaction(SIGHUP, &sa, NULL);
+    sa.sa_handler = on_term;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    if (applied_path) write_applied(applied_path);
+
+    struct pollfd fds[2] = {{.fd = a, .events = POLLIN}, {.fd = b, .events = POLLIN}};
+    while (!stop_requested) {
+        if (reload_requested) {
+            reload_requested = 0;
+            if (apply_config(config_path, applied_path))
+                fprintf(stderr, "delayline: keeping the previous settings\n");
+        }
+        uint64_t now = now_ns();
+        send_due(b, now);
+        struct timespec wait, *timeout = NULL;
+        if (heap_len > 0) {
+            uint64_t left = heap[0].due_ns > now ? heap[0].due_ns - now : 0;
+            wait.tv_sec = (time_t)(left / 1000000000ull);
+            wait.tv_nsec = (long)(left % 1000000000ull);
+            timeout = &wait;
+        }
+        int r = ppoll(fds, 2, timeout, &during_poll);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            perror("delayline: ppoll");
+            return 1;
+        }
+        if (fds[0].revents & POLLIN) take_in(a);
+        if (fds[1].revents & POLLIN) pass_through(b, a);
+    }
+    if (applied_path) write_applied(applied_path);
+    return 0;
+}
