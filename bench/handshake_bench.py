@@ -42,7 +42,8 @@ def fetch(tb, address: str, tool: str, options: list[str], path: str, reps: int,
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
-def bench(profile_name: str, overrides: dict[str, str], server: str, reps: int) -> None:
+def bench(profile_name: str, overrides: dict[str, str], server: str, reps: int,
+          backend: str = "auto") -> None:
     names = list(dict.fromkeys([server, "nginx", "caddy"]))
     profile = apply_overrides(load_profile(profile_name), overrides)
     root = CACHE / "content"
@@ -50,7 +51,8 @@ def bench(profile_name: str, overrides: dict[str, str], server: str, reps: int) 
     content.ensure_files(root, ["10MB"])
     with tempfile.TemporaryDirectory() as tmp:
         with served_testbed(profile, names, log_root=Path(tmp) / "logs",
-                            pki_dir=Path(tmp) / "pki", content_dir=root, start=True) as (tb, hosts):
+                            pki_dir=Path(tmp) / "pki", content_dir=root, start=True,
+                            backend=backend) as (tb, hosts):
             rtt = check_rtt(tb, 30).measured
             address_of = {n: server_address(tb.servers.index(hosts[n])) for n in names}
             address = address_of[server]
@@ -82,9 +84,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--server", default="nginx", help="server of the fresh connections")
+    parser.add_argument("--backend", default="auto", help="auto, netem, uml or delayline")
+    parser.add_argument("--rtts", nargs="+", type=float, default=[80, 200],
+                        help="RTTs (ms) of the india link to measure at")
     args = parser.parse_args()
-    bench("india", {}, args.server, args.reps)
-    bench("india", {"delay_ms": "100"}, args.server, args.reps)
+    for rtt in args.rtts:
+        overrides = {} if rtt == 80 else {"delay_ms": f"{rtt / 2:g}"}
+        bench("india", overrides, args.server, args.reps, args.backend)
     return 0
 
 

@@ -40,7 +40,7 @@ SMALL_SIZE = 100_000
 BIG_SIZE = 20_000_000  # served at 10 MB/s (limit_rate): a 2 s transfer for the CPU sampler
 ROW_KEYS = {
     "tool", "tool_version", "library", "backend", "protocol", "tls_version", "http_version",
-    "cipher", "local_ip", "local_port", "remote_ip", "remote_port", "url", "bytes",
+    "cipher", "tls_group", "local_ip", "local_port", "remote_ip", "remote_port", "url", "bytes",
     "http_status", "t_start", "t_connect", "t_handshake", "t_first_byte", "t_done",
     "connection_time_ms", "ttfb_ms", "download_time_ms", "throughput_mbps", "resumed", "cpu",
     "rep", "error",
@@ -270,6 +270,8 @@ def test_fetch(bed: Bed, name: str) -> None:
         assert_ordered(row)
         if name != "quic":  # libcurl exposes no TLS object for QUIC
             assert row["cipher"]
+            # the same key exchange for every stack, unless --groups says otherwise
+            assert row["tls_group"] == "X25519"
     # fresh connection per measurement
     assert r.rows[0]["local_port"] != r.rows[1]["local_port"]
 
@@ -388,11 +390,32 @@ def test_quic_without_h3(bed: Bed) -> None:
     ["--url", "https://x/", "-n", "0"],
     ["--url", "https://x/", "--timeout", "soon"],
     ["--url", "https://x/", "stray"],
+    ["--url", "https://x/", "--groups", "X25519;id"],
+    ["--url", "https://x/", "--groups", "X25519:"],
 ])
 def test_usage(bed: Bed, args: list[str]) -> None:
     r = bed.run("tls_perf", *args)
     assert r.rc == 2 and r.rows == []
     assert "usage:" in r.stderr
+
+
+@docker_test
+@pytest.mark.parametrize(("name", "groups", "expected"), [
+    ("tls1.3", "X25519MLKEM768:X25519", "X25519MLKEM768"),  # OpenSSL 3.5's post-quantum hybrid
+    ("tls1.2", "secp256r1", "secp256r1"),
+    ("quic", "X25519MLKEM768", "X25519MLKEM768"),  # one group offered: the one used
+    ("quic-ngtcp2", "secp256r1", "secp256r1"),
+])
+def test_groups_choose_the_key_exchange(bed: Bed, name: str, groups: str, expected: str) -> None:
+    r = bed.run(*CASES[name].argv, *common(), "--groups", groups)
+    assert r.rc == 0, r.stderr
+    assert r.rows[0]["error"] == "" and r.rows[0]["tls_group"] == expected
+
+
+@docker_test
+def test_group_unknown_to_a_backend_is_a_row_error(bed: Bed) -> None:
+    r = bed.run(*CASES["quic-ngtcp2"].argv, *common(), "--groups", "ffdhe9999")
+    assert r.rc == 1 and "does not know" in r.rows[0]["error"]
 
 
 @docker_test

@@ -49,6 +49,7 @@ static void read_tls(struct xfer *x)
         return;
     SSL *ssl = ti->internals;
     const SSL_CIPHER *c = SSL_get_current_cipher(ssl);
+    perf_set_group(x->row, x->o->groups, SSL_group_to_name(ssl, SSL_get_negotiated_group(ssl)));
     snprintf(x->row->tls_version, sizeof(x->row->tls_version), "%s", SSL_get_version(ssl));
     snprintf(x->row->cipher, sizeof(x->row->cipher), "%s", c ? SSL_CIPHER_get_name(c) : "");
     x->row->resumed = SSL_session_reused(ssl) ? 1 : 0;
@@ -112,6 +113,7 @@ static long curl_httpversion(enum perf_http h)
 static void set_tls_opts(CURL *e, const struct perf_opts *o, CURLSH *share)
 {
     curl_easy_setopt(e, CURLOPT_SSLVERSION, curl_sslversion(o->proto));
+    curl_easy_setopt(e, CURLOPT_SSL_EC_CURVES, o->groups);
     if (o->cacert) {
         /* exactly this trust anchor: no system CA directory lookups inside the handshake */
         curl_easy_setopt(e, CURLOPT_CAINFO, o->cacert);
@@ -273,6 +275,8 @@ static void read_info(struct xfer *x, double t_before)
         /* QUIC mandates TLS 1.3 (RFC 9001 4.2); libcurl does not expose the QUIC TLS object,
          * so neither the cipher nor session reuse can be read */
         snprintf(row->tls_version, sizeof(row->tls_version), "TLSv1.3");
+        if (!strchr(x->o->groups, ':'))  /* one group offered: the handshake used it */
+            perf_set_group(row, x->o->groups, x->o->groups);
         if (x->o->resume)
             row->resumed = -1;
     }

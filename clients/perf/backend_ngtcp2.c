@@ -33,8 +33,16 @@
 #define NQ_MAX_UDP 1452
 #define NQ_PRIORITY                                                                       \
     "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:"                \
-    "+CHACHA20-POLY1305:+AES-128-CCM:-GROUP-ALL:+GROUP-X25519:+GROUP-SECP256R1:"          \
-    "+GROUP-SECP384R1:+GROUP-SECP521R1:%DISABLE_TLS13_COMPAT_MODE"
+    "+CHACHA20-POLY1305:+AES-128-CCM:%DISABLE_TLS13_COMPAT_MODE:-GROUP-ALL"
+
+/* --groups (OpenSSL's names) as GnuTLS priority items. */
+static const struct { const char *openssl, *gnutls; } GROUP_NAMES[] = {
+    {"X25519", "GROUP-X25519"},       {"X448", "GROUP-X448"},
+    {"secp256r1", "GROUP-SECP256R1"}, {"prime256v1", "GROUP-SECP256R1"},
+    {"P-256", "GROUP-SECP256R1"},     {"secp384r1", "GROUP-SECP384R1"},
+    {"P-384", "GROUP-SECP384R1"},     {"secp521r1", "GROUP-SECP521R1"},
+    {"P-521", "GROUP-SECP521R1"},     {"X25519MLKEM768", "GROUP-X25519-MLKEM768"},
+};
 
 /* --resume: what the warm-up connection leaves for the measured ones. */
 struct ng_state {
@@ -408,16 +416,39 @@ static void setup_resumption(struct nq *q)
         gnutls_session_set_data(q->tls, q->st->ticket.data, q->st->ticket.size);
 }
 
+/* NQ_PRIORITY with the groups of --groups appended, in order; -1 for a name not known. */
+static int group_priority(const char *groups, char *out, size_t size)
+{
+    size_t len = (size_t)snprintf(out, size, "%s", NQ_PRIORITY);
+    char list[256];
+    snprintf(list, sizeof(list), "%s", groups);
+    for (char *save = NULL, *name = strtok_r(list, ":", &save); name;
+         name = strtok_r(NULL, ":", &save)) {
+        const char *item = NULL;
+        for (size_t i = 0; i < sizeof(GROUP_NAMES) / sizeof(GROUP_NAMES[0]); i++)
+            if (strcmp(GROUP_NAMES[i].openssl, name) == 0)
+                item = GROUP_NAMES[i].gnutls;
+        if (!item || len >= size)
+            return -1;
+        len += (size_t)snprintf(out + len, size - len, ":+%s", item);
+    }
+    return len < size ? 0 : -1;
+}
+
 static int setup_tls(struct nq *q)
 {
     const gnutls_datum_t alpn = {(unsigned char *)"h3", 2};
+    char priority[512];
+    if (group_priority(q->o->groups, priority, sizeof(priority)) != 0)
+        return fail(q, "tls: --groups '%.100s' names a group this backend does not know",
+                    q->o->groups);
     int ok = gnutls_certificate_allocate_credentials(&q->cred) == 0 &&
              (q->o->cacert ? gnutls_certificate_set_x509_trust_file(q->cred, q->o->cacert,
                                                                     GNUTLS_X509_FMT_PEM) > 0
                            : gnutls_certificate_set_x509_system_trust(q->cred) >= 0) &&
              gnutls_init(&q->tls, GNUTLS_CLIENT | GNUTLS_NO_END_OF_EARLY_DATA |
                                       (q->st ? GNUTLS_ENABLE_EARLY_DATA : 0)) == 0 &&
-             gnutls_priority_set_direct(q->tls, NQ_PRIORITY, NULL) == 0 &&
+             gnutls_priority_set_direct(q->tls, priority, NULL) == 0 &&
              ngtcp2_crypto_gnutls_configure_client_session(q->tls) == 0 &&
              gnutls_credentials_set(q->tls, GNUTLS_CRD_CERTIFICATE, q->cred) == 0 &&
              gnutls_alpn_set_protocols(q->tls, &alpn, 1, GNUTLS_ALPN_MANDATORY) == 0;
@@ -660,6 +691,7 @@ static void read_tls_info(struct nq *q)
     snprintf(q->row->tls_version, sizeof(q->row->tls_version), "%s",
              gnutls_protocol_get_version(q->tls) == GNUTLS_TLS1_3 ? "TLSv1.3" : "other");
     snprintf(q->row->cipher, sizeof(q->row->cipher), "%s", suite ? suite : "");
+    perf_set_group(q->row, q->o->groups, gnutls_group_get_name(gnutls_group_get(q->tls)));
     q->row->resumed = gnutls_session_is_resumed(q->tls) ? 1 : 0;
     /* on a client GnuTLS sets this flag when the server accepted the early data */
     if (gnutls_session_get_flags(q->tls) & GNUTLS_SFLAGS_EARLY_DATA)

@@ -1,5 +1,6 @@
 /* Command-line parsing shared by tls_perf and quic_perf. */
 #define _POSIX_C_SOURCE 200809L
+#include <ctype.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +9,8 @@
 
 enum { OPT_URL = 256, OPT_RESOLVE, OPT_CACERT, OPT_INSECURE, OPT_PAUSE, OPT_TIMEOUT, OPT_CPU,
        OPT_KEYLOG, OPT_OUTPUT_BODY, OPT_DISCARD, OPT_SHA256, OPT_RESUME, OPT_TLS, OPT_HTTP,
-       OPT_BACKEND, OPT_VERSION, OPT_VERBOSE, OPT_CURL_TIMERS, OPT_CC };
+       OPT_BACKEND, OPT_VERSION, OPT_VERBOSE, OPT_CURL_TIMERS, OPT_CC,
+       OPT_GROUPS };
 
 static const struct option long_opts[] = {
     {"url", required_argument, NULL, OPT_URL},
@@ -30,6 +32,7 @@ static const struct option long_opts[] = {
     {"verbose", no_argument, NULL, OPT_VERBOSE},
     {"curl-timers", no_argument, NULL, OPT_CURL_TIMERS},
     {"cc", required_argument, NULL, OPT_CC},
+    {"groups", required_argument, NULL, OPT_GROUPS},
     {"version", no_argument, NULL, OPT_VERSION},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -53,7 +56,9 @@ void perf_usage(const struct perf_tool *tool, FILE *out)
             "  --curl-timers             add libcurl's raw phase offsets (us) to the row\n"
             "  --cc NAME                 congestion control: TCP (tls_perf) any kernel name,\n"
             "                            e.g. cubic, reno, bbr; quic_perf --backend ngtcp2:\n"
-            "                            cubic, reno, bbr (libcurl's QUIC cannot choose)\n",
+            "                            cubic, reno, bbr (libcurl's QUIC cannot choose)\n"
+            "  --groups LIST             key-exchange groups offered, colon-separated, e.g.\n"
+            "                            X25519MLKEM768:X25519 (default " PERF_DEFAULT_GROUPS ")\n",
             tool->name);
     if (tool->is_quic) {
         fprintf(out, "  --backend NAME            QUIC implementation:");
@@ -124,6 +129,20 @@ static int set_backend(const struct perf_tool *tool, const char *v, struct perf_
     return -1;
 }
 
+/* Names as OpenSSL spells them (X25519, secp256r1, X25519MLKEM768), colon-separated; each
+ * backend maps them or reports a row error for one its library lacks. */
+static int set_groups(const struct perf_tool *tool, const char *v, struct perf_opts *o)
+{
+    (void)tool;
+    if (!v[0] || strlen(v) > 200 || v[0] == ':' || v[strlen(v) - 1] == ':')
+        return -1;
+    for (const char *p = v; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr(":-_", *p))
+            return -1;
+    o->groups = v;
+    return 0;
+}
+
 static void set_defaults(const struct perf_tool *tool, struct perf_opts *o)
 {
     memset(o, 0, sizeof(*o));
@@ -133,6 +152,7 @@ static void set_defaults(const struct perf_tool *tool, struct perf_opts *o)
     o->proto = tool->default_proto;
     o->http = tool->default_http;
     o->backend = tool->backends[0]->name;
+    o->groups = PERF_DEFAULT_GROUPS;
 }
 
 /* Returns 0 on success, 1 if --help/--version was handled, -1 on a usage error. */
@@ -164,6 +184,7 @@ static int apply_opt(const struct perf_tool *tool, int c, const char *arg, struc
     case OPT_VERBOSE: o->verbose = 1; return 0;
     case OPT_CURL_TIMERS: o->curl_timers = 1; return 0;
     case OPT_CC: o->cc = arg; return 0;
+    case OPT_GROUPS: return set_groups(tool, arg, o);
     case OPT_TLS: return set_tls(tool, arg, o);
     case OPT_HTTP: return set_http(tool, arg, o);
     case OPT_BACKEND: return set_backend(tool, arg, o);

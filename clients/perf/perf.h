@@ -35,7 +35,16 @@ struct perf_opts {
     enum perf_http http;
     const char *backend;
     const char *cc;               /* --cc: congestion control, NULL = the stack's default */
+    const char *groups;           /* --groups: key-exchange groups offered, in order */
 };
+
+/* One key exchange for every stack, so that protocols are compared on equal handshakes:
+ * OpenSSL 3.5 (libcurl) would otherwise offer the X25519MLKEM768 hybrid (a 1.2 KB key share,
+ * a ClientHello of two packets) where GnuTLS offers X25519. X25519 is also what the paper's
+ * stacks used (2018-2021). The key share is X25519's; secp256r1 follows because in TLS 1.2 this
+ * list also names the curves of ECDSA certificates the client accepts (ours are P-256).
+ * --groups X25519MLKEM768:X25519 measures the post-quantum hybrid handshake. */
+#define PERF_DEFAULT_GROUPS "X25519:secp256r1"
 
 /* One CPU sample; see cpu.c for the definition of the two percentages. */
 struct cpu_sample {
@@ -49,6 +58,7 @@ struct perf_row {
     char tls_version[32];
     char http_version[8];
     char cipher[96];
+    char tls_group[64];           /* key-exchange group negotiated (or the one offered) */
     char local_ip[64];
     long local_port;
     char remote_ip[64];
@@ -105,6 +115,8 @@ void perf_row_timings(struct perf_row *row, double t_before, double namelookup_s
                       double connect_s, double appconnect_s, double starttransfer_s,
                       double total_s);
 const char *perf_proto_name(enum perf_proto p);
+/* The negotiated group as --groups spells it (libraries differ in case), else as given. */
+void perf_set_group(struct perf_row *row, const char *groups, const char *negotiated);
 
 /* timeutil */
 double perf_now_realtime(void);

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "perf.h"
@@ -35,6 +36,21 @@ const char *perf_proto_name(enum perf_proto p)
     case PROTO_TLS13: return "tls1.3";
     default: return "quic";
     }
+}
+
+void perf_set_group(struct perf_row *row, const char *groups, const char *negotiated)
+{
+    const char *name = negotiated ? negotiated : "";
+    size_t n = strlen(name);
+    for (const char *p = groups; n && *p;) {
+        size_t len = strcspn(p, ":");
+        if (len == n && strncasecmp(p, name, n) == 0) {
+            snprintf(row->tls_group, sizeof(row->tls_group), "%.*s", (int)len, p);
+            return;
+        }
+        p += len + (p[len] == ':');
+    }
+    snprintf(row->tls_group, sizeof(row->tls_group), "%s", name);
 }
 
 void perf_row_init(struct perf_row *row, int rep)
@@ -149,6 +165,7 @@ static void print_identity(FILE *f, const struct perf_opts *o, const struct perf
     key(f, "tls_version"); json_str(f, row->tls_version);
     key(f, "http_version"); json_str(f, row->http_version);
     key(f, "cipher"); json_str(f, row->cipher);
+    key(f, "tls_group"); json_str(f, row->tls_group);
     key(f, "local_ip"); json_str(f, row->local_ip);
     key(f, "local_port"); fprintf(f, "%ld", row->local_port);
     key(f, "remote_ip"); json_str(f, row->remote_ip);
