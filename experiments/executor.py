@@ -31,6 +31,7 @@ from quicbed.topology.profiles import Profile
 from quicbed.topology.report import print_calibration
 
 from .matrix import Condition, Trial
+from .registry import KEX_GROUPS
 from .runner import TrialError
 from .schema import Experiment
 
@@ -154,6 +155,8 @@ class TestbedExecutor:
             argv += ["--http", opts["http"]]
         if opts.get("backend"):
             argv += ["--backend", opts["backend"]]
+        if opts.get("kex"):
+            argv += ["--groups", KEX_GROUPS[opts["kex"]]]
         return argv
 
 

@@ -27,19 +27,29 @@ class Tool:
     short: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
+# `kex`: the key-exchange groups the perf tools offer (--groups). Classical X25519 for every
+# stack by default; the post-quantum hybrid is what OpenSSL 3.5 offers when left alone.
+KEX_GROUPS: dict[str, str] = {
+    "x25519": "X25519:secp256r1",
+    "x25519mlkem768": "X25519MLKEM768:X25519:secp256r1",
+}
+_KEX_SHORT = {"x25519": "", "x25519mlkem768": "-pq"}
+
 TOOLS: dict[str, Tool] = {
     "tls_perf": Tool(
-        options={"tls": ("1.2", "1.3"), "http": ("1.1", "2")},
-        defaults={"tls": "1.3", "http": "2"},
-        label="tls{tls}-h{http}",
+        options={"tls": ("1.2", "1.3"), "http": ("1.1", "2"), "kex": tuple(KEX_GROUPS)},
+        defaults={"tls": "1.3", "http": "2", "kex": "x25519"},
+        label="tls{tls}-h{http}{kex}",
         protocol="tls{tls}",
-        short={"http": {"1.1": "1"}},
+        short={"http": {"1.1": "1"}, "kex": _KEX_SHORT},
     ),
+    # backend: libcurl's HTTP/3, or ngtcp2 timed in library callbacks like the paper's tool.
     "quic_perf": Tool(
-        options={"http": ("3",)},
-        defaults={"http": "3"},
-        label="quic-h{http}",
+        options={"http": ("3",), "backend": ("libcurl", "ngtcp2"), "kex": tuple(KEX_GROUPS)},
+        defaults={"http": "3", "backend": "libcurl", "kex": "x25519"},
+        label="quic-h{http}{backend}{kex}",
         protocol="quic",
+        short={"backend": {"libcurl": "", "ngtcp2": "-ngtcp2"}, "kex": _KEX_SHORT},
     ),
     "chromium": Tool(
         options={"protocol": ("quic", "tls1.2", "tls1.3")},

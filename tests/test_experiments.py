@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from quicbed.experiments import links
+from quicbed.experiments.executor import TestbedExecutor
 from quicbed.experiments.expectations import Ref, compile_expectation, evaluate, statistic
 from quicbed.experiments.matrix import conditions, count_per_condition, trials
 from quicbed.experiments.plan import dry_run
@@ -249,3 +250,19 @@ def test_readme_example_is_a_valid_experiment():
         pytest.skip("topology/profiles/india.yaml not written yet")
     exp = parse_experiment(example, "README.md")
     assert len(conditions(exp)) == 3 * 4 * 2 * 2 and exp.expect
+
+
+def test_quic_backend_and_key_exchange_are_client_variants():
+    text = GOOD.replace("- quic_perf", "- {tool: quic_perf, backend: [libcurl, ngtcp2], "
+                        "kex: [x25519, x25519mlkem768]}")
+    assert text != GOOD
+    exp = parse_experiment(text)
+    quic = [c for c in exp.clients if c.tool == "quic_perf"]
+    assert [c.label for c in quic] == ["quic-h3", "quic-h3-pq", "quic-h3-ngtcp2",
+                                       "quic-h3-ngtcp2-pq"]
+    assert {c.protocol for c in quic} == {"quic"}
+    cond = conditions(exp)[0]
+    trial = next(t for t in trials(exp, cond) if t.client.label == "quic-h3-ngtcp2-pq")
+    argv = TestbedExecutor._tool_argv(trial, "10.77.2.10")
+    assert argv[argv.index("--backend") + 1] == "ngtcp2"
+    assert argv[argv.index("--groups") + 1] == "X25519MLKEM768:X25519:secp256r1"

@@ -20,7 +20,7 @@ from quicbed.topology.clean import clean, leftovers
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
 CI_EXPERIMENT = REPO / "experiments" / "ci" / "handshake.yaml"
-TRIALS = 15  # 1 condition x 1 server x 3 clients x 1 object x 5 repetitions
+TRIALS = 20  # 1 condition x 1 server x 4 clients x 1 object x 5 repetitions
 CA_OF_RUN: dict[str, str] = {}
 
 
