@@ -12,9 +12,10 @@ import statistics
 from dataclasses import replace
 
 import pytest
+from scipy.stats import binomtest
 from test_path import TOPOLOGY_IMAGE
 
-from quicbed.topology.calibrate import calibrate, check_loss
+from quicbed.topology.calibrate import calibrate, check_loss, probe_datagrams
 from quicbed.topology.linkspec import GilbertElliott
 from quicbed.topology.net import HostSpec, Testbed, TestbedConfig
 from quicbed.topology.profiles import Profile, apply_overrides, load_profile
@@ -79,3 +80,27 @@ def test_delayline_jitter_follows_netem_tables(distribution: str, stdev_per_sigm
     assert abs(statistics.median(samples) - 80.0) < 1.0
     if distribution == "uniform":  # bounded: never beyond ±σ per direction
         assert 80 - 2 * sigma - 0.5 <= min(samples) and max(samples) <= 80 + 2 * sigma + 1.0
+
+
+def test_delayline_reorders_and_duplicates_like_netem() -> None:
+    """The same spec through real netem (the UML router) and through the delay line:
+    duplicates inside the binomial CI of the configured rate, and as many datagrams arriving
+    ahead of an earlier one (netem's reorder sends them at once, past the delayed ones)."""
+    packets, duplicate, reorder = 10000, 5.0, 10.0
+    profile = apply_overrides(load_profile("india"), {"duplicate_pct": str(duplicate),
+                                                      "reorder_pct": str(reorder)})
+    results = {}
+    for backend in ("uml", "delayline"):
+        config = replace(_delayline(profile), backend=backend)
+        with Testbed(config) as tb:
+            results[backend] = probe_datagrams(tb, packets)
+    for backend, by_direction in results.items():
+        for direction, r in by_direction.items():
+            assert r["received"] == packets, (backend, direction, r)
+            ci = binomtest(r["duplicates"], packets).proportion_ci(0.99, method="exact")
+            assert ci.low <= duplicate / 100 <= ci.high, (backend, direction, r)
+            assert 0.5 * reorder / 100 * packets < r["ahead"] < 1.5 * reorder / 100 * packets
+    for direction in ("down", "up"):
+        netem, ours = (results[b][direction]["ahead"] / packets for b in ("uml", "delayline"))
+        spread = (2 * netem * (1 - netem) / packets) ** 0.5
+        assert abs(netem - ours) < 4 * spread, (direction, netem, ours)

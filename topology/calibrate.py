@@ -168,9 +168,10 @@ def _goodput_once(tb: Testbed, direction: str, seconds: float) -> tuple[float, i
             after["tx_bytes"] - before["tx_bytes"])
 
 
-def check_loss(tb: Testbed, packets: int) -> list[Check]:
+def probe_datagrams(tb: Testbed, packets: int) -> dict[str, dict[str, int]]:
     """Paced datagrams, both directions at once, at most half the link rate (no queue drops)
-    and at most MAX_PPS, so the loss counted is netem's alone."""
+    and at most MAX_PPS, so what happens to them is netem's doing alone. Per direction: the
+    probe's counts (received, duplicates, loss_runs, ahead)."""
     ends = {"down": (tb.server, tb.client, ADDRESSES["client"]),
             "up": (tb.client, tb.server, ADDRESSES["server"])}
     specs = {"down": tb.profile.down, "up": tb.profile.up}
@@ -189,19 +190,27 @@ def check_loss(tb: Testbed, packets: int) -> list[Check]:
                                                    port, str(packets), f"{pps:.1f}"]),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         running[direction] = (send, recv)
-    checks = []
+    results = {}
     for direction, (send, recv) in running.items():
         send.wait()
         out, err = recv.communicate(timeout=120)
         try:
-            result = json.loads(out)
-            received, runs = result["received"], result["loss_runs"]
+            results[direction] = json.loads(out)
+            results[direction]["received"], results[direction]["loss_runs"]  # noqa: B018
         except (json.JSONDecodeError, KeyError):
             raise RuntimeError(f"loss probe failed: {err.strip() or out}") from None
-        spec = specs[direction]
-        checks.append(_loss_check(direction, spec.expected_loss_pct, packets - received, packets,
+    return results
+
+
+def check_loss(tb: Testbed, packets: int) -> list[Check]:
+    """Loss per direction against the spec: its rate, and the length of its runs."""
+    specs = {"down": tb.profile.down, "up": tb.profile.up}
+    checks = []
+    for direction, result in probe_datagrams(tb, packets).items():
+        spec, lost = specs[direction], packets - result["received"]
+        checks.append(_loss_check(direction, spec.expected_loss_pct, lost, packets,
                                   bursty=spec.gemodel is not None))
-        burst = _burst_check(direction, spec, packets - received, runs)
+        burst = _burst_check(direction, spec, lost, result["loss_runs"])
         if burst:
             checks.append(burst)
     return checks

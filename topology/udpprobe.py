@@ -3,7 +3,8 @@
 Run with the host's python3 inside a host's network namespace (no handshake to lose, unlike
 iperf3's UDP mode, whose setup fails on very lossy links):
     udpprobe.py recv PORT COUNT IDLE_S      → prints {"received": N, "duplicates": D,
-                                                      "loss_runs": R}
+                                                      "loss_runs": R, "ahead": A}
+("ahead": datagrams that arrived while one sent before them was still missing: reordering.)
     udpprobe.py send HOST PORT COUNT PPS
 """
 
@@ -24,7 +25,8 @@ def receive(port: int, count: int, idle_s: float) -> dict[str, int]:
     sock.bind(("0.0.0.0", port))
     print("ready", flush=True)
     seen: set[int] = set()
-    duplicates = 0
+    duplicates = ahead = 0
+    highest = -1
     sock.settimeout(60.0)  # until the first datagram
     while len(seen) < count:
         try:
@@ -34,9 +36,11 @@ def receive(port: int, count: int, idle_s: float) -> dict[str, int]:
         sock.settimeout(idle_s)
         seq = struct.unpack_from("!I", data)[0]
         duplicates += seq in seen
+        ahead += seq > highest + 1
+        highest = max(highest, seq)
         seen.add(seq)
     return {"received": len(seen), "duplicates": duplicates,
-            "loss_runs": loss_runs(seen, count)}
+            "loss_runs": loss_runs(seen, count), "ahead": ahead}
 
 
 def loss_runs(seen: set[int], count: int) -> int:
