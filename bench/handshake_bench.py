@@ -3,7 +3,9 @@
 For india (80 ms) and a 200 ms variant: median connection time ÷ calibrated RTT per protocol
 against theory (fresh: TLS 1.2 3, TLS 1.3 2, QUIC 1), TTFB − connection time in RTTs (≥ 1),
 setup RTTs of a resumed connection as TTFB ÷ RTT − 1 (TLS 1.2 2; TLS 1.3 1 and QUIC 0 with
-0-RTT early data; nginx for TLS, Caddy for QUIC), and 10 MB goodput ÷ rate at 20 Mbit/s.
+0-RTT early data; nginx for TLS, Caddy for QUIC), and 10 MB goodput ÷ rate at 20 Mbit/s,
+with what TCP arithmetic allows (setup and request RTTs, slow start from 10 segments, the
+payload share of a frame: analysis/physics.py) and the measurement ÷ that model.
 
     .venv/bin/python bench/handshake_bench.py [--reps 10]
 """
@@ -17,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from quicbed.analysis.physics import tcp_download_s
 from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.paths import CACHE
 from quicbed.servers import content
@@ -59,7 +62,7 @@ def bench(profile_name: str, overrides: dict[str, str], server: str, reps: int,
             print(f"\n{profile_name} {overrides or ''} via {tb.backend.name}, server {server}: "
                   f"configured RTT {profile.rtt_ms:g} ms, calibrated {rtt:.2f} ms, n={reps}")
             print(f"{'client':<20}{'conn/RTT':>9}{'theory':>7}{'error':>8}{'ttfb-conn':>10}"
-                  f"{'resumed':>9}{'theory':>7}{'10MB ÷ rate':>12}")
+                  f"{'resumed':>9}{'theory':>7}{'10MB ÷ rate':>12}{'model':>7}{'÷ model':>8}")
             for label, (tool, options, fresh, resumed, resumer) in CLIENTS.items():
                 rows = [r for r in fetch(tb, address, tool, options, "web/index.html", reps)
                         if not r["error"]]
@@ -76,8 +79,15 @@ def bench(profile_name: str, overrides: dict[str, str], server: str, reps: int,
                 big = [r for r in fetch(tb, address, tool, options, "cloud/10MB", 1)
                        if not r["error"]]
                 goodput = big[0]["throughput_mbps"] / profile.down.rate_mbit if big else float("nan")
+                model_text = "      -       -"
+                if tool == "tls_perf":  # the TCP arithmetic: setup + request RTTs, slow start
+                    size = content.CLOUD_SIZES["10MB"]
+                    model_s = tcp_download_s(size, profile.down.rate_mbit, rtt, setup_rtts=fresh)
+                    model = size * 8 / model_s / 1e6 / profile.down.rate_mbit
+                    model_text = f"{model:>7.3f}{goodput / model:>8.3f}"
                 print(f"{label:<20}{conn:>9.3f}{fresh:>7}{(conn / fresh - 1):>+8.1%}{gap:>10.2f}"
-                      f"{res_text:>9}{resumed if resumed is not None else '-':>7}{goodput:>12.3f}")
+                      f"{res_text:>9}{resumed if resumed is not None else '-':>7}{goodput:>12.3f}"
+                      f"{model_text}")
 
 
 def main() -> int:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from quicbed.analysis.physics import slow_start_deficit_s, tcp_download_s
 from quicbed.analysis.stats import compare, median_ci, median_diff_ci, percentile_ci
 
 
@@ -69,3 +71,17 @@ def test_difference_ci_is_centred_on_the_difference_of_medians():
     a, b = np.arange(50.0), np.arange(50.0) + 10
     d = median_diff_ci(a, b)
     assert d.value == -10 and d.lo < -10 < d.hi
+
+
+def test_tcp_download_model_is_the_handshake_arithmetic():
+    # 20 Mbit/s, 80 ms: BDP 132 frames; slow start sends 10, 20, 40, 80 frames in 4 RTTs
+    bdp = 20e6 * 0.080 / (1514 * 8)
+    frame_s = 1514 * 8 / 20e6
+    assert slow_start_deficit_s(20, 80) == pytest.approx((4 * bdp - 150) * frame_s)
+    assert slow_start_deficit_s(20, 1) == 0  # the window already covers the BDP
+    mib10 = 10 * 2**20
+    tls12 = tcp_download_s(mib10, 20, 80, setup_rtts=3)
+    assert tls12 - tcp_download_s(mib10, 20, 80, setup_rtts=2) == pytest.approx(0.080)
+    # payload alone: 10 MiB at the TCP payload share of 20 Mbit/s
+    assert tls12 - 0.320 - slow_start_deficit_s(20, 80) == pytest.approx(
+        mib10 * 8 / (20e6 * 1448 / 1514))
