@@ -7,6 +7,7 @@ would) and checks physics against the profile, with the same checks `quicbed cal
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -76,6 +77,9 @@ def test_host_container_has_no_route_but_the_emulated_one() -> None:
         # The path itself: the server answers, through the router, at the profile's RTT.
         rtt = check_rtt(tb, samples=20)
         assert rtt.passed, rtt
+        # The lab CLI turns host names into these addresses (`mininet> client ping server`).
+        assert tb.client.defaultIntf().updateIP() == "10.77.1.10"
+        assert tb.server.defaultIntf().updateIP() == "10.77.2.10"
 
 
 @pytest.mark.parametrize("backend", ["auto", "delayline"])
@@ -100,5 +104,33 @@ def test_clean_leaves_nothing_after_kill_9(backend: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "quicbed.cli", "clean"], capture_output=True,
                           text=True)
     assert proc.returncode == 0, proc.stderr
+    time.sleep(0.5)
+    assert leftovers() == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM])
+def test_lab_resolves_host_names_and_tears_down_when_closed(signum: int) -> None:
+    """`mininet> client ping server` reaches the server across the path; a closed terminal
+    (SIGHUP) or SIGTERM ends the lab and leaves nothing behind."""
+    # The default images: students' commands run with the client image's tools (ping).
+    lab = subprocess.Popen([sys.executable, "-m", "quicbed.cli", "lab", "india"],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, bufsize=1,
+                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert lab.stdin and lab.stdout
+    lab.stdin.write("client ping -c 2 -i 0.2 server\n")
+    lab.stdin.flush()
+    seen, deadline = "", time.monotonic() + 120
+    while "packets transmitted" not in seen and time.monotonic() < deadline:
+        # Raw reads: select() cannot see what a buffered reader already holds.
+        ready, _, _ = select.select([lab.stdout], [], [], 1.0)
+        chunk = os.read(lab.stdout.fileno(), 65536).decode(errors="replace") if ready else ""
+        if ready and not chunk:
+            break
+        seen += chunk
+    assert "2 received" in seen, seen[-2000:]
+    assert "10.77.2.10" in seen  # the CLI put the server's address in place of its name
+    lab.send_signal(signum)
+    assert lab.wait(timeout=60) == 130
     time.sleep(0.5)
     assert leftovers() == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pty
+import re
 import select
 import subprocess
 from collections.abc import Sequence
@@ -40,6 +41,15 @@ class HostIntf(Intf):
         command = " ".join(str(a) for a in args)
         proc = in_netns(self.node.pid, ["sh", "-c", command], check=False)
         return proc.stdout + proc.stderr
+
+    def updateIP(self) -> str | None:  # noqa: N802 - Mininet's name
+        """The address, read with the host's `ip`. Mininet's own runs ifconfig inside the
+        node, which container images lack; its CLI then cannot turn `server` into an address
+        (`mininet> client ping server` failed with "Temporary failure in name resolution")."""
+        out = self.cmd("ip", "-o", "-4", "addr", "show", "dev", self.name)
+        match = re.search(r"\binet (\d+\.\d+\.\d+\.\d+)", out)
+        self.ip = match.group(1) if match else None
+        return self.ip
 
 
 class NsHost(Host):
