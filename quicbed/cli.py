@@ -69,11 +69,6 @@ def cmd_lab(args: argparse.Namespace) -> int:
     from quicbed.topology.net import Testbed
 
     cfg = _testbed_config(args)
-    # Mininet's CLI takes KeyboardInterrupt as "stop the command it runs" and goes on, so a
-    # closed terminal or SIGTERM must end the lab with something it does not catch.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, _close_lab)
     with Testbed(cfg) as tb:
         print(f"quicbed lab: {cfg.profile.description}; backend {tb.backend.name}")
         print("hosts: client 10.77.1.10, cross 10.77.1.11, router, server 10.77.2.10")
@@ -203,27 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class LabClosed(BaseException):
-    """SIGTERM or SIGHUP during `quicbed lab`: not an Exception, so nothing on the way out
-    (Mininet's CLI included) swallows it before the topology is torn down."""
-
-
-def _silence_output_if_hung_up(signum: int) -> None:
-    # The terminal is gone: writing to it must not break the teardown that follows.
-    if signum == signal.SIGHUP:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        for fd in (1, 2):
-            os.dup2(devnull, fd)
-
-
 def _on_sigterm(signum: int, frame: object) -> None:
-    _silence_output_if_hung_up(signum)
     raise KeyboardInterrupt
-
-
-def _close_lab(signum: int, frame: object) -> None:
-    _silence_output_if_hung_up(signum)
-    raise LabClosed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -234,9 +210,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("quicbed: needs root (namespaces, tc, Docker)", file=sys.stderr)
         return 4
     signal.signal(signal.SIGTERM, _on_sigterm)
-    # A closed terminal tears down like Ctrl-C; under nohup (SIGHUP ignored) the run goes on.
-    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-        signal.signal(signal.SIGHUP, _on_sigterm)
     handler: Handler = args.func
     try:
         return handler(args)
@@ -246,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except QuicbedError as exc:
         print(f"quicbed: {exc}", file=sys.stderr)
         return exc.exit_code
-    except (KeyboardInterrupt, LabClosed):
+    except KeyboardInterrupt:
         print("quicbed: interrupted; the topology was torn down", file=sys.stderr)
         return 130
 

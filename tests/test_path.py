@@ -7,7 +7,6 @@ would) and checks physics against the profile, with the same checks `quicbed cal
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -107,30 +106,3 @@ def test_clean_leaves_nothing_after_kill_9(backend: str) -> None:
     time.sleep(0.5)
     assert leftovers() == []
 
-
-@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM])
-def test_lab_resolves_host_names_and_tears_down_when_closed(signum: int) -> None:
-    """`mininet> client ping server` reaches the server across the path; a closed terminal
-    (SIGHUP) or SIGTERM ends the lab and leaves nothing behind."""
-    # The default images: students' commands run with the client image's tools (ping).
-    lab = subprocess.Popen([sys.executable, "-m", "quicbed.cli", "lab", "india"],
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, bufsize=1,
-                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert lab.stdin and lab.stdout
-    lab.stdin.write("client ping -c 2 -i 0.2 server\n")
-    lab.stdin.flush()
-    seen, deadline = "", time.monotonic() + 120
-    while "packets transmitted" not in seen and time.monotonic() < deadline:
-        # Raw reads: select() cannot see what a buffered reader already holds.
-        ready, _, _ = select.select([lab.stdout], [], [], 1.0)
-        chunk = os.read(lab.stdout.fileno(), 65536).decode(errors="replace") if ready else ""
-        if ready and not chunk:
-            break
-        seen += chunk
-    assert "2 received" in seen, seen[-2000:]
-    assert "10.77.2.10" in seen  # the CLI put the server's address in place of its name
-    lab.send_signal(signum)
-    assert lab.wait(timeout=60) == 130
-    time.sleep(0.5)
-    assert leftovers() == []
