@@ -66,7 +66,7 @@ def test_delayline_gilbert_elliott_loss_has_bursts() -> None:
 
 
 @pytest.mark.skip(reason="flaky on a loaded CI host: 3 of 7 fresh-clone runs saw far RTT "
-                  "outliers (issue 2's note); run it by hand with -p no:skip or by removing this")
+                  "outliers (issue 2's note); remove this marker to run it by hand")
 @pytest.mark.parametrize(("distribution", "stdev_per_sigma", "reach"),
                          [("normal", 1.0, 4.0), ("uniform", 1 / 3 ** 0.5, 1.0)])
 def test_delayline_jitter_follows_netem_tables(distribution: str, stdev_per_sigma: float,
