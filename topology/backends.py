@@ -16,7 +16,9 @@ the egress devices. The rate stage (htb) is the host kernel's in every backend (
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
+import hashlib
 import os
 import shutil
 import signal
@@ -39,6 +41,7 @@ UML_SOCKET_BUFFER = 8 << 20
 RMEM_DEFAULT = Path("/proc/sys/net/core/rmem_default")
 DELAYLINE_DIR = REPO / "topology" / "delayline"
 DELAYLINE_MARK = "quicbed-delayline"  # `quicbed clean` finds UML routers and delay lines by these
+DELAYLINE_BINARY = DELAYLINE_DIR / "build" / DELAYLINE_MARK
 UML_MAX_RATE_MBIT = 100.0  # above this, one UML vCPU falls short of the rate (bench/link_bench.py)
 
 # One direction of the netem stage: the spec and the delay netem should add (the spec's delay
@@ -98,6 +101,15 @@ def _shell_word(word: str) -> str:
     # Arguments come from validated numbers and our own device names; quote anyway.
     safe = all(c.isalnum() or c in "-_.:/%" for c in word)
     return word if safe and word else "'" + word.replace("'", "'\\''") + "'"
+
+
+def _frame_port_up(router: NsHost, dev: str) -> None:
+    """A veth end that only carries frames between the router and a LAN: no IPv6 chatter,
+    no super-packets (rate and loss stay per packet), up."""
+    router.run(["sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1"])
+    for feature in ("gso", "tso", "gro", "tx-udp-segmentation"):
+        router.run(["ethtool", "-K", dev, feature, "off"], check=False)
+    router.run(["ip", "link", "set", dev, "up"])
 
 
 def _parse_counters(ip_json: str) -> dict[str, int]:
@@ -160,10 +172,7 @@ class UmlBackend(TcBackend):
             r(["ip", "link", "add", veth, "type", "veth", "peer", "name", f"{veth}br"])
             r(["ip", "link", "set", f"{veth}br", "master", lan.bridge])
             for dev in (veth, f"{veth}br"):
-                r(["sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1"])
-                for feature in ("gso", "tso", "gro", "tx-udp-segmentation"):
-                    r(["ethtool", "-K", dev, feature, "off"], check=False)
-                r(["ip", "link", "set", dev, "up"])
+                _frame_port_up(self.router, dev)
         self.ctl.mkdir(parents=True, exist_ok=True)
         (self.ctl / "net.conf").write_text(f"VEC0_ADDR={client_lan.router_cidr}\n"
                                            f"VEC1_ADDR={server_lan.router_cidr}\n")
@@ -278,10 +287,7 @@ class DelayLineBackend(Backend):
             r(["ip", "link", "set", bridge_if, "master", lan.bridge])
             r(["ip", "addr", "add", lan.router_cidr, "dev", router_if])
             for dev in (router_if, f"{router_if}x", bridge_if, f"{bridge_if}x"):
-                r(["sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1"])
-                for feature in ("gso", "tso", "gro", "tx-udp-segmentation"):
-                    r(["ethtool", "-K", dev, feature, "off"], check=False)
-                r(["ip", "link", "set", dev, "up"])
+                _frame_port_up(self.router, dev)
         r(["sysctl", "-qw", "net.ipv4.ip_forward=1"])
         self.dir.mkdir(parents=True, exist_ok=True)
         idle = LinkSpec(rate_mbit=1.0)
@@ -331,7 +337,6 @@ class DelayLineBackend(Backend):
             return {}
         return {key: int(value) for key, value in (ln.split("=", 1) for ln in lines)}
 
-
     def stop(self) -> None:
         for process in self.processes.values():
             process.terminate()  # it writes its final counters
@@ -344,8 +349,7 @@ class DelayLineBackend(Backend):
         self.processes.clear()
 
     def describe(self) -> dict[str, str]:
-        binary = DELAYLINE_DIR / "build" / DELAYLINE_MARK
-        return {"backend": self.name, "delayline_sha256": _sha256(binary)[:16],
+        return {"backend": self.name, "delayline_sha256": _sha256(DELAYLINE_BINARY)[:16],
                 "delayline_seed": str(self.seed)}
 
 
@@ -384,21 +388,18 @@ def jitter_table(name: str) -> str:
 
 def build_delayline() -> Path:
     """The delay line binary, compiled if missing or older than its source (about a second)."""
-    binary = DELAYLINE_DIR / "build" / DELAYLINE_MARK
     source = DELAYLINE_DIR / "delayline.c"
-    if binary.exists() and binary.stat().st_mtime >= source.stat().st_mtime:
-        return binary
+    if DELAYLINE_BINARY.exists() and DELAYLINE_BINARY.stat().st_mtime >= source.stat().st_mtime:
+        return DELAYLINE_BINARY
     proc = subprocess.run(["make", "-s", "-C", str(DELAYLINE_DIR)], capture_output=True,
                           text=True)
-    if proc.returncode != 0 or not binary.exists():
+    if proc.returncode != 0 or not DELAYLINE_BINARY.exists():
         raise EnvironmentProblem("cannot build the delay line (needs cc and make): "
                                  f"{(proc.stderr or proc.stdout).strip()[-800:]}")
-    return binary
+    return DELAYLINE_BINARY
 
 
 def _sha256(path: Path) -> str:
-    import hashlib
-
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
@@ -408,8 +409,10 @@ def _sha256(path: Path) -> str:
 BACKENDS = {"netem": NetemBackend, "uml": UmlBackend, "delayline": DelayLineBackend}
 
 
+@functools.cache
 def host_has_netem() -> bool:
-    """Probe for sch_netem in a scratch namespace (never touches a real interface)."""
+    """Probe for sch_netem in a scratch namespace (never touches a real interface); once per
+    process, as every testbed and the executor ask and the kernel does not change."""
     ns = f"quicbed-probe-{os.getpid()}"
     try:
         subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)

@@ -195,10 +195,12 @@ def probe_datagrams(tb: Testbed, packets: int) -> dict[str, dict[str, int]]:
         send.wait()
         out, err = recv.communicate(timeout=120)
         try:
-            results[direction] = json.loads(out)
-            results[direction]["received"], results[direction]["loss_runs"]  # noqa: B018
-        except (json.JSONDecodeError, KeyError):
-            raise RuntimeError(f"loss probe failed: {err.strip() or out}") from None
+            result = json.loads(out)
+        except json.JSONDecodeError:
+            result = {}
+        if not {"received", "loss_runs"} <= result.keys():
+            raise RuntimeError(f"loss probe failed: {err.strip() or out}")
+        results[direction] = result
     return results
 
 

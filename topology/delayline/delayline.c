@@ -209,14 +209,19 @@ static int loss_event(void)
     return 0;
 }
 
+/* Due first; equal times leave in arrival order. */
+static int earlier(const struct entry *a, const struct entry *b)
+{
+    return a->due_ns < b->due_ns || (a->due_ns == b->due_ns && a->seq < b->seq);
+}
+
 static void heap_push(struct entry e)
 {
     int i = heap_len++;
     while (i > 0) {
         int parent = (i - 1) / 2;
-        struct entry *p = &heap[parent];
-        if (p->due_ns < e.due_ns || (p->due_ns == e.due_ns && p->seq < e.seq)) break;
-        heap[i] = *p;
+        if (earlier(&heap[parent], &e)) break;
+        heap[i] = heap[parent];
         i = parent;
     }
     heap[i] = e;
@@ -229,13 +234,8 @@ static struct entry heap_pop(void)
     for (;;) {
         int child = 2 * i + 1;
         if (child >= heap_len) break;
-        if (child + 1 < heap_len &&
-            (heap[child + 1].due_ns < heap[child].due_ns ||
-             (heap[child + 1].due_ns == heap[child].due_ns && heap[child + 1].seq < heap[child].seq)))
-            child++;
-        if (last.due_ns < heap[child].due_ns ||
-            (last.due_ns == heap[child].due_ns && last.seq < heap[child].seq))
-            break;
+        if (child + 1 < heap_len && earlier(&heap[child + 1], &heap[child])) child++;
+        if (earlier(&last, &heap[child])) break;
         heap[i] = heap[child];
         i = child;
     }
@@ -310,14 +310,20 @@ static int open_socket(const char *ifname)
     return fd;
 }
 
-static void send_batch(int fd, struct mmsghdr *msgs, struct iovec *iov, int n,
-                       unsigned long long *sent)
+/* One message per iovec, for recvmmsg/sendmmsg. */
+static void point_msgs(struct mmsghdr *msgs, struct iovec *iov, int n)
 {
     for (int i = 0; i < n; i++) {
-        memset(&msgs[i].msg_hdr, 0, sizeof msgs[i].msg_hdr);
+        memset(&msgs[i], 0, sizeof msgs[i]);
         msgs[i].msg_hdr.msg_iov = &iov[i];
         msgs[i].msg_hdr.msg_iovlen = 1;
     }
+}
+
+static void send_batch(int fd, struct mmsghdr *msgs, struct iovec *iov, int n,
+                       unsigned long long *sent)
+{
+    point_msgs(msgs, iov, n);
     int done = 0;
     while (done < n) {
         int r = sendmmsg(fd, msgs + done, (unsigned)(n - done), 0);
@@ -338,12 +344,9 @@ static void pass_through(int from, int to)
     static unsigned char buf[BATCH][SLOT_BYTES];
     struct mmsghdr msgs[BATCH];
     struct iovec iov[BATCH];
-    for (int i = 0; i < BATCH; i++) {
+    for (int i = 0; i < BATCH; i++)
         iov[i] = (struct iovec){buf[i], SLOT_BYTES};
-        memset(&msgs[i], 0, sizeof msgs[i]);
-        msgs[i].msg_hdr.msg_iov = &iov[i];
-        msgs[i].msg_hdr.msg_iovlen = 1;
-    }
+    point_msgs(msgs, iov, BATCH);
     int n = recvmmsg(from, msgs, BATCH, MSG_DONTWAIT, NULL);
     if (n <= 0) return;
     count.rx_b += (unsigned long long)n;
@@ -365,10 +368,8 @@ static void take_in(int from)
     for (int i = 0; i < want; i++) {
         slots[i] = free_slots[--free_top];
         iov[i] = (struct iovec){pool + (size_t)slots[i] * SLOT_BYTES, SLOT_BYTES};
-        memset(&msgs[i], 0, sizeof msgs[i]);
-        msgs[i].msg_hdr.msg_iov = &iov[i];
-        msgs[i].msg_hdr.msg_iovlen = 1;
     }
+    point_msgs(msgs, iov, want);
     int n = recvmmsg(from, msgs, (unsigned)want, MSG_DONTWAIT, NULL);
     uint64_t now = now_ns();
     for (int i = 0; i < want; i++) {
