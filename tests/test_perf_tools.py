@@ -339,6 +339,8 @@ BAD = {
                   "--cacert", "/w/certs/other.pem"], "tls"),
     "timeout": (common(port=9443), "timeout"),
     "not_found": (common("missing.bin"), "http"),
+    "missing_ca": (["--url", f"https://{HOST}/small.bin", "--resolve", RESOLVE,
+                    "--cacert", "/w/certs/absent.pem"], "tls"),
 }
 
 
@@ -356,6 +358,28 @@ def test_bad_input(bed: Bed, tool: str, case: str) -> None:
     assert row["t_done"] is None and row["download_time_ms"] is None
     assert row["throughput_mbps"] is None and row["local_port"] >= 0
     assert r.elapsed < TIMEOUT_S + 5
+
+
+KEY_SHARE_CAPTURE = (
+    "rm -f /tmp/ks.pcap /tmp/ks.err && (tcpdump --immediate-mode -i lo -w /tmp/ks.pcap "
+    "'port 443' 2>/tmp/ks.err & echo $! > /tmp/ks.pid) && i=0 && "
+    "while ! grep -q listening /tmp/ks.err && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; "
+    "{tool} >/dev/null; sleep 0.3; kill $(cat /tmp/ks.pid); sleep 0.3; "
+    "tshark -r /tmp/ks.pcap -Y 'tls.handshake.type == 1' "
+    "-T fields -e tls.handshake.extensions_key_share_group"
+)
+
+
+@docker_test
+@pytest.mark.parametrize("name", ["tls1.3", "quic", "quic-ngtcp2"])
+def test_one_key_share_per_client_hello(bed: Bed, name: str) -> None:
+    """Every stack offers exactly one key share (X25519), so that none pays for an extra key
+    generation in its connection time (GnuTLS would send two by default)."""
+    tool = " ".join([*CASES[name].argv, *common(), "-n", "2"])
+    res = bed.sh(KEY_SHARE_CAPTURE.format(tool=tool))
+    assert res.returncode == 0, res.stderr.decode()[-500:]
+    hellos = res.stdout.decode().split()  # tshark now and then misses a QUIC Initial: not all 2
+    assert hellos and all(groups == "29" for groups in hellos), hellos  # x25519, nothing else
 
 
 @docker_test
@@ -439,6 +463,8 @@ def test_sanitizers(bed: Bed) -> None:
         (["quic_perf", "--backend", "ngtcp2", *common(), "--cacert", "/w/certs/other.pem"], 1),
         (["quic_perf", "--backend", "ngtcp2", *common(port=9443), "--timeout", "1"], 1),
         (["quic_perf", "--backend", "ngtcp2", *common(), "--resume", "-n", "2"], 0),
+        (["quic_perf", "--backend", "ngtcp2", *common(), "--cacert", "/w/none.pem", "-n", "2"], 1),
+        (["quic_perf", *common(), "-n", "3"], 0),
         (["quic_perf", *common(port=9443), "--timeout", "1"], 1),
         (["tls_perf", *common(), "--cacert", "/w/certs/other.pem"], 1),
         (["tls_perf", "--url", "https://bad url/"], 1),

@@ -13,10 +13,13 @@
 
 #include "perf.h"
 
-/* Lives across repetitions: only used with --resume, to carry the TLS session (ticket)
- * from the warm-up connection to the measured ones. */
+/* One easy handle for all repetitions, so that libcurl loads the CA store once and caches it
+ * (CURLOPT_CA_CACHE_TIMEOUT), as a client application does; connections and TLS sessions are
+ * still fresh (FRESH_CONNECT, FORBID_REUSE, no session cache unless --resume). */
 struct curl_state {
-    CURLSH *share;
+    CURL *easy;
+    struct curl_slist *resolve;
+    CURLSH *share;                /* --resume only: the warm-up connection's session */
 };
 
 /* Per-transfer context handed to the callbacks. */
@@ -314,13 +317,12 @@ static struct curl_slist *make_resolve(const struct perf_opts *o)
 static int curl_fetch(const struct perf_opts *o, void *state, struct perf_row *row)
 {
     struct curl_state *st = state;
-    struct xfer x = {.o = o, .row = row, .easy = curl_easy_init()};
-    struct curl_slist *resolve = make_resolve(o);
+    struct xfer x = {.o = o, .row = row, .easy = st->easy};
     char errbuf[CURL_ERROR_SIZE] = "";
     double t_before = 0;
 
     snprintf(row->library, sizeof(row->library), "%s", curl_version());
-    if (!x.easy || set_opts(x.easy, o, resolve, st ? st->share : NULL) < 0) {
+    if (set_opts(x.easy, o, st->resolve, st->share) < 0) {
         snprintf(row->error, sizeof(row->error), "url: cannot set URL (curl %d)",
                  (int)CURLE_URL_MALFORMAT);
     } else if (perf_sink_open(&x.sink, o, row) == 0) {
@@ -334,9 +336,18 @@ static int curl_fetch(const struct perf_opts *o, void *state, struct perf_row *r
             check_negotiated(o, row);
     }
     perf_sink_close(&x.sink, row);
-    curl_easy_cleanup(x.easy);
-    curl_slist_free_all(resolve);
     return row->error[0] ? -1 : 0;
+}
+
+static void curl_teardown(void *state)
+{
+    struct curl_state *st = state;
+    if (!st)
+        return;
+    curl_easy_cleanup(st->easy);
+    curl_slist_free_all(st->resolve);
+    curl_share_cleanup(st->share);
+    free(st);
 }
 
 /* --resume: the measured connections resume the session of a warm-up connection made here.
@@ -349,15 +360,19 @@ static int curl_setup(const struct perf_opts *o, void **state)
                         "use --backend ngtcp2\n", o->tool);
         return -2;
     }
-    if (!o->resume)
-        return 0;
     struct curl_state *st = calloc(1, sizeof(*st));
-    if (!st || !(st->share = curl_share_init())) {
-        free(st);
+    if (!st)
+        return -1;
+    *state = st;
+    st->resolve = make_resolve(o);
+    if (!(st->easy = curl_easy_init()) || (o->resume && !(st->share = curl_share_init()))) {
+        curl_teardown(st);
+        *state = NULL;
         return -1;
     }
+    if (!o->resume)
+        return 0;
     curl_share_setopt(st->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
-    *state = st;
     struct perf_opts warm = *o;
     warm.cpu = 0;
     warm.output_body = NULL;
@@ -367,15 +382,6 @@ static int curl_setup(const struct perf_opts *o, void **state)
         fprintf(stderr, "%s: warm-up connection failed: %s\n", o->tool, row.error);
     perf_row_free(&row);
     return 0;
-}
-
-static void curl_teardown(void *state)
-{
-    struct curl_state *st = state;
-    if (!st)
-        return;
-    curl_share_cleanup(st->share);
-    free(st);
 }
 
 const struct perf_backend perf_backend_libcurl = {

@@ -3,8 +3,9 @@
  *   t_handshake  = ngtcp2 handshake_completed (client has sent its Finished),
  *   t_first_byte = first request-stream byte handed to the application by ngtcp2,
  *   t_done       = nghttp3 end_stream of the response;
- * t_start is taken right before the QUIC/TLS objects are created, so their set-up counts as
- * connection time, as it does in the libcurl backend. One connection, one GET; with --resume,
+ * t_start is taken right before the connection's QUIC/TLS objects are created, so their set-up
+ * counts as connection time, as it does in the libcurl backend; the trust anchors are loaded
+ * once per process (libcurl caches its CA store too). One connection, one GET; with --resume,
  * a warm-up connection's session ticket and transport parameters are reused and the request
  * is sent as 0-RTT early data. */
 #define _POSIX_C_SOURCE 200809L
@@ -44,8 +45,11 @@ static const struct { const char *openssl, *gnutls; } GROUP_NAMES[] = {
     {"P-521", "GROUP-SECP521R1"},     {"X25519MLKEM768", "GROUP-X25519-MLKEM768"},
 };
 
-/* --resume: what the warm-up connection leaves for the measured ones. */
+/* What outlives one connection, as an lsquic engine's SSL_CTX does in the paper's tool: the
+ * trust anchors, loaded once; with --resume, what the warm-up connection leaves behind. */
 struct ng_state {
+    gnutls_certificate_credentials_t cred;
+    int cred_loaded;
     gnutls_datum_t ticket;        /* gnutls_session_get_data2() after NewSessionTicket */
     uint8_t tp[256];              /* server transport parameters remembered for 0-RTT */
     size_t tplen;
@@ -53,7 +57,7 @@ struct ng_state {
 
 struct nq {
     const struct perf_opts *o;
-    struct ng_state *st;          /* NULL without --resume */
+    struct ng_state *st;
     struct perf_row *row;
     struct perf_sink sink;
     char host[256], port[8], authority[300], path[2048];
@@ -61,7 +65,6 @@ struct nq {
     struct sockaddr_storage local, remote;
     socklen_t locallen, remotelen;
     gnutls_session_t tls;
-    gnutls_certificate_credentials_t cred;
     ngtcp2_conn *conn;
     ngtcp2_crypto_conn_ref ref;
     nghttp3_conn *h3;
@@ -393,7 +396,7 @@ static int on_ticket(gnutls_session_t tls, unsigned int htype, unsigned int when
     ngtcp2_crypto_conn_ref *ref = gnutls_session_get_ptr(tls);
     struct nq *q = ref->user_data;
     (void)htype; (void)when; (void)msg;
-    if (!incoming || !q->st)
+    if (!incoming || !q->o->resume)
         return 0;
     gnutls_free(q->st->ticket.data);
     q->st->ticket.data = NULL;
@@ -408,7 +411,7 @@ static int on_ticket(gnutls_session_t tls, unsigned int htype, unsigned int when
 
 static void setup_resumption(struct nq *q)
 {
-    if (!q->st)
+    if (!q->o->resume)
         return;
     gnutls_handshake_set_hook_function(q->tls, GNUTLS_HANDSHAKE_NEW_SESSION_TICKET,
                                        GNUTLS_HOOK_POST, on_ticket);
@@ -442,18 +445,19 @@ static int setup_tls(struct nq *q)
     if (group_priority(q->o->groups, priority, sizeof(priority)) != 0)
         return fail(q, "tls: --groups '%.100s' names a group this backend does not know",
                     q->o->groups);
-    int ok = gnutls_certificate_allocate_credentials(&q->cred) == 0 &&
-             (q->o->cacert ? gnutls_certificate_set_x509_trust_file(q->cred, q->o->cacert,
-                                                                    GNUTLS_X509_FMT_PEM) > 0
-                           : gnutls_certificate_set_x509_system_trust(q->cred) >= 0) &&
-             gnutls_init(&q->tls, GNUTLS_CLIENT | GNUTLS_NO_END_OF_EARLY_DATA |
-                                      (q->st ? GNUTLS_ENABLE_EARLY_DATA : 0)) == 0 &&
+    /* GNUTLS_KEY_SHARE_TOP: one key share, for the first group, as OpenSSL sends (libcurl,
+     * tls_perf); GnuTLS's default would also generate one for the next group of another type */
+    unsigned int flags = GNUTLS_CLIENT | GNUTLS_NO_END_OF_EARLY_DATA | GNUTLS_KEY_SHARE_TOP |
+                         (q->o->resume ? GNUTLS_ENABLE_EARLY_DATA : 0);
+    if (!q->st->cred_loaded)
+        return fail(q, "tls: cannot load the trust anchors (CA file?)");
+    int ok = gnutls_init(&q->tls, flags) == 0 &&
              gnutls_priority_set_direct(q->tls, priority, NULL) == 0 &&
              ngtcp2_crypto_gnutls_configure_client_session(q->tls) == 0 &&
-             gnutls_credentials_set(q->tls, GNUTLS_CRD_CERTIFICATE, q->cred) == 0 &&
+             gnutls_credentials_set(q->tls, GNUTLS_CRD_CERTIFICATE, q->st->cred) == 0 &&
              gnutls_alpn_set_protocols(q->tls, &alpn, 1, GNUTLS_ALPN_MANDATORY) == 0;
     if (!ok)
-        return fail(q, "tls: GnuTLS set-up failed (CA file?)");
+        return fail(q, "tls: GnuTLS set-up failed");
     struct in6_addr ip;
     if (inet_pton(AF_INET, q->host, &ip) != 1 && inet_pton(AF_INET6, q->host, &ip) != 1)
         gnutls_server_name_set(q->tls, GNUTLS_NAME_DNS, q->host, strlen(q->host));
@@ -530,7 +534,7 @@ static int setup_conn(struct nq *q)
         return fail(q, "quic: ngtcp2_conn_client_new failed");
     ngtcp2_conn_set_tls_native_handle(q->conn, q->tls);
     /* resuming: the request goes out as 0-RTT, under the remembered transport parameters */
-    if (q->st && q->st->ticket.size && q->st->tplen &&
+    if (q->o->resume && q->st->ticket.size && q->st->tplen &&
         ngtcp2_conn_decode_and_set_0rtt_transport_params(q->conn, q->st->tp, q->st->tplen) == 0)
         return setup_h3(q);
     return 0;
@@ -705,8 +709,6 @@ static void cleanup(struct nq *q)
     ngtcp2_conn_del(q->conn);
     if (q->tls)
         gnutls_deinit(q->tls);
-    if (q->cred)
-        gnutls_certificate_free_credentials(q->cred);
     if (q->fd >= 0)
         close(q->fd);
     perf_sink_close(&q->sink, q->row);
@@ -748,11 +750,24 @@ static void ng_teardown(void *state)
     struct ng_state *st = state;
     if (!st)
         return;
+    if (st->cred)
+        gnutls_certificate_free_credentials(st->cred);
     gnutls_free(st->ticket.data);
     free(st);
 }
 
-/* --resume: a warm-up connection (not printed) collects a session ticket. */
+static void load_trust(const struct perf_opts *o, struct ng_state *st)
+{
+    if (gnutls_certificate_allocate_credentials(&st->cred) != 0)
+        return;
+    st->cred_loaded = o->cacert ? gnutls_certificate_set_x509_trust_file(
+                                      st->cred, o->cacert, GNUTLS_X509_FMT_PEM) > 0
+                                : gnutls_certificate_set_x509_system_trust(st->cred) >= 0;
+}
+
+/* Trust anchors are loaded here, before any connection, so that a connection's time is its
+ * handshake; a file that cannot be loaded fails each row with a "tls:" error. With --resume,
+ * a warm-up connection (not printed) collects a session ticket. */
 static int ng_setup(const struct perf_opts *o, void **state)
 {
     *state = NULL;
@@ -760,12 +775,13 @@ static int ng_setup(const struct perf_opts *o, void **state)
         fprintf(stderr, "%s: backend ngtcp2: --cc cubic, reno or bbr\n", o->tool);
         return -2;
     }
-    if (!o->resume)
-        return 0;
     struct ng_state *st = calloc(1, sizeof(*st));
     if (!st)
         return -1;
     *state = st;
+    load_trust(o, st);
+    if (!o->resume)
+        return 0;
     struct perf_opts warm = *o;
     warm.output_body = NULL;
     struct perf_row row;
