@@ -7,16 +7,25 @@ setup RTTs of a resumed connection as TTFB ÷ RTT − 1 (TLS 1.2 2; TLS 1.3 1 an
 with what TCP arithmetic allows (setup and request RTTs, slow start from 10 segments, the
 payload share of a frame: analysis/physics.py) and the measurement ÷ that model.
 
+Then, from captures on the client and the server, where a fresh QUIC connection's time goes:
+the path (Initial up, the server's flight down) ÷ RTT, and the endpoints' own time: the client
+before its first Initial and after the server's flight, the server between the two.
+
     .venv/bin/python bench/handshake_bench.py [--reps 10]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from quicbed.analysis.physics import tcp_download_s
@@ -43,6 +52,66 @@ def fetch(tb, address: str, tool: str, options: list[str], path: str, reps: int,
             "-n", str(reps), "--pause", "100", "--timeout", "60", *options, *extra]
     proc = tb.client.exec(argv, timeout=120 + reps * 10)
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+PACKET = re.compile(r"^(\d+\.\d+) .*?\.(\d+) > [\d.]+\.(\d+):")
+
+
+@contextlib.contextmanager
+def capture(host, pcap: Path) -> Iterator[None]:  # noqa: ANN001
+    """tcpdump (the host's) in a testbed host's network namespace, for the duration."""
+    argv = ["tcpdump", "--immediate-mode", "-Z", "root", "-i", "any", "-w", str(pcap),
+            "udp port 443"]
+    proc = subprocess.Popen(host.popen_argv(argv), stderr=subprocess.PIPE, text=True)
+    try:
+        while "listening" not in (proc.stderr.readline() or "listening"):
+            pass
+        yield
+    finally:
+        time.sleep(0.3)
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def packets(pcap: Path) -> list[tuple[float, int, int]]:
+    """(time, source port, destination port) of each packet."""
+    text = subprocess.run(["tcpdump", "-r", str(pcap), "-tt", "-n"], capture_output=True,
+                          text=True, check=True).stdout
+    return [(float(m[1]), int(m[2]), int(m[3])) for m in map(PACKET.match, text.splitlines())
+            if m]
+
+
+def quic_split(row: dict, at_client: list, at_server: list) -> dict[str, float]:
+    """Start to handshake done, cut at the first Initial and the last server datagram before
+    handshake done, each seen on both sides (k-th datagram sent = k-th received: no loss)."""
+    port = row["local_port"]
+    c_out = [t for t, src, _ in at_client if src == port]
+    c_in = [t for t, _, dst in at_client if dst == port]
+    s_in = [t for t, src, _ in at_server if src == port]
+    s_out = [t for t, _, dst in at_server if dst == port]
+    k = sum(t <= row["t_handshake"] for t in c_in) - 1
+    return {"up": s_in[0] - c_out[0], "down": c_in[k] - s_out[k],
+            "before": c_out[0] - row["t_start"], "server": s_out[k] - s_in[0],
+            "after": row["t_handshake"] - c_in[k]}
+
+
+def wire_table(tb, server, address: str, rtt: float, reps: int) -> None:  # noqa: ANN001
+    print(f"{'fresh QUIC (ms)':<20}{'path÷RTT':>9}{'client before':>14}{'server':>8}"
+          f"{'client after':>13}{'conn−RTT':>9}")
+    for label, (tool, options, *_) in CLIENTS.items():
+        if tool != "quic_perf":
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            pcaps = Path(tmp) / "client.pcap", Path(tmp) / "server.pcap"
+            with capture(tb.client, pcaps[0]), capture(server, pcaps[1]):
+                rows = [r for r in fetch(tb, address, tool, options, "web/index.html", reps)
+                        if not r["error"]]
+            at_client, at_server = packets(pcaps[0]), packets(pcaps[1])
+        splits = [quic_split(r, at_client, at_server) for r in rows]
+        med = {k: statistics.median(s[k] for s in splits) * 1e3 for k in splits[0]}
+        excess = statistics.median(r["connection_time_ms"] for r in rows) - rtt
+        print(f"{label:<20}{(med['up'] + med['down']) / rtt:>9.3f}{med['before']:>14.2f}"
+              f"{med['server']:>8.2f}{med['after']:>13.2f}{excess:>9.2f}")
 
 
 def bench(profile_name: str, overrides: dict[str, str], server: str, reps: int,
@@ -88,6 +157,7 @@ def bench(profile_name: str, overrides: dict[str, str], server: str, reps: int,
                 print(f"{label:<20}{conn:>9.3f}{fresh:>7}{(conn / fresh - 1):>+8.1%}{gap:>10.2f}"
                       f"{res_text:>9}{resumed if resumed is not None else '-':>7}{goodput:>12.3f}"
                       f"{model_text}")
+            wire_table(tb, hosts[server], address, rtt, reps)
 
 
 def main() -> int:
