@@ -13,6 +13,7 @@ import json
 import statistics
 
 import pytest
+from capture_shell import wirecheck
 
 from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.paths import CACHE
@@ -106,16 +107,6 @@ def test_10mb_download_follows_the_shaped_rate(path, client: str) -> None:  # no
     assert 0.80 <= ratio <= 1.0, ratio
 
 
-CAPTURE = (
-    "cd /tmp && rm -f w.pcap w.keys w.err && "
-    "(tcpdump --immediate-mode -B 131072 -Z root -i client-eth0 -w w.pcap 'port 443' "
-    "2>w.err & echo $! > w.pid) && i=0 && "
-    "while ! grep -q listening w.err && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; "
-    "{tool} --keylog /tmp/w.keys > w.json; sleep 0.3; kill $(cat w.pid); sleep 0.3; "
-    "wirecheck.py --pcap w.pcap --row w.json --keylog w.keys --json"
-)
-
-
 @pytest.mark.parametrize("client", list(CLIENTS))
 def test_tool_instants_match_the_wire(path, client: str) -> None:  # noqa: ANN001
     """A capture on the client's emulated interface puts handshake and first byte within
@@ -128,7 +119,8 @@ def test_tool_instants_match_the_wire(path, client: str) -> None:  # noqa: ANN00
                         *options])
     worst = []
     for _ in range(3):
-        proc = tb.client.exec(["sh", "-c", CAPTURE.format(tool=command)], timeout=120)
+        proc = tb.client.exec(["sh", "-c", wirecheck(command, "client-eth0", "/tmp/w")],
+                              timeout=120)
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         deltas = [abs(result["events"][k]["delta_ms"]) for k in ("handshake", "first_byte")]
         worst.append(max(deltas))

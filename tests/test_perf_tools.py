@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from capture_shell import captured, wirecheck
 
 docker_test = pytest.mark.docker  # everything except the pure wirecheck tests at the end
 
@@ -360,23 +361,15 @@ def test_bad_input(bed: Bed, tool: str, case: str) -> None:
     assert r.elapsed < TIMEOUT_S + 5
 
 
-KEY_SHARE_CAPTURE = (
-    "rm -f /tmp/ks.pcap /tmp/ks.err && (tcpdump --immediate-mode -i lo -w /tmp/ks.pcap "
-    "'port 443' 2>/tmp/ks.err & echo $! > /tmp/ks.pid) && i=0 && "
-    "while ! grep -q listening /tmp/ks.err && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; "
-    "{tool} >/dev/null; sleep 0.3; kill $(cat /tmp/ks.pid); sleep 0.3; "
-    "tshark -r /tmp/ks.pcap -Y 'tls.handshake.type == 1' "
-    "-T fields -e tls.handshake.extensions_key_share_group"
-)
-
-
 @docker_test
 @pytest.mark.parametrize("name", ["tls1.3", "quic", "quic-ngtcp2"])
 def test_one_key_share_per_client_hello(bed: Bed, name: str) -> None:
     """Every stack offers exactly one key share (X25519), so that none pays for an extra key
     generation in its connection time (GnuTLS would send two by default)."""
     tool = " ".join([*CASES[name].argv, *common(), "-n", "2"])
-    res = bed.sh(KEY_SHARE_CAPTURE.format(tool=tool))
+    hello_groups = ("tshark -r /tmp/ks.pcap -Y 'tls.handshake.type == 1' "
+                    "-T fields -e tls.handshake.extensions_key_share_group")
+    res = bed.sh(captured(f"{tool} >/dev/null", "lo", "/tmp/ks") + "; " + hello_groups)
     assert res.returncode == 0, res.stderr.decode()[-500:]
     hellos = res.stdout.decode().split()  # tshark now and then misses a QUIC Initial: not all 2
     assert hellos and all(groups == "29" for groups in hellos), hellos  # x25519, nothing else
@@ -477,17 +470,6 @@ def test_sanitizers(bed: Bed) -> None:
         assert not any(m in r.stderr for m in SANITIZER_MARKS), r.stderr[-3000:]
 
 
-# tcpdump can take most of a second to set up its ring buffer: wait for "listening on".
-CAPTURE = (
-    "cd /w/out && rm -f {n}.pcap {n}.keys {n}.err && "
-    "(tcpdump --immediate-mode -B 131072 -Z root -i lo -w {n}.pcap 'port 443' "
-    "2>{n}.err & echo $! > {n}.pid) && i=0 && "
-    "while ! grep -q listening {n}.err && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; "
-    "{tool} --keylog /w/out/{n}.keys > {n}.json; sleep 0.3; kill $(cat {n}.pid); sleep 0.3; "
-    "wirecheck.py --pcap {n}.pcap --row {n}.json --keylog {n}.keys --json"
-)
-
-
 @docker_test
 @pytest.mark.parametrize("name", list(CASES))
 def test_wirecheck_loopback(bed: Bed, name: str) -> None:
@@ -497,7 +479,7 @@ def test_wirecheck_loopback(bed: Bed, name: str) -> None:
     cmd_tool = " ".join([*CASES[name].argv, *common()])
     worst_seen: list[float] = []
     for attempt in range(5):
-        res = bed.sh(CAPTURE.format(n=f"{name}-{attempt}", tool=cmd_tool))
+        res = bed.sh(wirecheck(cmd_tool, "lo", f"/w/out/{name}-{attempt}"))
         out = res.stdout.decode().strip().splitlines()
         assert out, res.stderr.decode()
         result = json.loads(out[-1])

@@ -149,7 +149,6 @@ class NetemBackend(TcBackend):
         return proc.stdout
 
 
-
 class UmlBackend(TcBackend):
     name = "uml"
     down_dev, up_dev = "vec0", "vec1"

@@ -42,14 +42,16 @@ def _pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
 
 
+def _is_testbed_process(cmdline: str) -> bool:
+    return UML_MARK in cmdline or DELAYLINE_MARK in cmdline or bool(_SHELL.search(cmdline))
+
+
 def testbed_processes() -> list[int]:
     """UML routers and Mininet shells of the testbed, and every process sharing their netns."""
     # The host's namespace is never a testbed's: Docker hosts' shells (`docker exec`) live in
     # it. PID 1's link is not readable everywhere (a Firecracker init here), so ours counts too.
     host_namespaces = {None, _netns(1), _netns("self")}
-    marked = [pid for pid in _pids()
-              if any(mark in _cmdline(pid) for mark in (UML_MARK, DELAYLINE_MARK))
-              or _SHELL.search(_cmdline(pid))]
+    marked = [pid for pid in _pids() if _is_testbed_process(_cmdline(pid))]
     namespaces = {_netns(pid) for pid in marked} - host_namespaces
     in_ns = [pid for pid in _pids() if _netns(pid) in namespaces]
     return sorted(set(marked) | set(in_ns) - {os.getpid()})

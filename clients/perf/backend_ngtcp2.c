@@ -4,10 +4,10 @@
  *   t_first_byte = first request-stream byte handed to the application by ngtcp2,
  *   t_done       = nghttp3 end_stream of the response;
  * t_start is taken right before the connection's QUIC/TLS objects are created, so their set-up
- * counts as connection time, as it does in the libcurl backend; the trust anchors are loaded
- * once per process (libcurl caches its CA store too). One connection, one GET; with --resume,
- * a warm-up connection's session ticket and transport parameters are reused and the request
- * is sent as 0-RTT early data. */
+ * counts as connection time, as it does in the libcurl backend; the trust anchors and
+ * priorities are made once per process (libcurl caches its CA store too). One connection,
+ * one GET; with --resume, a warm-up connection's session ticket and transport parameters are
+ * reused and the request is sent as 0-RTT early data. */
 #define _POSIX_C_SOURCE 200809L
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -46,10 +46,11 @@ static const struct { const char *openssl, *gnutls; } GROUP_NAMES[] = {
 };
 
 /* What outlives one connection, as an lsquic engine's SSL_CTX does in the paper's tool: the
- * trust anchors, loaded once; with --resume, what the warm-up connection leaves behind. */
+ * trust anchors and the priorities, made once; with --resume, what the warm-up connection
+ * leaves behind. */
 struct ng_state {
-    gnutls_certificate_credentials_t cred;
-    int cred_loaded;
+    gnutls_certificate_credentials_t cred;  /* NULL: the trust anchors could not be loaded */
+    gnutls_priority_t priority;             /* NULL: --groups names a group GnuTLS lacks */
     gnutls_datum_t ticket;        /* gnutls_session_get_data2() after NewSessionTicket */
     uint8_t tp[256];              /* server transport parameters remembered for 0-RTT */
     size_t tplen;
@@ -441,18 +442,17 @@ static int group_priority(const char *groups, char *out, size_t size)
 static int setup_tls(struct nq *q)
 {
     const gnutls_datum_t alpn = {(unsigned char *)"h3", 2};
-    char priority[512];
-    if (group_priority(q->o->groups, priority, sizeof(priority)) != 0)
+    if (!q->st->priority)
         return fail(q, "tls: --groups '%.100s' names a group this backend does not know",
                     q->o->groups);
+    if (!q->st->cred)
+        return fail(q, "tls: cannot load the trust anchors (CA file?)");
     /* GNUTLS_KEY_SHARE_TOP: one key share, for the first group, as OpenSSL sends (libcurl,
      * tls_perf); GnuTLS's default would also generate one for the next group of another type */
     unsigned int flags = GNUTLS_CLIENT | GNUTLS_NO_END_OF_EARLY_DATA | GNUTLS_KEY_SHARE_TOP |
                          (q->o->resume ? GNUTLS_ENABLE_EARLY_DATA : 0);
-    if (!q->st->cred_loaded)
-        return fail(q, "tls: cannot load the trust anchors (CA file?)");
     int ok = gnutls_init(&q->tls, flags) == 0 &&
-             gnutls_priority_set_direct(q->tls, priority, NULL) == 0 &&
+             gnutls_priority_set(q->tls, q->st->priority) == 0 &&
              ngtcp2_crypto_gnutls_configure_client_session(q->tls) == 0 &&
              gnutls_credentials_set(q->tls, GNUTLS_CRD_CERTIFICATE, q->st->cred) == 0 &&
              gnutls_alpn_set_protocols(q->tls, &alpn, 1, GNUTLS_ALPN_MANDATORY) == 0;
@@ -752,21 +752,34 @@ static void ng_teardown(void *state)
         return;
     if (st->cred)
         gnutls_certificate_free_credentials(st->cred);
+    if (st->priority)
+        gnutls_priority_deinit(st->priority);
     gnutls_free(st->ticket.data);
     free(st);
 }
 
-static void load_trust(const struct perf_opts *o, struct ng_state *st)
+/* The per-process TLS objects; what fails to load is left NULL and fails each row. */
+static void load_tls_state(const struct perf_opts *o, struct ng_state *st)
 {
-    if (gnutls_certificate_allocate_credentials(&st->cred) != 0)
+    char priority[512];
+    if (group_priority(o->groups, priority, sizeof(priority)) != 0 ||
+        gnutls_priority_init(&st->priority, priority, NULL) != 0)
+        st->priority = NULL;
+    if (gnutls_certificate_allocate_credentials(&st->cred) != 0) {
+        st->cred = NULL;
         return;
-    st->cred_loaded = o->cacert ? gnutls_certificate_set_x509_trust_file(
-                                      st->cred, o->cacert, GNUTLS_X509_FMT_PEM) > 0
-                                : gnutls_certificate_set_x509_system_trust(st->cred) >= 0;
+    }
+    int loaded = o->cacert ? gnutls_certificate_set_x509_trust_file(st->cred, o->cacert,
+                                                                     GNUTLS_X509_FMT_PEM) > 0
+                           : gnutls_certificate_set_x509_system_trust(st->cred) >= 0;
+    if (!loaded) {
+        gnutls_certificate_free_credentials(st->cred);
+        st->cred = NULL;
+    }
 }
 
-/* Trust anchors are loaded here, before any connection, so that a connection's time is its
- * handshake; a file that cannot be loaded fails each row with a "tls:" error. With --resume,
+/* Trust anchors and priorities are made here, before any connection, so that a connection's
+ * time is its handshake; what cannot be made fails each row with a "tls:" error. With --resume,
  * a warm-up connection (not printed) collects a session ticket. */
 static int ng_setup(const struct perf_opts *o, void **state)
 {
@@ -779,7 +792,7 @@ static int ng_setup(const struct perf_opts *o, void **state)
     if (!st)
         return -1;
     *state = st;
-    load_trust(o, st);
+    load_tls_state(o, st);
     if (!o->resume)
         return 0;
     struct perf_opts warm = *o;

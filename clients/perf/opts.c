@@ -131,9 +131,8 @@ static int set_backend(const struct perf_tool *tool, const char *v, struct perf_
 
 /* Names as OpenSSL spells them (X25519, secp256r1, X25519MLKEM768), colon-separated; each
  * backend maps them or reports a row error for one its library lacks. */
-static int set_groups(const struct perf_tool *tool, const char *v, struct perf_opts *o)
+static int set_groups(const char *v, struct perf_opts *o)
 {
-    (void)tool;
     if (!v[0] || strlen(v) > 200 || v[0] == ':' || v[strlen(v) - 1] == ':')
         return -1;
     for (const char *p = v; *p; p++)
@@ -184,7 +183,7 @@ static int apply_opt(const struct perf_tool *tool, int c, const char *arg, struc
     case OPT_VERBOSE: o->verbose = 1; return 0;
     case OPT_CURL_TIMERS: o->curl_timers = 1; return 0;
     case OPT_CC: o->cc = arg; return 0;
-    case OPT_GROUPS: return set_groups(tool, arg, o);
+    case OPT_GROUPS: return set_groups(arg, o);
     case OPT_TLS: return set_tls(tool, arg, o);
     case OPT_HTTP: return set_http(tool, arg, o);
     case OPT_BACKEND: return set_backend(tool, arg, o);
