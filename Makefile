@@ -17,27 +17,38 @@ export QUICBED_CACHE ?= /var/cache/quicbed
 PROFILE  ?= india
 PYTEST_ARGS ?=
 
-APT_PACKAGES := docker.io user-mode-linux mininet iperf3 debootstrap iputils-ping ethtool \
-	tcpdump iproute2 net-tools python3-venv python3-pip openssl ca-certificates procps \
-	docker-compose gcc libc6-dev make
-DEPS_STAMP := $(QUICBED_CACHE)/deps-$(shell echo '$(APT_PACKAGES)' | md5sum | cut -c1-8).stamp
+# Every Debian package the host needs (bookworm and trixie alike). quicbed/doctor.py lists the
+# commands the code runs and which package gives each; tests/test_doctor.py holds the two lists
+# together, and a throwaway container proves that this step alone gives them all.
+APT_PACKAGES := docker.io user-mode-linux kmod mount mininet iperf3 debootstrap iputils-ping ethtool \
+	tcpdump iproute2 net-tools python3-minimal python3-venv python3-pip openssl ca-certificates \
+	procps docker-compose gcc libc6-dev make git
 
-.PHONY: test deps docker venv images delayline content lab clean bench reproduce compose-prepare \
-	compose-up
+.PHONY: test unit deps docker venv images delayline content lab clean bench reproduce doctor \
+	compose-prepare compose-up
 
-test: deps docker venv images delayline
+test: deps docker venv images delayline doctor
 	$(VENV)/bin/ruff check quicbed topology servers clients experiments analysis tests bench
 	$(VENV)/bin/pytest -v -rs $(PYTEST_ARGS)
 
-deps: $(DEPS_STAMP)
-$(DEPS_STAMP):
+# The unit tier: pure logic, no root, Docker or namespaces; seconds.
+unit: venv
+	$(VENV)/bin/pytest -q -m "not path and not docker" $(PYTEST_ARGS)
+
+# No stamp: asking dpkg about every package takes a fraction of a second, and a stamp would
+# hide a package removed since (the machine is checked, not remembered).
+deps:
 	@test "$$(id -u)" = 0 || { echo "make: run as root (namespaces, tc and Docker need it)"; exit 1; }
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing: $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
-	@mkdir -p $(QUICBED_CACHE) && touch $@
+	@mkdir -p $(QUICBED_CACHE)
+
+# Everything the testbed needs on this host, one line each; stops here with the fix on a gap.
+doctor: venv
+	@$(QUICBED) doctor
 
 docker: deps
 	@# quic-go asks for ~7 MB UDP buffers; containers inherit the host's maximum.
@@ -73,11 +84,11 @@ compose-prepare: venv
 compose-up: compose-prepare images
 	docker-compose --env-file versions.env up -d
 
-lab: deps docker venv images
+lab: deps docker venv images delayline doctor
 	$(QUICBED) lab $(PROFILE)
 
 # Quick by default (about 15 minutes on 2 cores); FULL=1 runs the paper's repetitions.
-reproduce: deps docker venv images
+reproduce: deps docker venv images delayline doctor
 	$(QUICBED) reproduce $(if $(FULL),--full,)
 
 bench: deps docker venv images

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from quicbed.analysis.physics import tcp_download_s
+from quicbed.doctor import require
 from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.paths import CACHE
 from quicbed.servers import content
@@ -163,6 +164,7 @@ def bench(profile_name: str, overrides: dict[str, str], server: str, reps: int,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=10)
+    require("bench")  # the host's tcpdump captures in the namespaces
     parser.add_argument("--server", default="nginx", help="server of the fresh connections")
     parser.add_argument("--backend", default="auto", help="auto, netem, uml or delayline")
     parser.add_argument("--rtts", nargs="+", type=float, default=[80, 200],

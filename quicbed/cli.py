@@ -87,6 +87,12 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from quicbed.doctor import run_doctor
+
+    return run_doctor(commands_only=args.commands_only)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from quicbed.experiments.commands import cmd_run as run
 
@@ -192,6 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="report directory")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_reproduce)
+
+    p = sub.add_parser("doctor", help="check that this host has everything the testbed needs")
+    p.add_argument("--commands-only", action="store_true",
+                   help="only the host commands and files (no kernel, Docker or image checks)")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("clean", help="remove every namespace, link, container and UML router")
     p.set_defaults(func=cmd_clean)

@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from quicbed.doctor import require
 from quicbed.errors import EnvironmentProblem, InputError
 from quicbed.paths import REPO, STATE
 from quicbed.topology.hosts import NsHost
@@ -162,9 +163,7 @@ class UmlBackend(TcBackend):
         self.process: subprocess.Popen[bytes] | None = None
 
     def forward(self, client_lan: Lan, server_lan: Lan) -> None:
-        if not shutil.which(UML_BINARY):
-            raise EnvironmentProblem("the UML backend needs Debian's user-mode-linux package "
-                                     "(apt-get install user-mode-linux)")
+        require("uml")  # linux.uml, and what its init runs from the host's / (insmod...)
         r = self.router.run
         # The router namespace only carries frames: UML's vector devices own the addresses.
         for lan, veth in ((client_lan, "uml0"), (server_lan, "uml1")):
@@ -390,6 +389,7 @@ def build_delayline() -> Path:
     source = DELAYLINE_DIR / "delayline.c"
     if DELAYLINE_BINARY.exists() and DELAYLINE_BINARY.stat().st_mtime >= source.stat().st_mtime:
         return DELAYLINE_BINARY
+    require("delayline")
     proc = subprocess.run(["make", "-s", "-C", str(DELAYLINE_DIR)], capture_output=True,
                           text=True)
     if proc.returncode != 0 or not DELAYLINE_BINARY.exists():
