@@ -26,6 +26,7 @@ from .model import (
     VIDEO_THROUGHPUT,
     Metric,
 )
+from .overhead import account
 from .render import Bullets, FigureBlock, Section, Table, Text, VerdictList
 from .tables import (
     comparison_table,
@@ -147,10 +148,31 @@ def calibration_table(manifests: list[dict[str, Any]]) -> pd.DataFrame:
         "calibration": calibration_status(e)} for e in calibration_entries(manifests)])
 
 
-def run_section(manifests: list[dict[str, Any]]) -> Section:
-    return Section("Run", [Table(manifest_table(manifests), "Manifest"),
-                           Table(calibration_table(manifests),
-                                 "Calibration: configured against measured")])
+def overhead_table(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> pd.DataFrame:
+    """Per run and condition: wall time ÷ transfer time, and where the rest went."""
+    out = []
+    for manifest in manifests:
+        rows = df[df["run_id"] == manifest.get("run_id")] if "run_id" in df else df
+        for acc in account(rows.to_dict("records"), manifest):
+            if acc.ratio is None:
+                continue
+            out.append({"run": manifest.get("run_id"), "condition": acc.condition,
+                        "trials": acc.trials, "transfers (s)": round(acc.transfer_s, 1),
+                        "wall (s)": round(acc.total_s, 1), "wall ÷ transfers": round(acc.ratio, 2),
+                        **{k.removesuffix("_s").replace("_", " ") + " (s)": round(v, 1)
+                           for k, v in acc.setup.items()},
+                        "tool start/exit (s)": round(acc.tool_s, 1),
+                        "median per-trial overhead (s)": round(acc.median_trial_overhead_s or 0, 3)})
+    return pd.DataFrame(out)
+
+
+def run_section(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> Section:
+    blocks = [Table(manifest_table(manifests), "Manifest"),
+              Table(calibration_table(manifests), "Calibration: configured against measured")]
+    overhead = overhead_table(df, manifests)
+    if not overhead.empty:
+        blocks.append(Table(overhead, "The testbed's own time: wall time against transfers"))
+    return Section("Run", blocks)
 
 
 def flagged_section(df: pd.DataFrame) -> Section | None:
@@ -184,7 +206,7 @@ def build_sections(df: pd.DataFrame, manifests: list[dict[str, Any]],
                        "Audio and video fetched in parallel: handshake time and overall "
                        "download rate."),
         streaming_section(ok, figures),
-        run_section(manifests),
+        run_section(df, manifests),
         flagged_section(df),
     ]
     return [s for s in sections if s is not None]

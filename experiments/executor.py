@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import platform
 import subprocess
 import time
@@ -26,7 +27,14 @@ from quicbed.servers import content, pki
 from quicbed.topology.backends import choose_backend
 from quicbed.topology.calibrate import calibrate
 from quicbed.topology.hosts import DockerHost
-from quicbed.topology.net import DEFAULT_IMAGE, HostSpec, Testbed, TestbedConfig, server_address
+from quicbed.topology.net import (
+    DEFAULT_IMAGE,
+    DOMAIN,
+    HostSpec,
+    Testbed,
+    TestbedConfig,
+    server_address,
+)
 from quicbed.topology.profiles import Profile
 from quicbed.topology.report import print_calibration
 
@@ -35,7 +43,7 @@ from .registry import KEX_GROUPS
 from .runner import TrialError
 from .schema import Experiment
 
-SERVER_NAME = "server.quicbed"
+SERVER_NAME = f"server.{DOMAIN}"  # in every container's hosts file (topology.net)
 CLIENT_PKI = "/etc/quicbed/pki"
 CPU_BOUND_PCT = 90.0  # of one core: the host, not the network, may have set the pace
 
@@ -70,13 +78,17 @@ class TestbedExecutor:
     def condition(self, cond: Condition) -> Iterator[dict[str, Any]]:
         names = list(self.exp.servers)
         self._prepare_content()
+        timing: dict[str, float] = {}
+        clock = time.monotonic()
         with served_testbed(cond.link, names, log_root=self.run_dir / "logs" / cond.id,
                             pki_dir=self.pki_dir, content_dir=self.content_dir,
                             backend=self.backend, client_image=self.client_image,
                             tcp_cc=str(cond.params.get("server.tcp_cc", "cubic"))) as (tb, hosts):
+            timing["bringup_s"], clock = time.monotonic() - clock, time.monotonic()
             self.tb, self.hosts, self.started = tb, hosts, set()
             self.console.print(f"{cond.id}: calibrating {cond.label} via {tb.backend.name}")
             cal = calibrate(tb)
+            timing["calibration_s"], clock = time.monotonic() - clock, time.monotonic()
             print_calibration(cal, self.console)
             if not cal.passed and not self.force:
                 failed = ", ".join(f"{c.metric}/{c.direction}" for c in cal.checks if not c.passed)
@@ -84,10 +96,17 @@ class TestbedExecutor:
                                    "(--force measures anyway and marks every row)")
             cal.forced = not cal.passed
             try:
+                # Servers start here, after calibration, so no trial's wall time holds a start.
+                # One that fails here is tried again by its trials, which record the error.
+                for name in names:
+                    with contextlib.suppress(servers.ServerError):
+                        self.ensure_server(name)
+                timing["server_start_s"] = time.monotonic() - clock
                 yield {"rtt_ms": cal.measured("rtt_median_ms"), "passed": cal.passed,
                        "forced": cal.forced, "calibration": cal.to_dict(),
                        "ca_sha256": pki.cert_sha256(self.pki_dir / "ca.pem"),
-                       "servers": {n: self._server_facts(n) for n in names}}
+                       "servers": {n: self._server_facts(n) for n in names},
+                       "timing": {k: round(v, 3) for k, v in timing.items()}}
             finally:
                 self.tb, self.hosts = None, {}
 
@@ -113,7 +132,8 @@ class TestbedExecutor:
                              f"{proc.stderr.strip()[-300:]}")
         row = rows[-1]
         row.update(cpu_client_pct=round(cpu[self.tb.client], 1),
-                   cpu_server_pct=round(cpu[host], 1))
+                   cpu_server_pct=round(cpu[host], 1), tool_wall_s=round(wall, 3),
+                   transfer_s=_transfer_s(row))
         row["cpu_bound"] = max(cpu.values()) >= CPU_BOUND_PCT
         if row.get("error"):
             raise TrialError(row["error"], row)
@@ -138,9 +158,8 @@ class TestbedExecutor:
 
     @staticmethod
     def _server_alive(host: DockerHost, name: str) -> bool:
-        process = Path(servers.get_server(name).command[0]).name
-        proc = host.exec(["pgrep", "-x", process], timeout=10)
-        return proc.returncode == 0
+        """From the host's /proc, not `docker exec pgrep` (which cost ~80 ms every trial)."""
+        return _runs_in(host.container_pid, Path(servers.get_server(name).command[0]).name)
 
     @staticmethod
     def _tool_argv(trial: Trial, address: str) -> list[str]:
@@ -191,6 +210,32 @@ def served_testbed(profile: Profile, names: list[str], *, log_root: Path, pki_di
         for name, host in hosts.items() if start else ():
             servers.start_server(host.container, name, timeout=30)
         yield tb, hosts
+
+
+def _transfer_s(row: dict[str, Any]) -> float | None:
+    """The tool's own clock, from connection start to the last byte (None if it never ended)."""
+    t_start, t_done = row.get("t_start"), row.get("t_done")
+    if isinstance(t_start, int | float) and isinstance(t_done, int | float):
+        return round(t_done - t_start, 6)
+    return None
+
+
+def _runs_in(init_pid: int, comm: str) -> bool:
+    """Whether a process named `comm` runs in the PID namespace of the container's init."""
+    try:
+        pid_ns = os.readlink(f"/proc/{init_pid}/ns/pid")
+    except OSError:
+        return False
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if (Path(f"/proc/{entry}/comm").read_text().strip() == comm
+                    and os.readlink(f"/proc/{entry}/ns/pid") == pid_ns):
+                return True
+        except OSError:  # gone meanwhile
+            continue
+    return False
 
 
 def _url_path(trial: Trial) -> str:

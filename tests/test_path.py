@@ -106,3 +106,33 @@ def test_clean_leaves_nothing_after_kill_9(backend: str) -> None:
     time.sleep(0.5)
     assert leftovers() == []
 
+
+
+LOOKUP = """
+import socket, sys, time
+def timed(name):
+    t = time.monotonic()
+    try:
+        found = socket.getaddrinfo(name, 443, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+    except socket.gaierror:
+        found = None
+    return found, time.monotonic() - t
+for name in sys.argv[1:]:
+    found, took = timed(name)
+    print(name, found, f"{took:.4f}")
+"""
+
+
+def test_container_hosts_resolve_only_inside_the_testbed() -> None:
+    """Testbed names come from the hosts file; any other name fails at once, and no lookup
+    leaves through the emulated path (it once timed out there for 5 s before every trial)."""
+    with Testbed(_config("india")) as tb:
+        proc = tb.client.exec(["python3", "-c", LOOKUP, "server.quicbed", "client",
+                               "no-such-host.example", "www.debian.org"], check=True)
+    got = {name: (found, float(took)) for name, found, took in
+           (line.split() for line in proc.stdout.splitlines())}
+    assert got["server.quicbed"][0] == "10.77.2.10"
+    assert got["client"][0] == "10.77.1.10"  # its own hostname (OpenLDAP asks for it)
+    for name in ("no-such-host.example", "www.debian.org"):
+        found, took = got[name]
+        assert found == "None" and took < 0.1, (name, found, took)

@@ -43,6 +43,11 @@ def test_ci_experiment_passes_its_expectations(tmp_path: Path) -> None:
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     rows = _rows(run_dir)
     assert len(rows) == TRIALS and all(r["error"] is None for r in rows)
+    # The testbed's own cost per trial (tool start, docker exec, bookkeeping) stays small: a
+    # trial is its transfer, not a DNS timeout (5 s before) or a server start.
+    for client in {r["client"] for r in rows}:
+        overhead = [r["wall_s"] - r["transfer_s"] for r in rows if r["client"] == client]
+        assert max(overhead) < 0.5, (client, overhead)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     calibration = manifest["conditions"]["c0"]["calibration"]
     assert calibration["passed"] and not calibration["forced"]

@@ -21,6 +21,7 @@ from typing import Any
 from mininet.link import Link
 from mininet.net import Mininet
 
+from quicbed.doctor import require
 from quicbed.errors import EnvironmentProblem
 from quicbed.topology.backends import (
     Backend,
@@ -43,12 +44,38 @@ PROBE_DELAY_MS = 5.0  # netem delay per direction while the path's own latency i
 OFFLOADS = ("gso", "tso", "gro", "tx-udp-segmentation", "rx-udp-gro-forwarding", "rx-gro-list")
 
 
+DOMAIN = "quicbed"
+# Container hosts resolve from the testbed alone: their hosts file names every host, and the
+# resolver is loopback, where nothing listens, so any other lookup is refused at once. With the
+# host's resolver the query went out through the emulated path (the default route) and timed
+# out at the router: 5 s before every libcurl trial, and foreign packets on the measured link.
+NO_RESOLVER = "127.0.0.1"
+
+
 def server_host_name(index: int) -> str:
     return "server" if index == 0 else f"server{index + 1}"
 
 
 def server_address(index: int) -> str:
     return f"{SERVER_NET}.{10 + index}"
+
+
+def testbed_hosts(servers: int) -> dict[str, str]:
+    """Every name a container can look up -> its address: name.quicbed, and the short name,
+    which is also each container's hostname (libcurl's curl_version() makes OpenLDAP resolve
+    the local hostname once per process; Docker lists it only on its own networks)."""
+    short = {"client": ADDRESSES["client"], "cross": ADDRESSES["cross"],
+             "router": ROUTER_CLIENT_IP}
+    short.update({server_host_name(i): server_address(i) for i in range(servers)})
+    return {**{f"{name}.{DOMAIN}": a for name, a in short.items()}, **short}
+
+
+def name_service_args(servers: int) -> tuple[str, ...]:
+    """`docker run` options that keep a container's name service inside the testbed."""
+    args = ["--dns", NO_RESOLVER, "--dns-search", "."]
+    for name, address in testbed_hosts(servers).items():
+        args += ["--add-host", f"{name}:{address}"]
+    return tuple(args)
 
 
 @dataclass(frozen=True)
@@ -121,17 +148,21 @@ class Testbed:
         self.stop()
 
     def start(self) -> None:
+        require("core")
         require_docker()
         backend_name = choose_backend(self.config.backend, self.profile.max_rate_mbit)
         net = Mininet(topo=None, build=False, controller=None, cleanup=False)
         self.net = net
         cfg = self.config
+        names = name_service_args(len(cfg.servers))
         self.router = net.addHost("router", cls=NsHost, ip=None)
         self.client = net.addHost("client", cls=DockerHost, image=cfg.client.image,
-                                  run_id=cfg.run_id, docker_args=cfg.client.docker_args, ip=None)
+                                  run_id=cfg.run_id, docker_args=(*names, *cfg.client.docker_args),
+                                  ip=None)
         self.cross = net.addHost("cross", cls=NsHost, ip=None)
         self.servers = [net.addHost(server_host_name(i), cls=DockerHost, image=spec.image,
-                                    run_id=cfg.run_id, docker_args=spec.docker_args, ip=None)
+                                    run_id=cfg.run_id, docker_args=(*names, *spec.docker_args),
+                                    ip=None)
                         for i, spec in enumerate(cfg.servers)]
         self.server = self.servers[0]  # calibration's far end
         addresses = {self.client: ADDRESSES["client"], self.cross: ADDRESSES["cross"],
