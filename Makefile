@@ -23,6 +23,8 @@ PYTEST_ARGS ?=
 APT_PACKAGES := docker.io user-mode-linux kmod mount mininet iperf3 debootstrap iputils-ping ethtool \
 	tcpdump iproute2 net-tools python3-minimal python3-venv python3-pip openssl ca-certificates \
 	procps docker-compose gcc libc6-dev make git
+# Installed where the release has them: Debian 13 moved the docker command out of docker.io.
+APT_PACKAGES_IF_AVAILABLE := docker-cli
 
 .PHONY: test unit deps docker venv images delayline content lab clean bench reproduce doctor \
 	compose-prepare compose-up
@@ -44,6 +46,9 @@ deps:
 	  echo "installing: $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+	@for p in $(APT_PACKAGES_IF_AVAILABLE); do \
+	  dpkg -s $$p >/dev/null 2>&1 || ! apt-cache show $$p >/dev/null 2>&1 || { echo "installing: $$p"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$p >/dev/null; }; done
 	@mkdir -p $(QUICBED_CACHE)
 
 # Everything the testbed needs on this host, one line each; stops here with the fix on a gap.

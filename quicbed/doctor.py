@@ -33,7 +33,7 @@ UML_MODULE_NAMES = ("sch_htb", "sch_tbf", "sch_netem")  # what uml_router.sh loa
 @dataclass(frozen=True)
 class HostCommand:
     name: str
-    package: str  # the Debian package (bookworm and trixie) that provides it
+    package: str  # the Debian package that provides it; "a|b": a where the release has it, else b
     group: str  # who needs it: core, uml (the UML router's init), delayline, images, bench
     why: str
 
@@ -52,7 +52,7 @@ HOST_COMMANDS: tuple[HostCommand, ...] = (
     HostCommand("sysctl", "procps", "core", "per-namespace TCP settings and socket buffers"),
     HostCommand("ping", "iputils-ping", "core", "the router's forwarding latency at bring-up"),
     HostCommand("git", "git", "core", "the commit recorded in every run's manifest"),
-    HostCommand("docker", "docker.io", "core", "container hosts"),
+    HostCommand("docker", "docker-cli|docker.io", "core", "container hosts (docker-cli from Debian 13)"),
     HostCommand("dockerd", "docker.io", "core", "the Docker engine (make docker starts it)"),
     HostCommand("linux.uml", "user-mode-linux", "uml", "the netem router on kernels without it"),
     HostCommand("insmod", "kmod", "uml", "the UML router's init loads sch_netem, htb, tbf"),
@@ -87,7 +87,8 @@ def declared(name: str) -> HostCommand:
 
 
 def command_fix(cmd: HostCommand) -> str:
-    return f"apt-get install {cmd.package}"
+    first, *rest = cmd.package.split("|")
+    return f"apt-get install {first}" + "".join(f" (or {alt})" for alt in rest)
 
 
 def require(*groups: str) -> None:
@@ -96,7 +97,7 @@ def require(*groups: str) -> None:
     missing = [c for c in commands(*groups) if not shutil.which(c.name)]
     if not missing:
         return
-    fixes = sorted({c.package for c in missing})
+    fixes = sorted({c.package.split("|")[0] for c in missing})
     message = (f"missing host command(s) {', '.join(c.name for c in missing)}: "
                f"apt-get install {' '.join(fixes)} (or make deps); `quicbed doctor` checks all")
     try:
