@@ -73,10 +73,20 @@ def read_manifest(run_dir: Path, notes: list[str]) -> dict[str, Any]:
         return {"run_id": run_dir.name}
     try:
         manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise AnalysisError(
-            f"run {run_dir.name}: manifest.json is not valid JSON ({exc})") from None
+    except OSError as exc:
+        raise AnalysisError(f"run {run_dir.name}: cannot read {path} ({exc.strerror})") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested JSON
+        where = f"{path}:{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else str(path)
+        raise AnalysisError(f"{where}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
+    problem = manifest_problem(manifest)
+    if problem:
+        raise AnalysisError(f"{path}: {problem} (written by another version of quicbed, "
+                            "or edited?)")
     manifest.setdefault("run_id", run_dir.name)
+    if not manifest.get("conditions") and not manifest.get("calibration"):
+        # Another version's (or a hand-written) manifest: usable, but say what it lacks.
+        notes.append(f"run {run_dir.name}: manifest.json records no calibration (neither "
+                     "conditions nor calibration); configured RTTs are used")
     status = manifest.get("status", "complete")
     if status != "complete":
         notes.append(f"run {run_dir.name} has status '{status}' (not complete): "
@@ -84,19 +94,71 @@ def read_manifest(run_dir: Path, notes: list[str]) -> dict[str, Any]:
     return manifest
 
 
+# The manifest's parts the report reads as mappings or lists (.manifest, .overhead): missing
+# or empty is fine (older runs have less), another shape would end in an AttributeError deep
+# in the report. An entry (`*`) must be there as the container itself.
+_MANIFEST_SHAPES: tuple[tuple[str, type], ...] = (
+    ("conditions", dict), ("conditions.*", dict), ("conditions.*.link", dict),
+    ("conditions.*.link.down", dict), ("conditions.*.link.up", dict),
+    ("conditions.*.calibration", dict), ("conditions.*.calibration.checks", list),
+    ("conditions.*.calibration.checks.*", dict), ("conditions.*.calibration.timing", dict),
+    ("calibration", list), ("calibration.*", dict), ("calibration.*.configured", dict),
+    ("calibration.*.measured", dict),
+)
+
+
+def manifest_problem(manifest: Any) -> str | None:
+    """Why `manifest` is not a manifest the report can read, or None."""
+    if not isinstance(manifest, dict):
+        return f"a JSON {type(manifest).__name__}, not an object"
+    for pattern, kind in _MANIFEST_SHAPES:
+        for where, value in _values_at(manifest, pattern.split("."), ""):
+            if not isinstance(value, kind) and (value or pattern.endswith("*")):
+                expected = "an object" if kind is dict else "a list"
+                return f"'{where}' should be {expected}, not {type(value).__name__}"
+    return None
+
+
+def _values_at(data: Any, parts: list[str], where: str) -> Iterable[tuple[str, Any]]:
+    """(dotted path, value) for each value at `parts`; `*` is every entry of an object or
+    list. Missing keys and non-containers on the way yield nothing (shorter paths check those)."""
+    if not parts:
+        yield where, data
+        return
+    head, rest = parts[0], parts[1:]
+    if head != "*":
+        children = [(head, data[head])] if isinstance(data, dict) and head in data else []
+    elif isinstance(data, dict):
+        children = [(str(k), v) for k, v in data.items()]
+    else:
+        children = [(str(i), v) for i, v in enumerate(data)] if isinstance(data, list) else []
+    for name, child in children:
+        yield from _values_at(child, rest, f"{where}.{name}" if where else name)
+
+
 def read_jsonl(path: Path, notes: list[str]) -> pd.DataFrame:
-    lines = path.read_text(errors="replace").splitlines()
+    # Only "\n" ends a row (splitlines would also split at U+2028 inside a hand-edited string).
+    lines = path.read_text(errors="replace").split("\n")
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            # The runner appends while it runs, so only the last line can be torn; a bad
-            # line elsewhere is damage worth mentioning, but not worth losing the run over.
-            where = "last line (torn write)" if number == len(lines) else f"line {number}"
-            notes.append(f"{path.parent.name}/rows.jsonl: {where} unreadable, ignored")
+            record = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            # The runner appends one whole line per trial, so a crash can only tear the last
+            # one, cut before its newline (as experiments.store reads it too); damage
+            # anywhere else is an edit, which the report must not silently paper over.
+            if number == len(lines):
+                notes.append(f"{path.parent.name}/rows.jsonl: last line torn (a crash while "
+                             "writing it), ignored")
+                continue
+            raise AnalysisError(f"{path}:{number}: not a JSON row "
+                                f"({getattr(exc, 'msg', 'nested too deeply')})") from None
+        if not isinstance(record, dict):
+            raise AnalysisError(f"{path}:{number}: a row must be a JSON object, not "
+                                f"{type(record).__name__}")
+        records.append(record)
     return pd.DataFrame.from_records(records)
 
 
@@ -128,7 +190,24 @@ def load_run(run: str | Path, notes: list[str]) -> tuple[pd.DataFrame, dict[str,
         raise AnalysisError(f"run {run_dir.name}: rows lack the column(s) {', '.join(missing)}")
     if "run_id" not in rows:
         rows["run_id"] = manifest["run_id"]
-    return rows, manifest
+    return latest_attempts(rows, run_dir.name, notes), manifest
+
+
+def latest_attempts(rows: pd.DataFrame, run: str, notes: list[str]) -> pd.DataFrame:
+    """One row per trial: a retried trial (`--retry-failed`) keeps its failed rows in
+    rows.jsonl, and the last row written supersedes them. Rows without a trial id are kept."""
+    if "trial_id" not in rows:
+        return rows
+    is_id = rows["trial_id"].map(lambda v: isinstance(v, str) and v != "")
+    superseded = is_id & rows["trial_id"].where(is_id).duplicated(keep="last")
+    rows = rows[~superseded].reset_index(drop=True)
+    # Counted on the kept rows, so reading rows.parquet (already one per trial) says the same.
+    attempts = pd.to_numeric(rows["attempt"], errors="coerce") if "attempt" in rows else None
+    retried = 0 if attempts is None else int((attempts > 1).sum())
+    if retried:
+        notes.append(f"run {run}: {retried} trial(s) retried after failing; each counts once, "
+                     "by its last attempt")
+    return rows
 
 
 def rtt_reference(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> pd.Series:

@@ -20,7 +20,7 @@ from .check import check
 from .plan import dry_run
 from .runner import Executor, RunAborted, run_experiment
 from .schema import Experiment, load_experiment
-from .store import new_run_id, read_manifest
+from .store import load_rows, new_run_id, read_manifest
 
 
 def cmd_run(
@@ -33,12 +33,19 @@ def cmd_run(
     quick: bool = False,
     results: Path | None = None,
     progress: bool = True,
+    retry_failed: bool = False,
+    on_run_dir: Callable[[Path], None] | None = None,
 ) -> int:
-    """`quicbed run FILE [--resume ID] [--dry-run] [--check] [--quick]`.
+    """`quicbed run FILE [--resume ID [--retry-failed]] [--dry-run] [--check] [--quick]`.
 
     make_executor(exp, run_dir) is called once, after the file validated and unless dry; --force belongs to
-    the executor (pass it through your factory)."""
+    the executor (pass it through your factory). on_run_dir(run_dir) is told the run directory
+    before anything runs (reproduce names it in its resume hints)."""
     console = Console(highlight=False, soft_wrap=True)
+    if retry_failed and not resume:
+        console.print("--retry-failed needs --resume RUN_ID (a new run has nothing to retry)",
+                      markup=False)
+        return 2
     run_dir = run_dir_for(resume, results) if resume else None
     try:
         if run_dir is not None:  # a resumed run keeps the --quick it was started with
@@ -52,6 +59,11 @@ def cmd_run(
         return 0
     results = results or paths.RESULTS
     run_dir = run_dir or results / new_run_id(exp.name, results)
+    if on_run_dir:
+        on_run_dir(run_dir)
+    # A resume after --retry-failed must retry the rest too, or they would count as done.
+    resume_cmd = f"quicbed run {file} --resume {run_dir.name}" + (
+        " --retry-failed" if retry_failed else "")
     try:
         summary = run_experiment(
             exp,
@@ -60,23 +72,27 @@ def cmd_run(
             resume=bool(resume),
             progress=progress,
             console=console,
+            retry_failed=retry_failed,
         )
     except QuicbedError as exc:
         console.print(f"error: {exc}", markup=False)
         if isinstance(exc, RunAborted):
-            console.print(
-                f"fix that, then resume with quicbed run {file} --resume {run_dir.name}",
-                markup=False,
-            )
+            console.print(f"fix that, then resume with {resume_cmd}", markup=False)
         return exc.exit_code
     if summary.interrupted:
-        console.print(
-            f"interrupted: resume with quicbed run {file} --resume {run_dir.name}", markup=False
-        )
+        console.print(f"interrupted: resume with {resume_cmd}", markup=False)
         return 130
+    _hint_retry(file, run_dir, console)
     if check_after:
         return max(summary.exit_code, check(exp, run_dir, console))
     return summary.exit_code
+
+
+def _hint_retry(file: str | Path, run_dir: Path, console: Console) -> None:
+    failed = sum(row.get("error") is not None for row in load_rows(run_dir)[0])
+    if failed:
+        console.print(f"{failed} trial(s) failed: retry them with quicbed run {file} "
+                      f"--resume {run_dir.name} --retry-failed", markup=False)
 
 
 def cmd_check(file: str | Path, run_id: str, results: Path | None = None) -> int:

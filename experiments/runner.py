@@ -31,6 +31,7 @@ from rich.progress import (
 )
 
 from quicbed import paths
+from quicbed.analysis.overhead import account, summary_lines
 
 from .expectations import statistic
 from .matrix import Condition, Trial, conditions, count_per_condition, trials
@@ -110,27 +111,35 @@ def run_experiment(
     resume: bool = False,
     progress: bool = True,
     console: Console | None = None,
+    retry_failed: bool = False,
 ) -> RunSummary:
-    """Run every missing trial of `exp` into `run_dir`. Raises StoreError before any trial if
-    the directory is unusable or locked, and on disk-full mid-run (the file stays consistent)."""
+    """Run every missing trial of `exp` into `run_dir` (with retry_failed, every failed one
+    too: its new row supersedes the old, which stays in the file). Raises StoreError before any
+    trial if the directory is unusable or locked, and on disk-full mid-run (the file stays
+    consistent)."""
     console = console or Console(highlight=False, soft_wrap=True)
     run_dir = Path(run_dir)
     if not resume and (run_dir / "manifest.json").exists():
         raise StoreError(f"{run_dir} already holds a run; use --resume {run_dir.name}")
     with RunStore(run_dir).open(create=not resume) as store:
-        manifest = _start_manifest(exp, executor, run_dir, resume)
+        manifest = _start_manifest(exp, executor, run_dir, resume, retry_failed)
         store.write_manifest(manifest)
-        done = {r["trial_id"] for r in load_rows(run_dir)[0]}
+        done, attempts = _done_trials(run_dir, retry_failed)
         conds = conditions(exp)
         summary = RunSummary(run_dir.name, run_dir, len(conds) * count_per_condition(exp))
         summary.done_before = len(done & {t.trial_id for c in conds for t in trials(exp, c)})
         if store.torn_lines:
             console.print(f"note: dropped {store.torn_lines} torn row (crash); it will be rerun")
+        retrying = len(attempts.keys() - done)
+        if retrying:
+            console.print(f"note: retrying {retrying} failed trial(s); their rows stay in "
+                          f"{store.rows_path.name}, superseded by the new attempt")
         try:
-            with _signals_interrupt(), _progress(console, progress) as bar:
+            with signals_interrupt(), _progress(console, progress) as bar:
                 task = bar.add_task("", total=summary.total, completed=summary.done_before)
                 for cond in conds:
-                    todo = [t for t in trials(exp, cond) if t.trial_id not in done]
+                    todo = [(t, attempts.get(t.trial_id, 0) + 1) for t in trials(exp, cond)
+                            if t.trial_id not in done]
                     if todo:
                         _run_condition(cond, todo, executor, store, manifest, summary, bar, task)
                         store.write_manifest(manifest)
@@ -142,9 +151,17 @@ def run_experiment(
     return summary
 
 
+def _done_trials(run_dir: Path, retry_failed: bool) -> tuple[set[str], dict[str, int]]:
+    """The trials not to run again, and each recorded trial's latest attempt number."""
+    latest = load_rows(run_dir)[0]  # one row per trial: its last attempt
+    done = {r["trial_id"] for r in latest if not (retry_failed and r.get("error") is not None)}
+    # Rows from before attempts were counted are first attempts.
+    return done, {r["trial_id"]: int(r.get("attempt") or 1) for r in latest}
+
+
 def _run_condition(
     cond: Condition,
-    todo: list[Trial],
+    todo: list[tuple[Trial, int]],
     executor: Executor,
     store: RunStore,
     manifest: dict[str, Any],
@@ -165,8 +182,8 @@ def _run_condition(
             return
         entry["calibration"] = calib
         entry.pop("error", None)
-        for trial in todo:
-            row = _run_trial(trial, executor, calib, manifest["run_id"])
+        for trial, attempt in todo:
+            row = _run_trial(trial, executor, calib, manifest["run_id"], attempt)
             store.append(row)
             summary.ran += 1
             summary.failed += row["error"] is not None
@@ -174,7 +191,8 @@ def _run_condition(
     bar.console.print(condition_summary(cond, load_rows(store.dir)[0]), markup=False)
 
 
-def _run_trial(trial: Trial, executor: Executor, calib: dict, run_id: str) -> dict[str, Any]:
+def _run_trial(trial: Trial, executor: Executor, calib: dict, run_id: str, attempt: int = 1
+               ) -> dict[str, Any]:
     started, t0 = _now(), time.monotonic()
     try:
         executor.ensure_server(trial.server)
@@ -183,7 +201,7 @@ def _run_trial(trial: Trial, executor: Executor, calib: dict, run_id: str) -> di
         tool_row, error = exc.row, exc.reason
     except Exception as exc:  # an executor bug must not lose the rest of the run
         tool_row, error = {}, f"{type(exc).__name__}: {exc}"
-    timing = {"started_at": started, "wall_s": round(time.monotonic() - t0, 3)}
+    timing = {"started_at": started, "wall_s": round(time.monotonic() - t0, 3), "attempt": attempt}
     row = make_row(run_id, trial, tool_row, calib) | timing
     # The tools write "" for success; rows say None, so one test (`error is None`) holds.
     row["error"] = error or row.get("error") or None
@@ -257,6 +275,8 @@ def _finish(store: RunStore, manifest: dict, summary: RunSummary, console: Conso
     store.write_manifest(manifest)
     store.write_parquet()
     done = summary.done_before + summary.ran
+    for line in summary_lines(account(load_rows(store.dir)[0], manifest)):
+        console.print(line, markup=False)
     console.print(
         f"{summary.run_id}: {done}/{summary.total} trials, {summary.failed} failed "
         f"this session, {len(summary.skipped)} conditions skipped -> {store.dir}",
@@ -264,9 +284,12 @@ def _finish(store: RunStore, manifest: dict, summary: RunSummary, console: Conso
     )
 
 
-def _start_manifest(exp: Experiment, executor: Executor, run_dir: Path, resume: bool) -> dict:
+def _start_manifest(exp: Experiment, executor: Executor, run_dir: Path, resume: bool,
+                    retry_failed: bool = False) -> dict:
     # Each session records its own commit: a resumed run may have been resumed on other code.
     session = {"started_at": _now(), "pid": os.getpid(), "status": "running", "git": git_info()}
+    if retry_failed:
+        session["retry_failed"] = True
     if resume:
         manifest = read_manifest(run_dir)
         if manifest.get("matrix_hash") != exp.matrix_hash():
@@ -342,25 +365,48 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-@contextlib.contextmanager
-def _signals_interrupt() -> Iterator[None]:
-    """SIGTERM (and SIGINT, even if inherited as ignored) unwinds like Ctrl-C, so the executor's
-    context managers tear the path down and the run is marked interrupted."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def handler(signum, frame):
+
+@dataclass
+class _Stopping:
+    depth: int = 0  # nested signals_interrupt() blocks (reproduce around run)
+    stopping: bool = False  # the first signal came; the unwinding must not be cut short
+
+
+_STOP = _Stopping()
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """SIGINT, SIGTERM (a CI cancel, `timeout`) and SIGHUP (a closed terminal) unwind like
+    Ctrl-C, even if inherited as ignored, so the executor's context managers tear the path down
+    and the run is marked interrupted. Only the first signal does: a second one (Ctrl-C pressed
+    twice, a terminal's SIGINT to the whole group) would cut the teardown short and leave the
+    path behind, so until the outermost block ends it is only acknowledged."""
+
+    def handler(signum: int, frame: object) -> None:
+        if _STOP.stopping:
+            os.write(2, b"quicbed: already stopping, tearing down (to force: kill -9, then "
+                        b"quicbed clean)\n")
+            return
+        _STOP.stopping = True
         raise KeyboardInterrupt  # not an Exception: per-trial error handling must not catch it
 
-    signals = (signal.SIGTERM, signal.SIGINT)
     try:
-        previous = [signal.signal(s, handler) for s in signals]
+        previous = [signal.signal(s, handler) for s in STOP_SIGNALS]
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
+    _STOP.depth += 1
     try:
         yield
     finally:
-        for sig, old in zip(signals, previous, strict=True):
+        for sig, old in zip(STOP_SIGNALS, previous, strict=True):
             signal.signal(sig, old)
+        _STOP.depth -= 1
+        if not _STOP.depth:
+            _STOP.stopping = False
 
 
 def _progress(console: Console, enabled: bool) -> AbstractContextManager[Progress]:

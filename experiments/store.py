@@ -4,6 +4,10 @@ rows.jsonl is the source of truth and is crash-safe: each trial's row is one `os
 complete line followed by fsync. A crash can at worst leave a torn last line, which loading
 ignores (that trial counts as missing) and reopening for append cuts off. A failed write (disk
 full) is rolled back by truncation, so the last row is either whole or absent.
+
+A trial retried (`--resume RUN_ID --retry-failed`) gets a second row with `attempt` one higher;
+the failed row stays, so the file is never rewritten. The last row of a trial supersedes the
+earlier ones: `load_rows` and rows.parquet hold one row per trial, `load_history` all of them.
 """
 
 from __future__ import annotations
@@ -127,33 +131,89 @@ class RunStore:
 
 
 def load_rows(run_dir: Path | str) -> tuple[list[dict[str, Any]], int]:
-    """All complete rows, and how many lines were unreadable (torn by a crash)."""
-    rows, bad = [], 0
+    """The current row of each trial (its last attempt), and how many lines were torn by a
+    crash (see load_history)."""
+    rows, bad = load_history(run_dir)
+    return latest_attempts(rows), bad
+
+
+def latest_attempts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per trial_id, the last written; in the order trials first appeared."""
+    latest: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        latest[row["trial_id"]] = row  # a re-assigned key keeps its first position
+    return list(latest.values())
+
+
+def load_history(run_dir: Path | str) -> tuple[list[dict[str, Any]], int]:
+    """Every complete row in file order, superseded attempts included, and how many lines
+    were torn by a crash (0 or 1: only the last line, cut before its newline, can be).
+
+    Any other unreadable line (hand-edited, not JSON, not a row object) raises StoreError
+    naming the file and line: guessing past damage would silently lose or invent trials."""
+    path = Path(run_dir) / ROWS
     try:
-        text = (Path(run_dir) / ROWS).read_bytes().decode(errors="replace")
+        text = path.read_bytes().decode(errors="replace")
     except FileNotFoundError:
         return [], 0
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            bad += 1
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {_why(exc)}") from None
+    # Only "\n" ends a row (splitlines would also split at U+2028 inside a hand-edited string).
+    lines = text.split("\n")
+    rows, torn = [], 0
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
             continue
-        if isinstance(row, dict) and "trial_id" in row:
+        row, problem = _parse_row(line)
+        if row is not None:
             rows.append(row)
+        elif number == len(lines):  # no newline after it: a crash cut this write short
+            torn += 1
         else:
-            bad += 1
-    return rows, bad
+            raise StoreError(f"{path}:{number}: {problem}")
+    return rows, torn
+
+
+def _parse_row(line: str) -> tuple[dict[str, Any] | None, str]:
+    """One line of rows.jsonl as a row, or None and why it is not one."""
+    try:
+        row = json.loads(line)
+    except ValueError as exc:
+        return None, f"not a JSON row ({getattr(exc, 'msg', exc)})"
+    except RecursionError:  # thousands of nested brackets
+        return None, "not a JSON row (nested too deeply)"
+    if not isinstance(row, dict):
+        return None, f"a row must be a JSON object, not {type(row).__name__}"
+    if not isinstance(row.get("trial_id"), str):
+        return None, "the row has no trial_id"
+    return row, ""
+
+
+# What resuming and checking a run rely on; a manifest without them is not one this version
+# of quicbed wrote (or it was edited), and would fail later with a KeyError.
+_MANIFEST_KEYS: dict[str, type] = {"run_id": str, "matrix_hash": str, "sessions": list,
+                                   "conditions": dict}
 
 
 def read_manifest(run_dir: Path | str) -> dict[str, Any]:
     path = Path(run_dir) / MANIFEST
     try:
-        return json.loads(path.read_text())
+        manifest = json.loads(path.read_text())
     except FileNotFoundError:
         raise StoreError(f"no run at {run_dir} ({MANIFEST} is missing)") from None
-    except (OSError, ValueError) as exc:
-        raise StoreError(f"cannot read {path}: {exc}") from None
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {_why(exc)}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested JSON
+        where = f"{path}:{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else str(path)
+        raise StoreError(f"{where}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
+    if not isinstance(manifest, dict):
+        raise StoreError(f"{path} is not a run manifest (a JSON {type(manifest).__name__}, "
+                         "not an object)")
+    bad = [key for key, kind in _MANIFEST_KEYS.items() if not isinstance(manifest.get(key), kind)]
+    if bad:
+        raise StoreError(f"{path} has no usable {', '.join(bad)} (written by another version "
+                         "of quicbed, or edited?)")
+    return manifest
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -93,8 +93,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return run_doctor(commands_only=args.commands_only)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: argparse.Namespace, on_run_dir: Callable[[Path], None] | None = None) -> int:
     from quicbed.experiments.commands import cmd_run as run
+    from quicbed.experiments.runner import signals_interrupt
+    from quicbed.topology.marker import kill_own_helpers
 
     def factory(exp, run_dir):  # noqa: ANN001, ANN202 - lazy: a dry run never builds it
         from quicbed.experiments.executor import TestbedExecutor
@@ -102,8 +104,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         return TestbedExecutor(exp, run_dir, force=args.force, backend=args.backend,
                                client_image=args.client_image)
 
-    return run(args.file, factory, resume=args.resume, dry=args.dry_run,
-               check_after=args.check, quick=args.quick, progress=not args.no_progress)
+    # SIGTERM and SIGHUP as Ctrl-C for the whole command, executor set-up included.
+    with signals_interrupt():
+        try:
+            return run(args.file, factory, resume=args.resume, retry_failed=args.retry_failed,
+                       dry=args.dry_run, check_after=args.check, quick=args.quick,
+                       progress=not args.no_progress, on_run_dir=on_run_dir)
+        finally:
+            # A helper a teardown missed (an interrupt mid-calibration) must not outlive it.
+            for line in kill_own_helpers():
+                print(f"quicbed: stopped a helper the teardown left: {line}", file=sys.stderr)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -119,28 +129,23 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    """Every experiment in experiments/paper (quick unless --full), then one report."""
+    """Every experiment in experiments/paper or --experiments DIR (quick unless --full), then
+    one report; one Ctrl-C/SIGTERM/SIGHUP stops it all (experiments/reproduce.py)."""
     from quicbed.analysis.report import main_report
-    from quicbed.paths import REPO, RESULTS
+    from quicbed.experiments.reproduce import experiment_files, reproduce
+    from quicbed.paths import REPO
 
-    say = _progress_printer()
-    run_ids: list[str] = []
-    worst = 0
-    for file in sorted((REPO / "experiments" / "paper").glob("*.yaml")):
-        before = set(RESULTS.glob("*")) if RESULTS.exists() else set()
-        say(f"reproduce: {file.relative_to(REPO)} ({'full' if args.full else 'quick'})")
-        run_args = argparse.Namespace(file=str(file), resume=None, dry_run=False, check=False,
-                                      quick=not args.full, force=False, backend=args.backend,
+    def run_one(file: Path, on_run_dir: Callable[[Path], None]) -> int:
+        run_args = argparse.Namespace(file=str(file), resume=None, retry_failed=False,
+                                      dry_run=False, check=False, quick=not args.full,
+                                      force=False, backend=args.backend,
                                       client_image="quicbed/client:dev",
                                       no_progress=args.no_progress)
-        worst = max(worst, cmd_run(run_args))
-        run_ids += sorted(p.name for p in set(RESULTS.glob("*")) - before if p.is_dir())
-    if not run_ids:
-        print("quicbed reproduce: no run produced results", file=sys.stderr)
-        return 1
-    say(f"reproduce: report over {', '.join(run_ids)}")
-    code = main_report(run_ids, args.out)
-    return code or worst
+        return cmd_run(run_args, on_run_dir=on_run_dir)
+
+    directory = Path(args.experiments) if args.experiments else REPO / "experiments" / "paper"
+    return reproduce(experiment_files(directory), run_one, lambda ids: main_report(ids, args.out),
+                     quick=not args.full, say=_progress_printer())
 
 
 def _progress_printer() -> Callable[[str], None]:
@@ -171,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run an experiment file end to end into results/")
     p.add_argument("file", help="experiment YAML (experiments/...)")
     p.add_argument("--resume", metavar="RUN_ID", help="run only the trials RUN_ID is missing")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="with --resume: run the failed trials again too (their failed rows stay "
+                   "in rows.jsonl, superseded by the new attempt)")
     p.add_argument("--dry-run", action="store_true",
                    help="validate, print the expanded matrix and an estimate; touch nothing")
     p.add_argument("--check", action="store_true", help="evaluate expect: after the run")
@@ -194,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("reproduce", help="run experiments/paper (quick) and write the report")
     p.add_argument("--full", action="store_true", help="the full repetitions (hours)")
+    p.add_argument("--experiments", metavar="DIR",
+                   help="run the *.yaml experiments of DIR instead of experiments/paper")
     p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     p.add_argument("--out", help="report directory")
     p.add_argument("--no-progress", action="store_true")

@@ -341,3 +341,201 @@ def test_two_runs_in_the_same_second_get_distinct_ids(tmp_path, exp_file):
             cmd_run(exp_file, lambda e, d: SyntheticExecutor(), results=tmp_path, progress=False) == 0
         )
     assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2
+
+
+# --- interruption -------------------------------------------------------------------------------
+
+
+class SignalAt(SyntheticExecutor):
+    """Sends itself `sig` during calibration (phase "condition") or after `after` trials, and
+    records whether the condition was torn down."""
+
+    def __init__(self, sig: int, phase: str = "trials", after: int = 5):
+        super().__init__()
+        self.sig, self.phase, self.after = sig, phase, after
+        self.trials_run, self.torn_down = 0, 0
+
+    @contextlib.contextmanager
+    def condition(self, cond):
+        try:
+            if self.phase == "condition":
+                os.kill(os.getpid(), self.sig)  # arrives mid bring-up/calibration
+                time.sleep(1)  # the handler raises here; never slept through
+            with super().condition(cond) as calib:
+                yield calib
+        finally:
+            # A second signal (Ctrl-C twice) must not cut the teardown short.
+            os.kill(os.getpid(), signal.SIGINT)
+            self.torn_down += 1
+
+    def run_trial(self, trial: Trial):
+        self.trials_run += 1
+        if self.phase == "trials" and self.trials_run == self.after:
+            os.kill(os.getpid(), self.sig)
+        return super().run_trial(trial)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("phase", ["condition", "trials"])
+def test_one_signal_interrupts_the_run_and_the_teardown_completes(tmp_path, exp_file, sig, phase):
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    ex = SignalAt(sig, phase)
+    summary = run(exp_file, tmp_path / "r", ex)
+    assert summary.interrupted and summary.exit_code == 130 and not summary.skipped
+    assert ex.torn_down == 1  # torn down once, and nothing after the first condition began
+    # The signal lands in the `after`th trial, which leaves no row (resume reruns it).
+    assert summary.ran == (0 if phase == "condition" else ex.after - 1)
+    assert read_manifest(tmp_path / "r")["status"] == "interrupted"
+    assert {s: signal.getsignal(s) for s in before} == before  # the handlers are restored
+
+
+# --- retrying failed trials ---------------------------------------------------------------------
+
+FAILING = {"c0/caddy/quic-h3/index.html/r1", "c1/nginx/tls1.2-h2/index.html/r4"}
+
+
+def test_retry_failed_supersedes_failed_rows_and_every_trial_counts_once(tmp_path, exp_file):
+    import pandas as pd
+
+    from quicbed.analysis import load_runs
+    from quicbed.experiments.store import load_history
+
+    run_dir = tmp_path / "r"
+    assert run(exp_file, run_dir, SyntheticExecutor(fail=FAILING)).failed == 2
+    # A plain resume counts failed trials as done.
+    assert run(exp_file, run_dir, SyntheticExecutor(), resume=True).ran == 0
+    summary = run(exp_file, run_dir, SyntheticExecutor(), resume=True, retry_failed=True)
+    assert (summary.ran, summary.failed, summary.done_before, summary.exit_code) == (
+        2, 0, TOTAL - 2, 0)
+    history = load_history(run_dir)[0]
+    assert len(history) == TOTAL + 2  # append-only: the failed rows stay in rows.jsonl
+    old = [r for r in history if r["trial_id"] in FAILING and r["error"] is not None]
+    assert [r["attempt"] for r in old] == [1, 1]
+    rows = load_rows(run_dir)[0]
+    assert len(rows) == len({r["trial_id"] for r in rows}) == TOTAL
+    assert all(r["error"] is None for r in rows)
+    assert {r["attempt"] for r in rows if r["trial_id"] in FAILING} == {2}
+    assert rows[0]["trial_id"] == "c0/caddy/tls1.2-h2/index.html/r0"  # matrix order kept
+    assert len(pd.read_parquet(run_dir / "rows.parquet")) == TOTAL
+    for source in ("parquet", "jsonl"):  # the analysis counts each trial once from either
+        if source == "jsonl":
+            (run_dir / "rows.parquet").unlink()
+        df, _ = load_runs([str(run_dir)])
+        assert len(df) == df["trial_id"].nunique() == TOTAL and not df["failed"].any()
+        assert any("2 trial(s) retried" in note for note in df.attrs["notes"])
+    assert read_manifest(run_dir)["sessions"][-1]["retry_failed"] is True
+    exp = parse_experiment(exp_file.read_text(), str(exp_file))
+    assert check(exp, run_dir) == 0
+
+
+def test_a_trial_failing_again_gets_the_next_attempt(tmp_path, exp_file):
+    run_dir = tmp_path / "r"
+    trial = "c0/caddy/quic-h3/index.html/r1"
+    run(exp_file, run_dir, SyntheticExecutor(fail={trial}))
+    for attempt in (2, 3):
+        summary = run(exp_file, run_dir, SyntheticExecutor(fail={trial}), resume=True,
+                      retry_failed=True)
+        assert (summary.ran, summary.failed) == (1, 1)
+        (row,) = [r for r in load_rows(run_dir)[0] if r["trial_id"] == trial]
+        assert row["attempt"] == attempt and row["error"] == "synthetic failure"
+    run(exp_file, run_dir, SyntheticExecutor(), resume=True, retry_failed=True)
+    assert all(r["error"] is None for r in load_rows(run_dir)[0])
+
+
+def test_cmd_run_hints_retry_and_needs_resume_for_it(tmp_path, exp_file, capsys):
+    results = tmp_path / "results"
+    assert cmd_run(exp_file, lambda e, d: SyntheticExecutor(), retry_failed=True,
+                   results=results) == 2
+    assert "--retry-failed needs --resume RUN_ID" in capsys.readouterr().out
+    assert not results.exists()
+    seen: list[Path] = []
+    code = cmd_run(exp_file, lambda e, d: SyntheticExecutor(fail=FAILING), results=results,
+                   progress=False, on_run_dir=seen.append)
+    (run_dir,) = seen
+    assert code == 1 and run_dir.parent == results
+    assert (f"2 trial(s) failed: retry them with quicbed run {exp_file} --resume "
+            f"{run_dir.name} --retry-failed") in capsys.readouterr().out
+    # Interrupted while retrying: the hint keeps --retry-failed, or the rest would count as done.
+    code = cmd_run(exp_file, lambda e, d: SignalAt(signal.SIGTERM, after=1), resume=run_dir.name,
+                   retry_failed=True, results=results, progress=False)
+    assert code == 130
+    assert (f"interrupted: resume with quicbed run {exp_file} --resume {run_dir.name} "
+            "--retry-failed") in capsys.readouterr().out
+
+
+# --- on the real path (root, Docker; unrun by the unit suite) -----------------------------------
+
+KILL_EXPERIMENT = """\
+# 10 MB at 20 Mbit/s: a trial lasts about 4 s, long enough to kill its server mid-transfer.
+name: retry-path
+profiles: [india]
+servers: [caddy]
+clients: [{tool: tls_perf, tls: ["1.3"], http: "2"}, quic_perf]
+workload: {kind: cloud, files: [10MB]}
+repetitions: 5
+timeout_s: 60
+"""
+KILL_TRIALS = 2 * 5
+
+
+def _containers() -> dict[str, str]:
+    """Testbed containers by node (client, server): quicbed-<run>-<node>."""
+    names = subprocess.run(["docker", "ps", "--filter", "label=quicbed", "--format",
+                            "{{.Names}}"], capture_output=True, text=True).stdout.split()
+    return {name.rsplit("-", 1)[1]: name for name in names}
+
+
+def _host_pids(container: str, command: str) -> list[int]:
+    top = subprocess.run(["docker", "top", container, "-eo", "pid,comm"], capture_output=True,
+                         text=True).stdout.splitlines()[1:]
+    return [int(line.split()[0]) for line in top if line.split()[1:] == [command]]
+
+
+def _kill_servers_mid_trial(results: Path, kills: list[int], times: int = 2) -> None:
+    """After 2 rows, `times` times: wait for a client tool to be fetching, SIGKILL caddy."""
+    wait_for_rows(results, 2, timeout=600)
+    deadline = time.monotonic() + 300
+    while len(kills) < times and time.monotonic() < deadline:
+        nodes = _containers()
+        fetching = "client" in nodes and any(
+            _host_pids(nodes["client"], tool) for tool in ("tls_perf", "quic_perf"))
+        servers = _host_pids(nodes["server"], "caddy") if fetching and "server" in nodes else []
+        if servers:
+            time.sleep(1)  # well into the transfer
+            for pid in servers:
+                os.kill(pid, signal.SIGKILL)
+            kills.append(servers[0])
+            time.sleep(6)  # the next trial restarts it
+        time.sleep(0.05)
+
+
+@pytest.mark.path
+@pytest.mark.usefixtures("clean_slate")
+def test_real_server_killed_mid_run_then_retry_failed_completes_it(tmp_path):
+    import threading
+
+    from quicbed.analysis import load_runs
+    from quicbed.experiments.store import load_history
+
+    exp_file, results = tmp_path / "retry.yaml", tmp_path / "results"
+    exp_file.write_text(KILL_EXPERIMENT)
+    env = {**os.environ, "QUICBED_RESULTS": str(results), "PYTHONUNBUFFERED": "1"}
+    quicbed = [sys.executable, "-m", "quicbed.cli", "run", str(exp_file), "--no-progress"]
+    kills: list[int] = []
+    killer = threading.Thread(target=_kill_servers_mid_trial, args=(results, kills), daemon=True)
+    killer.start()
+    first = subprocess.run(quicbed, env=env, capture_output=True, text=True, timeout=900)
+    killer.join(timeout=10)
+    assert kills, "no trial was running when the killer looked"
+    (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
+    failed = {r["trial_id"] for r in load_rows(run_dir)[0] if r["error"] is not None}
+    assert failed and first.returncode == 1, first.stdout[-3000:]
+    assert "--retry-failed" in first.stdout
+    retry = subprocess.run([*quicbed, "--resume", run_dir.name, "--retry-failed"], env=env,
+                           capture_output=True, text=True, timeout=900)
+    assert retry.returncode == 0, retry.stdout[-3000:]
+    history = load_history(run_dir)[0]
+    assert len(history) == KILL_TRIALS + len(failed)  # the failed rows are still in the file
+    df, _ = load_runs([str(run_dir)])
+    assert len(df) == df["trial_id"].nunique() == KILL_TRIALS and not df["failed"].any()
+    assert set(df.loc[df["attempt"] == 2, "trial_id"]) == failed

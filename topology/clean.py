@@ -3,7 +3,9 @@
 What a run leaves when killed: containers (labelled `quicbed`), UML routers and delay lines
 (found by their `umid=quicbed-` argument and binary name) that keep the router namespace
 alive, Mininet shells, processes started inside those namespaces, veths half-made in the root
-namespace, and probe namespaces.
+namespace, and probe namespaces. Every command the testbed sends into a namespace carries the
+QUICBED_TESTBED mark in its environment (topology/marker.py), so a helper is found even in a
+namespace that has no name and no other process left.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from quicbed.paths import STATE
 from quicbed.topology.backends import DELAYLINE_MARK, UML_MARK
 from quicbed.topology.hosts import LABEL
+from quicbed.topology.marker import marked_processes, this_process_and_ancestors
 
 NODE_NAMES = ("client", "cross", "router", r"server\d*")
 _VETH = re.compile(rf"^({'|'.join(NODE_NAMES)})-eth\d+$")
@@ -47,23 +50,27 @@ def _is_testbed_process(cmdline: str) -> bool:
 
 
 def testbed_processes() -> list[int]:
-    """UML routers and Mininet shells of the testbed, and every process sharing their netns."""
+    """UML routers, delay lines, Mininet shells and marked helpers of the testbed, wherever
+    they are, and every process sharing a non-host netns with one of them."""
     # The host's namespace is never a testbed's: Docker hosts' shells (`docker exec`) live in
     # it. PID 1's link is not readable everywhere (a Firecracker init here), so ours counts too.
+    # A marked process in the host's namespace is ours, but its neighbours there are not.
     host_namespaces = {None, _netns(1), _netns("self")}
-    marked = [pid for pid in _pids() if _is_testbed_process(_cmdline(pid))]
-    namespaces = {_netns(pid) for pid in marked} - host_namespaces
-    in_ns = [pid for pid in _pids() if _netns(pid) in namespaces]
-    return sorted(set(marked) | set(in_ns) - {os.getpid()})
+    pids = _pids()
+    ours = {pid for pid in pids if _is_testbed_process(_cmdline(pid))} | set(marked_processes())
+    namespaces = {_netns(pid) for pid in ours} - host_namespaces
+    in_ns = {pid for pid in pids if _netns(pid) in namespaces}
+    return sorted((ours | in_ns) - this_process_and_ancestors())
 
 
 def clean() -> list[str]:
     removed: list[str] = []
     removed += _remove_containers()
     for pid in testbed_processes():
+        what = _cmdline(pid)[:60] or "?"  # before the kill: afterwards it is gone
         try:
             os.kill(pid, signal.SIGKILL)
-            removed.append(f"process {pid} ({_cmdline(pid)[:60] or '?'})")
+            removed.append(f"process {pid} ({what})")
         except ProcessLookupError:
             pass
     removed += _remove_root_veths()

@@ -18,15 +18,17 @@ from mininet.link import Intf
 from mininet.node import Host
 
 from quicbed.errors import EnvironmentProblem
+from quicbed.topology.marker import marked_argv
 
 LABEL = "quicbed"  # every container the testbed makes carries this label, for `quicbed clean`
 
 
 def in_netns(pid: int, argv: Sequence[str], timeout: float = 60, check: bool = True
              ) -> subprocess.CompletedProcess[str]:
-    """Run a host binary inside the network namespace of `pid` (host's filesystem)."""
-    proc = subprocess.run(["nsenter", "-t", str(pid), "-n", "--", *argv], capture_output=True,
-                          text=True, timeout=timeout)
+    """Run a host binary inside the network namespace of `pid` (host's filesystem). It is
+    marked (topology/marker.py): whatever it leaves running, `quicbed clean` finds."""
+    proc = subprocess.run(["nsenter", "-t", str(pid), "-n", "--", *marked_argv(argv)],
+                          capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed in netns of {pid}: "
                            f"{(proc.stderr or proc.stdout).strip()}")
@@ -60,7 +62,8 @@ class NsHost(Host):
         return in_netns(self.pid, argv, timeout=timeout, check=check)
 
     def popen_argv(self, argv: Sequence[str]) -> list[str]:
-        return ["nsenter", "-t", str(self.pid), "-n", "--", *argv]
+        # Marked: a process left behind in this namespace stays findable after it is gone.
+        return ["nsenter", "-t", str(self.pid), "-n", "--", *marked_argv(argv)]
 
 
 class DockerHost(NsHost):

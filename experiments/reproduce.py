@@ -1,0 +1,130 @@
+"""`quicbed reproduce`: every experiment of a directory in turn, then one report over their runs.
+
+One Ctrl-C, SIGTERM (a CI cancel, `timeout`) or SIGHUP stops the whole command: the running
+experiment unwinds and tears its path down, no later experiment starts, no report is attempted,
+and every experiment is listed with the command that finishes it. Exit codes: the report's, else
+the worst run's; 1 when no run produced rows; 130 interrupted.
+
+The network is behind `run_one` (the CLI runs `quicbed run`; tests a synthetic executor).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from quicbed.errors import InputError
+
+from .runner import signals_interrupt
+from .store import MANIFEST, load_rows
+
+INTERRUPTED = 130
+# run_one(file, on_run_dir) runs one experiment and returns its exit code; it calls
+# on_run_dir(run_dir) once it knows where the run goes.
+RunOne = Callable[[Path, Callable[[Path], None]], int]
+Report = Callable[[list[str]], int]
+
+
+@dataclass
+class Started:
+    """An experiment reproduce got to, and how far."""
+
+    file: Path
+    run_dir: Path | None = None
+    code: int | None = None  # None: it was running when the command was interrupted
+
+    @property
+    def resumable(self) -> bool:
+        # A run directory without a manifest was stopped before its first trial could start.
+        return self.run_dir is not None and (self.run_dir / MANIFEST).is_file()
+
+
+def experiment_files(directory: Path) -> list[Path]:
+    files = sorted(directory.glob("*.yaml"))
+    if not files:
+        raise InputError(f"no experiment files (*.yaml) in {directory}")
+    return files
+
+
+def reproduce(files: Sequence[Path], run_one: RunOne, report: Report, *, quick: bool = True,
+              say: Callable[[str], None] = print) -> int:
+    """Run `files` in order, then `report` over the runs that have rows."""
+    started: list[Started] = []
+    with signals_interrupt():  # for the whole command, between and around the runs too
+        try:
+            finished = _run_all(files, run_one, started, quick, say)
+        except KeyboardInterrupt:
+            finished = False
+        if not finished:
+            print_resume_hints(files, started, quick)
+            return INTERRUPTED
+        try:
+            return _report(started, report, say)
+        except KeyboardInterrupt:
+            ids = " ".join(s.run_dir.name for s in started if s.run_dir)
+            print(f"interrupted while writing the report (every run had ended); write it with: "
+                  f"quicbed report {ids}")
+            return INTERRUPTED
+
+
+def _run_all(files: Sequence[Path], run_one: RunOne, started: list[Started], quick: bool,
+             say: Callable[[str], None]) -> bool:
+    """False as soon as a run says it was interrupted: nothing after it may start."""
+    for file in files:
+        entry = Started(file)
+        started.append(entry)
+        say(f"reproduce: {_shown(file)} ({'quick' if quick else 'full'})")
+
+        def remember(run_dir: Path, entry: Started = entry) -> None:
+            entry.run_dir = run_dir
+
+        entry.code = run_one(file, remember)
+        if entry.code == INTERRUPTED:
+            return False
+    return True
+
+
+def _report(started: list[Started], report: Report, say: Callable[[str], None]) -> int:
+    worst = max((s.code or 0 for s in started), default=0)
+    run_ids = []
+    for entry in started:
+        if entry.run_dir is None:
+            continue
+        if load_rows(entry.run_dir)[0]:
+            run_ids.append(entry.run_dir.name)
+        else:  # every condition skipped (calibration failed): a report would only fail on it
+            say(f"reproduce: {entry.run_dir.name} has no rows; left out of the report")
+    if not run_ids:
+        print("quicbed reproduce: no run produced results", file=sys.stderr)
+        return 1
+    say(f"reproduce: report over {', '.join(run_ids)}")
+    return report(run_ids) or worst
+
+
+def print_resume_hints(files: Sequence[Path], started: list[Started], quick: bool) -> None:
+    """What each experiment needs to be finished, and the report over all of them."""
+    print("quicbed reproduce: interrupted; the path was torn down and nothing else was started",
+          file=sys.stderr)
+    by_file = {s.file: s for s in started}
+    fresh = " --quick" if quick else ""
+    for file in files:
+        entry = by_file.get(file)
+        if entry is not None and entry.resumable:
+            assert entry.run_dir is not None
+            if entry.code in (None, INTERRUPTED):
+                print(f"resume with: quicbed run {_shown(file)} --resume {entry.run_dir.name}")
+            else:
+                print(f"done: {_shown(file)} as {entry.run_dir.name} (exit {entry.code})")
+        else:
+            print(f"not started: quicbed run {_shown(file)}{fresh}")
+    print("then: quicbed report RUN_ID... (the run ids above, and those of the new runs)")
+
+
+def _shown(path: Path) -> str:
+    """Relative to the working directory when under it: shorter, and still a valid argument."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,316 @@
+"""`quicbed reproduce` without a network: experiments in turn through the synthetic executor;
+one signal stops everything (no later experiment, no report) and says how to resume.
+
+The same on the real path (SIGINT and SIGTERM, while calibrating and while measuring) is at
+the end, marked `path`."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from quicbed import cli
+from quicbed.experiments.commands import cmd_run
+from quicbed.experiments.reproduce import experiment_files, reproduce
+from quicbed.experiments.store import load_rows
+from quicbed.experiments.synthetic import SyntheticExecutor
+
+EXPERIMENT = """\
+name: {name}
+profiles:
+  - {{name: lab, rtt_ms: 80, rate_mbit: 20}}
+sweep: {{loss_pct: [0, 1]}}
+servers: [caddy]
+clients: [quic_perf]
+workload: {{kind: web, objects: [index.html]}}
+repetitions: 4
+quick: {{repetitions: 3}}
+"""
+TRIALS = 2 * 3  # quick: 2 conditions x 3 repetitions
+NAMES = ("alpha", "bravo", "charlie")
+SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+
+
+@pytest.fixture
+def experiments(tmp_path: Path) -> list[Path]:
+    directory = tmp_path / "experiments"
+    directory.mkdir()
+    for name in NAMES:
+        (directory / f"{name}.yaml").write_text(EXPERIMENT.format(name=name))
+    return experiment_files(directory)
+
+
+class Interrupting(SyntheticExecutor):
+    """Sends itself `sig` while calibrating ("condition") or in its second trial ("trials")."""
+
+    def __init__(self, sig: int, phase: str):
+        super().__init__()
+        self.sig, self.phase, self.trials = sig, phase, 0
+
+    @contextlib.contextmanager
+    def condition(self, cond):
+        if self.phase == "condition":
+            os.kill(os.getpid(), self.sig)
+            time.sleep(1)  # the handler raises before this ends
+        with super().condition(cond) as calib:
+            yield calib
+
+    def run_trial(self, trial):
+        self.trials += 1
+        if self.phase == "trials" and self.trials == 2:
+            os.kill(os.getpid(), self.sig)
+        return super().run_trial(trial)
+
+
+class Harness:
+    """run_one and report for reproduce(), recording what was started."""
+
+    def __init__(self, results: Path, executor_for: Callable[[str], SyntheticExecutor]):
+        self.results, self.executor_for = results, executor_for
+        self.started: list[str] = []
+        self.reported: list[list[str]] | None = None
+
+    def run_one(self, file: Path, on_run_dir: Callable[[Path], None]) -> int:
+        self.started.append(file.stem)
+        return cmd_run(file, lambda exp, run_dir: self.executor_for(file.stem),
+                       quick=True, results=self.results, progress=False, on_run_dir=on_run_dir)
+
+    def report(self, run_ids: list[str]) -> int:
+        self.reported = run_ids
+        return 0
+
+    def run_dirs(self) -> dict[str, Path]:
+        return {p.name.split("-")[0]: p for p in self.results.iterdir()}
+
+
+def _handlers() -> dict[int, object]:
+    return {s: signal.getsignal(s) for s in SIGNALS}
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+@pytest.mark.parametrize("phase", ["condition", "trials"])
+def test_one_signal_stops_every_experiment_and_the_report(tmp_path, experiments, capsys, sig,
+                                                          phase):
+    before = _handlers()
+    h = Harness(tmp_path / "results",
+                lambda name: Interrupting(sig, phase) if name == "bravo" else SyntheticExecutor())
+    assert reproduce(experiments, h.run_one, h.report, say=lambda m: None) == 130
+    assert h.started == ["alpha", "bravo"] and h.reported is None
+    runs = h.run_dirs()
+    assert set(runs) == {"alpha", "bravo"}  # charlie never made a run directory
+    assert len(load_rows(runs["alpha"])[0]) == TRIALS
+    assert len(load_rows(runs["bravo"])[0]) == (0 if phase == "condition" else 1)
+    out = capsys.readouterr().out
+    alpha, bravo, charlie = (str(f) for f in experiments)
+    assert f"done: {alpha} as {runs['alpha'].name} (exit 0)" in out
+    assert f"resume with: quicbed run {bravo} --resume {runs['bravo'].name}" in out
+    assert f"not started: quicbed run {charlie} --quick" in out
+    assert _handlers() == before
+
+
+SCRIPT = """\
+import sys
+from pathlib import Path
+from quicbed.experiments.commands import cmd_run
+from quicbed.experiments.reproduce import experiment_files, reproduce
+from quicbed.experiments.synthetic import SyntheticExecutor
+
+directory, results = Path(sys.argv[1]), Path(sys.argv[2])
+
+def run_one(file, on_run_dir):
+    return cmd_run(file, lambda e, d: SyntheticExecutor(delay_s=0.1), quick=True,
+                   results=results, progress=False, on_run_dir=on_run_dir)
+
+sys.exit(reproduce(experiment_files(directory), run_one, lambda ids: print("REPORT") or 0))
+"""
+
+
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_a_signal_from_outside_stops_the_process_with_130(tmp_path, experiments, sig):
+    results = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(experiments[0].parent),
+                             str(results)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    deadline = time.monotonic() + 30
+    while not list(results.glob("bravo-*/manifest.json")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, out
+    runs = {p.name.split("-")[0]: p.name for p in results.iterdir()}
+    assert set(runs) == {"alpha", "bravo"} and "REPORT" not in out and "Traceback" not in out
+    assert f"resume with: quicbed run {experiments[1]} --resume {runs['bravo']}" in out
+
+
+def test_a_signal_between_experiments_stops_before_the_next(tmp_path, experiments, capsys):
+    h = Harness(tmp_path / "results", lambda name: SyntheticExecutor())
+
+    def run_one(file: Path, on_run_dir: Callable[[Path], None]) -> int:
+        code = h.run_one(file, on_run_dir)
+        if file.stem == "alpha":  # after its run ended: no runner handler is in place
+            os.kill(os.getpid(), signal.SIGTERM)
+        return code
+
+    assert reproduce(experiments, run_one, h.report, say=lambda m: None) == 130
+    assert h.started == ["alpha"] and h.reported is None
+    out = capsys.readouterr().out
+    assert f"not started: quicbed run {experiments[1]} --quick" in out
+
+
+def test_interrupted_before_the_run_directory_has_a_manifest(tmp_path, experiments, capsys):
+    def run_one(file: Path, on_run_dir: Callable[[Path], None]) -> int:
+        on_run_dir(tmp_path / "results" / f"{file.stem}-x")  # told, but never created
+        raise KeyboardInterrupt  # e.g. while the executor was being built
+
+    assert reproduce(experiments, run_one, lambda ids: 0, say=lambda m: None) == 130
+    out = capsys.readouterr().out
+    assert "resume with" not in out
+    assert all(f"not started: quicbed run {f} --quick" in out for f in experiments)
+
+
+def test_every_experiment_then_one_report_without_empty_runs(tmp_path, experiments, capsys):
+    class NoPath(SyntheticExecutor):
+        @contextlib.contextmanager
+        def condition(self, cond):
+            raise RuntimeError("calibration failed")
+            yield  # pragma: no cover
+
+    h = Harness(tmp_path / "results",
+                lambda name: NoPath() if name == "charlie" else SyntheticExecutor())
+    said: list[str] = []
+    # The report is written; charlie's failed run (exit 1) is the command's exit code.
+    assert reproduce(experiments, h.run_one, h.report, say=said.append) == 1
+    runs = h.run_dirs()
+    assert h.started == list(NAMES) and h.reported == [runs["alpha"].name, runs["bravo"].name]
+    assert f"reproduce: {runs['charlie'].name} has no rows; left out of the report" in said
+
+
+def test_no_rows_anywhere_is_exit_1_without_a_report(tmp_path, experiments):
+    def run_one(file: Path, on_run_dir: Callable[[Path], None]) -> int:
+        return 2  # a bad file: no run directory at all
+
+    assert reproduce(experiments, run_one, lambda ids: pytest.fail("no report"),
+                     say=lambda m: None) == 1
+
+
+def test_cli_reproduce_runs_the_experiments_directory(tmp_path, experiments, monkeypatch):
+    """--experiments DIR reaches reproduce; each run goes through cli.cmd_run's arguments."""
+    results = tmp_path / "results"
+    seen: list[argparse.Namespace] = []
+
+    def fake_cmd_run(args: argparse.Namespace, on_run_dir=None) -> int:  # noqa: ANN001
+        seen.append(args)
+        return cmd_run(args.file, lambda e, d: SyntheticExecutor(), quick=args.quick,
+                       resume=args.resume, retry_failed=args.retry_failed, results=results,
+                       progress=False, on_run_dir=on_run_dir)
+
+    monkeypatch.setattr(cli, "cmd_run", fake_cmd_run)
+    reported: list[list[str]] = []
+    monkeypatch.setattr("quicbed.analysis.report.main_report",
+                        lambda ids, out: reported.append(ids) or 0)
+    args = cli.build_parser().parse_args(
+        ["reproduce", "--experiments", str(experiments[0].parent), "--no-progress"])
+    assert cli.cmd_reproduce(args) == 0
+    assert [Path(a.file) for a in seen] == experiments
+    assert all(a.quick and not a.retry_failed and a.resume is None for a in seen)
+    assert len(reported) == 1 and len(reported[0]) == len(NAMES)
+
+
+def test_cli_reproduce_with_an_empty_directory_is_bad_input(tmp_path):
+    args = cli.build_parser().parse_args(["reproduce", "--experiments", str(tmp_path)])
+    with pytest.raises(cli.InputError, match="no experiment files"):
+        cli.cmd_reproduce(args)
+
+
+# --- on the real path (root, Docker; unrun by the unit suite) -------------------------------
+
+REAL_EXPERIMENT = """\
+# A small real experiment for interruption tests: one condition, long enough to signal.
+name: {name}
+profiles: [india]
+servers: [caddy]
+clients: [{{tool: tls_perf, tls: ["1.3"], http: "2"}}, quic_perf]
+workload: {{kind: web, objects: [index.html]}}
+repetitions: 20
+"""
+
+
+def _start_reproduce(directory: Path, results: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "QUICBED_RESULTS": str(results), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "quicbed.cli", "reproduce", "--experiments", str(directory),
+         "--full", "--no-progress", "--out", str(results / "report")],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+class Output:
+    """The merged output of a process, read by a thread so waiting never blocks on it."""
+
+    def __init__(self, proc: subprocess.Popen[str]):
+        self.lines: list[str] = []
+        assert proc.stdout
+        self.thread = threading.Thread(target=lambda: self.lines.extend(proc.stdout), daemon=True)
+        self.thread.start()
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
+def _wait_for(proc: subprocess.Popen[str], out: Output, phase: str, results: Path,
+              timeout: float = 300) -> None:
+    """Until the run is calibrating, or has written 3 rows."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if phase == "calibrating" and "calibrating" in out.text:
+            return
+        rows = list(results.glob("*/rows.jsonl"))
+        if phase == "trials" and rows and rows[0].read_text().count("\n") >= 3:
+            return
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail(f"reproduce never reached {phase}: {out.text[-3000:]}")
+
+
+@pytest.mark.path
+@pytest.mark.usefixtures("clean_slate")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("phase", ["calibrating", "trials"])
+def test_real_reproduce_stops_on_one_signal(tmp_path, sig, phase):
+    from quicbed.topology.clean import leftovers
+    from quicbed.topology.marker import marked_processes
+
+    directory, results = tmp_path / "experiments", tmp_path / "results"
+    directory.mkdir()
+    for name in ("first", "second"):
+        (directory / f"{name}.yaml").write_text(REAL_EXPERIMENT.format(name=name))
+    proc = _start_reproduce(directory, results)
+    output = Output(proc)
+    _wait_for(proc, output, phase, results)
+    proc.send_signal(sig)
+    start = time.monotonic()
+    proc.wait(timeout=90)
+    output.thread.join(timeout=10)
+    out = output.text
+    assert proc.returncode == 130, out[-3000:]
+    assert time.monotonic() - start < 60, f"took {time.monotonic() - start:.0f} s to stop"
+    (run_dir,) = [p for p in results.iterdir() if p.is_dir()]  # the second never started
+    assert run_dir.name.startswith("first-")
+    assert f"resume with: quicbed run {directory / 'first.yaml'} --resume {run_dir.name}" in out
+    assert f"not started: quicbed run {directory / 'second.yaml'}" in out
+    assert "report over" not in out and "has no rows" not in out
+    assert not (results / "report").exists()
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "interrupted"
+    time.sleep(0.5)
+    assert leftovers() == [] and marked_processes() == []
