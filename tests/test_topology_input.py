@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rich.console import Console
 
-from quicbed.errors import InputError
+from quicbed import cli
+from quicbed.errors import EnvironmentProblem, InputError
+from quicbed.experiments.links import LINK_AXES
 from quicbed.topology.backends import delayline_config
-from quicbed.topology.calibrate import expected_loss_run
+from quicbed.topology.calibrate import Calibration, Check, expected_loss_run
 from quicbed.topology.linkspec import GilbertElliott, LinkSpec, netem_commands, rate_commands
-from quicbed.topology.profiles import apply_overrides, available_profiles, load_profile
+from quicbed.topology.profiles import (
+    apply_overrides,
+    available_profiles,
+    load_profile,
+    parse_overrides,
+)
+from quicbed.topology.report import print_calibration
 from quicbed.topology.udpprobe import loss_runs
 
 GOOD = "down: {rate_mbit: 20, delay_ms: 40}\nup: {rate_mbit: 20, delay_ms: 40}\n"
@@ -37,6 +48,8 @@ def _write(tmp_path: Path, text: str) -> Path:
     ("down: {rate_mbit: fast}\nup: {rate_mbit: 20}\n", ":1: down.rate_mbit: must be a number"),
     ("down: {rate_mbit: 20\nup: {rate_mbit: 20}\n", ":2: yaml: while parsing a flow mapping"),
     ("down: {rate_mbit: 20}\n", ":1: up: missing"),
+    ("down: {rate_mbit: .nan}\nup: {rate_mbit: 20}\n",
+     ":1: down.rate_mbit: must be a finite number, got nan"),
 ])
 def test_bad_profile_names_file_line_field(tmp_path: Path, text: str, expected: str) -> None:
     path = _write(tmp_path, text)
@@ -142,3 +155,126 @@ def test_loss_runs_and_their_expected_length() -> None:
     assert expected_loss_run(LinkSpec(rate_mbit=1, gemodel=GilbertElliott(p=1, r=20))) == 5
     partial = GilbertElliott(p=1, r=20, loss_bad=50)
     assert expected_loss_run(LinkSpec(rate_mbit=1, gemodel=partial)) is None
+
+
+# --- --set speaks the keys of profile and experiment files ----------------------------------------
+
+
+def test_set_rtt_ms_is_half_the_delay_each_way() -> None:
+    india = load_profile("india", parse_overrides(["rtt_ms=37"]))
+    assert india.rtt_ms == 37 and india.down.delay_ms == india.up.delay_ms == 18.5
+    assert india.down.rate_mbit == 20  # the rest stays the profile's
+
+
+def test_set_takes_every_sweep_axis_of_experiment_files() -> None:
+    india = load_profile("india")
+    for axis in LINK_AXES:
+        value = {"jitter_distribution": "uniform", "queue_packets": "50"}.get(axis, "1")
+        keys = [axis] if axis == "rtt_ms" else [axis, f"down.{axis}", f"up.{axis}"]
+        for key in keys:
+            apply_overrides(india, parse_overrides([f"{key}={value}"]))
+
+
+@pytest.mark.parametrize(("pairs", "message"), [
+    (["=3"], "--set: expected KEY=VALUE, got '=3'"),
+    (["rtt_ms"], "--set: expected KEY=VALUE, got 'rtt_ms'"),
+    (["rtt_ms= "], "--set: expected KEY=VALUE, got 'rtt_ms= '"),
+    (["rtt_ms=abc"], "--set rtt_ms: must be a number, got 'abc'"),
+    (["nonsense=1"], "--set: cannot override 'nonsense' (use PARAM, down.PARAM or up.PARAM with "
+                     "PARAM in rate_mbit, delay_ms, "),
+    (["rtt_ms=-5"], "--set rtt_ms: must be >= 0 ms, got -5"),
+    (["loss_pct=150"], "--set loss_pct: must be within [0, 100] %, got 150"),
+    (["down.loss_pct=101"], "--set down.loss_pct: must be within [0, 100] %, got 101"),
+    (["up.rtt_ms=40"], "--set up.rtt_ms: rtt_ms is a round trip and has no direction (use "
+                       "up.delay_ms for a one-way delay)"),
+    (["rtt_ms=40", "down.delay_ms=3"], "--set down.delay_ms: give rtt_ms or delay_ms, not both"),
+    (["rtt_ms=nan"], "--set rtt_ms: must be a finite number, got nan"),
+    (["rate_mbit=inf"], "--set rate_mbit: must be a finite number, got inf"),
+    (["queue_packets=1.5"], "--set queue_packets: must be a whole number, got '1.5'"),
+    (["gemodel=1"], "--set: cannot override 'gemodel'"),
+])
+def test_bad_set_is_one_line_naming_the_key(pairs: list[str], message: str) -> None:
+    with pytest.raises(InputError) as err:
+        load_profile("india", parse_overrides(pairs))
+    assert str(err.value).startswith(message)
+    assert "\n" not in str(err.value) and err.value.exit_code == 2
+
+
+def test_overrides_are_checked_together_in_any_order() -> None:
+    reordering = apply_overrides(load_profile("india"), {"reorder_pct": "5"})
+    for overrides in ({"delay_ms": "0", "reorder_pct": "0"}, {"reorder_pct": "0", "delay_ms": "0"}):
+        assert apply_overrides(reordering, overrides).down.delay_ms == 0
+    for overrides in ({"delay_ms": "0", "reorder_pct": "5"}, {"reorder_pct": "5", "delay_ms": "0"}):
+        with pytest.raises(InputError, match=r"^--set reorder_pct: needs a delay"):
+            apply_overrides(load_profile("india"), overrides)
+    # A profile's own parameter made invalid by an override is named as the link check names it.
+    with pytest.raises(InputError, match=r"^--set: down.reorder_pct: needs a delay"):
+        apply_overrides(reordering, {"delay_ms": "0"})
+
+
+@pytest.fixture
+def no_testbed(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """`quicbed calibrate` in-process, stopped where it would bring the testbed up: the
+    configurations it got that far with."""
+    from quicbed.topology import net
+
+    seen: list[Any] = []
+
+    def refuse(cfg: Any) -> None:
+        seen.append(cfg)
+        raise EnvironmentProblem("no testbed in unit tests")
+
+    monkeypatch.setattr(net, "Testbed", refuse)
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)  # past the root check, to the flags
+    monkeypatch.setattr(cli.signal, "signal", lambda *_: None)  # keep pytest's SIGTERM
+    return seen
+
+
+def test_cli_calibrate_accepts_rtt_ms(no_testbed: list[Any], capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["calibrate", "india", "--set", "rtt_ms=37"]) == EnvironmentProblem.exit_code
+    assert no_testbed[0].profile.rtt_ms == 37
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("pair", "message"), [
+    ("=3", "--set: expected KEY=VALUE, got '=3'"),
+    ("rtt_ms=abc", "--set rtt_ms: must be a number, got 'abc'"),
+    ("rtt_ms=-5", "--set rtt_ms: must be >= 0 ms, got -5"),
+    ("loss_pct=150", "--set loss_pct: must be within [0, 100] %, got 150"),
+])
+def test_cli_bad_set_is_one_line_exit_2(no_testbed: list[Any], capsys: pytest.CaptureFixture,
+                                        pair: str, message: str) -> None:
+    assert cli.main(["calibrate", "india", "--set", pair]) == 2
+    assert capsys.readouterr().err == f"quicbed: {message}\n"
+    assert not no_testbed
+
+
+# --- the calibration table in a log --------------------------------------------------------------
+
+
+CALIBRATION = Calibration("india", "uml", duration_s=42, checks=[
+    Check("rtt_median_ms", "both", 80.0, 80.512, "±2.40 ms", True, "min 80.31 ms over 30 samples"),
+    Check("goodput_mbit", "down", 20, 19.1, "94%..102% of rate", True,
+          "0.955 of rate (attempts: 19.1, 19.2 Mbit/s); ideal TCP payload share 0.956"),
+    Check("router_bytes", "down", 12345678, 12399999, ">= bytes received", True,
+          "router egress vec-r-c sent 12399999 B while the receiver got 12345678 B"),
+    Check("loss_pct", "up", 1.0, 3.2, "99% CI [0.812, 1.204]", False, "640 of 20000 datagrams lost"),
+])
+
+
+def test_calibration_table_rows_are_not_wrapped_without_a_terminal(
+        capsys: pytest.CaptureFixture) -> None:
+    log = io.StringIO()
+    print_calibration(CALIBRATION, Console(file=log))  # a file: no terminal, no width
+    print_calibration(CALIBRATION)  # the default console, on pytest's captured stdout
+    for text in (log.getvalue(), capsys.readouterr().out):
+        assert "\x1b[" not in text  # no colour codes in a log
+        lines = text.splitlines()
+        for check in CALIBRATION.checks:
+            rows = [line for line in lines if f" {check.metric} " in line]
+            rows = [line for line in rows if f" {check.direction} " in line]
+            assert len(rows) == 1, text
+            assert check.detail in rows[0] and check.tolerance in rows[0]
+        # title, 3 header lines, one line per check, bottom border, verdict
+        assert len(lines) == 1 + 3 + len(CALIBRATION.checks) + 1 + 1, text
+        assert lines[-1] == "path does NOT match the profile: refusing to measure through it"

@@ -162,6 +162,12 @@ def check_linkspec(spec: LinkSpec, file: str, line: Any, field_path: str) -> Non
     def bad(key: str, message: str) -> InputError:
         return InputError(message, file, line(key), f"{field_path}.{key}")
 
+    # YAML's .nan and .inf (and --set's "nan") are floats that pass every comparison below.
+    for key in ("rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "queue_ms", "reorder_pct",
+                "duplicate_pct"):
+        value = getattr(spec, key)
+        if value is not None and not math.isfinite(value):
+            raise bad(key, f"must be a finite number, got {value}")
     if spec.rate_mbit <= 0:
         raise bad("rate_mbit", f"must be > 0 Mbit/s, got {spec.rate_mbit:g}")
     if spec.rate_mbit > 10000:

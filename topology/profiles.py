@@ -17,6 +17,9 @@ from quicbed.yamlio import Source, load_source
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 _TOP_KEYS = ("description", "source", "down", "up")
+# The RTT as experiment files (and Profile.rtt_ms) name it: half of it is each direction's delay.
+RTT_KEY = "rtt_ms"
+_OVERRIDABLE = tuple(f for f in field_names() if f != "gemodel")  # gemodel is a mapping
 
 
 @dataclass(frozen=True)
@@ -78,36 +81,72 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key or not value:
+        if not sep or not key.strip() or not value.strip():
             raise InputError(f"expected KEY=VALUE, got {pair!r}", field="--set")
         out[key.strip()] = value.strip()
     return out
 
 
+Changes = dict[str, dict[str, Any]]  # direction -> {link parameter: value}
+
+
 def apply_overrides(profile: Profile, overrides: dict[str, Any]) -> Profile:
-    """Override link parameters in both directions (`loss_pct`) or one (`down.loss_pct`)."""
+    """Override link parameters in both directions (`loss_pct`) or one (`down.loss_pct`);
+    `rtt_ms`, as experiment files and sweeps say it, sets each direction's delay to half of it.
+
+    The result is checked as a whole, so the order of the overrides does not matter; a bad
+    value is reported as `--set KEY: ...` with the key as the user gave it."""
+    changes = {key: _changes(key, raw) for key, raw in overrides.items()}
+    if RTT_KEY in changes:
+        for key in changes:
+            if key != RTT_KEY and key.rpartition(".")[2] == "delay_ms":
+                raise InputError(f"give {RTT_KEY} or delay_ms, not both", field=f"--set {key}")
     down, up = profile.down, profile.up
-    for key, raw in overrides.items():
-        direction, _, param = key.rpartition(".")
-        if direction not in ("", "down", "up") or param not in field_names() \
-                or param == "gemodel":
-            raise InputError(f"cannot override {key!r} (use PARAM, down.PARAM or up.PARAM with "
-                             f"PARAM in {', '.join(f for f in field_names() if f != 'gemodel')})",
-                             field="--set")
-        value = _override_value(param, raw, key)
-        if direction in ("", "down"):
-            down = replace(down, **{param: value})
-        if direction in ("", "up"):
-            up = replace(up, **{param: value})
+    for change in changes.values():
+        down = replace(down, **change.get("down", {}))
+        up = replace(up, **change.get("up", {}))
     for spec, where in ((down, "down"), (up, "up")):
-        check_linkspec(spec, "--set", lambda _key: None, where)
+        try:
+            check_linkspec(spec, "", lambda _key: None, where)
+        except InputError as exc:
+            raise _blame(exc, where, changes) from None
     return replace(profile, down=down, up=up)
+
+
+def _changes(key: str, raw: Any) -> Changes:
+    """What one override sets in each direction."""
+    if key == RTT_KEY:
+        rtt = _override_value(RTT_KEY, raw, key)
+        if rtt < 0:
+            raise InputError(f"must be >= 0 ms, got {rtt:g}", field=f"--set {key}")
+        return {"down": {"delay_ms": rtt / 2}, "up": {"delay_ms": rtt / 2}}
+    direction, _, param = key.rpartition(".")
+    if param == RTT_KEY and direction in ("down", "up"):
+        raise InputError(f"{RTT_KEY} is a round trip and has no direction (use "
+                         f"{direction}.delay_ms for a one-way delay)", field=f"--set {key}")
+    if direction not in ("", "down", "up") or param not in _OVERRIDABLE:
+        raise InputError(f"cannot override {key!r} (use PARAM, down.PARAM or up.PARAM with "
+                         f"PARAM in {', '.join(_OVERRIDABLE)}; or {RTT_KEY})", field="--set")
+    value = _override_value(param, raw, key)
+    return {d: {param: value} for d in ("down", "up") if direction in ("", d)}
 
 
 def _override_value(param: str, raw: Any, key: str) -> Any:
     if param == "jitter_distribution":
         return str(raw)
+    whole = param == "queue_packets"
     try:
-        return int(raw) if param == "queue_packets" else float(raw)
+        return int(raw) if whole else float(raw)
     except (TypeError, ValueError):
-        raise InputError(f"must be a number, got {raw!r}", field=key) from None
+        kind = "a whole number" if whole else "a number"
+        raise InputError(f"must be {kind}, got {raw!r}", field=f"--set {key}") from None
+
+
+def _blame(exc: InputError, direction: str, changes: dict[str, Changes]) -> InputError:
+    """The link check's error, named after the override that set the bad parameter."""
+    param = (exc.field or "").rpartition(".")[2]
+    for key in reversed(changes):  # the last override of a parameter is the one in effect
+        if param in changes[key].get(direction, {}):
+            return InputError(exc.detail, field=f"--set {key}")
+    # A parameter the profile set, made invalid by another override (reorder_pct, delay_ms=0).
+    return InputError(f"{exc.field}: {exc.detail}", field="--set")

@@ -1,0 +1,323 @@
+"""Hostile input is refused fast, in one located line, never with a traceback: experiment and
+profile YAML (bounded in quicbed.yamlio) and results directories (rows.jsonl, manifest.json)."""
+
+from __future__ import annotations
+
+import codecs
+import json
+import random
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from analysis_synthetic import Model, write_run
+
+from quicbed import cli, yamlio
+from quicbed.experiments import links
+from quicbed.experiments.commands import cmd_run
+from quicbed.experiments.store import StoreError, load_rows, read_manifest
+from quicbed.experiments.synthetic import SyntheticExecutor
+from quicbed.topology.profiles import load_profile
+from quicbed.yamlio import LocatedError, parse_source
+
+BAD = Path(__file__).parent / "data" / "bad_experiments"
+EXPECTED = {
+    line.split(":", 1)[0]: line
+    for line in (BAD / "expected.txt").read_text().splitlines()
+    if line and not line.startswith("#")
+}
+LOCATED = re.compile(r"^(?P<file>.+?):(?P<line>\d+): \S")
+TIME_LIMIT_S = 1.0  # generous: each refusal below takes milliseconds
+
+VALID = """\
+name: hostile
+profiles:
+  - {name: lab, rtt_ms: 80, rate_mbit: 20}
+servers: [caddy]
+clients:
+  - quic_perf
+workload: {kind: web, objects: [index.html]}
+repetitions: 3
+expect:
+  - "0.9 < quic.connection_time.median / rtt < 1.15"
+"""
+VALID_LINES = VALID.count("\n")
+
+
+@pytest.fixture(autouse=True)
+def fixed_profiles(monkeypatch):
+    # The corpus' messages list the known profiles; pin them as tests/test_experiments.py does.
+    monkeypatch.setattr(links, "available_profiles", lambda: ["germany", "india"])
+    monkeypatch.setattr(cli.signal, "signal", lambda *_: None)  # keep pytest's SIGTERM
+
+
+def quicbed(capsys, *argv: str) -> tuple[int, list[str], float]:
+    """`quicbed ARGV` in-process: exit code, the non-empty lines it printed, seconds taken."""
+    start = time.perf_counter()
+    code = cli.main(list(argv))
+    elapsed = time.perf_counter() - start
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, [line for line in (out + err).splitlines() if line.strip()], elapsed
+
+
+def refused(capsys, path: Path) -> str:
+    """`quicbed run --dry-run PATH` must exit 2 with one `PATH:LINE: ...` line, in time."""
+    code, lines, elapsed = quicbed(capsys, "run", "--dry-run", str(path))
+    assert code == 2, lines
+    assert len(lines) == 1, lines
+    match = LOCATED.match(lines[0])
+    assert match and match["file"] == str(path), lines[0]
+    assert elapsed < TIME_LIMIT_S, f"took {elapsed:.2f} s"
+    return lines[0]
+
+
+# --- the committed corpus, through the CLI --------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus_is_refused_by_the_cli_in_one_line(name, capsys):
+    line = refused(capsys, BAD / name)
+    assert line == f"{BAD}/{EXPECTED[name]}"
+
+
+# --- shapes too big to commit, made at run time ---------------------------------------------------
+
+
+def _nested_lists(depth: int) -> str:
+    return VALID + "seed:\n" + "  [\n" * depth + "  ]\n" * depth
+
+
+def _nested_mappings(depth: int) -> str:
+    return VALID + "seed:\n" + "".join(" " * (i + 1) + f"k{i}:\n" for i in range(depth))
+
+
+def _text(text: str) -> Callable[[], bytes]:
+    return lambda: text.encode()
+
+
+GENERATED: dict[str, tuple[Callable[[], bytes], int, str]] = {
+    # name: (file content, line, message)
+    "lists_10000_deep": (_text(_nested_lists(10_000)), VALID_LINES + 1 + 32,
+                         "yaml: nested deeper than 32 levels"),
+    "mappings_300_deep": (_text(_nested_mappings(300)), VALID_LINES + 32,
+                          "yaml: nested deeper than 32 levels"),
+    "lists_10000_deep_one_line": (_text(VALID + "seed: " + "[" * 10_000 + "]" * 10_000 + "\n"),
+                                  VALID_LINES + 1, "yaml: line is 20006 characters long"),
+    "long_line": (_text(VALID + "description: " + "x" * 5000 + "\n"), VALID_LINES + 1,
+                  "yaml: line is 5013 characters long (limit 4096)"),
+    "huge_scalar": (_text(VALID + "description: |\n" + ("  " + "x" * 99 + "\n") * 200),
+                    VALID_LINES + 1, "yaml: a value of 20000 characters (limit 10000)"),
+    "huge_integer": (_text(VALID + 'seed: !!int "' + "1" * 3000 + "\\\n  " + "1" * 3000 + '"\n'),
+                     VALID_LINES + 1, "yaml: cannot read '111"),
+    # The mapping, its key and the list are 3 values: the 5001st is item 4998, on line 4999.
+    "twenty_thousand_values": (_text("seed: [\n" + "1,\n" * 20_000 + "]\n"), 4999,
+                               "yaml: more than 5000 values"),
+    "wide_alias_bomb": (_text(VALID + "x: &x0 [" + ", ".join(["lol"] * 20) + "]\n" + "".join(
+        f"x{i}: &x{i} [" + ", ".join([f"*x{i - 1}"] * 20) + "]\n" for i in range(1, 12))),
+        VALID_LINES + 3, "yaml: more than 5000 values once aliases are expanded"),
+    "merge_bomb": (_text(VALID + "m0: &m0 {" + ", ".join(f"k{i}: {i}" for i in range(10)) + "}\n"
+                         + "".join(f"m{i}: &m{i} {{<<: [" + ", ".join([f"*m{i - 1}"] * 10) + "]}\n"
+                                   for i in range(1, 9))),
+                   VALID_LINES + 4, "yaml: more than 5000 values once aliases are expanded"),
+    "larger_than_128_KiB": (_text(VALID + "# padding to a large file\n" * 6000), 1,
+                            "file: larger than 128 KiB"),
+    "random_binary": (lambda: random.Random(7).randbytes(4096) + b"\0", 1, "file: "),
+    "utf16_big_endian": (lambda: codecs.BOM_UTF16_BE + VALID.encode("utf-16-be"), 1,
+                         "file: UTF-16 text; save the file as UTF-8"),
+    "utf32": (lambda: VALID.encode("utf-32"), 1, "file: UTF-32 text; save the file as UTF-8"),
+    "zero_bytes": (lambda: b"", 1, "experiment: the file is empty"),
+    "a_scalar_not_a_mapping": (_text("just some words\n"), 1, "experiment: expected a mapping"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GENERATED))
+def test_generated_hostile_file_is_refused_fast_in_one_line(name, tmp_path, capsys):
+    content, line, message = GENERATED[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_bytes(content())
+    assert refused(capsys, path).startswith(f"{path}:{line}: {message}")
+
+
+def test_dev_zero_is_read_only_up_to_the_bound(capsys):
+    assert refused(capsys, Path("/dev/zero")) == (
+        "/dev/zero:1: file: larger than 128 KiB (profile and experiment files are a few KB)")
+
+
+def test_profile_files_are_bounded_too(tmp_path):
+    path = tmp_path / "bomb.yaml"
+    path.write_text("down: &d [" + ", ".join(["x"] * 9) + "]\n" + "".join(
+        f"l{i}: &d{i} [" + ", ".join([f"*d{i - 1}" if i > 1 else "*d"] * 9) + "]\n"
+        for i in range(1, 9)))
+    with pytest.raises(LocatedError, match=rf"^{path}:4: yaml: more than 5000 values"):
+        load_profile(str(path))
+
+
+def test_bounds_are_far_above_the_shipped_files():
+    repo = Path(__file__).resolve().parents[1]
+    files = [*repo.glob("experiments/**/*.yaml"), *repo.glob("topology/profiles/*.yaml")]
+    assert files
+    for path in files:
+        text = path.read_text()
+        assert len(text.encode()) * 20 < yamlio.MAX_FILE_BYTES, path
+        assert max(map(len, text.splitlines())) * 10 < yamlio.MAX_LINE_CHARS, path
+        yamlio.load_source(path)  # and they load
+
+
+# --- what the bounds must not break --------------------------------------------------------------
+
+
+def test_utf8_bom_is_accepted(tmp_path, capsys):
+    path = tmp_path / "bom.yaml"
+    path.write_bytes(codecs.BOM_UTF8 + VALID.encode())
+    code, lines, _ = quicbed(capsys, "run", "--dry-run", str(path))
+    assert code == 0, lines
+
+
+def test_merge_keys_are_overridden_by_the_mappings_own_keys():
+    src = parse_source("base: &b {x: 1, y: 2}\nc: {<<: *b, x: 3}\nd: {<<: [{y: 5}, *b]}\n")
+    assert src.data["c"] == {"x": 3, "y": 2}
+    assert src.data["d"] == {"y": 5, "x": 1}  # the first mapping merged wins
+    with pytest.raises(LocatedError, match=r"<string>:1: yaml: duplicate key 'x'"):
+        parse_source("c: {x: 1, x: 2}\n")
+
+
+def test_an_alias_in_a_list_reports_the_alias_line_not_the_anchors():
+    src = parse_source("p: &p {name: a}\nl:\n  - x\n  - *p\n")
+    assert src.data["l"][1] == {"name": "a"}
+    assert src.line(("l", 1)) == 4
+
+
+def test_messages_quoting_the_file_stay_one_short_line():
+    err = LocatedError("f.yaml", 3, "a\nb", "unknown '" + "x\n" * 5000 + "'")
+    text = str(err)
+    assert "\n" not in text and text.startswith("f.yaml:3: a\\nb: unknown 'x\\nx")
+    assert len(text) < 2 * yamlio.MAX_SHOWN_CHARS
+
+
+# --- results directories: quicbed check ----------------------------------------------------------
+
+
+@pytest.fixture
+def synthetic_run(tmp_path) -> tuple[Path, Path]:
+    """(experiment file, run directory) of a small synthetic run."""
+    exp = tmp_path / "hostile.yaml"
+    exp.write_text(VALID)
+    results = tmp_path / "results"
+    assert cmd_run(exp, lambda e, d: SyntheticExecutor(), results=results, progress=False) == 0
+    return exp, next(results.iterdir())
+
+
+def _insert_line(path: Path, number: int, text: str) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[: number - 1]) + text + "\n" + "".join(lines[number - 1:]))
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ('{"trial_id": "c0/cad', "not a JSON row (Unterminated string"),
+    ("[1, 2]", "a row must be a JSON object, not list"),
+    ('{"protocol": "quic"}', "the row has no trial_id"),
+    ("[" * 100_000, "not a JSON row"),
+], ids=["torn-in-the-middle", "list", "no-trial-id", "100000-brackets"])
+def test_damaged_row_in_the_middle_names_file_and_line(synthetic_run, capsys, text, problem):
+    exp, run_dir = synthetic_run
+    _insert_line(run_dir / "rows.jsonl", 2, text)
+    with pytest.raises(StoreError, match=re.escape(f"{run_dir}/rows.jsonl:2: {problem}")):
+        load_rows(run_dir)
+    code, lines, _ = quicbed(capsys, "check", str(exp), str(run_dir))
+    assert code != 0 and len(lines) == 1
+    assert lines[0].startswith(f"quicbed: {run_dir}/rows.jsonl:2: {problem}")
+
+
+def test_broken_last_line_with_its_newline_is_damage_not_a_torn_write(synthetic_run):
+    _, run_dir = synthetic_run
+    with open(run_dir / "rows.jsonl", "a") as f:
+        f.write("hand edited\n")
+    with pytest.raises(StoreError, match=r"rows.jsonl:4: not a JSON row"):
+        load_rows(run_dir)
+
+
+def test_torn_last_line_is_skipped_and_the_check_goes_on(synthetic_run, capsys):
+    exp, run_dir = synthetic_run
+    with open(run_dir / "rows.jsonl", "a") as f:
+        f.write('{"trial_id": "c0/caddy/quic-h3/index.html/r3", "connect')  # a crash mid-write
+    rows, torn = load_rows(run_dir)
+    assert len(rows) == 3 and torn == 1
+    code, lines, _ = quicbed(capsys, "check", str(exp), str(run_dir))
+    assert code == 0 and lines[-1] == "1/1 expectations passed"
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    ('{"run_id": "x",', "manifest.json:1: not valid JSON (Expecting property name"),
+    ("[1, 2, 3]", "manifest.json is not a run manifest (a JSON list, not an object)"),
+    ('{"run_id": "x", "quick": false}',
+     "manifest.json has no usable matrix_hash, sessions, conditions (written by another version"),
+    ("\xff\xfe", "manifest.json: not valid JSON"),
+], ids=["not-json", "list", "another-version", "not-utf8"])
+def test_unusable_manifest_is_one_line_exit_2(synthetic_run, capsys, content, problem):
+    exp, run_dir = synthetic_run
+    (run_dir / "manifest.json").write_bytes(content.encode("latin-1"))
+    with pytest.raises(StoreError, match=re.escape(problem)):
+        read_manifest(run_dir)
+    code, lines, _ = quicbed(capsys, "check", str(exp), str(run_dir))
+    assert code == 2 and len(lines) == 1
+    assert lines[0].startswith(f"{run_dir}/{problem}")
+
+
+# --- results directories: quicbed report ---------------------------------------------------------
+
+
+@pytest.fixture
+def analysis_run(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("QUICBED_RESULTS", str(tmp_path))
+    return write_run(tmp_path, "r1", Model(repetitions=2, workloads=("web",),
+                                           conditions={"india": (80.0, 20.0, 20.0, 0.0)}),
+                     parquet=False)
+
+
+def report(capsys, run_dir: Path) -> tuple[int, list[str]]:
+    code, lines, _ = quicbed(capsys, "report", str(run_dir), "--out", str(run_dir.parent / "out"))
+    return code, lines
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("{not json", "not a JSON row (Expecting property name"),
+    ('"a string"', "a row must be a JSON object, not str"),
+    ("[" * 100_000, "not a JSON row (nested too deeply)"),
+], ids=["not-json", "string", "100000-brackets"])
+def test_report_refuses_a_damaged_row_naming_file_and_line(analysis_run, capsys, text, problem):
+    _insert_line(analysis_run / "rows.jsonl", 3, text)
+    code, lines = report(capsys, analysis_run)
+    assert code == 2 and len(lines) == 1
+    assert lines[0].startswith(f"quicbed report: {analysis_run}/rows.jsonl:3: {problem}")
+
+
+def test_report_skips_a_torn_last_line_with_a_warning(analysis_run, capsys):
+    with open(analysis_run / "rows.jsonl", "a") as f:
+        f.write('{"run_id": "r1", "trial_')
+    code, lines = report(capsys, analysis_run)
+    assert code == 0
+    assert any(line.startswith("warning: r1/rows.jsonl: last line torn") for line in lines)
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    ("{\n  oops", "manifest.json:2: not valid JSON (Expecting property name"),
+    ('"a string"', "manifest.json: a JSON str, not an object"),
+    ('{"conditions": {"c0": "india"}}', "manifest.json: 'conditions.c0' should be an object, not str"),
+    ('{"calibration": [{"measured": [1]}]}',
+     "manifest.json: 'calibration.0.measured' should be an object, not list"),
+], ids=["not-json", "string", "condition-not-object", "measured-not-object"])
+def test_report_refuses_an_unusable_manifest(analysis_run, capsys, content, problem):
+    (analysis_run / "manifest.json").write_text(content)
+    code, lines = report(capsys, analysis_run)
+    assert code == 2 and len(lines) == 1
+    assert lines[0].startswith(f"quicbed report: {analysis_run}/{problem}")
+
+
+def test_report_notes_a_manifest_without_calibration(analysis_run, capsys):
+    (analysis_run / "manifest.json").write_text(json.dumps({"run_id": "r1", "tool": "other"}))
+    code, lines = report(capsys, analysis_run)
+    assert code == 0
+    assert any("manifest.json records no calibration" in line for line in lines)
