@@ -8,8 +8,9 @@ from .matrix import Condition, conditions, count_per_condition
 from .registry import HANDSHAKE_RTTS, object_bytes
 from .schema import Experiment
 
-SETUP_S = 50.0  # per condition: path up (~7 s), calibration (~35 s), servers, teardown
-TRIAL_OVERHEAD_S = 0.5  # per trial: container exec, tool start-up, row bookkeeping
+# Measured by bench/overhead_bench.py on a 2-core host (india, UML router):
+SETUP_S = 42.0  # per condition: path up (~6 s), calibration (~34 s), servers (~1 s), teardown
+TRIAL_OVERHEAD_S = 0.1  # per trial: docker exec, tool start-up, row bookkeeping (median 0.09 s)
 INIT_WINDOW_BYTES = 10 * 1460
 
 
