@@ -126,7 +126,9 @@ for name in sys.argv[1:]:
 def test_container_hosts_resolve_only_inside_the_testbed() -> None:
     """Testbed names come from the hosts file; any other name fails at once, and no lookup
     leaves through the emulated path (it once timed out there for 5 s before every trial)."""
-    with Testbed(_config("india")) as tb:
+    client = HostSpec("quicbed/client:dev")  # has python3 (the base image has not)
+    cfg = TestbedConfig(profile=load_profile("india"), client=client, servers=(client,))
+    with Testbed(cfg) as tb:
         proc = tb.client.exec(["python3", "-c", LOOKUP, "server.quicbed", "client",
                                "no-such-host.example", "www.debian.org"], check=True)
     got = {name: (found, float(took)) for name, found, took in
