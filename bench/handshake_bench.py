@@ -164,12 +164,12 @@ def bench(profile_name: str, overrides: dict[str, str], server: str, reps: int,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=10)
-    require("bench")  # the host's tcpdump captures in the namespaces
     parser.add_argument("--server", default="nginx", help="server of the fresh connections")
     parser.add_argument("--backend", default="auto", help="auto, netem, uml or delayline")
     parser.add_argument("--rtts", nargs="+", type=float, default=[80, 200],
                         help="RTTs (ms) of the india link to measure at")
     args = parser.parse_args()
+    require("bench")  # the host's tcpdump captures in the namespaces
     for rtt in args.rtts:
         overrides = {} if rtt == 80 else {"delay_ms": f"{rtt / 2:g}"}
         bench("india", overrides, args.server, args.reps, args.backend)

@@ -40,17 +40,15 @@ def bringup(reps: int) -> tuple[list[float], list[float], float]:
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(reps):
             t0 = time.monotonic()
-            ctx = served_testbed(load_profile("india"), ["caddy", "nginx"], log_root=Path(tmp),
-                                 pki_dir=STATE / "pki" / "overhead-bench",
-                                 content_dir=CACHE / "content")
-            tb, _ = ctx.__enter__()
-            ups.append(time.monotonic() - t0)
-            if i == 0:
-                t1 = time.monotonic()
-                calibrate(tb)
-                calibration = time.monotonic() - t1
-            t2 = time.monotonic()
-            ctx.__exit__(None, None, None)
+            with served_testbed(load_profile("india"), ["caddy", "nginx"], log_root=Path(tmp),
+                                pki_dir=STATE / "pki" / "overhead-bench",
+                                content_dir=CACHE / "content") as (tb, _):
+                ups.append(time.monotonic() - t0)
+                if i == 0:
+                    t1 = time.monotonic()
+                    calibrate(tb)
+                    calibration = time.monotonic() - t1
+                t2 = time.monotonic()
             downs.append(time.monotonic() - t2)
     return ups, downs, calibration
 

@@ -25,6 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if __name__ == "__main__":  # run as a script: the checkout's quicbed/ (stdlib-only parts) first
+    sys.path.insert(0, str(REPO))
+from quicbed.paths import read_versions  # noqa: E402 - needs the path above as a script
+
 RMEM_MIN = 8 << 20  # quic-go asks for ~7 MB UDP buffers; containers inherit the host's maximum
 UML_MODULES = "/usr/lib/uml/modules/*/kernel/net/sched/{}.ko"
 UML_MODULE_NAMES = ("sch_htb", "sch_tbf", "sch_netem")  # what uml_router.sh loads with insmod
@@ -199,12 +203,6 @@ def image_tags() -> list[str]:
     versions = read_versions()
     return [f"quicbed/caddy:{versions['CADDY_VERSION']}",
             f"quicbed/nginx:{versions['NGINX_VERSION']}", "quicbed/client:dev"]
-
-
-def read_versions() -> dict[str, str]:
-    pairs = (line.split("=", 1) for line in (REPO / "versions.env").read_text().splitlines()
-             if "=" in line and not line.lstrip().startswith("#"))
-    return {k.strip(): v.strip() for k, v in pairs}
 
 
 def check_delayline() -> list[Check]:
