@@ -14,7 +14,15 @@ import statistics
 import subprocess
 import sys
 
-from quicbed.topology.calibrate import _finish_iperf, _start_iperf, iperf, receiver_goodput_mbit
+from quicbed.topology.calibrate import (
+    _finish_iperf,
+    _start_iperf,
+    cpu_times,
+    goodput_floor,
+    host_cpu_between,
+    iperf,
+    receiver_goodput_mbit,
+)
 from quicbed.topology.net import HostSpec, Testbed, TestbedConfig
 from quicbed.topology.profiles import load_profile
 
@@ -28,7 +36,9 @@ def bench_profile(name: str, image: str, seconds: int, backend: str
                         servers=(HostSpec(image),))
     with Testbed(cfg) as tb:
         rate = profile.down.rate_mbit
+        before = cpu_times()
         result = iperf(tb, ["-t", str(seconds), "-O", "2", "-R"], timeout=seconds + 40)
+        cpu = host_cpu_between(before, cpu_times())
         goodput = receiver_goodput_mbit(result, "down")
         retransmits = result["end"].get("sum_sent", {}).get("retransmits", -1)
         idle = tb.ping(count=40, interval=0.05)
@@ -40,6 +50,8 @@ def bench_profile(name: str, image: str, seconds: int, backend: str
         return {"profile": name, "backend": tb.backend.name, "rate_mbit": rate,
                 "rtt_ms": profile.rtt_ms, "goodput_mbit": goodput, "ratio": goodput / rate,
                 "ratio_of_ideal": goodput / rate / IDEAL, "retransmits": retransmits,
+                "cpu_busy": cpu.busy, "cpu_steal": cpu.steal,
+                "verdict": "pass" if goodput / rate >= goodput_floor(rate) else "FAIL",
                 "rtt_idle_ms": statistics.median(idle), "rtt_load_ms": statistics.median(loaded),
                 "rtt_error_load_ms": statistics.median(loaded) - profile.rtt_ms,
                 "rtt_p95_load_ms": sorted(loaded)[int(0.95 * len(loaded)) - 1]}
@@ -57,14 +69,17 @@ def main() -> int:
     print(f"\nlink benchmark, kernel {kernel}, backend {args.backend}")
     print(f"{'profile':<12}{'backend':<10}{'rate':>6}{'rtt':>6}{'goodput':>9}{'÷rate':>7}"
           f"{'÷ideal':>8}{'retx':>6}{'rtt idle':>10}{'rtt load':>10}{'err load':>10}"
-          f"{'p95 load':>10}")
+          f"{'p95 load':>10}{'cpu':>6}{'steal':>6}  calibration")
     for r in rows:
         print(f"{r['profile']:<12}{r['backend']:<10}{r['rate_mbit']:>6g}{r['rtt_ms']:>6g}"
               f"{r['goodput_mbit']:>9.1f}"
               f"{r['ratio']:>7.3f}{r['ratio_of_ideal']:>8.3f}{r['retransmits']:>6}"
               f"{r['rtt_idle_ms']:>10.2f}{r['rtt_load_ms']:>10.2f}{r['rtt_error_load_ms']:>+10.2f}"
-              f"{r['rtt_p95_load_ms']:>10.2f}")
-    print(f"(÷ideal: goodput ÷ (rate × {IDEAL:.3f}), the TCP payload share of a 1514-byte frame)")
+              f"{r['rtt_p95_load_ms']:>10.2f}{r['cpu_busy']:>6.0%}{r['cpu_steal']:>6.0%}"
+              f"  {r['verdict']}")
+    print(f"(÷ideal: goodput ÷ (rate × {IDEAL:.3f}), the TCP payload share of a 1514-byte frame;"
+          " cpu/steal: the host's CPU during the TCP flow; calibration: the goodput floor"
+          " `quicbed calibrate` applies, 0.94 of the rate up to 100 Mbit/s, 0.90 above)")
     return 0
 
 

@@ -278,3 +278,16 @@ def test_calibration_table_rows_are_not_wrapped_without_a_terminal(
         # title, 3 header lines, one line per check, bottom border, verdict
         assert len(lines) == 1 + 3 + len(CALIBRATION.checks) + 1 + 1, text
         assert lines[-1] == "path does NOT match the profile: refusing to measure through it"
+
+
+def test_host_cpu_share_busy_and_stolen_between_two_readings() -> None:
+    from quicbed.topology.calibrate import host_cpu_between
+
+    # /proc/stat's cpu fields: user nice system idle iowait irq softirq steal guest guest_nice
+    before = [100, 0, 50, 800, 50, 0, 0, 0, 0, 0]
+    cpu = host_cpu_between(before, [170, 0, 80, 820, 50, 0, 20, 10, 0, 0])
+    assert cpu.busy == pytest.approx(130 / 150)
+    assert cpu.steal == pytest.approx(10 / 150)
+    assert cpu.saturated  # 6.7 % stolen: the hypervisor, not the link, set the pace
+    idle = host_cpu_between(before, [150, 0, 60, 1000, 50, 0, 0, 0, 0, 0])
+    assert not idle.saturated and idle.describe() == "host CPU 23% busy, 0% stolen"
