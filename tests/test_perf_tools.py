@@ -43,8 +43,8 @@ ROW_KEYS = {
     "tool", "tool_version", "library", "backend", "protocol", "tls_version", "http_version",
     "cipher", "tls_group", "local_ip", "local_port", "remote_ip", "remote_port", "url", "bytes",
     "http_status", "t_start", "t_connect", "t_handshake", "t_first_byte", "t_done",
-    "connection_time_ms", "ttfb_ms", "download_time_ms", "throughput_mbps", "resumed", "cpu",
-    "rep", "error",
+    "connection_time_ms", "client_cpu_ms", "ttfb_ms", "download_time_ms", "throughput_mbps",
+    "resumed", "cpu", "rep", "error",
 }
 SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "runtime error:")
 

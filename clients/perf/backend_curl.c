@@ -18,7 +18,6 @@
  * still fresh (FRESH_CONNECT, FORBID_REUSE, no session cache unless --resume). */
 struct curl_state {
     CURL *easy;
-    struct curl_slist *resolve;
     CURLSH *share;                /* --resume only: the warm-up connection's session */
 };
 
@@ -31,6 +30,7 @@ struct xfer {
     int tls_seen;
     int headers_seen;
     double t_prereq;              /* CLOCK_REALTIME in the pre-request callback */
+    double cpu_start, cpu_prereq; /* the thread's CPU time at t_before and at the callback */
 };
 
 static size_t on_body(char *data, size_t size, size_t n, void *arg)
@@ -79,6 +79,7 @@ static int on_prereq(void *arg, char *remote_ip, char *local_ip, int remote_port
     struct xfer *x = arg;
     (void)remote_ip; (void)local_ip; (void)remote_port; (void)local_port;
     x->t_prereq = perf_now_realtime();
+    x->cpu_prereq = perf_now_thread_cpu();
     read_tls(x);
     return CURL_PREREQFUNC_OK;
 }
@@ -274,6 +275,9 @@ static void read_info(struct xfer *x, double t_before)
     row->early_data_bytes = (long long)early;
     read_timers(x, t_before);
     set_timings(x, t_before);
+    /* the pre-request callback follows handshake completion (TCP and QUIC) within µs */
+    if (isfinite(row->t_handshake) && x->t_prereq > 0)
+        row->client_cpu_ms = (x->cpu_prereq - x->cpu_start) * 1e3;
     if (!x->tls_seen && x->o->proto == PROTO_QUIC && isfinite(row->t_handshake)) {
         /* QUIC mandates TLS 1.3 (RFC 9001 4.2); libcurl does not expose the QUIC TLS object,
          * so neither the cipher nor session reuse can be read */
@@ -320,13 +324,16 @@ static int curl_fetch(const struct perf_opts *o, void *state, struct perf_row *r
     struct xfer x = {.o = o, .row = row, .easy = st->easy};
     char errbuf[CURL_ERROR_SIZE] = "";
     double t_before = 0;
+    /* per call: the warm-up (warmup.c) points the name elsewhere than the measurements */
+    struct curl_slist *resolve = make_resolve(o);
 
     snprintf(row->library, sizeof(row->library), "%s", curl_version());
-    if (set_opts(x.easy, o, st->resolve, st->share) < 0) {
+    if (set_opts(x.easy, o, resolve, st->share) < 0) {
         snprintf(row->error, sizeof(row->error), "url: cannot set URL (curl %d)",
                  (int)CURLE_URL_MALFORMAT);
     } else if (perf_sink_open(&x.sink, o, row) == 0) {
         set_callbacks(x.easy, &x, errbuf);
+        x.cpu_start = perf_now_thread_cpu();
         t_before = perf_now_realtime();  /* right before the transfer: see perf_row_timings */
         CURLcode rc = curl_easy_perform(x.easy);
         read_info(&x, t_before);
@@ -336,6 +343,8 @@ static int curl_fetch(const struct perf_opts *o, void *state, struct perf_row *r
             check_negotiated(o, row);
     }
     perf_sink_close(&x.sink, row);
+    curl_easy_setopt(x.easy, CURLOPT_RESOLVE, NULL);
+    curl_slist_free_all(resolve);
     return row->error[0] ? -1 : 0;
 }
 
@@ -345,7 +354,6 @@ static void curl_teardown(void *state)
     if (!st)
         return;
     curl_easy_cleanup(st->easy);
-    curl_slist_free_all(st->resolve);
     curl_share_cleanup(st->share);
     free(st);
 }
@@ -364,7 +372,6 @@ static int curl_setup(const struct perf_opts *o, void **state)
     if (!st)
         return -1;
     *state = st;
-    st->resolve = make_resolve(o);
     if (!(st->easy = curl_easy_init()) || (o->resume && !(st->share = curl_share_init()))) {
         curl_teardown(st);
         *state = NULL;

@@ -71,6 +71,7 @@ struct nq {
     nghttp3_conn *h3;
     int64_t req;
     double t_handshake, t_first, t_done;
+    double cpu_start, cpu_handshake;  /* the thread's CPU time at t_start and handshake done */
     int done;
     size_t early_bytes;           /* stream bytes sent before the handshake completed */
 };
@@ -205,6 +206,7 @@ static int on_handshake_completed(ngtcp2_conn *c, void *ud)
     struct nq *q = ud;
     (void)c;
     q->t_handshake = perf_now_realtime();
+    q->cpu_handshake = perf_now_thread_cpu();
     if (q->h3)
         return 0;  /* set up before the handshake for 0-RTT */
     return setup_h3(q) == 0 ? 0 : NGTCP2_ERR_CALLBACK_FAILURE;
@@ -721,6 +723,8 @@ static void finish_row(struct nq *q, double t_before)
     /* no transport handshake of its own in QUIC: connect = handshake; no DNS: lookup = 0 */
     perf_row_timings(q->row, t_before, 0.0, hs, hs, q->t_first - t_before,
                      q->t_done - t_before);
+    if (!isnan(q->t_handshake))
+        q->row->client_cpu_ms = (q->cpu_handshake - q->cpu_start) * 1e3;
     if (!q->row->error[0] && (q->row->http_status < 200 || q->row->http_status >= 300))
         fail(q, "http: status %ld", q->row->http_status);
 }
@@ -734,6 +738,7 @@ static int ng_fetch(const struct perf_opts *o, void *state, struct perf_row *row
              gnutls_check_version(NULL));
     double t_before = NAN;
     if (perf_sink_open(&q.sink, o, row) == 0 && parse_url(&q) == 0 && open_socket(&q) == 0) {
+        q.cpu_start = perf_now_thread_cpu();
         t_before = perf_now_realtime();
         uint64_t deadline = now_ns() + (uint64_t)(o->timeout_s * 1e9);
         if (setup_tls(&q) == 0 && setup_conn(&q) == 0 && run_loop(&q, deadline) == 0)

@@ -61,6 +61,8 @@ int perf_main(const struct perf_tool *tool, int argc, char **argv)
     int failed = o.repetitions;
     int rc = be->setup(&o, &state);
     if (rc == 0) {
+        if (!o.cold && !o.resume)  /* --resume's warm-up connection already did it */
+            perf_warm_up(tool, &o, be, state);
         failed = run(&o, be, state);
         be->teardown(state);
     } else if (rc != -2) {

@@ -10,7 +10,7 @@
 enum { OPT_URL = 256, OPT_RESOLVE, OPT_CACERT, OPT_INSECURE, OPT_PAUSE, OPT_TIMEOUT, OPT_CPU,
        OPT_KEYLOG, OPT_OUTPUT_BODY, OPT_DISCARD, OPT_SHA256, OPT_RESUME, OPT_TLS, OPT_HTTP,
        OPT_BACKEND, OPT_VERSION, OPT_VERBOSE, OPT_CURL_TIMERS, OPT_CC,
-       OPT_GROUPS };
+       OPT_GROUPS, OPT_COLD };
 
 static const struct option long_opts[] = {
     {"url", required_argument, NULL, OPT_URL},
@@ -33,6 +33,7 @@ static const struct option long_opts[] = {
     {"curl-timers", no_argument, NULL, OPT_CURL_TIMERS},
     {"cc", required_argument, NULL, OPT_CC},
     {"groups", required_argument, NULL, OPT_GROUPS},
+    {"cold", no_argument, NULL, OPT_COLD},
     {"version", no_argument, NULL, OPT_VERSION},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -52,6 +53,8 @@ void perf_usage(const struct perf_tool *tool, FILE *out)
             "  --output-body FILE | --discard  keep or drop the body (default: drop, count bytes)\n"
             "  --sha256                  put the body's SHA-256 into the row\n"
             "  --resume                  warm-up connection, then resume its TLS session\n"
+            "  --cold                    no loopback warm-up: the first measurement also times\n"
+            "                            the libraries' first use (TLS context, trust anchors)\n"
             "  --verbose                 libcurl verbose output on stderr\n"
             "  --curl-timers             add libcurl's raw phase offsets (us) to the row\n"
             "  --cc NAME                 congestion control: TCP (tls_perf) any kernel name,\n"
@@ -180,6 +183,7 @@ static int apply_opt(const struct perf_tool *tool, int c, const char *arg, struc
     case OPT_DISCARD: o->output_body = NULL; return 0;
     case OPT_SHA256: o->sha256 = 1; return 0;
     case OPT_RESUME: o->resume = 1; return 0;
+    case OPT_COLD: o->cold = 1; return 0;
     case OPT_VERBOSE: o->verbose = 1; return 0;
     case OPT_CURL_TIMERS: o->curl_timers = 1; return 0;
     case OPT_CC: o->cc = arg; return 0;

@@ -36,6 +36,7 @@ struct perf_opts {
     const char *backend;
     const char *cc;               /* --cc: congestion control, NULL = the stack's default */
     const char *groups;           /* --groups: key-exchange groups offered, in order */
+    int cold;                     /* --cold: no warm-up, first use of the libraries is timed */
 };
 
 /* One key exchange for every stack, so that protocols are compared on equal handshakes:
@@ -67,6 +68,9 @@ struct perf_row {
     long http_status;
     double t_start, t_connect, t_handshake, t_first_byte, t_done;  /* epoch seconds */
     double connection_time_ms, ttfb_ms, download_time_ms, throughput_mbps;
+    /* CPU time of the measuring thread from t_start to handshake completion: the client's
+     * own share of connection_time_ms (NaN if the handshake did not complete) */
+    double client_cpu_ms;
     int resumed;                  /* 1, 0, or -1 = unknown (printed as null) */
     struct cpu_sample *cpu;
     size_t n_cpu;
@@ -102,6 +106,13 @@ struct perf_tool {
 
 int perf_main(const struct perf_tool *tool, int argc, char **argv);
 
+/* warmup.c: one connection attempt to a loopback socket that never answers, made before the
+ * first measurement with the measurement's own options, so that what a long-lived client has
+ * ready before it connects (TLS context, trust anchors, the libraries' first-use set-up) is
+ * not timed; the server, its sessions and the path are never touched. */
+void perf_warm_up(const struct perf_tool *tool, const struct perf_opts *o,
+                  const struct perf_backend *be, void *state);
+
 /* opts.c */
 int perf_parse_opts(const struct perf_tool *tool, int argc, char **argv, struct perf_opts *o);
 void perf_usage(const struct perf_tool *tool, FILE *out);
@@ -121,6 +132,7 @@ void perf_set_group(struct perf_row *row, const char *groups, const char *negoti
 /* timeutil */
 double perf_now_realtime(void);
 double perf_now_monotonic(void);
+double perf_now_thread_cpu(void);  /* seconds of CPU used by the calling thread */
 void perf_sleep_ms(long ms);
 
 /* cpu.c: samples every 500 ms from a helper thread while a fetch runs. */

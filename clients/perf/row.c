@@ -15,6 +15,13 @@ double perf_now_realtime(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+double perf_now_thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 double perf_now_monotonic(void)
 {
     struct timespec ts;
@@ -61,7 +68,7 @@ void perf_row_init(struct perf_row *row, int rep)
     /* NaN marks a phase the transfer never reached; it is printed as null. */
     row->t_start = row->t_connect = row->t_handshake = row->t_first_byte = row->t_done = NAN;
     row->connection_time_ms = row->ttfb_ms = row->download_time_ms = NAN;
-    row->throughput_mbps = NAN;
+    row->throughput_mbps = row->client_cpu_ms = NAN;
 }
 
 void perf_row_free(struct perf_row *row)
@@ -183,6 +190,7 @@ static void print_times(FILE *f, const struct perf_row *row)
     key(f, "t_first_byte"); json_num(f, "%.6f", row->t_first_byte);
     key(f, "t_done"); json_num(f, "%.6f", row->t_done);
     key(f, "connection_time_ms"); json_num(f, "%.3f", row->connection_time_ms);
+    key(f, "client_cpu_ms"); json_num(f, "%.3f", row->client_cpu_ms);
     key(f, "ttfb_ms"); json_num(f, "%.3f", row->ttfb_ms);
     key(f, "download_time_ms"); json_num(f, "%.3f", row->download_time_ms);
     key(f, "throughput_mbps"); json_num(f, "%.3f", row->throughput_mbps);
