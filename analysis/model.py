@@ -25,7 +25,7 @@ OPTIONAL_COLUMNS: dict[str, object] = {
     "profile": "", "server": "",
     "client": "", "workload": "web", "object": "", "repetition": np.nan,
     "rtt_ms": np.nan, "rate_down_mbit": np.nan, "rate_up_mbit": np.nan, "loss_pct": 0.0,
-    "bytes": np.nan, "connection_time_ms": np.nan, "ttfb_ms": np.nan,
+    "bytes": np.nan, "connection_time_ms": np.nan, "client_cpu_ms": np.nan, "ttfb_ms": np.nan,
     "download_time_ms": np.nan, "throughput_mbps": np.nan, "cpu": None,
     "cpu_client_pct": np.nan, "cpu_server_pct": np.nan, "cpu_bound": False,
     "calib_rtt_ms": np.nan, "calib_passed": True, "calib_forced": False, "error": "",

@@ -26,3 +26,31 @@ def tcp_download_s(size_bytes: float, rate_mbit: float, rtt_ms: float,
     Ignores TLS record and HTTP/2 framing (~0.3%) and losses from slow-start overshoot."""
     payload_s = size_bytes * 8 * FRAME_BYTES / TCP_PAYLOAD / (rate_mbit * 1e6)
     return (setup_rtts + 1) * rtt_ms / 1e3 + slow_start_deficit_s(rate_mbit, rtt_ms) + payload_s
+
+
+# The decided criteria for the perf tools' physics (issue 13). A fresh connection costs these
+# RTTs before the request can leave:
+HANDSHAKE_RTTS = {"quic": 1, "tls1.3": 2, "tls1.2": 3}
+# The path, from captures: a fresh QUIC connection's Initial up + the server's flight down,
+# ÷ the calibrated RTT, within 1 %.
+PATH_TOLERANCE = 0.01
+# The connection time net of the client's own time (its CPU from t_start to handshake done,
+# `client_cpu_ms`) is at most 3 % above n RTT: the server's time and the flights'
+# transmission are what may remain. The raw ratio is always shown beside it.
+CONNECTION_EXCESS = 0.03
+# TLS 1.2's 10 MB goodput ÷ the TCP model of the link (tcp_download_s).
+GOODPUT_OF_MODEL = 0.97
+
+
+def net_connection_rtts(connection_ms: float, client_ms: float | None, rtt_ms: float) -> float:
+    """Connection time less the client's measured own time, in RTTs (raw if not measured)."""
+    own = client_ms if client_ms is not None and math.isfinite(client_ms) else 0.0
+    return (connection_ms - own) / rtt_ms
+
+
+def connection_within(rtts: int, net_ratio: float) -> bool:
+    return rtts * (1 - PATH_TOLERANCE) <= net_ratio <= rtts * (1 + CONNECTION_EXCESS)
+
+
+def path_within(path_ratio: float) -> bool:
+    return abs(path_ratio - 1) <= PATH_TOLERANCE

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from quicbed.analysis import physics
 from quicbed.servers import content
 
 SERVERS: tuple[str, ...] = ("caddy", "nginx", "caddy-debian")
@@ -61,8 +62,9 @@ TOOLS: dict[str, Tool] = {
 }
 
 PROTOCOLS: tuple[str, ...] = ("quic", "tls1.2", "tls1.3")
-# First-connection handshake cost in RTTs (TCP + TLS, or QUIC); used by the dry-run estimate.
-HANDSHAKE_RTTS: dict[str, int] = {"quic": 1, "tls1.3": 2, "tls1.2": 3}
+# First-connection handshake cost in RTTs (TCP + TLS, or QUIC): the dry-run estimate and the
+# synthetic executor use the analysis's own figures (analysis/physics.py).
+HANDSHAKE_RTTS = physics.HANDSHAKE_RTTS
 
 # What the servers serve comes from servers/content.py; only the names are needed here.
 # Web objects: web/index.html (which references the samples), the per-type samples, and whole

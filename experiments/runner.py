@@ -42,6 +42,7 @@ from .store import RunStore, StoreError, load_rows, read_manifest
 ROW_DEFAULTS: dict[str, Any] = {
     "error": None,
     "connection_time_ms": None,
+    "client_cpu_ms": None,
     "ttfb_ms": None,
     "download_time_ms": None,
     "throughput_mbps": None,

@@ -39,14 +39,16 @@ class SyntheticExecutor:
             raise TrialError("synthetic failure")
         rng = random.Random(f"{self.seed}/{trial.trial_id}")
         link = trial.condition.link
-        rtt = link.rtt_ms * rng.uniform(1.0, 1.05)
-        connect = HANDSHAKE_RTTS.get(trial.client.protocol, 2) * rtt
+        rtt = link.rtt_ms * rng.uniform(1.0, 1.02)  # the path, plus the server's own time
+        client_cpu = rng.uniform(0.5, 3.0)  # the client's own time, which it reports
+        connect = HANDSHAKE_RTTS.get(trial.client.protocol, 2) * rtt + client_cpu
         ttfb = connect + rtt
         size = object_bytes(trial.workload.kind, trial.object)
         download = ttfb + size * 8 / (link.down.rate_mbit * 1e3)
         return {
             "tool": trial.client.tool,
             "connection_time_ms": round(connect, 3),
+            "client_cpu_ms": round(client_cpu, 3),
             "ttfb_ms": round(ttfb, 3),
             "download_time_ms": round(download, 3),
             "throughput_mbps": round(size * 8 / (download * 1e3), 3) if download else None,

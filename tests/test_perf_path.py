@@ -15,8 +15,11 @@ import statistics
 import pytest
 from capture_shell import wirecheck
 
-from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, served_testbed
-from quicbed.paths import CACHE
+from quicbed.analysis.physics import connection_within, net_connection_rtts
+from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, TestbedExecutor, served_testbed
+from quicbed.experiments.matrix import conditions, trials
+from quicbed.experiments.schema import load_experiment
+from quicbed.paths import CACHE, REPO
 from quicbed.servers import content
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.net import server_address
@@ -32,6 +35,7 @@ CLIENTS = {
     "quic-ngtcp2": ("quic_perf", ["--backend", "ngtcp2"], 1),
 }
 SERVERS = ["nginx", "caddy"]
+CI_EXPERIMENT = REPO / "experiments" / "ci" / "handshake.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +75,13 @@ def test_fresh_connection_costs_its_rtts(path, client: str) -> None:  # noqa: AN
     _, _, rtt, _ = path
     rows = _fetch(path, "nginx", client)
     expected = CLIENTS[client][2]
-    ratio = _median(rows, "connection_time_ms") / rtt
-    # Above the RTT count by the handshake's transmission time and the endpoints' CPU only.
-    assert expected - 0.01 <= ratio <= expected + 0.06, ratio
+    # The decided criterion (analysis/physics.py): net of the client's own measured time, at
+    # most 3 % above n RTT (the server's time and the flights' transmission); raw beside it.
+    assert all(0 < r["client_cpu_ms"] < r["connection_time_ms"] for r in rows), rows[0]
+    net = statistics.median(net_connection_rtts(r["connection_time_ms"], r["client_cpu_ms"], rtt)
+                            for r in rows)
+    raw = _median(rows, "connection_time_ms") / rtt
+    assert connection_within(expected, net), (net, raw)
     # The request goes after the handshake: the first byte comes at least 1 RTT later.
     gaps = [(r["ttfb_ms"] - r["connection_time_ms"]) / rtt for r in rows]
     assert statistics.median(gaps) >= 0.98, gaps
@@ -127,3 +135,47 @@ def test_tool_instants_match_the_wire(path, client: str) -> None:  # noqa: ANN00
         if worst[-1] <= 1.0:
             break
     assert min(worst) <= 1.0, worst
+
+
+def test_runner_trials_time_only_the_connection(path) -> None:  # noqa: ANN001
+    """The runner starts one tool process per trial; the bench makes all its connections in
+    one process. Before the warm-up (warmup.c), each trial's connection also paid for the
+    libraries' first use (3 ms for libcurl's QUIC, 14 % of germany's RTT). Now the client's
+    own time in a trial (client_cpu_ms) is the bench's within 0.5 ms, where a cold process
+    spends 2-3 ms more (libcurl). The excess over n RTT is printed, not asserted: on this
+    2-core VM its median over 15 connections moved by up to 1.6 ms between two runs of the
+    same command (host CPU steal); bench/handshake_bench.py judges it over more connections."""
+    tb, hosts, rtt, _ = path
+    exp = load_experiment(CI_EXPERIMENT)
+    address = server_address(tb.servers.index(hosts[exp.servers[0]]))
+    firsts = {t.client.label: t for t in trials(exp, conditions(exp)[0]) if t.repetition == 0}
+    reps, report = 15, []
+    for label, trial in firsts.items():
+        argv = TestbedExecutor._tool_argv(trial, address)
+        runner = [_row(tb, argv) for _ in range(reps)]
+        bench_argv = [*argv[:argv.index("-n")], "-n", str(reps), "--pause", "100",
+                      *argv[argv.index("-n") + 2:]]
+        bench = _rows_of(tb, bench_argv)
+        cold = [_row(tb, [*argv, "--cold"]) for _ in range(5)]
+        n = {"tls1.2": 3, "tls1.3": 2, "quic": 1}[trial.client.protocol]
+        excess = [_median(rows, "connection_time_ms") - n * rtt for rows in (runner, bench)]
+        cpu = [_median(rows, "client_cpu_ms") for rows in (runner, bench, cold)]
+        report.append((label, *excess, *cpu))
+    print("\n".join(f"{r[0]:<16} excess runner {r[1]:5.2f} bench {r[2]:5.2f} ms; client CPU "
+                    f"runner {r[3]:5.2f} bench {r[4]:5.2f} cold {r[5]:5.2f} ms" for r in report))
+    assert all(abs(r[3] - r[4]) <= 0.5 for r in report), report
+    # The measure sees what the warm-up removes: libcurl's QUIC pays most for its first use.
+    quic = next(r for r in report if r[0] == "quic-h3")
+    assert quic[5] - quic[3] >= 1.0, quic
+
+
+def _rows_of(tb, argv: list[str]) -> list[dict]:  # noqa: ANN001
+    proc = tb.client.exec(argv, timeout=300)
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert rows and all(r["error"] == "" for r in rows), (argv, proc.stderr[-500:], rows[-1:])
+    return rows
+
+
+def _row(tb, argv: list[str]) -> dict:  # noqa: ANN001
+    (row,) = _rows_of(tb, argv)
+    return row
