@@ -63,6 +63,7 @@ HOST_COMMANDS: tuple[HostCommand, ...] = (
     HostCommand("mount", "mount", "uml", "the UML router's init mounts proc, sys, hostfs"),
     HostCommand("mkfifo", "coreutils", "uml", "the UML router's init waits on a fifo"),
     HostCommand("uname", "coreutils", "uml", "the UML router's init finds its modules"),
+    HostCommand("sync", "coreutils", "uml", "the netem guest's init flushes its results to the host"),
     HostCommand("make", "make", "delayline", "builds the delay line (topology/delayline)"),
     HostCommand("gcc", "gcc", "delayline", "builds the delay line"),
     HostCommand("debootstrap", "debootstrap", "images", "base images without a registry"),

@@ -89,11 +89,12 @@ def test_every_host_command_the_code_runs_is_declared() -> None:
     assert {"ip", "tc", "nsenter", "docker", "iperf3", "ethtool", "make"} <= set(found)
 
 
-def test_the_uml_routers_init_commands_are_declared_for_uml() -> None:
+@pytest.mark.parametrize("init", ["uml_router.sh", "uml_guest.sh"])
+def test_the_uml_init_scripts_commands_are_declared_for_uml(init: str) -> None:
     from quicbed.topology.backends import UML_BINARY
 
     uml = {c.name for c in doctor.commands("uml", "core")}
-    used = shell_commands(REPO / "topology" / "uml_router.sh")
+    used = shell_commands(REPO / "topology" / init)
     assert "insmod" in used and "ip" in used  # the parser sees the script
     assert used - uml - {"sh", "rm", "mv", "sleep", "mkdir"} == set(), used - uml
     assert UML_BINARY in uml

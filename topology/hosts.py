@@ -55,7 +55,8 @@ class HostIntf(Intf):
 
 
 class NsHost(Host):
-    """A plain namespace host (the router, the cross-traffic host)."""
+    """A plain namespace host: the router, the cross-traffic host, and client and server where
+    Docker cannot run (HostSpec(image=None): the netem guest, topology/guest.py)."""
 
     def run(self, argv: Sequence[str], timeout: float = 60, check: bool = True
             ) -> subprocess.CompletedProcess[str]:
@@ -64,6 +65,20 @@ class NsHost(Host):
     def popen_argv(self, argv: Sequence[str]) -> list[str]:
         # Marked: a process left behind in this namespace stays findable after it is gone.
         return ["nsenter", "-t", str(self.pid), "-n", "--", *marked_argv(argv)]
+
+    def exec(self, argv: Sequence[str], timeout: float = 120, check: bool = False,
+             detach: bool = False) -> subprocess.CompletedProcess[str]:
+        """DockerHost.exec's counterpart: a namespace host's own tools are the host's."""
+        if detach:
+            subprocess.Popen(self.popen_argv(argv), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+            return subprocess.CompletedProcess(list(argv), 0, "", "")
+        proc = in_netns(self.pid, argv, timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"{self.name}: {' '.join(argv)} exited {proc.returncode}: "
+                               f"{(proc.stderr or proc.stdout).strip()[-800:]}")
+        return proc
 
 
 class DockerHost(NsHost):

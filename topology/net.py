@@ -80,9 +80,11 @@ def name_service_args(servers: int) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class HostSpec:
-    """A container host: its image and extra `docker run` options (mounts, capabilities)."""
+    """A container host: its image and extra `docker run` options (mounts, capabilities).
+    image=None: a plain namespace host running the host's own programs, for where Docker
+    cannot run (the netem guest, topology/guest.py); calibration needs nothing more."""
 
-    image: str = DEFAULT_IMAGE
+    image: str | None = DEFAULT_IMAGE
     docker_args: tuple[str, ...] = ()
 
 
@@ -149,20 +151,16 @@ class Testbed:
 
     def start(self) -> None:
         require("core")
-        require_docker()
+        cfg = self.config
+        if any(spec.image for spec in (cfg.client, *cfg.servers)):
+            require_docker()
         backend_name = choose_backend(self.config.backend, self.profile.max_rate_mbit)
         net = Mininet(topo=None, build=False, controller=None, cleanup=False)
         self.net = net
-        cfg = self.config
-        names = name_service_args(len(cfg.servers))
         self.router = net.addHost("router", cls=NsHost, ip=None)
-        self.client = net.addHost("client", cls=DockerHost, image=cfg.client.image,
-                                  run_id=cfg.run_id, docker_args=(*names, *cfg.client.docker_args),
-                                  ip=None)
+        self.client = self._add_host("client", cfg.client)
         self.cross = net.addHost("cross", cls=NsHost, ip=None)
-        self.servers = [net.addHost(server_host_name(i), cls=DockerHost, image=spec.image,
-                                    run_id=cfg.run_id, docker_args=(*names, *spec.docker_args),
-                                    ip=None)
+        self.servers = [self._add_host(server_host_name(i), spec)
                         for i, spec in enumerate(cfg.servers)]
         self.server = self.servers[0]  # calibration's far end
         addresses = {self.client: ADDRESSES["client"], self.cross: ADDRESSES["cross"],
@@ -190,6 +188,14 @@ class Testbed:
         self.backend = None
 
     # -- wiring ------------------------------------------------------------------------
+    def _add_host(self, name: str, spec: HostSpec) -> NsHost:
+        assert self.net
+        if spec.image is None:
+            return self.net.addHost(name, cls=NsHost, ip=None)
+        names = name_service_args(len(self.config.servers))
+        return self.net.addHost(name, cls=DockerHost, image=spec.image, run_id=self.config.run_id,
+                                docker_args=(*names, *spec.docker_args), ip=None)
+
     def _wire(self, links: dict[NsHost, Link], addresses: dict[NsHost, str]) -> None:
         r = self.router.run
         allow_congestion_control(self.config.tcp_cc)

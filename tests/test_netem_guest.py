@@ -1,0 +1,52 @@
+"""The `netem` backend (tc netem in the host kernel's router namespace), run for real where the
+host kernel has no sch_netem: inside a User-Mode Linux guest (topology/guest.py), with the
+namespace-only topology and the same calibration checks as every other backend.
+
+Not covered in the guest: Docker hosts (client and server are plain namespaces there), so
+neither the images nor their name service; those are the other path tests' part.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from quicbed.errors import EnvironmentProblem
+from quicbed.topology.guest import GUEST_INIT, GuestJob, calibrate_in_guest, guest_argv
+
+
+def _failed(calibration: dict) -> list[tuple]:
+    return [(c["metric"], c["direction"], c["configured"], c["measured"], c["detail"])
+            for c in calibration["checks"] if not c["passed"]]
+
+
+def _check(calibration: dict, metric: str, direction: str = "both") -> dict:
+    return next(c for c in calibration["checks"]
+                if c["metric"] == metric and c["direction"] == direction)
+
+
+@pytest.mark.path
+@pytest.mark.parametrize("overrides", [{}, {"loss_pct": "1"}], ids=["india", "india-loss1"])
+def test_netem_backend_calibrates_in_a_uml_guest(overrides: dict[str, str]) -> None:
+    result = calibrate_in_guest(GuestJob("india", overrides))
+    print(result.log)  # the guest's progress and calibration table (pytest -s shows it)
+    print(f"guest kernel {result.kernel}; {result.seconds:.0f} s from boot to power-off")
+    cal = result.calibration
+    assert cal["backend"] == "netem" and cal["link"]["backend"] == "netem"
+    assert not _failed(cal), _failed(cal)
+    assert abs(_check(cal, "rtt_median_ms")["measured"] - 80.0) <= 0.8
+    for direction in ("down", "up"):
+        assert 0.94 * 20 <= _check(cal, "goodput_mbit", direction)["measured"] <= 1.02 * 20
+        loss = _check(cal, "loss_pct", direction)["measured"]
+        if overrides:
+            assert abs(loss - 1.0) < 0.4, (direction, loss)
+            assert _check(cal, "loss_run_mean", direction)["passed"]
+        else:
+            assert loss == 0.0, (direction, loss)
+
+
+def test_guest_command_line_carries_the_clean_mark_and_refuses_spaces(tmp_path) -> None:  # noqa: ANN001
+    argv = guest_argv(tmp_path, "quicbed-guest-x", python="/usr/bin/python3")
+    assert "umid=quicbed-guest-x" in argv  # `quicbed clean` finds it by umid=quicbed-
+    assert f"init={GUEST_INIT}" in argv and GUEST_INIT.stat().st_mode & 0o111
+    with pytest.raises(EnvironmentProblem):
+        guest_argv(tmp_path / "a b", "quicbed-guest-x")

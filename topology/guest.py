@@ -1,0 +1,204 @@
+"""The `netem` backend where the host kernel has no sch_netem: run it in a User-Mode Linux guest.
+
+Every machine whose kernel has sch_netem (a laptop, a cloud VM) gets the `netem` backend: tc
+netem in the router namespace of the host kernel. This machine and CI cannot load it, so the
+guest brings such a kernel: Debian's UML kernel (its modules include sch_netem), booted with
+the host's / as a read-only root (topology/uml_guest.sh is its init). Inside it the whole
+topology comes up in namespace-only form (client and server are plain namespaces running the
+host's ping, iperf3 and udpprobe.py: no Docker in the guest) with `--backend netem`, and
+`calibrate` runs unchanged. The control directory carries job.json in and calibration.json,
+guest.log and rc out.
+
+    python -m quicbed.topology.guest calibrate india --set loss_pct=1 [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from quicbed.doctor import require
+from quicbed.errors import EnvironmentProblem, QuicbedError
+from quicbed.paths import REPO
+from quicbed.topology.backends import UML_BINARY, router_state_dir
+from quicbed.topology.profiles import load_profile, parse_overrides
+
+GUEST_INIT = REPO / "topology" / "uml_guest.sh"
+GUEST_MEM = "512M"
+DEFAULT_TIMEOUT_S = 900.0
+# One UML vCPU runs the endpoints, the router and the probes: fewer datagrams than on the host
+# (the loss checks still have their binomial interval; 1 % of 8000 gives ~80 loss runs).
+GUEST_UDP_PACKETS = 8000
+GUEST_GOODPUT_SECONDS = 4.0
+
+
+@dataclass(frozen=True)
+class GuestJob:
+    """What the guest calibrates: a profile with overrides, and calibrate()'s sample sizes."""
+
+    profile: str
+    overrides: dict[str, str]
+    rtt_samples: int = 30
+    udp_packets: int = GUEST_UDP_PACKETS
+    goodput_seconds: float = GUEST_GOODPUT_SECONDS
+
+
+@dataclass
+class GuestResult:
+    calibration: dict[str, Any]  # Calibration.to_dict() from inside the guest
+    log: str                     # the guest's progress and its calibration table
+    kernel: str                  # the guest kernel's release
+    seconds: float               # boot to power-off
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.calibration.get("passed"))
+
+
+# -- host side ------------------------------------------------------------------------------
+def calibrate_in_guest(job: GuestJob, timeout_s: float = DEFAULT_TIMEOUT_S) -> GuestResult:
+    """Boot the guest, calibrate job's profile through the netem backend inside it, power off.
+    Raises EnvironmentProblem (with the console and log tails) if the guest gives no result."""
+    require("uml")
+    load_profile(job.profile, job.overrides)  # bad input fails here, not in the guest's log
+    ctl = router_state_dir(uuid.uuid4().hex[:8]) / "guest"
+    ctl.mkdir(parents=True)
+    (ctl / "job.json").write_text(json.dumps(asdict(job)))
+    start = time.monotonic()
+    _boot_and_wait(ctl, timeout_s)
+    seconds = time.monotonic() - start
+    log = _read(ctl / "guest.log")
+    result_file = ctl / "calibration.json"
+    if not result_file.exists():
+        raise EnvironmentProblem(f"the netem guest gave no calibration (rc "
+                                 f"{_read(ctl / 'rc').strip() or 'none'}):\n{_tails(ctl)}")
+    return GuestResult(json.loads(result_file.read_text()), log,
+                       _read(ctl / "kernel").strip(), round(seconds, 1))
+
+
+def guest_argv(ctl: Path, umid: str, python: str = sys.executable) -> list[str]:
+    """linux.uml's command line. Unknown KEY=VALUE words reach init's environment; the kernel
+    splits its command line on spaces, so no path may contain one."""
+    for value in (str(ctl), python, str(GUEST_INIT)):
+        if any(c.isspace() for c in value):
+            raise EnvironmentProblem(f"the UML kernel command line cannot carry {value!r} "
+                                     "(it contains whitespace)")
+    return [UML_BINARY, f"mem={GUEST_MEM}", "rootfstype=hostfs", "rootflags=/", "ro",
+            f"init={GUEST_INIT}", f"QUICBED_CTL={ctl}", f"QUICBED_PYTHON={python}",
+            "con=null", "con0=null,fd:1", f"umid={umid}"]
+
+
+def _boot_and_wait(ctl: Path, timeout_s: float) -> None:
+    # umid=quicbed-…: `quicbed clean` finds the guest as it finds a UML router.
+    umid = f"quicbed-guest-{uuid.uuid4().hex[:8]}"
+    with open(ctl / "console.log", "wb") as console:
+        process = subprocess.Popen(guest_argv(ctl, umid), stdin=subprocess.DEVNULL,
+                                   stdout=console, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise EnvironmentProblem(f"the netem guest did not finish in {timeout_s:.0f} s:\n"
+                                     f"{_tails(ctl)}") from None
+        finally:
+            _stop(process, umid)
+
+
+def _stop(process: subprocess.Popen[bytes], umid: str) -> None:
+    if process.poll() is None:
+        # UML runs as a process group (its processes are ptrace children): end them all.
+        try:
+            os.killpg(process.pid, 9)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout=10)
+    shutil.rmtree(Path.home() / ".uml" / umid, ignore_errors=True)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _tails(ctl: Path) -> str:
+    return (f"--- console ({ctl / 'console.log'}) ---\n{_read(ctl / 'console.log')[-1500:]}\n"
+            f"--- guest log ({ctl / 'guest.log'}) ---\n{_read(ctl / 'guest.log')[-3000:]}")
+
+
+# -- guest side (run by uml_guest.sh) ---------------------------------------------------------
+def inside(ctl: Path) -> int:
+    """Calibrate job.json's profile with the netem backend and namespace hosts; 0 if every
+    check passed, 3 if one failed (as `quicbed calibrate`)."""
+    from quicbed.topology.calibrate import calibrate
+    from quicbed.topology.net import HostSpec, Testbed, TestbedConfig
+    from quicbed.topology.report import print_calibration
+
+    job = GuestJob(**json.loads((ctl / "job.json").read_text()))
+    namespace_host = HostSpec(image=None)
+    cfg = TestbedConfig(profile=load_profile(job.profile, job.overrides), backend="netem",
+                        client=namespace_host, servers=(namespace_host,))
+    start = time.monotonic()
+
+    def say(message: str) -> None:
+        print(f"[{time.monotonic() - start:6.1f} s] {message}", flush=True)
+
+    say(f"bringing up {cfg.profile.name} ({cfg.profile.description}), kernel {os.uname().release}")
+    with Testbed(cfg) as tb:
+        say(f"link backend: {tb.backend.name if tb.backend else '?'}; forwarding RTT "
+            f"{tb.forwarding_rtt_ms:.3f} ms")
+        cal = calibrate(tb, rtt_samples=job.rtt_samples, udp_packets=job.udp_packets,
+                        goodput_seconds=job.goodput_seconds, progress=lambda m: say(f"measuring {m}"))
+    print_calibration(cal)
+    (ctl / "calibration.json").write_text(json.dumps(cal.to_dict(), indent=2))
+    return 0 if cal.passed else 3
+
+
+# -- command line -----------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m quicbed.topology.guest",
+                                     description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("calibrate", help="calibrate a profile via kernel netem in a UML guest")
+    p.add_argument("profile")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--samples", type=int, default=30, help="ping samples (>= 20)")
+    p.add_argument("--udp-packets", type=int, default=GUEST_UDP_PACKETS)
+    p.add_argument("--seconds", type=float, default=GUEST_GOODPUT_SECONDS)
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S)
+    p.add_argument("--json", help="write the calibration as JSON here")
+    p = sub.add_parser("inside", help="(the guest's init runs this)")
+    p.add_argument("ctl", type=Path)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "inside":
+        return inside(args.ctl)
+    try:
+        job = GuestJob(args.profile, parse_overrides(args.set), args.samples, args.udp_packets,
+                       args.seconds)
+        result = calibrate_in_guest(job, args.timeout)
+    except QuicbedError as exc:
+        print(f"quicbed guest: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(result.log, end="")
+    print(f"guest kernel {result.kernel}; {result.seconds:.0f} s from boot to power-off")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.calibration, indent=2))
+    return 0 if result.passed else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
