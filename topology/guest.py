@@ -88,13 +88,17 @@ def calibrate_in_guest(job: GuestJob, timeout_s: float = DEFAULT_TIMEOUT_S) -> G
 def guest_argv(ctl: Path, umid: str, python: str = sys.executable) -> list[str]:
     """linux.uml's command line. Unknown KEY=VALUE words reach init's environment; the kernel
     splits its command line on spaces, so no path may contain one."""
-    for value in (str(ctl), python, str(GUEST_INIT)):
+    # The checkout and the interpreter's environment: the guest mounts them again over its own
+    # /tmp when they live there (a CI clone in /tmp would otherwise vanish under the tmpfs).
+    inside = Path(sys.prefix).resolve().is_relative_to(REPO.resolve())
+    keep = ":".join([str(REPO), *([] if inside else [sys.prefix])])
+    for value in (str(ctl), python, str(GUEST_INIT), keep):
         if any(c.isspace() for c in value):
             raise EnvironmentProblem(f"the UML kernel command line cannot carry {value!r} "
                                      "(it contains whitespace)")
     return [UML_BINARY, f"mem={GUEST_MEM}", "rootfstype=hostfs", "rootflags=/", "ro",
             f"init={GUEST_INIT}", f"QUICBED_CTL={ctl}", f"QUICBED_PYTHON={python}",
-            "con=null", "con0=null,fd:1", f"umid={umid}"]
+            f"QUICBED_KEEP={keep}", "con=null", "con0=null,fd:1", f"umid={umid}"]
 
 
 def _boot_and_wait(ctl: Path, timeout_s: float) -> None:

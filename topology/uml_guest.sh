@@ -14,6 +14,14 @@ mount -t sysfs sys /sys
 [[ $(</proc/mounts) == *" /dev devtmpfs "* ]] || mount -t devtmpfs dev /dev || fail "mount devtmpfs"
 mkdir -p /dev/pts && mount -t devpts devpts /dev/pts || fail "mount devpts"
 mount -t tmpfs tmpfs /tmp
+# The checkout and the venv (QUICBED_KEEP, colon-separated) are the host's again where that
+# tmpfs hid them: a clone in /tmp, as CI makes one.
+IFS=: read -r -a keep <<< "$QUICBED_KEEP"
+for dir in "${keep[@]}"; do
+  if [[ $dir == /tmp/* ]]; then
+    mkdir -p "$dir" && mount -r -t hostfs -o "$dir" hostfs "$dir" || fail "mount $dir"
+  fi
+done
 mount -t tmpfs tmpfs /run
 mount -t hostfs -o "$QUICBED_CTL" hostfs /mnt || fail "mount control dir $QUICBED_CTL"
 C=/mnt
