@@ -335,12 +335,34 @@ def _start_iperf(tb: Testbed, port: int, args: list[str], timeout: float
     server = subprocess.Popen(tb.server.popen_argv(["iperf3", "-s", "-1", "-J", "-p", str(port),
                                                     "-B", ADDRESSES["server"]]),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.3)
+    _wait_listening(tb.server.pid, port, server)
     client_argv = ["timeout", str(int(timeout)), "iperf3", "-c", ADDRESSES["server"], "-p",
                    str(port), "-J", "--get-server-output", *args]
     client = subprocess.Popen(tb.client.popen_argv(client_argv), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     return server, client
+
+
+LISTEN_TIMEOUT_S = 15.0
+
+
+def _wait_listening(pid: int, port: int, server: subprocess.Popen[str]) -> None:
+    """Until the iperf3 server listens, read from its namespace's /proc/net/tcp (no fork).
+    A fixed pause was not enough on slow hosts: the netem guest's one vCPU took over 0.3 s."""
+    table = Path(f"/proc/{pid}/net/tcp")
+    local_port = f":{port:04X}"
+    deadline = time.monotonic() + LISTEN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"iperf3 server exited: {server.stderr.read().strip()[-300:]}"
+                               if server.stderr else "iperf3 server exited")
+        for line in table.read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[1].endswith(local_port) and fields[3] == "0A":  # 0A: TCP_LISTEN
+                return
+        time.sleep(0.01)
+    server.kill()
+    raise RuntimeError(f"iperf3 server not listening on port {port} after {LISTEN_TIMEOUT_S:g} s")
 
 
 def _finish_iperf(server: subprocess.Popen[str], client: subprocess.Popen[str]
