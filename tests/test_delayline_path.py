@@ -15,7 +15,13 @@ import pytest
 from scipy.stats import binomtest
 from test_path import TOPOLOGY_IMAGE
 
-from quicbed.topology.calibrate import calibrate, check_loss, probe_datagrams
+from quicbed.topology.calibrate import (
+    calibrate,
+    check_loss,
+    cpu_times,
+    host_cpu_between,
+    probe_datagrams,
+)
 from quicbed.topology.linkspec import GilbertElliott
 from quicbed.topology.net import HostSpec, Testbed, TestbedConfig
 from quicbed.topology.profiles import Profile, apply_overrides, load_profile
@@ -75,6 +81,7 @@ def test_delayline_gilbert_elliott_loss_has_bursts() -> None:
 # Interquartile range of the RTT per σ of one direction: the sum of two draws from netem's
 # normal table is normal with √2·σ (IQR 1.349·√2·σ); of two uniform ±σ draws, triangular on
 # ±2σ (quartiles at ±2σ·(1 − 1/√2)).
+STEAL_LIMIT = 0.02  # of the CPU taken by the hypervisor during a timing measurement
 IQR_PER_SIGMA = {"normal": 1.349 * 2 ** 0.5, "uniform": 4 * (1 - 2 ** -0.5)}
 
 
@@ -87,17 +94,26 @@ def test_delayline_jitter_follows_netem_tables(distribution: str) -> None:
     profile = apply_overrides(load_profile("india"),
                               {"jitter_ms": str(sigma), "jitter_distribution": distribution})
     with Testbed(_delayline(profile)) as tb:
+        before = cpu_times()
         samples = tb.ping(count=2000, interval=0.005)
+        cpu = host_cpu_between(before, cpu_times())
     assert len(samples) >= 1980
     quartiles = statistics.quantiles(samples, n=4)
     iqr, expected = quartiles[2] - quartiles[0], IQR_PER_SIGMA[distribution] * sigma
     # 15%: the IQR of 2000 samples varies by ~3% (4 standard errors); the other table is 39%
     # away
-    assert abs(iqr - expected) < 0.15 * expected, (iqr, expected, quartiles)
-    assert abs(quartiles[1] - 80.0) < 1.0, quartiles
+    failed = [f"IQR {iqr:.2f} ms, expected {expected:.2f}"] if abs(iqr - expected) >= 0.15 * expected else []
+    if abs(quartiles[1] - 80.0) >= 1.0:
+        failed.append(f"median {quartiles[1]:.2f} ms")
     if distribution == "uniform":  # bounded: 95% of the RTTs within ±2σ (host delays aside)
         low, high = statistics.quantiles(samples, n=40)[0], statistics.quantiles(samples, n=40)[-1]
-        assert 80 - 2 * sigma - 0.5 <= low and high <= 80 + 2 * sigma + 0.5, (low, high)
+        if not (80 - 2 * sigma - 0.5 <= low and high <= 80 + 2 * sigma + 0.5):
+            failed.append(f"2.5/97.5 % at {low:.2f}/{high:.2f} ms")
+    # A user-space delay line keeps time only while it has a CPU: when the hypervisor took the
+    # vCPU away (steal), the RTTs measure the host, not the delay line; say so, do not judge.
+    if failed and cpu.steal >= STEAL_LIMIT:
+        pytest.skip(f"{', '.join(failed)} while the hypervisor stole {cpu.steal:.0%} of the CPU")
+    assert not failed, (failed, quartiles, cpu)
 
 
 def test_delayline_reorders_and_duplicates_like_netem() -> None:
