@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -42,19 +41,11 @@ def _testbed_config(args: argparse.Namespace):  # noqa: ANN202 - lazy import kee
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from quicbed.topology.calibrate import calibrate
-    from quicbed.topology.net import Testbed
-    from quicbed.topology.report import print_calibration
+    from quicbed.topology.report import calibrate_path, progress_printer
 
-    cfg = _testbed_config(args)
-    say = _progress_printer()
-    say(f"bringing up {cfg.profile.name} ({cfg.profile.description})")
-    with Testbed(cfg) as tb:
-        say(f"link backend: {tb.backend.name}; router forwarding RTT "
-            f"{tb.forwarding_rtt_ms:.3f} ms (subtracted from the netem delay)")
-        cal = calibrate(tb, rtt_samples=args.samples, udp_packets=args.udp_packets,
-                        goodput_seconds=args.seconds, progress=lambda m: say(f"measuring {m}"))
-    print_calibration(cal)
+    say = progress_printer()
+    cal = calibrate_path(_testbed_config(args), rtt_samples=args.samples,
+                         udp_packets=args.udp_packets, goodput_seconds=args.seconds, say=say)
     out = Path(args.json) if args.json else None
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -149,12 +140,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def _progress_printer() -> Callable[[str], None]:
-    start = time.monotonic()
+    from quicbed.topology.report import progress_printer
 
-    def say(message: str) -> None:
-        print(f"[{time.monotonic() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
-
-    return say
+    return progress_printer()
 
 
 def build_parser() -> argparse.ArgumentParser:

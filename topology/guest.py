@@ -144,26 +144,17 @@ def _tails(ctl: Path) -> str:
 def inside(ctl: Path) -> int:
     """Calibrate job.json's profile with the netem backend and namespace hosts; 0 if every
     check passed, 3 if one failed (as `quicbed calibrate`)."""
-    from quicbed.topology.calibrate import calibrate
-    from quicbed.topology.net import HostSpec, Testbed, TestbedConfig
-    from quicbed.topology.report import print_calibration
+    from quicbed.topology.net import HostSpec, TestbedConfig
+    from quicbed.topology.report import calibrate_path, progress_printer
 
     job = GuestJob(**json.loads((ctl / "job.json").read_text()))
     namespace_host = HostSpec(image=None)
     cfg = TestbedConfig(profile=load_profile(job.profile, job.overrides), backend="netem",
                         client=namespace_host, servers=(namespace_host,))
-    start = time.monotonic()
-
-    def say(message: str) -> None:
-        print(f"[{time.monotonic() - start:6.1f} s] {message}", flush=True)
-
-    say(f"bringing up {cfg.profile.name} ({cfg.profile.description}), kernel {os.uname().release}")
-    with Testbed(cfg) as tb:
-        say(f"link backend: {tb.backend.name if tb.backend else '?'}; forwarding RTT "
-            f"{tb.forwarding_rtt_ms:.3f} ms")
-        cal = calibrate(tb, rtt_samples=job.rtt_samples, udp_packets=job.udp_packets,
-                        goodput_seconds=job.goodput_seconds, progress=lambda m: say(f"measuring {m}"))
-    print_calibration(cal)
+    say = progress_printer()
+    say(f"guest kernel {os.uname().release}")
+    cal = calibrate_path(cfg, rtt_samples=job.rtt_samples, udp_packets=job.udp_packets,
+                         goodput_seconds=job.goodput_seconds, say=say)
     (ctl / "calibration.json").write_text(json.dumps(cal.to_dict(), indent=2))
     return 0 if cal.passed else 3
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Callable
+
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from quicbed.topology.calibrate import Calibration
+from quicbed.topology import net
+from quicbed.topology.calibrate import Calibration, calibrate
+
+Say = Callable[[str], None]
 
 # Wider than any calibration table: lets rich measure the table's natural (unwrapped) width.
 _MEASURE_WIDTH = 10_000
@@ -36,3 +43,27 @@ def print_calibration(cal: Calibration, console: Console | None = None) -> None:
     summary = "[green]path matches the profile[/green]" if cal.passed else \
         "[red]path does NOT match the profile: refusing to measure through it[/red]"
     console.print(summary)
+
+
+def progress_printer() -> Say:
+    """Progress lines on stderr, each with the seconds since the printer was made."""
+    start = time.monotonic()
+
+    def say(message: str) -> None:
+        print(f"[{time.monotonic() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def calibrate_path(cfg: net.TestbedConfig, *, rtt_samples: int, udp_packets: int,
+                   goodput_seconds: float, say: Say) -> Calibration:
+    """Bring the path up, calibrate it with progress, tear it down, print the table:
+    `quicbed calibrate` and the netem guest (topology/guest.py) alike."""
+    say(f"bringing up {cfg.profile.name} ({cfg.profile.description})")
+    with net.Testbed(cfg) as tb:
+        say(f"link backend: {tb.backend.name if tb.backend else '?'}; router forwarding RTT "
+            f"{tb.forwarding_rtt_ms:.3f} ms (subtracted from the netem delay)")
+        cal = calibrate(tb, rtt_samples=rtt_samples, udp_packets=udp_packets,
+                        goodput_seconds=goodput_seconds, progress=lambda m: say(f"measuring {m}"))
+    print_calibration(cal)
+    return cal
