@@ -116,6 +116,12 @@ def test_delayline_jitter_follows_netem_tables(distribution: str) -> None:
     assert not failed, (failed, quartiles, cpu)
 
 
+# Two directions judged on a random seed: at 99 % each, one run in 50 fails a correct delay
+# line (CI: 563 of 10000 at 5 %, 2.9 standard deviations). 0.1 % for the pair still fails a
+# delay line that duplicates 6 % instead of 5 % (600 ± 24 of 10000) in four runs of five.
+DUPLICATE_CONFIDENCE = 1 - 0.001 / 2
+
+
 def test_delayline_reorders_and_duplicates_like_netem() -> None:
     """The same spec through real netem (the UML router) and through the delay line:
     duplicates inside the binomial CI of the configured rate, and as many datagrams arriving
@@ -123,17 +129,19 @@ def test_delayline_reorders_and_duplicates_like_netem() -> None:
     packets, duplicate, reorder = 10000, 5.0, 10.0
     profile = apply_overrides(load_profile("india"), {"duplicate_pct": str(duplicate),
                                                       "reorder_pct": str(reorder)})
-    results = {}
+    results, seed = {}, None
     for backend in ("uml", "delayline"):
         config = replace(_delayline(profile), backend=backend)
         with Testbed(config) as tb:
             results[backend] = probe_datagrams(tb, packets)
+            seed = getattr(tb.backend, "seed", seed)
     for backend, by_direction in results.items():
         for direction, r in by_direction.items():
             assert r["received"] == packets, (backend, direction, r)
-            ci = binomtest(r["duplicates"], packets).proportion_ci(0.99, method="exact")
-            if backend == "delayline":
-                assert ci.low <= duplicate / 100 <= ci.high, (backend, direction, r)
+            ci = binomtest(r["duplicates"], packets).proportion_ci(DUPLICATE_CONFIDENCE,
+                                                                   method="exact")
+            if backend == "delayline":  # the seed repeats the run's draws
+                assert ci.low <= duplicate / 100 <= ci.high, (backend, direction, r, seed)
             else:  # UML's packet sockets drop some duplicates on a loaded host (one CI run: 4.4%)
                 assert 0.75 * duplicate / 100 <= r["duplicates"] / packets, (backend, r)
             assert 0.5 * reorder / 100 * packets < r["ahead"] < 1.5 * reorder / 100 * packets
