@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from quicbed import paths
+from quicbed import paths, rowschema
 from quicbed.errors import QuicbedError
 
 from .manifest import calibrated_rtt, manifest_differences
@@ -49,8 +49,8 @@ def available_runs(root: Path | None = None) -> list[str]:
     root = root or results_root()
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / "manifest.json").is_file()
-                  or (p / "rows.jsonl").is_file())
+    return sorted(p.name for p in root.iterdir() if (p / rowschema.MANIFEST_FILE).is_file()
+                  or (p / rowschema.ROWS_FILE).is_file())
 
 
 def resolve_run_dir(run: str | Path) -> Path:
@@ -67,7 +67,7 @@ def resolve_run_dir(run: str | Path) -> Path:
 
 
 def read_manifest(run_dir: Path, notes: list[str]) -> dict[str, Any]:
-    path = run_dir / "manifest.json"
+    path = run_dir / rowschema.MANIFEST_FILE
     if not path.is_file():
         notes.append(f"run {run_dir.name}: no manifest.json; versions and calibration unknown")
         return {"run_id": run_dir.name}
@@ -163,7 +163,7 @@ def read_jsonl(path: Path, notes: list[str]) -> pd.DataFrame:
 
 
 def read_rows(run_dir: Path, notes: list[str]) -> pd.DataFrame:
-    parquet, jsonl = run_dir / "rows.parquet", run_dir / "rows.jsonl"
+    parquet, jsonl = run_dir / rowschema.PARQUET_FILE, run_dir / rowschema.ROWS_FILE
     if parquet.is_file():
         try:
             return pd.read_parquet(parquet)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from quicbed import rowschema
+
 # QUIC first: every comparison is "QUIC against a TCP stack".
 PROTOCOL_ORDER = ["quic", "tls1.3", "tls1.2"]
 PROTOCOL_LABELS = {"quic": "QUIC", "tls1.3": "TLS 1.3", "tls1.2": "TLS 1.2"}
@@ -20,18 +22,7 @@ FALLBACK_COLORS = ["#009E73", "#CC79A7", "#56B4E9", "#000000"]
 STREAMING = "streaming"
 
 # Columns a run may lack (older runners, other workloads); filled so code can rely on them.
-OPTIONAL_COLUMNS: dict[str, object] = {
-    "run_id": "", "trial_id": "", "condition": "default", "condition_label": None,
-    "profile": "", "server": "",
-    "client": "", "workload": "web", "object": "", "repetition": np.nan,
-    "rtt_ms": np.nan, "rate_down_mbit": np.nan, "rate_up_mbit": np.nan, "loss_pct": 0.0,
-    "bytes": np.nan, "connection_time_ms": np.nan, "client_cpu_ms": np.nan, "ttfb_ms": np.nan,
-    "download_time_ms": np.nan, "throughput_mbps": np.nan, "cpu": None,
-    "cpu_client_pct": np.nan, "cpu_server_pct": np.nan, "cpu_bound": False,
-    "calib_rtt_ms": np.nan, "calib_passed": True, "calib_forced": False, "error": "",
-    "startup_delay_ms": np.nan, "stall_count": np.nan, "stall_durations_ms": None,
-    "quality_switches": np.nan, "lowest_quality": None,
-}
+OPTIONAL_COLUMNS: dict[str, object] = rowschema.ANALYSIS_DEFAULTS
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .directions import FAILS, HOLDS, Direction, Verdict
+from .claims import FAILS, HOLDS, Direction, Verdict
 from .figures import Figure
 
 

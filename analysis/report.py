@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from . import render
-from .directions import evaluate
+from .claims import evaluate
 from .figures import Figure, make_figures
 from .load import AnalysisError, load_runs, resolve_run_dir, results_root
 from .manifest import calibration_entries, flatten

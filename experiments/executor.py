@@ -21,9 +21,10 @@ from typing import Any
 from rich.console import Console
 
 from quicbed import servers
+from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT
 from quicbed.errors import PathMismatch
 from quicbed.paths import CACHE, STATE
-from quicbed.servers import content, pki
+from quicbed.servers import pki
 from quicbed.topology.backends import choose_backend
 from quicbed.topology.calibrate import calibrate
 from quicbed.topology.hosts import DockerHost
@@ -39,9 +40,9 @@ from quicbed.topology.profiles import Profile
 from quicbed.topology.report import print_calibration
 
 from .matrix import Condition, Trial
-from .registry import KEX_GROUPS
 from .runner import TrialError
 from .schema import Experiment
+from .workloads import WORKLOADS
 
 SERVER_NAME = f"server.{DOMAIN}"  # in every container's hosts file (topology.net)
 CLIENT_PKI = "/etc/quicbed/pki"
@@ -127,6 +128,8 @@ class TestbedExecutor:
         wall = time.monotonic() - start
         cpu = {h: (_cpu_usec(h.container) - before[h]) / 1e4 / wall for h in before}
         rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        if not rows and proc.returncode == UNSUPPORTED_EXIT:
+            raise TrialError(f"unsupported: {proc.stderr.strip()[-300:]}")
         if not rows:
             raise TrialError(f"{trial.client.tool} gave no row (exit {proc.returncode}): "
                              f"{proc.stderr.strip()[-300:]}")
@@ -142,9 +145,7 @@ class TestbedExecutor:
     # -- helpers -------------------------------------------------------------------------
     def _prepare_content(self) -> None:
         workload = self.exp.workload
-        content.ensure_content(self.content_dir, {workload.kind})
-        if workload.kind == "cloud":
-            content.ensure_files(self.content_dir, workload.objects)
+        WORKLOADS[workload.kind].prepare_content(self.content_dir, workload.objects)
 
     def _server_facts(self, name: str) -> dict[str, Any]:
         container = self.hosts[name].container
@@ -163,20 +164,10 @@ class TestbedExecutor:
 
     @staticmethod
     def _tool_argv(trial: Trial, address: str) -> list[str]:
-        url = f"https://{SERVER_NAME}/{_url_path(trial)}"
-        argv = [trial.client.tool, "--url", url, "--resolve", f"{SERVER_NAME}:443:{address}",
-                "--cacert", f"{CLIENT_PKI}/ca.pem", "-n", "1", "--cpu",
-                "--timeout", str(int(trial.timeout_s))]
-        opts = trial.client.options
-        if "tls" in opts:
-            argv += ["--tls", opts["tls"]]
-        if "http" in opts and trial.client.tool == "tls_perf":
-            argv += ["--http", opts["http"]]
-        if opts.get("backend"):
-            argv += ["--backend", opts["backend"]]
-        if opts.get("kex"):
-            argv += ["--groups", KEX_GROUPS[opts["kex"]]]
-        return argv
+        path = WORKLOADS[trial.workload.kind].url_path(trial.object)
+        return TOOLS[trial.client.tool].argv(
+            f"https://{SERVER_NAME}/{path}", f"{SERVER_NAME}:443:{address}",
+            f"{CLIENT_PKI}/ca.pem", trial.timeout_s, trial.client.options)
 
 
 def ensure_pki(pki_dir: Path) -> None:
@@ -236,15 +227,6 @@ def _runs_in(init_pid: int, comm: str) -> bool:
         except OSError:  # gone meanwhile
             continue
     return False
-
-
-def _url_path(trial: Trial) -> str:
-    kind, name = trial.workload.kind, trial.object
-    if kind == "web":
-        return f"web/{name}/index.html" if name.startswith("pages/") else f"web/{name}"
-    if kind == "cloud":
-        return f"cloud/{name}"
-    return f"video/{name}"
 
 
 def _image_info(image: str) -> dict[str, str]:

@@ -15,7 +15,7 @@ from quicbed.topology.linkspec import field_names, parse_linkspec
 from quicbed.topology.profiles import Profile
 from quicbed.yamlio import PathKey, Source
 
-from .registry import PASSTHROUGH_PREFIXES
+from .fields import check_mapping, check_number, check_str
 
 Link = Profile
 PROFILES_DIR = topo.PROFILE_DIR
@@ -35,8 +35,6 @@ def resolve_profile(name: str) -> Link:
 
 def parse_link(src: Source, path: PathKey, spec: Any) -> Link:
     """An inline profile: symmetric keys (rate_mbit, rtt_ms, loss_pct...) and/or down/up."""
-    from .schema import check_mapping, check_number, check_str  # schema imports this module
-
     check_mapping(src, path, spec, _INLINE_KEYS, {"name"})
     name = check_str(src, (*path, "name"), spec["name"])
     if "rtt_ms" in spec and "delay_ms" in spec:
@@ -79,7 +77,7 @@ def axis_param(axis: str) -> str | None:
 
 
 def is_link_axis(axis: str) -> bool:
-    return not axis.startswith(PASSTHROUGH_PREFIXES)
+    return axis_param(axis) is not None
 
 
 def topology_overrides(values: dict[str, Any]) -> dict[str, Any]:

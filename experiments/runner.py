@@ -30,7 +30,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from quicbed import paths
+from quicbed import paths, rowschema
 from quicbed.analysis.overhead import account, summary_lines
 
 from .expectations import statistic
@@ -38,18 +38,7 @@ from .matrix import Condition, Trial, conditions, count_per_condition, trials
 from .schema import Experiment
 from .store import RunStore, StoreError, load_rows, read_manifest
 
-# Columns every row has even when the tool or executor does not supply them.
-ROW_DEFAULTS: dict[str, Any] = {
-    "error": None,
-    "connection_time_ms": None,
-    "client_cpu_ms": None,
-    "ttfb_ms": None,
-    "download_time_ms": None,
-    "throughput_mbps": None,
-    "cpu_client_pct": None,
-    "cpu_server_pct": None,
-    "cpu_bound": False,
-}
+ROW_DEFAULTS = rowschema.RUNNER_DEFAULTS
 SUMMARY_METRICS = {"conn": "connection_time_ms", "ttfb": "ttfb_ms", "dl": "download_time_ms"}
 
 
@@ -120,7 +109,7 @@ def run_experiment(
     consistent)."""
     console = console or Console(highlight=False, soft_wrap=True)
     run_dir = Path(run_dir)
-    if not resume and (run_dir / "manifest.json").exists():
+    if not resume and (run_dir / rowschema.MANIFEST_FILE).exists():
         raise StoreError(f"{run_dir} already holds a run; use --resume {run_dir.name}")
     with RunStore(run_dir).open(create=not resume) as store:
         manifest = _start_manifest(exp, executor, run_dir, resume, retry_failed)

@@ -6,11 +6,9 @@ line `file:line: field: message`. Validation is exhaustive but stops at the firs
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import itertools
 import json
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,17 +18,17 @@ from quicbed.yamlio import PathKey, Source, load_source, parse_source
 
 from . import links
 from .expectations import Expectation, compile_expectation
-from .links import Link
-from .registry import (
-    CLOUD_FILES,
-    PASSTHROUGH_PREFIXES,
-    SERVERS,
-    TOOLS,
-    VIDEO_MODES,
-    WEB_OBJECTS,
-    variant_label,
-    variant_protocol,
+from .fields import (
+    check_choice,
+    check_int,
+    check_list,
+    check_mapping,
+    check_number,
+    check_str,
 )
+from .links import Link
+from .registry import PARAM_AXES, SERVERS, TOOLS
+from .workloads import WORKLOADS
 
 ORDERS = ("interleaved", "blocked", "shuffled")
 _TOP_KEYS = {
@@ -49,14 +47,6 @@ _TOP_KEYS = {
     "quick",
 }
 _REQUIRED = {"name", "profiles", "servers", "clients", "workload"}
-# kind -> (key listing what to fetch, the registry it names, what it is called, default or None)
-_WORKLOADS: dict[str, tuple[str, Any, str, list[str] | None]] = {
-    "web": ("objects", WEB_OBJECTS, "object", ["index.html"]),
-    "cloud": ("files", CLOUD_FILES, "file", None),
-    "video": ("modes", VIDEO_MODES, "video mode", ["progressive"]),
-}
-
-
 @dataclass(frozen=True)
 class ClientVariant:
     tool: str
@@ -152,86 +142,6 @@ def _build(src: Source, text: str) -> Experiment:
     return exp
 
 
-# --- generic checks, shared with links.py ----------------------------------------------------
-
-
-def check_mapping(
-    src: Source, path: PathKey, value: Any, allowed: set[str] | None, required: set[str]
-) -> None:
-    """A mapping with only `allowed` keys (None: any) and all `required` ones."""
-    if not isinstance(value, dict):
-        raise src.error(path, f"expected a mapping, got {_kind(value)}")
-    for key in value:
-        if allowed is not None and key not in allowed:
-            raise src.error((*path, key), f"unknown key{_suggest(key, sorted(allowed))}")
-    missing = sorted(required - set(value))
-    if missing:
-        raise src.error(path, f"missing required key '{missing[0]}'")
-
-
-def check_str(src: Source, path: PathKey, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise src.error(path, f"expected a non-empty string, got {_kind(value)}")
-    return value
-
-
-def check_int(src: Source, path: PathKey, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise src.error(path, f"expected an integer, got {_kind(value)}")
-    if not low <= value <= high:
-        raise src.error(path, f"{value} is out of range [{low}, {high}]")
-    return value
-
-
-def check_number(src: Source, path: PathKey, value: Any, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise src.error(path, f"expected a number, got {_kind(value)}")
-    if not low <= value <= high:
-        raise src.error(path, f"{value} is out of range [{low:g}, {high:g}]")
-    return float(value)
-
-
-def check_choice(src: Source, path: PathKey, value: Any, choices, what: str) -> str:
-    # YAML reads `tls: 1.3` as a float and `http: 2` as an int; accept them as their spelling.
-    text = str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
-    if not isinstance(text, str) or text not in choices:
-        shown = repr(text) if isinstance(text, str) else _kind(value)
-        raise src.error(path, f"unknown {what} {shown}{_suggest(str(text), choices)}")
-    return text
-
-
-def check_list(src: Source, path: PathKey, value: Any, item, allow_empty: bool = False) -> list:
-    """A list (a lone scalar counts as a list of one), checked item by item, no duplicates."""
-    items = value if isinstance(value, list) else [value]
-    if isinstance(value, dict) or value is None:
-        raise src.error(path, f"expected a list, got {_kind(value)}")
-    if not items and not allow_empty:
-        raise src.error(path, "must not be empty")
-    paths = [(*path, i) for i in range(len(items))] if isinstance(value, list) else [path]
-    out = [item(p, v) for p, v in zip(paths, items, strict=True)]
-    for i, v in enumerate(out):
-        if v in out[:i]:
-            raise src.error(paths[i], f"duplicate value {items[i]!r}")
-    return out
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, dict | list):
-        return "a mapping" if isinstance(value, dict) else "a list"
-    return f"{type(value).__name__} {value!r}"
-
-
-def _suggest(word: str, choices: Iterable[str]) -> str:
-    """A short list is shown whole; a long one only as its closest match, if any."""
-    choices = list(choices)
-    close = difflib.get_close_matches(word, choices, n=1) if len(choices) > 8 else []
-    return (
-        f" (did you mean '{close[0]}'?)" if close else f" (known: {', '.join(choices) or 'none'})"
-    )
-
-
 # --- sections -----------------------------------------------------------------------------------
 
 
@@ -256,11 +166,11 @@ def _sweep(src: Source, value: Any, profiles: list[Link]) -> dict[str, list[Any]
     for axis, values in value.items():
         path = ("sweep", axis)
         param = links.axis_param(axis)
-        if param is None and not axis.startswith(PASSTHROUGH_PREFIXES):
+        if param is None and axis not in PARAM_AXES:
             raise src.error(
                 path,
                 f"unknown sweep axis (link parameters: {', '.join(links.LINK_AXES)}, "
-                "optionally with down./up.; or server.<name> / client.<name>)",
+                f"optionally with down./up.; or {', '.join(PARAM_AXES)})",
             )
         if param:
             out[axis] = check_list(
@@ -270,7 +180,7 @@ def _sweep(src: Source, value: Any, profiles: list[Link]) -> dict[str, list[Any]
                 lambda p, v, a=axis: links.check_sweep_value(src, p, a, v, profiles),
             )
         else:
-            out[axis] = check_list(src, path, values, lambda p, v: _scalar(src, p, v))
+            out[axis] = check_list(src, path, values, lambda p, v: check_str(src, p, v))
     _check_sweep_overlap(src, list(out))
     return out
 
@@ -291,12 +201,6 @@ def _check_sweep_overlap(src: Source, axes: list[str]) -> None:
                     f"sets the {direction} {param}, as {owner[direction, param]} already does",
                 )
             owner[direction, param] = axis
-
-
-def _scalar(src: Source, path: PathKey, value: Any) -> Any:
-    if isinstance(value, dict | list) or value is None:
-        raise src.error(path, f"expected a plain value, got {_kind(value)}")
-    return value
 
 
 def _server(src: Source, path: PathKey, value: Any) -> str:
@@ -321,6 +225,8 @@ def _client_entry(src: Source, path: PathKey, value: Any, kind: str) -> tuple[Cl
     check_mapping(src, path, value, None, {"tool"})
     name = check_choice(src, (*path, "tool"), value["tool"], TOOLS, "client tool")
     tool = TOOLS[name]
+    if tool.unavailable:
+        raise src.error((*path, "tool"), f"client tool '{name}' is {tool.unavailable}")
     check_mapping(src, path, value, {"tool", *tool.options}, set())
     if kind not in tool.workloads:
         raise src.error(
@@ -342,33 +248,28 @@ def _client_entry(src: Source, path: PathKey, value: Any, kind: str) -> tuple[Cl
 
 def _variant(tool_name: str, options: dict[str, str]) -> ClientVariant:
     tool = TOOLS[tool_name]
-    return ClientVariant(
-        tool_name, options, variant_label(tool, options), variant_protocol(tool, options)
-    )
+    return ClientVariant(tool_name, options, tool.variant_label(options),
+                         tool.variant_protocol(options))
 
 
 def _workload(src: Source, value: Any) -> Workload:
     path = ("workload",)
     check_mapping(src, path, value, None, {"kind"})
-    kind = check_choice(src, (*path, "kind"), value["kind"], _WORKLOADS, "workload kind")
-    key, choices, what, default = _WORKLOADS[kind]
-    check_mapping(
-        src,
-        path,
-        value,
-        {"kind", key} | ({"duration_s"} if kind == "video" else set()),
-        set() if default else {key},
-    )
+    name = check_choice(src, (*path, "kind"), value["kind"], WORKLOADS, "workload kind")
+    kind = WORKLOADS[name]
+    if kind.unavailable:
+        raise src.error((*path, "kind"), f"workload kind '{name}' is {kind.unavailable}")
+    check_mapping(src, path, value, {"kind", kind.list_key, *kind.extra_keys},
+                  set() if kind.default else {kind.list_key})
     objects = check_list(
         src,
-        (*path, key),
-        value.get(key, default),
-        lambda p, v: check_choice(src, p, v, choices, what),
+        (*path, kind.list_key),
+        value.get(kind.list_key, list(kind.default)),
+        lambda p, v: check_choice(src, p, v, kind.choices(), kind.what),
     )
-    duration = None
-    if kind == "video":
-        duration = check_number(src, (*path, "duration_s"), value.get("duration_s", 180), 1, 86_400)
-    return Workload(kind, tuple(objects), duration)
+    extra = {key: check_number(src, (*path, key), value.get(key, default), low, high)
+             for key, (default, low, high) in kind.extra_keys.items()}
+    return Workload(name, tuple(objects), extra.get("duration_s"))
 
 
 def _expect(src: Source, path: PathKey, value: Any) -> Expectation:

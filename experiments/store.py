@@ -22,9 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from quicbed import rowschema
 from quicbed.errors import QuicbedError
 
-ROWS, MANIFEST, PARQUET, LOCK = "rows.jsonl", "manifest.json", "rows.parquet", ".lock"
+ROWS, MANIFEST = rowschema.ROWS_FILE, rowschema.MANIFEST_FILE
+PARQUET, LOCK = rowschema.PARQUET_FILE, rowschema.LOCK_FILE
 
 
 class StoreError(QuicbedError):

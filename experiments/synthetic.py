@@ -14,8 +14,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from .matrix import Condition, Trial
-from .registry import HANDSHAKE_RTTS, object_bytes
+from .registry import HANDSHAKE_RTTS
 from .runner import TrialError
+from .workloads import object_bytes
 
 
 class SyntheticExecutor:

@@ -9,7 +9,7 @@ import pytest
 from analysis_synthetic import Model, write_run
 
 from quicbed.analysis import load_runs, main_report, write_report
-from quicbed.analysis.directions import FAILS, HOLDS, NO_DATA, evaluate
+from quicbed.analysis.claims import FAILS, HOLDS, NO_DATA, evaluate
 from quicbed.analysis.figures import make_figures
 
 FULL = Model(repetitions=12)

@@ -25,6 +25,9 @@ from pathlib import Path
 import pytest
 from capture_shell import captured, wirecheck
 
+from quicbed import rowschema
+from quicbed.clients.tools import UNSUPPORTED_EXIT
+
 docker_test = pytest.mark.docker  # everything except the pure wirecheck tests at the end
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,13 +42,7 @@ HOST = "quicbed.test"
 RESOLVE = f"{HOST}:443:127.0.0.1"
 SMALL_SIZE = 100_000
 BIG_SIZE = 20_000_000  # served at 10 MB/s (limit_rate): a 2 s transfer for the CPU sampler
-ROW_KEYS = {
-    "tool", "tool_version", "library", "backend", "protocol", "tls_version", "http_version",
-    "cipher", "tls_group", "local_ip", "local_port", "remote_ip", "remote_port", "url", "bytes",
-    "http_status", "t_start", "t_connect", "t_handshake", "t_first_byte", "t_done",
-    "connection_time_ms", "client_cpu_ms", "ttfb_ms", "download_time_ms", "throughput_mbps",
-    "resumed", "cpu", "rep", "error",
-}
+ROW_KEYS = {c.name for c in rowschema.TOOL}  # the one row schema (quicbed/rowschema.py)
 SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "runtime error:")
 
 NGINX_CONF = """
@@ -384,7 +381,7 @@ def test_congestion_control(bed: Bed) -> None:
     r = bed.run("tls_perf", "--cc", "no-such-cc", *common())
     assert r.rc == 1 and r.rows[0]["error"].startswith("cc:"), r.rows
     r = bed.run("quic_perf", "--cc", "cubic", *common())  # OpenSSL QUIC cannot choose
-    assert r.rc == 2 and r.rows == []
+    assert r.rc == UNSUPPORTED_EXIT and r.rows == [] and "no congestion control" in r.stderr
 
 
 @docker_test

@@ -69,5 +69,5 @@ int perf_main(const struct perf_tool *tool, int argc, char **argv)
         fprintf(stderr, "%s: backend %s: setup failed\n", tool->name, be->name);
     }
     curl_global_cleanup();
-    return rc == -2 ? 2 : failed ? 1 : 0;
+    return rc == -2 ? PERF_EXIT_UNSUPPORTED : failed ? 1 : 0;
 }

@@ -72,7 +72,8 @@ void perf_usage(const struct perf_tool *tool, FILE *out)
         fprintf(out, "  --tls 1.2|1.3             TLS version to force (default 1.3)\n"
                      "  --http 1.1|2              HTTP version to force (default 2)\n");
     fprintf(out, "Prints one JSON object per measurement on stdout (schema: README.md).\n"
-                 "Exit status: 0 all measurements succeeded, 1 some failed, 2 usage error.\n");
+                 "Exit status: 0 all measurements succeeded, 1 some failed, 2 usage error,\n"
+                 "3 unsupported (an option this tool or backend cannot do; no rows).\n");
 }
 
 /* Strict number parsing: the runner's typos must not silently become 0. */

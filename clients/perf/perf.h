@@ -10,6 +10,8 @@
 
 #define PERF_TOOL_VERSION "0.1.0"
 #define PERF_MAX_RESOLVE 8
+/* A valid request this tool or backend cannot do (clients/tools.py: UNSUPPORTED_EXIT). */
+#define PERF_EXIT_UNSUPPORTED 3
 
 enum perf_proto { PROTO_TLS12, PROTO_TLS13, PROTO_QUIC };
 enum perf_http { HTTP_11, HTTP_2, HTTP_3 };

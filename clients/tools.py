@@ -1,0 +1,116 @@
+"""The client contract and one adapter per client tool.
+
+A client is an executable in the client image. The runner calls it with a fixed set of
+arguments, always the same:
+
+    <tool> --url https://server.quicbed/<path> --resolve server.quicbed:443:<address>
+           --cacert <CA file> -n 1 --cpu --timeout <seconds> [the variant's options]
+
+and reads the JSON rows it prints on stdout (columns: quicbed/rowschema.py). Exit status: 0
+every measurement succeeded, 1 a row carries an error, 2 usage error, UNSUPPORTED_EXIT a valid
+request the tool cannot do (no rows, the reason on stderr).
+
+An adapter says what the experiment file may ask of the tool (options, their values and
+defaults), how a variant is labelled, which workloads it runs, and how its options become
+arguments. A tool that is not built yet is listed with `unavailable` set: experiment files that
+name it are refused at validation, with that reason, never at run time.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+CLIENT_IMAGE = "quicbed/client:dev"  # images/client: the perf tools (clients/perf)
+UNSUPPORTED_EXIT = 3  # clients/perf/perf.h: PERF_EXIT_UNSUPPORTED
+
+# `kex`: the key-exchange groups the perf tools offer (--groups). Classical X25519 for every
+# stack by default; the post-quantum hybrid is what OpenSSL 3.5 offers when left alone.
+KEX_GROUPS: dict[str, str] = {
+    "x25519": "X25519:secp256r1",
+    "x25519mlkem768": "X25519MLKEM768:X25519:secp256r1",
+}
+_KEX_SHORT = {"x25519": "", "x25519mlkem768": "-pq"}
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A client tool: its options (name -> allowed values) and how a variant is labelled."""
+
+    name: str
+    options: dict[str, tuple[str, ...]]
+    defaults: dict[str, str]
+    # label/protocol take the variant's resolved options.
+    label: str  # str.format template, e.g. "tls{tls}-h{http}"
+    protocol: str  # str.format template, e.g. "tls{tls}"
+    workloads: tuple[str, ...] = ("web", "cloud")
+    # Compact spelling in labels: "1.1" -> "1", so "tls1.2-h1".
+    short: dict[str, dict[str, str]] = field(default_factory=dict)
+    # option -> the tool's flag, in argv order; options without one only label the variant.
+    flags: dict[str, str] = field(default_factory=dict)
+    # option -> value -> what the flag is given (default: the value itself).
+    values: dict[str, dict[str, str]] = field(default_factory=dict)
+    image: str = CLIENT_IMAGE
+    unavailable: str = ""  # why experiments may not name it yet ("" = it runs)
+
+    def argv(self, url: str, resolve: str, cacert: str, timeout_s: float,
+             options: dict[str, str]) -> list[str]:
+        """The contract's arguments, then the variant's options as the tool's flags."""
+        argv = [self.name, "--url", url, "--resolve", resolve, "--cacert", cacert, "-n", "1",
+                "--cpu", "--timeout", str(int(timeout_s))]
+        for option, flag in self.flags.items():
+            if options.get(option):
+                argv += [flag, self.values.get(option, {}).get(options[option], options[option])]
+        return argv
+
+    def variant_label(self, options: dict[str, str]) -> str:
+        short = {k: self.short.get(k, {}).get(v, v) for k, v in options.items()}
+        return self.label.format(**short)
+
+    def variant_protocol(self, options: dict[str, str]) -> str:
+        return self.protocol.format(**options)
+
+    def labels(self) -> list[str]:
+        """Every label a variant of this tool can have."""
+        names = list(self.options)
+        return [self.variant_label(dict(zip(names, values, strict=True)))
+                for values in itertools.product(*(self.options[n] for n in names))]
+
+
+TOOLS: dict[str, Tool] = {tool.name: tool for tool in (
+    Tool(
+        name="tls_perf",
+        options={"tls": ("1.2", "1.3"), "http": ("1.1", "2"), "kex": tuple(KEX_GROUPS)},
+        defaults={"tls": "1.3", "http": "2", "kex": "x25519"},
+        label="tls{tls}-h{http}{kex}",
+        protocol="tls{tls}",
+        short={"http": {"1.1": "1"}, "kex": _KEX_SHORT},
+        flags={"tls": "--tls", "http": "--http", "kex": "--groups"},
+        values={"kex": KEX_GROUPS},
+    ),
+    # backend: libcurl's HTTP/3, or ngtcp2 timed in library callbacks like the paper's tool.
+    Tool(
+        name="quic_perf",
+        options={"http": ("3",), "backend": ("libcurl", "ngtcp2"), "kex": tuple(KEX_GROUPS)},
+        defaults={"http": "3", "backend": "libcurl", "kex": "x25519"},
+        label="quic-h{http}{backend}{kex}",
+        protocol="quic",
+        short={"backend": {"libcurl": "", "ngtcp2": "-ngtcp2"}, "kex": _KEX_SHORT},
+        flags={"backend": "--backend", "kex": "--groups"},
+        values={"kex": KEX_GROUPS},
+    ),
+    Tool(
+        name="chromium",
+        options={"protocol": ("quic", "tls1.2", "tls1.3")},
+        defaults={"protocol": "quic"},
+        label="chromium-{protocol}",
+        protocol="{protocol}",
+        workloads=("web", "video"),
+        unavailable="not available yet: the client image has no browser (the headless "
+                    "Chromium client is still to be built)",
+    ),
+)}
+
+
+def get_tool(name: str) -> Tool:
+    return TOOLS[name]

@@ -1,0 +1,102 @@
+"""One class per workload kind, in one list (WORKLOADS): what an experiment's `workload:`
+section may say, what a trial fetches, its size, and the content the servers need.
+
+The schema, the executor, the dry-run estimate and the synthetic executor ask the class; a new
+workload is a new class here (and its content in servers/content.py). A kind the testbed cannot
+run yet is listed with `unavailable` set: validation refuses it with that reason.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from quicbed.servers import content
+
+
+class WorkloadKind:
+    kind: str = ""
+    list_key: str = ""  # the workload section's key listing what to fetch
+    what: str = ""  # what one entry is called in messages
+    default: tuple[str, ...] = ()  # when the list is left out (empty: the list is required)
+    extra_keys: dict[str, tuple[float, float, float]] = {}  # key -> (default, low, high)
+    unavailable: str = ""  # why experiments may not name it yet ("" = it runs)
+
+    def choices(self) -> tuple[str, ...]:
+        """Every object an experiment may list."""
+        raise NotImplementedError
+
+    def url_path(self, name: str) -> str:
+        """The object's path on the servers (below their content root)."""
+        raise NotImplementedError
+
+    def object_bytes(self, name: str) -> int:
+        """Bytes one trial fetches (a page counts all its files)."""
+        raise NotImplementedError
+
+    def prepare_content(self, root: Path, objects: tuple[str, ...]) -> None:
+        """Make what the servers serve for these objects (cached across runs)."""
+        content.ensure_content(root, {self.kind})
+
+
+class Web(WorkloadKind):
+    kind, list_key, what, default = "web", "objects", "object", ("index.html",)
+
+    def choices(self) -> tuple[str, ...]:
+        # web/index.html (which references the samples), the per-type samples, and whole
+        # landing pages (`pages/<site>`: its index.html plus assets).
+        return ("index.html",
+                *(rel.removeprefix("web/") for rel in content.WEB_OBJECTS),
+                *(f"pages/{site}" for site in content.LANDING_PAGES))
+
+    def url_path(self, name: str) -> str:
+        return f"web/{name}/index.html" if name.startswith("pages/") else f"web/{name}"
+
+    def object_bytes(self, name: str) -> int:
+        sizes = _web_sizes()
+        return sizes.get(name) or sum(v for k, v in sizes.items() if k.startswith(f"{name}/"))
+
+
+class Cloud(WorkloadKind):
+    kind, list_key, what = "cloud", "files", "file"
+
+    def choices(self) -> tuple[str, ...]:
+        return tuple(content.CLOUD_SIZES)
+
+    def url_path(self, name: str) -> str:
+        return f"cloud/{name}"
+
+    def object_bytes(self, name: str) -> int:
+        return content.CLOUD_SIZES[name]
+
+    def prepare_content(self, root: Path, objects: tuple[str, ...]) -> None:
+        super().prepare_content(root, objects)
+        content.ensure_files(root, objects)
+
+
+class Video(WorkloadKind):
+    kind, list_key, what, default = "video", "modes", "video mode", ("progressive",)
+    extra_keys = {"duration_s": (180, 1, 86_400)}
+    unavailable = ("not available yet: no client plays video (the DASH player and the video "
+                   "download test are still to be built)")
+
+    def choices(self) -> tuple[str, ...]:
+        return ("progressive", "segments")
+
+    def url_path(self, name: str) -> str:
+        return f"video/{name}"
+
+    def object_bytes(self, name: str) -> int:
+        return 0  # a stream's size is what the player fetches, not a property of the object
+
+
+WORKLOADS: dict[str, WorkloadKind] = {w.kind: w for w in (Web(), Cloud(), Video())}
+
+
+@functools.cache
+def _web_sizes() -> dict[str, int]:
+    return {rel.removeprefix("web/"): len(data) for rel, data in content.web_files().items()}
+
+
+def object_bytes(kind: str, name: str) -> int:
+    return WORKLOADS[kind].object_bytes(name)

@@ -1,0 +1,171 @@
+"""The one row schema: every column a trial row carries, who writes it and its unit; the
+expectation metrics; the run directory's layout.
+
+A row is the experiment's axes (runner) + the client tool's JSON row + what the executor
+measured around the tool + the calibration summary. The runner fills the defaults, the
+analysis reads the same names, and tests hold the C tools' rows and their README to TOOL.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# --- the run directory ---------------------------------------------------------------------
+ROWS_FILE = "rows.jsonl"  # one JSON row per trial, appended and fsynced: the durable record
+PARQUET_FILE = "rows.parquet"  # the same rows, written when a run ends (for analysis)
+MANIFEST_FILE = "manifest.json"  # versions, conditions, calibrations, sessions
+LOCK_FILE = ".lock"  # one runner per run directory
+LOGS_DIR = "logs"  # logs/<condition>/<server>/: the servers' own logs
+REPORT_DIR = "report"  # report.md, report.html and the figures
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    unit: str  # "" for names, flags and counts
+    meaning: str
+
+
+def _columns(*specs: tuple[str, str, str]) -> tuple[Column, ...]:
+    return tuple(Column(*spec) for spec in specs)
+
+
+# What the perf tools (clients/perf) print for every measurement; clients/perf/README.md's
+# row table documents each, and tests/test_rows.py holds the two together.
+TOOL = _columns(
+    ("tool", "", "tls_perf or quic_perf"),
+    ("tool_version", "", "version of the tools"),
+    ("library", "", "the TLS/QUIC libraries and their versions"),
+    ("backend", "", "libcurl or ngtcp2"),
+    ("protocol", "", "requested: tls1.2, tls1.3, quic"),
+    ("tls_version", "", "negotiated TLS version"),
+    ("http_version", "", "negotiated HTTP version"),
+    ("cipher", "", "negotiated cipher suite"),
+    ("tls_group", "", "negotiated key-exchange group"),
+    ("local_ip", "", "the connection's local address"),
+    ("local_port", "", "the connection's local port"),
+    ("remote_ip", "", "the server's address"),
+    ("remote_port", "", "the server's port"),
+    ("url", "", "as requested"),
+    ("bytes", "B", "body bytes received"),
+    ("http_status", "", "response status, 0 if none"),
+    ("t_start", "s", "epoch: connecting began"),
+    ("t_connect", "s", "epoch: transport connected"),
+    ("t_handshake", "s", "epoch: TLS/QUIC handshake done"),
+    ("t_first_byte", "s", "epoch: first response byte"),
+    ("t_done", "s", "epoch: last response byte"),
+    ("connection_time_ms", "ms", "t_handshake - t_start"),
+    ("client_cpu_ms", "ms", "the client's own CPU time inside connection_time_ms"),
+    ("ttfb_ms", "ms", "t_first_byte - t_start"),
+    ("download_time_ms", "ms", "t_done - t_start"),
+    ("throughput_mbps", "Mbit/s", "bytes * 8 / download time"),
+    ("resumed", "", "TLS session resumed"),
+    ("cpu", "", "CPU samples every 500 ms (with --cpu)"),
+    ("rep", "", "repetition index inside one tool run"),
+    ("error", "", "empty on success, else category: detail"),
+)
+# Printed only with the option that asks for them.
+TOOL_OPTIONAL = _columns(
+    ("sha256", "", "SHA-256 of the body (--sha256)"),
+    ("early_data_bytes", "B", "bytes sent as 0-RTT (--resume)"),
+    ("cc", "", "congestion control asked for (--cc)"),
+    ("curl_timers", "", "libcurl's raw timers (--curl-timers)"),
+)
+# The experiment's axes for the trial (runner.trial_axes); sweep axes add param_<axis>.
+AXES = _columns(
+    ("run_id", "", "the run"),
+    ("trial_id", "", "condition/server/client/object/repetition"),
+    ("condition", "", "condition id (c0, c1...)"),
+    ("condition_label", "", "profile and swept values"),
+    ("profile", "", "network profile name"),
+    ("rtt_ms", "ms", "configured RTT"),
+    ("rate_down_mbit", "Mbit/s", "configured downlink rate"),
+    ("rate_up_mbit", "Mbit/s", "configured uplink rate"),
+    ("loss_pct", "%", "configured downlink loss (a Gilbert-Elliott model as its mean)"),
+    ("loss_up_pct", "%", "configured uplink loss"),
+    ("jitter_ms", "ms", "configured downlink jitter"),
+    ("queue_packets", "", "configured downlink queue"),
+    ("server", "", "server name"),
+    ("client", "", "client variant label (tls1.3-h2, quic-h3...)"),
+    ("tool", "", "client tool"),
+    ("protocol", "", "tls1.2, tls1.3 or quic"),
+    ("workload", "", "workload kind"),
+    ("object", "", "what the trial fetched"),
+    ("repetition", "", "repetition index"),
+)
+# Measured by the executor around the tool run.
+EXECUTOR = _columns(
+    ("cpu_client_pct", "%", "client container CPU during the trial, of one core"),
+    ("cpu_server_pct", "%", "server container CPU during the trial, of one core"),
+    ("cpu_bound", "", "a container used >= 90 % of a core: the host may have set the pace"),
+    ("tool_wall_s", "s", "the tool process's wall time"),
+    ("transfer_s", "s", "t_done - t_start"),
+)
+# The runner's bookkeeping and the condition's calibration.
+RUNNER = _columns(
+    ("calib_rtt_ms", "ms", "the calibrated RTT of the condition's path"),
+    ("calib_passed", "", "the path passed calibration"),
+    ("calib_forced", "", "measured through a failed calibration (--force)"),
+    ("started_at", "", "UTC time the trial started"),
+    ("wall_s", "s", "the trial's wall time in the runner"),
+    ("attempt", "", "attempt number (resumes retry failures)"),
+)
+# Video QoE (the streaming client, not yet built): the analysis already reads them.
+STREAMING = _columns(
+    ("startup_delay_ms", "ms", "play request to first frame"),
+    ("stall_count", "", "rebuffering events"),
+    ("stall_durations_ms", "ms", "each stall's length"),
+    ("quality_switches", "", "representation changes"),
+    ("lowest_quality", "", "lowest representation played"),
+)
+SWEEP_PREFIX = "param_"  # a swept axis's value, e.g. param_server.tcp_cc
+CLASH_PREFIX = "tool_"  # a tool value that disagrees with an axis of the same name
+
+COLUMNS: dict[str, Column] = {c.name: c for group in (AXES, TOOL, TOOL_OPTIONAL, EXECUTOR,
+                                                       RUNNER, STREAMING) for c in group}
+
+# Every row has these, even when the tool or the executor did not supply them.
+RUNNER_DEFAULTS: dict[str, object] = {
+    "error": None,
+    "connection_time_ms": None,
+    "client_cpu_ms": None,
+    "ttfb_ms": None,
+    "download_time_ms": None,
+    "throughput_mbps": None,
+    "cpu_client_pct": None,
+    "cpu_server_pct": None,
+    "cpu_bound": False,
+}
+
+# What the analysis assumes of a row a run may lack (older runs, other workloads).
+_NAN = math.nan
+ANALYSIS_DEFAULTS: dict[str, object] = {
+    "run_id": "", "trial_id": "", "condition": "default", "condition_label": None,
+    "profile": "", "server": "",
+    "client": "", "workload": "web", "object": "", "repetition": _NAN,
+    "rtt_ms": _NAN, "rate_down_mbit": _NAN, "rate_up_mbit": _NAN, "loss_pct": 0.0,
+    "bytes": _NAN, "connection_time_ms": _NAN, "client_cpu_ms": _NAN, "ttfb_ms": _NAN,
+    "download_time_ms": _NAN, "throughput_mbps": _NAN, "cpu": None,
+    "cpu_client_pct": _NAN, "cpu_server_pct": _NAN, "cpu_bound": False,
+    "calib_rtt_ms": _NAN, "calib_passed": True, "calib_forced": False, "error": "",
+    "startup_delay_ms": _NAN, "stall_count": _NAN, "stall_durations_ms": None,
+    "quality_switches": _NAN, "lowest_quality": None,
+}
+
+# The metrics `expect:` lines and summaries name -> their column.
+METRICS: dict[str, str] = {
+    "connection_time": "connection_time_ms",
+    "ttfb": "ttfb_ms",
+    "download_time": "download_time_ms",
+    "throughput": "throughput_mbps",
+}
+
+
+def is_known(column: str) -> bool:
+    """A column of the schema, a swept axis or a clash kept from a tool row."""
+    return column in COLUMNS or column.startswith((SWEEP_PREFIX, CLASH_PREFIX))
+
+
+def unit(column: str) -> str:
+    return COLUMNS[column].unit if column in COLUMNS else ""
