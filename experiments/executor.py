@@ -27,6 +27,7 @@ from quicbed.paths import CACHE, STATE
 from quicbed.servers import pki
 from quicbed.topology.backends import choose_backend
 from quicbed.topology.calibrate import calibrate
+from quicbed.topology.calibration_table import print_calibration
 from quicbed.topology.hosts import DockerHost
 from quicbed.topology.net import (
     DEFAULT_IMAGE,
@@ -37,7 +38,6 @@ from quicbed.topology.net import (
     server_address,
 )
 from quicbed.topology.profiles import Profile
-from quicbed.topology.report import print_calibration
 
 from .matrix import Condition, Trial
 from .runner import TrialError

@@ -41,7 +41,7 @@ def _testbed_config(args: argparse.Namespace):  # noqa: ANN202 - lazy import kee
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from quicbed.topology.report import calibrate_path, progress_printer
+    from quicbed.topology.calibration_table import calibrate_path, progress_printer
 
     say = progress_printer()
     cal = calibrate_path(_testbed_config(args), rtt_samples=args.samples,
@@ -140,7 +140,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def _progress_printer() -> Callable[[str], None]:
-    from quicbed.topology.report import progress_printer
+    from quicbed.topology.calibration_table import progress_printer
 
     return progress_printer()
 

@@ -30,8 +30,11 @@ if __name__ == "__main__":  # run as a script: the checkout's quicbed/ (stdlib-o
 from quicbed.paths import read_versions  # noqa: E402 - needs the path above as a script
 
 RMEM_MIN = 8 << 20  # quic-go asks for ~7 MB UDP buffers; containers inherit the host's maximum
-UML_MODULES = "/usr/lib/uml/modules/*/kernel/net/sched/{}.ko"
-UML_MODULE_NAMES = ("sch_htb", "sch_tbf", "sch_netem")  # what uml_router.sh loads with insmod
+UML_MODULE_DIR = "/usr/lib/uml/modules/*/kernel"
+# Every module the UML router's init (uml_router.sh) and the netem guest's (uml_guest.sh) load
+# with insmod, under UML_MODULE_DIR (tests/test_doctor.py holds the list against the scripts).
+UML_MODULES = ("lib/crc-ccitt", "net/ipv6/ipv6", "net/llc/llc", "net/802/stp", "net/bridge/bridge",
+               "drivers/net/veth", "net/sched/sch_htb", "net/sched/sch_tbf", "net/sched/sch_netem")
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ HOST_COMMANDS: tuple[HostCommand, ...] = (
     HostCommand("docker", "docker-cli|docker.io", "core", "container hosts (docker-cli from Debian 13)"),
     HostCommand("dockerd", "docker.io", "core", "the Docker engine (make docker starts it)"),
     HostCommand("linux.uml", "user-mode-linux", "uml", "the netem router on kernels without it"),
-    HostCommand("insmod", "kmod", "uml", "the UML router's init loads sch_netem, htb, tbf"),
+    HostCommand("insmod", "kmod", "uml", "the UML inits load their kernel modules (qdiscs, veth, bridge)"),
     HostCommand("mount", "mount", "uml", "the UML router's init mounts proc, sys, hostfs"),
     HostCommand("mkfifo", "coreutils", "uml", "the UML router's init waits on a fifo"),
     HostCommand("uname", "coreutils", "uml", "the UML router's init finds its modules"),
@@ -132,9 +135,9 @@ def check_commands() -> list[Check]:
 
 def check_uml_modules() -> list[Check]:
     out = []
-    for mod in UML_MODULE_NAMES:
-        found = glob.glob(UML_MODULES.format(mod))
-        out.append(Check(f"UML module {mod}", bool(found),
+    for mod in UML_MODULES:
+        found = glob.glob(f"{UML_MODULE_DIR}/{mod}.ko")
+        out.append(Check(f"UML module {mod.rsplit('/', 1)[-1]}", bool(found),
                          found[0] if found else "apt-get install user-mode-linux"))
     return out
 

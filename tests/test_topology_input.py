@@ -16,6 +16,7 @@ from quicbed.errors import EnvironmentProblem, InputError
 from quicbed.experiments.links import LINK_AXES
 from quicbed.topology.backends import delayline_config
 from quicbed.topology.calibrate import Calibration, Check, expected_loss_run
+from quicbed.topology.calibration_table import print_calibration
 from quicbed.topology.linkspec import GilbertElliott, LinkSpec, netem_commands, rate_commands
 from quicbed.topology.profiles import (
     apply_overrides,
@@ -23,7 +24,6 @@ from quicbed.topology.profiles import (
     load_profile,
     parse_overrides,
 )
-from quicbed.topology.report import print_calibration
 from quicbed.topology.udpprobe import loss_runs
 
 GOOD = "down: {rate_mbit: 20, delay_ms: 40}\nup: {rate_mbit: 20, delay_ms: 40}\n"

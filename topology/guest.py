@@ -144,8 +144,8 @@ def _tails(ctl: Path) -> str:
 def inside(ctl: Path) -> int:
     """Calibrate job.json's profile with the netem backend and namespace hosts; 0 if every
     check passed, 3 if one failed (as `quicbed calibrate`)."""
+    from quicbed.topology.calibration_table import calibrate_path, progress_printer
     from quicbed.topology.net import HostSpec, TestbedConfig
-    from quicbed.topology.report import calibrate_path, progress_printer
 
     job = GuestJob(**json.loads((ctl / "job.json").read_text()))
     namespace_host = HostSpec(image=None)

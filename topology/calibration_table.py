@@ -1,4 +1,5 @@
-"""Configured against measured, as a table a person reads at a glance."""
+"""The calibration table (configured against measured, as a person reads it at a glance), and
+the calibration run that prints it: `quicbed calibrate` and the netem guest share it."""
 
 from __future__ import annotations
 

@@ -1,0 +1,107 @@
+"""What every link backend shares: the interface (`Backend`, `TcBackend` for the ones whose
+netem stage is the kernel's), a router's LAN, tc commands as a shell script, the veth ports
+that only carry frames, the egress counters, and the run's state directory."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from quicbed.paths import STATE
+from quicbed.topology.hosts import NsHost
+from quicbed.topology.linkspec import LinkSpec, netem_commands
+
+# One direction of the netem stage: the spec and the delay netem should add (the spec's delay
+# minus what the path itself adds).
+Impairment = tuple[LinkSpec, float]
+
+
+@dataclass(frozen=True)
+class Lan:
+    """One side of the router: a bridge in the router namespace and the router's address."""
+
+    bridge: str
+    router_cidr: str
+
+
+class Backend(ABC):
+    name: str
+    down_dev: str  # egress toward the clients (the "down" direction)
+    up_dev: str    # egress toward the servers (the "up" direction)
+
+    def __init__(self, router: NsHost, state_dir: Path) -> None:
+        self.router, self.state_dir = router, state_dir
+
+    @abstractmethod
+    def forward(self, client_lan: Lan, server_lan: Lan) -> None: ...
+
+    @abstractmethod
+    def impair(self, down: Impairment, up: Impairment) -> None:
+        """Set the netem stage of both directions; raise InputError if it cannot be applied."""
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """Packet and byte counters of the router's two egress devices (in its namespace)."""
+        out = {}
+        for dev in (self.down_dev, self.up_dev):
+            proc = self.router.run(["ip", "-s", "-j", "link", "show", dev])
+            out[dev] = parse_counters(proc.stdout)
+        return out
+
+    def stop(self) -> None:  # noqa: B027 - optional hook
+        pass
+
+    def describe(self) -> dict[str, str]:
+        return {"backend": self.name}
+
+
+class TcBackend(Backend):
+    """A backend whose netem stage is the kernel's: tc argument lists on its egress devices."""
+
+    @abstractmethod
+    def tc(self, commands: Sequence[Sequence[str]]) -> str:
+        """Run tc argument lists on the router; raise InputError if one is refused."""
+
+    def impair(self, down: Impairment, up: Impairment) -> None:
+        self.tc([*netem_commands(self.down_dev, down[0], delay_ms=down[1]),
+                 *netem_commands(self.up_dev, up[0], delay_ms=up[1])])
+
+
+def tc_script(commands: Sequence[Sequence[str]]) -> str:
+    """tc commands as one shell script; `qdisc del` may fail (nothing there yet)."""
+    lines = []
+    for argv in commands:
+        quoted = " ".join(_shell_word(a) for a in argv)
+        tolerant = len(argv) > 2 and argv[1] == "qdisc" and argv[2] == "del"
+        lines.append(f"{quoted} 2>/dev/null || true" if tolerant else f"{quoted} || exit $?")
+    return "\n".join(lines) + "\n"
+
+
+def _shell_word(word: str) -> str:
+    # Arguments come from validated numbers and our own device names; quote anyway.
+    safe = all(c.isalnum() or c in "-_.:/%" for c in word)
+    return word if safe and word else "'" + word.replace("'", "'\\''") + "'"
+
+
+def frame_port_up(router: NsHost, dev: str) -> None:
+    """A veth end that only carries frames between the router and a LAN: no IPv6 chatter,
+    no super-packets (rate and loss stay per packet), up."""
+    router.run(["sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1"])
+    for feature in ("gso", "tso", "gro", "tx-udp-segmentation"):
+        router.run(["ethtool", "-K", dev, feature, "off"], check=False)
+    router.run(["ip", "link", "set", dev, "up"])
+
+
+def parse_counters(ip_json: str) -> dict[str, int]:
+    """The counters of `ip -s -j link show DEV`."""
+    stats = json.loads(ip_json)[0]["stats64"]
+    return {"tx_packets": stats["tx"]["packets"], "tx_bytes": stats["tx"]["bytes"],
+            "rx_packets": stats["rx"]["packets"], "rx_bytes": stats["rx"]["bytes"]}
+
+
+def router_state_dir(run_id: str) -> Path:
+    path = STATE / "runs" / run_id
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,131 @@
+"""`uml`: the host kernel has no sch_netem (this machine, CI, WSL2). A User-Mode Linux kernel,
+whose modules include sch_netem, is the router: its two vector interfaces sit on veths in the
+router namespace, and the same tc commands run inside it (topology/uml_router.sh is its init;
+commands and their results pass through a control directory)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from quicbed.doctor import require
+from quicbed.errors import EnvironmentProblem, InputError
+from quicbed.paths import REPO
+from quicbed.topology.backends.base import Lan, TcBackend, frame_port_up, parse_counters, tc_script
+from quicbed.topology.hosts import NsHost
+
+UML_BINARY = "linux.uml"
+UML_MARK = "umid=quicbed-"  # `quicbed clean` finds UML routers (and netem guests) by this
+UML_SOCKET_BUFFER = 8 << 20
+RMEM_DEFAULT = Path("/proc/sys/net/core/rmem_default")
+UML_MAX_RATE_MBIT = 100.0  # above this, one UML vCPU falls short of the rate (bench/link_bench.py)
+
+
+class UmlBackend(TcBackend):
+    name = "uml"
+    down_dev, up_dev = "vec0", "vec1"
+    BOOT_TIMEOUT = 30.0
+    COMMAND_TIMEOUT = 15.0
+
+    def __init__(self, router: NsHost, state_dir: Path) -> None:
+        super().__init__(router, state_dir)
+        self.ctl = state_dir / "uml"
+        self.umid = f"quicbed-{uuid.uuid4().hex[:8]}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def forward(self, client_lan: Lan, server_lan: Lan) -> None:
+        require("uml")  # linux.uml, and what its init runs from the host's / (insmod...)
+        r = self.router.run
+        # The router namespace only carries frames: UML's vector devices own the addresses.
+        for lan, veth in ((client_lan, "uml0"), (server_lan, "uml1")):
+            r(["ip", "link", "add", veth, "type", "veth", "peer", "name", f"{veth}br"])
+            r(["ip", "link", "set", f"{veth}br", "master", lan.bridge])
+            for dev in (veth, f"{veth}br"):
+                frame_port_up(self.router, dev)
+        self.ctl.mkdir(parents=True, exist_ok=True)
+        (self.ctl / "net.conf").write_text(f"VEC0_ADDR={client_lan.router_cidr}\n"
+                                           f"VEC1_ADDR={server_lan.router_cidr}\n")
+        self._boot()
+
+    def _boot(self) -> None:
+        init = REPO / "topology" / "uml_router.sh"
+        argv = [UML_BINARY, "mem=256M", "rootfstype=hostfs", "rootflags=/", "ro",
+                f"init={init}", f"QUICBED_CTL={self.ctl}", "con=null", "con0=null,fd:1",
+                f"umid={self.umid}",
+                "vec0:transport=raw,ifname=uml0", "vec1:transport=raw,ifname=uml1"]
+        log = open(self.ctl / "console.log", "wb")  # noqa: SIM115 - UML writes it until stop
+        # UML's packet sockets take the host's default receive buffer when its init brings
+        # vec0/vec1 up; 208 KB overflowed whenever UML waited for the CPU (hundreds of drops
+        # a second at 100 Mbit/s), so the default is raised for the boot only.
+        with _socket_default(RMEM_DEFAULT, UML_SOCKET_BUFFER):
+            self.process = subprocess.Popen(self.router.popen_argv(argv),
+                                            stdin=subprocess.DEVNULL, stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+            deadline = time.monotonic() + self.BOOT_TIMEOUT
+            while not (self.ctl / "ready").exists():
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    tail = (self.ctl / "console.log").read_text(errors="replace")[-1500:]
+                    raise EnvironmentProblem(f"the UML router did not come up:\n{tail}")
+                time.sleep(0.05)
+
+    def run(self, script: str) -> tuple[int, str]:
+        """Run a shell script inside the UML router through the control directory."""
+        for name in ("rc", "out"):
+            (self.ctl / name).unlink(missing_ok=True)
+        tmp = self.ctl / "cmd.tmp"
+        tmp.write_text(script)
+        os.replace(tmp, self.ctl / "cmd")
+        deadline = time.monotonic() + self.COMMAND_TIMEOUT
+        while not (self.ctl / "rc").exists():
+            if self.process is None or self.process.poll() is not None:
+                raise EnvironmentProblem("the UML router has stopped")
+            if time.monotonic() > deadline:
+                raise EnvironmentProblem("the UML router did not answer a command in time")
+            time.sleep(0.02)
+        return int((self.ctl / "rc").read_text().strip() or 1), (self.ctl / "out").read_text()
+
+    def tc(self, commands: Sequence[Sequence[str]]) -> str:
+        rc, out = self.run(tc_script(commands))
+        if rc != 0:
+            raise InputError(f"the UML router refused a link parameter: {out.strip()}")
+        return out
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        out = {}
+        for dev in (self.down_dev, self.up_dev):
+            rc, text = self.run(f"ip -s -j link show {dev}\n")
+            if rc != 0:
+                raise EnvironmentProblem(f"cannot read counters of {dev} in UML: {text}")
+            out[dev] = parse_counters(text)
+        return out
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            # UML runs as a process group (its processes are ptrace children): end them all.
+            try:
+                os.killpg(self.process.pid, 9)
+            except ProcessLookupError:
+                pass
+            self.process.wait(timeout=10)
+        shutil.rmtree(Path.home() / ".uml" / self.umid, ignore_errors=True)
+
+    def describe(self) -> dict[str, str]:
+        ready = self.ctl / "ready"
+        kernel = ready.read_text().strip() if ready.exists() else "?"
+        return {"backend": self.name, "uml_kernel": kernel}
+
+
+@contextlib.contextmanager
+def _socket_default(path: Path, value: int) -> Iterator[None]:
+    old = path.read_text().strip()
+    path.write_text(str(max(value, int(old))))
+    try:
+        yield
+    finally:
+        path.write_text(old)
