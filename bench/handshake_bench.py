@@ -44,9 +44,9 @@ from quicbed.analysis.physics import (
     tcp_download_s,
 )
 from quicbed.doctor import require
-from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.paths import CACHE
 from quicbed.servers import content
+from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import apply_overrides, load_profile

@@ -25,10 +25,11 @@ from pathlib import Path
 from rich.console import Console
 
 from quicbed.analysis.overhead import account, summary_lines
-from quicbed.experiments.executor import TestbedExecutor, served_testbed
+from quicbed.experiments.executor import TestbedExecutor
 from quicbed.experiments.runner import run_experiment
 from quicbed.experiments.schema import load_experiment
 from quicbed.paths import CACHE, REPO, RESULTS, STATE
+from quicbed.servers.testbed import served_testbed
 from quicbed.topology.calibrate import calibrate
 from quicbed.topology.profiles import load_profile
 

@@ -25,27 +25,22 @@ from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT
 from quicbed.errors import PathMismatch
 from quicbed.paths import CACHE, STATE
 from quicbed.servers import pki
+from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.topology.backends import choose_backend
 from quicbed.topology.calibrate import calibrate
 from quicbed.topology.calibration_table import print_calibration
 from quicbed.topology.hosts import DockerHost
 from quicbed.topology.net import (
     DEFAULT_IMAGE,
-    DOMAIN,
-    HostSpec,
     Testbed,
-    TestbedConfig,
     server_address,
 )
-from quicbed.topology.profiles import Profile
 
 from .matrix import Condition, Trial
 from .runner import TrialError
 from .schema import Experiment
 from .workloads import WORKLOADS
 
-SERVER_NAME = f"server.{DOMAIN}"  # in every container's hosts file (topology.net)
-CLIENT_PKI = "/etc/quicbed/pki"
 CPU_BOUND_PCT = 90.0  # of one core: the host, not the network, may have set the pace
 
 
@@ -168,39 +163,6 @@ class TestbedExecutor:
         return TOOLS[trial.client.tool].argv(
             f"https://{SERVER_NAME}/{path}", f"{SERVER_NAME}:443:{address}",
             f"{CLIENT_PKI}/ca.pem", trial.timeout_s, trial.client.options)
-
-
-def ensure_pki(pki_dir: Path) -> None:
-    """One private CA and server certificate per run, kept across its conditions and resumes."""
-    if not (pki_dir / "server.pem").exists():
-        # Every server host presents the same certificate; clients connect by name.
-        pki.generate_pki(pki_dir, server_address(0), SERVER_NAME)
-
-
-@contextlib.contextmanager
-def served_testbed(profile: Profile, names: list[str], *, log_root: Path, pki_dir: Path,
-                   content_dir: Path, backend: str = "auto", client_image: str = DEFAULT_IMAGE,
-                   tcp_cc: str = "cubic", start: bool = False
-                   ) -> Iterator[tuple[Testbed, dict[str, DockerHost]]]:
-    """The path with one container per named server (content, PKI and logs mounted) and the
-    client with the CA. With `start`, every server is started and ready; otherwise the caller
-    starts them (the runner does, once per condition, after calibration)."""
-    ensure_pki(pki_dir)
-    specs = []
-    for name in names:
-        log_dir = log_root / name
-        log_dir.mkdir(parents=True, exist_ok=True)
-        options = servers.docker_run_args(name, content_dir, pki_dir, log_dir)
-        image_at = options.index(servers.get_server(name).image)
-        specs.append(HostSpec(image=options[image_at], docker_args=tuple(options[:image_at])))
-    cfg = TestbedConfig(profile=profile, backend=backend, tcp_cc=tcp_cc,
-                        client=HostSpec(client_image, ("-v", f"{pki_dir}:{CLIENT_PKI}:ro")),
-                        servers=tuple(specs))
-    with Testbed(cfg) as tb:
-        hosts = dict(zip(names, tb.servers, strict=True))
-        for name, host in hosts.items() if start else ():
-            servers.start_server(host.container, name, timeout=30)
-        yield tb, hosts
 
 
 def _transfer_s(row: dict[str, Any]) -> float | None:

@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# Build the testbed's images: images/build.sh [caddy|nginx|caddy-debian|tools|client|all]...
+# Build the testbed's images: images/build.sh [SERVER|tools|client|all]...
+#
+# A server's image is named by its descriptor, servers/<name>/server.yaml (or one in a
+# directory of $QUICBED_SERVER_DIRS): `image:` plus the version of versions.env's `version_key:`
+# (or a literal `version:`). Its `dockerfile:` is built here; a descriptor without one names a
+# prebuilt image (a user's own), which is only checked to exist.
 #
 # Each image is skipped when its tag already carries the label quicbed.inputs=<hash>, where
 # the hash covers the Dockerfile, every file it COPYs/ADDs from the context, and the pinned
@@ -25,16 +30,94 @@ while IFS='=' read -r key value; do
   versions[$key]=$value
 done <"$repo/versions.env"
 
+# Server name -> its descriptor's path (nothing if there is none): servers/<name>/server.yaml,
+# then each $QUICBED_SERVER_DIRS entry (a server's directory, or a directory of them).
+descriptor_of() {
+  local name=$1 dir
+  local -a dirs=()
+  if [[ -f "$repo/servers/$name/server.yaml" ]]; then
+    echo "$repo/servers/$name/server.yaml"
+    return 0
+  fi
+  IFS=: read -ra dirs <<<"${QUICBED_SERVER_DIRS:-}"
+  for dir in "${dirs[@]}"; do
+    [[ -z "$dir" ]] && continue
+    if [[ -f "$dir/server.yaml" && "$(basename "$(cd "$dir" && pwd)")" == "$name" ]]; then
+      echo "$dir/server.yaml"
+      return 0
+    fi
+    if [[ -f "$dir/$name/server.yaml" ]]; then
+      echo "$dir/$name/server.yaml"
+      return 0
+    fi
+  done
+  return 0
+}
+
+# Every described server's name: the shipped ones, then those of $QUICBED_SERVER_DIRS.
+server_names() {
+  local f dir
+  local -a dirs=()
+  for f in "$repo"/servers/*/server.yaml; do basename "$(dirname "$f")"; done
+  IFS=: read -ra dirs <<<"${QUICBED_SERVER_DIRS:-}"
+  for dir in "${dirs[@]}"; do
+    [[ -z "$dir" ]] && continue
+    if [[ -f "$dir/server.yaml" ]]; then
+      basename "$(cd "$dir" && pwd)"
+    else
+      for f in "$dir"/*/server.yaml; do [[ -f "$f" ]] && basename "$(dirname "$f")"; done
+    fi
+  done
+  return 0
+}
+
+# The value of a descriptor's top-level `key: value` line (quotes and a trailing comment
+# dropped); quicbed.servers.descriptors refuses descriptors that spell these otherwise.
+field_of() {
+  sed -n "s/^$2:[[:space:]]*//p" "$1" | head -n 1 \
+    | sed -e 's/[[:space:]]#.*//' -e 's/[[:space:]]*$//' -e "s/^[\"']\(.*\)[\"']\$/\1/"
+}
+
 # name -> image tag
 tag_of() {
+  local df image key version
   case $1 in
-    caddy) echo "quicbed/caddy:${versions[CADDY_VERSION]}" ;;
-    nginx) echo "quicbed/nginx:${versions[NGINX_VERSION]}" ;;
-    caddy-debian) echo "quicbed/caddy-debian:${versions[CADDY_DEBIAN_VERSION]:-2.6.2}" ;;
-    client) echo "quicbed/client:dev" ;;
-    tools) echo "quicbed/tools:dev" ;;
-    *) echo "images: unknown image '$1' (caddy, nginx, caddy-debian, tools, client, all)" >&2; return 1 ;;
+    client) echo "quicbed/client:dev"; return 0 ;;
+    tools) echo "quicbed/tools:dev"; return 0 ;;
   esac
+  df=$(descriptor_of "$1")
+  if [[ -z "$df" ]]; then
+    echo "images: unknown image '$1' ($(server_names | paste -sd, - | sed 's/,/, /g'), tools, client, all)" >&2
+    return 1
+  fi
+  image=$(field_of "$df" image)
+  key=$(field_of "$df" version_key)
+  if [[ -n "$key" ]]; then
+    version=${versions[$key]-}
+    if [[ -z "$version" ]]; then
+      echo "images: $df: version_key: $key is not in versions.env" >&2
+      return 1
+    fi
+  else
+    version=$(field_of "$df" version)
+  fi
+  if [[ -z "$image" || -z "$version" ]]; then
+    echo "images: $df: needs image: and version_key: (or version:), each on one line" >&2
+    return 1
+  fi
+  # An image that names its own tag (or digest) is used as it is.
+  if [[ "${image##*/}" == *[:@]* ]]; then echo "$image"; else echo "$image:$version"; fi
+}
+
+# name -> its Dockerfile (absolute); nothing for a server whose descriptor names none.
+dockerfile_of() {
+  local df rel
+  case $1 in
+    client | tools) echo "$here/$1/Dockerfile"; return 0 ;;
+  esac
+  df=$(descriptor_of "$1")
+  rel=$(field_of "$df" dockerfile)
+  if [[ -n "$rel" ]]; then echo "$repo/$rel"; fi
 }
 
 # Join continuation lines, then print the context sources of every COPY/ADD without --from.
@@ -119,8 +202,19 @@ label_of() {
 }
 
 build_one() {
-  local name=$1 df="$here/$1/Dockerfile" tag hash tar start
+  local name=$1 df tag hash tar start
   tag=$(tag_of "$name")
+  df=$(dockerfile_of "$name")
+  if [[ -z "$df" ]]; then
+    # A prebuilt image (a user's own): nothing to build, but it must be there.
+    if docker image inspect "$tag" >/dev/null 2>&1; then
+      echo "images: $tag present (prebuilt: $name's descriptor names no dockerfile)"
+      return 0
+    fi
+    echo "images: $tag not found: $name's descriptor ($(descriptor_of "$name")) names no" \
+      "dockerfile, so build, pull or tag that image yourself (e.g. docker tag IMAGE $tag)" >&2
+    return 1
+  fi
   if [[ ! -f "$df" ]]; then
     if [[ "$name" == client ]]; then
       echo "images: $df does not exist yet; skipping client"
@@ -180,7 +274,8 @@ targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(all)
 for target in "${targets[@]}"; do
   if [[ "$target" == all ]]; then
-    for name in caddy nginx caddy-debian tools client; do
+    for name in $(server_names); do build_one "$name"; done
+    for name in tools client; do
       if [[ -f "$here/$name/Dockerfile" ]]; then build_one "$name"; fi
     done
   else

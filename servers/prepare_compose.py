@@ -13,9 +13,10 @@ import argparse
 from pathlib import Path
 
 from quicbed.paths import STATE
-from quicbed.servers import content, pki
+from quicbed.servers import SERVERS, content, pki
 
-PORTS = {"caddy": 8443, "nginx": 9443}
+# Server -> the port docker-compose.yml publishes it on: its descriptor's compose_port.
+PORTS = {name: spec.compose_port for name, spec in SERVERS.items() if spec.compose_port}
 
 
 def prepare(out: Path, workloads: set[str], cloud: list[str]) -> pki.Pki:

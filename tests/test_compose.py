@@ -1,4 +1,5 @@
-"""docker-compose.yml: the server stack on its own answers over HTTP/3 on 127.0.0.1."""
+"""docker-compose.yml: the server stack on its own answers over HTTP/3 on 127.0.0.1, and the
+committed file agrees with the server descriptors (servers/<name>/server.yaml)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,30 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from quicbed.paths import REPO
+from quicbed.paths import REPO, read_versions
+from quicbed.servers import descriptors
 from quicbed.servers.prepare_compose import PORTS, prepare
 
-pytestmark = pytest.mark.docker
+
+def test_compose_file_matches_descriptors() -> None:
+    """Every shipped server with a compose_port is a service of docker-compose.yml with its
+    image (version from versions.env, the default being the pinned one), port and log dir."""
+    shipped = descriptors.load_servers(dirs="")
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    ports = {name: s.compose_port for name, s in shipped.items() if s.compose_port}
+    assert ports == {"caddy": 8443, "nginx": 9443}
+    assert {n: p for n, p in PORTS.items() if n in shipped} == ports
+    assert list(compose["services"]) == list(ports)
+    versions = read_versions()
+    for name, port in ports.items():
+        spec, service = shipped[name], compose["services"][name]
+        repository = spec.image.rsplit(":", 1)[0]
+        assert service["image"] == (f"{repository}:${{{spec.version_key}:-"
+                                    f"{versions[spec.version_key]}}}"), name
+        assert service["ports"] == [f"127.0.0.1:{port}:443/tcp", f"127.0.0.1:{port}:443/udp"]
+        assert service["volumes"][-1].endswith(f"/logs/{name}:/var/log/quicbed"), name
 
 
 def _fetch_h3(pki: Path, port: int) -> str:
@@ -24,6 +44,7 @@ def _fetch_h3(pki: Path, port: int) -> str:
     return subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout.strip()
 
 
+@pytest.mark.docker
 @pytest.mark.skipif(not shutil.which("docker-compose"), reason="needs docker-compose")
 def test_compose_stack_serves_http3(tmp_path: Path) -> None:
     out = tmp_path / "compose"

@@ -16,11 +16,12 @@ import pytest
 from capture_shell import wirecheck
 
 from quicbed.analysis.physics import connection_within, net_connection_rtts
-from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, TestbedExecutor, served_testbed
+from quicbed.experiments.executor import TestbedExecutor
 from quicbed.experiments.matrix import conditions, trials
 from quicbed.experiments.schema import load_experiment
 from quicbed.paths import CACHE, REPO
 from quicbed.servers import content
+from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from quicbed import servers
-from quicbed.experiments.executor import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.paths import CACHE
 from quicbed.servers import content
+from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile
 

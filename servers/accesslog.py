@@ -1,0 +1,96 @@
+"""Access logs: the formats a descriptor's `access_log:` may name, each parsed once here, and
+read_access_log, which turns a server's log into normalized entries."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from .spec import ACCESS_LOG, HEALTH_PATH, ServerSpec
+
+_TLS_CODES = {769: "TLSv1.0", 770: "TLSv1.1", 771: "TLSv1.2", 772: "TLSv1.3"}
+
+
+def _caddy_json(entry: dict) -> dict | None:
+    """Caddy's JSON access log (`log { format json }`)."""
+    if "request" not in entry:
+        return None  # Caddy also logs non-access events if misconfigured; skip them
+    req = entry["request"]
+    tls = req.get("tls") or {}
+    return {
+        "server": "caddy",
+        "ts": entry.get("ts"),
+        "proto": req.get("proto"),
+        "tls": _TLS_CODES.get(tls.get("version"), str(tls.get("version") or "")) or None,
+        "alpn": tls.get("proto"),
+        "cipher": tls.get("cipher_suite"),
+        "resumed": tls.get("resumed"),
+        "method": req.get("method"),
+        "path": req.get("uri", "").split("?", 1)[0],
+        "status": entry.get("status"),
+        "bytes": entry.get("size"),
+        "duration_ms": float(entry.get("duration", 0)) * 1000,
+        "remote": req.get("remote_ip"),
+    }
+
+
+def _quicbed_json(entry: dict) -> dict | None:
+    """The flat JSON line of nginx's `log_format quicbed` (servers/nginx/nginx.conf); any server
+    that writes these fields can use it."""
+    if "proto" not in entry or "request_time" not in entry:
+        return None
+    return {
+        "server": "nginx",
+        "ts": entry.get("ts"),
+        "proto": entry["proto"],
+        "tls": entry.get("tls") or None,
+        "alpn": entry.get("alpn") or None,
+        "cipher": entry.get("cipher") or None,
+        "resumed": entry.get("reused") == "r",
+        "method": entry.get("method"),
+        "path": entry.get("path"),
+        "status": entry.get("status"),
+        "bytes": entry.get("bytes"),
+        "duration_ms": float(entry["request_time"]) * 1000,
+        "remote": entry.get("remote"),
+    }
+
+
+# Format name -> parser of one decoded JSON line (None: not an entry of this format). Tried in
+# this order when no spec is given.
+FORMATS: dict[str, Callable[[dict], dict | None]] = {
+    "caddy-json": _caddy_json,
+    "quicbed-json": _quicbed_json,
+}
+
+
+def _normalize(entry: dict, formats: list[Callable[[dict], dict | None]]) -> dict | None:
+    for parse in formats:
+        normalized = parse(entry)
+        if normalized is not None:
+            return normalized
+    return None
+
+
+def read_access_log(log_dir: Path, spec: ServerSpec | None = None) -> list[dict]:
+    """The server's access log, normalized: proto ('HTTP/2.0'/'HTTP/3.0'), tls ('TLSv1.2'/
+    'TLSv1.3'), path, bytes (body), status, duration_ms. Health probes are left out.
+
+    With `spec` (get_server(name)), only its descriptor's format is read and its health path
+    left out too; without, every known format."""
+    formats = [FORMATS[spec.access_log]] if spec else list(FORMATS.values())
+    # A tuple: `in` compares with ==, so an odd path value (a list) cannot raise.
+    health = (HEALTH_PATH, spec.health.path) if spec else (HEALTH_PATH,)
+    path = Path(log_dir) / ACCESS_LOG
+    if not path.exists():
+        return []
+    entries = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            entry = _normalize(json.loads(line), formats)
+        except (json.JSONDecodeError, TypeError, ValueError):
+            continue  # a line cut by a crash; the rest is still good
+        if entry and entry["path"] not in health:
+            entries.append(entry)
+    return entries

@@ -1,0 +1,53 @@
+"""The emulated path with the servers behind it: one container per named server (content,
+per-run PKI and logs mounted) and the client with the CA. Used by the experiment executor, the
+benches and the path tests; below experiments, above topology and the server lifecycle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from quicbed.topology.hosts import DockerHost
+from quicbed.topology.net import DEFAULT_IMAGE, DOMAIN, HostSpec, Testbed, TestbedConfig, server_address
+from quicbed.topology.profiles import Profile
+
+from . import pki
+from .descriptors import get_server
+from .lifecycle import container_options, start_server
+
+SERVER_NAME = f"server.{DOMAIN}"  # in every container's hosts file (topology.net)
+CLIENT_PKI = "/etc/quicbed/pki"  # where the client container sees the run's CA
+
+
+def ensure_pki(pki_dir: Path) -> None:
+    """One private CA and server certificate per run, kept across its conditions and resumes."""
+    if not (pki_dir / "server.pem").exists():
+        # Every server host presents the same certificate; clients connect by name.
+        pki.generate_pki(pki_dir, server_address(0), SERVER_NAME)
+
+
+@contextlib.contextmanager
+def served_testbed(profile: Profile, names: list[str], *, log_root: Path, pki_dir: Path,
+                   content_dir: Path, backend: str = "auto", client_image: str = DEFAULT_IMAGE,
+                   tcp_cc: str = "cubic", start: bool = False
+                   ) -> Iterator[tuple[Testbed, dict[str, DockerHost]]]:
+    """The path with one container per named server (content, PKI and logs mounted) and the
+    client with the CA. With `start`, every server is started and ready; otherwise the caller
+    starts them (the runner does, once per condition, after calibration)."""
+    ensure_pki(pki_dir)
+    specs = []
+    for name in names:
+        log_dir = log_root / name
+        log_dir.mkdir(parents=True, exist_ok=True)
+        options = container_options(name, content_dir, pki_dir, log_dir)
+        specs.append(HostSpec(image=get_server(name).image, docker_args=tuple(options)))
+    cfg = TestbedConfig(profile=profile, backend=backend, tcp_cc=tcp_cc,
+                        client=HostSpec(client_image, ("-v", f"{pki_dir}:{CLIENT_PKI}:ro")),
+                        servers=tuple(specs))
+    with Testbed(cfg) as tb:
+        hosts = dict(zip(names, tb.servers, strict=True))
+        for name, host in hosts.items() if start else ():
+            start_server(host.container, name, timeout=30)
+        yield tb, hosts
