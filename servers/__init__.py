@@ -5,16 +5,14 @@ check, version parser, access-log format, QUIC facts; see servers/README.md), pl
 a config. Descriptors in the directories of $QUICBED_SERVER_DIRS join the shipped ones.
 
     descriptors.py   reading and checking descriptors; the registry (SERVERS, get_server)
-    lifecycle.py     docker_run_args, start_server, stop_server
+    lifecycle.py     container_options, docker_run_args, start_server, stop_server
     probe.py         server_version, server_settings
     accesslog.py     access-log formats, read_access_log
     versionparse.py  the version parsers a descriptor names
     spec.py          ServerSpec and the container contract (mounts, health path, errors)
+    testbed.py       served_testbed: the emulated path with the servers behind it
 
-Container contract: the topology creates the server container itself (docker run -d
---network none + docker_run_args(...)), attaches the emulated interface, then calls
-start_server(). Content is mounted read-only at /srv/content, the per-run PKI at
-/etc/quicbed/pki, logs at /var/log/quicbed (bind-mounted from the run dir so they survive).
+The container contract (mounts, start, health check) is lifecycle.py's docstring.
 """
 
 from __future__ import annotations

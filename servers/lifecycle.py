@@ -1,8 +1,9 @@
-"""Server lifecycle inside a container: docker_run_args, start_server (health-checked), stop_server.
+"""Server lifecycle inside a container: container_options/docker_run_args, start_server
+(health-checked), stop_server; exec_in/read_in, the docker exec helpers probe.py shares.
 
-Container contract: the topology creates the server container itself (docker run -d
---network none + docker_run_args(...)), attaches the emulated interface, then calls
-start_server(). Content is mounted read-only at /srv/content, the per-run PKI at
+Container contract: the topology creates the server container itself (servers/testbed.py:
+docker run -d --network none + container_options(...)), attaches the emulated interface, then
+calls start_server(). Content is mounted read-only at /srv/content, the per-run PKI at
 /etc/quicbed/pki, logs at /var/log/quicbed (bind-mounted from the run dir so they survive).
 """
 
@@ -49,7 +50,7 @@ def docker_run_args(name: str, content_dir: Path, pki_dir: Path, log_dir: Path) 
             *KEEP_ALIVE]
 
 
-def _exec(container: str, *cmd: str, timeout: float = 10) -> subprocess.CompletedProcess[str]:
+def exec_in(container: str, *cmd: str, timeout: float = 10) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
             ["docker", "exec", container, *cmd], capture_output=True, text=True, timeout=timeout
@@ -58,13 +59,13 @@ def _exec(container: str, *cmd: str, timeout: float = 10) -> subprocess.Complete
         return subprocess.CompletedProcess(e.cmd, 124, "", f"timed out after {timeout:.0f} s")
 
 
-def _read(container: str, path: str) -> str | None:
-    proc = _exec(container, "cat", path)
+def read_in(container: str, path: str) -> str | None:
+    proc = exec_in(container, "cat", path)
     return proc.stdout if proc.returncode == 0 else None
 
 
 def _log_tail(container: str, spec: ServerSpec, lines: int = 30) -> str:
-    proc = _exec(container, "tail", "-n", str(lines), spec.server_log)
+    proc = exec_in(container, "tail", "-n", str(lines), spec.server_log)
     return proc.stdout.strip() if proc.returncode == 0 else f"(no log: {proc.stderr.strip()})"
 
 
@@ -80,7 +81,7 @@ def _probe(container: str, spec: ServerSpec, protocol: str, timeout: float) -> t
            "--cacert", f"{PKI_MOUNT}/ca.pem",
            "--resolve", f"server.quicbed:{SERVER_PORT}:127.0.0.1",
            f"https://server.quicbed:{SERVER_PORT}{spec.health.path}"]
-    proc = _exec(container, *cmd, timeout=timeout + 3)
+    proc = exec_in(container, *cmd, timeout=timeout + 3)
     want = f"{version} {spec.health.status}"
     return proc.returncode == 0 and proc.stdout.strip() == want, (proc.stdout + proc.stderr).strip()
 
@@ -102,7 +103,7 @@ def start_server(container: str, name: str, timeout: float = 20) -> None:
     spec = get_server(name)
     deadline = time.monotonic() + timeout
     for f in ("ca.pem", "server.pem", "server.key"):
-        check = _exec(container, "test", "-r", f"{PKI_MOUNT}/{f}")
+        check = exec_in(container, "test", "-r", f"{PKI_MOUNT}/{f}")
         if check.returncode != 0:
             raise ServerError(f"{spec.name} in container {container}: {PKI_MOUNT}/{f} missing "
                               f"(is the container running, with the PKI mounted?) "
@@ -110,8 +111,8 @@ def start_server(container: str, name: str, timeout: float = 20) -> None:
     pid_file, exit_file = f"{RUN_DIR}/{spec.name}.pid", f"{RUN_DIR}/{spec.name}.exit"
     # Before the detached launcher runs: a previous run's exit file must not be mistaken
     # for this one's.
-    _exec(container, "mkdir", "-p", RUN_DIR)
-    _exec(container, "rm", "-f", exit_file, pid_file)
+    exec_in(container, "mkdir", "-p", RUN_DIR)
+    exec_in(container, "rm", "-f", exit_file, pid_file)
     # A fixed launcher: the server's argv comes from its descriptor, quoted, never from callers.
     launcher = (
         f"mkdir -p {RUN_DIR}; "
@@ -125,7 +126,7 @@ def start_server(container: str, name: str, timeout: float = 20) -> None:
         raise ServerError(f"docker exec in {container} failed: {proc.stderr.strip()}")
     last = ""
     while True:
-        code = _read(container, exit_file)
+        code = read_in(container, exit_file)
         if code is not None:
             raise _failure(container, spec, f"exited with code {code.strip()} during start")
         left = deadline - time.monotonic()
@@ -147,13 +148,13 @@ def start_server(container: str, name: str, timeout: float = 20) -> None:
 def stop_server(container: str, name: str, timeout: float = 10) -> None:
     """SIGTERM the server started by start_server, SIGKILL after timeout; a no-op if not running."""
     spec = get_server(name)
-    pid = (_read(container, f"{RUN_DIR}/{spec.name}.pid") or "").strip()
-    if not pid.isdigit() or _read(container, f"{RUN_DIR}/{spec.name}.exit") is not None:
+    pid = (read_in(container, f"{RUN_DIR}/{spec.name}.pid") or "").strip()
+    if not pid.isdigit() or read_in(container, f"{RUN_DIR}/{spec.name}.exit") is not None:
         return
-    _exec(container, "kill", "-TERM", pid)
+    exec_in(container, "kill", "-TERM", pid)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if _exec(container, "kill", "-0", pid).returncode != 0:
+        if exec_in(container, "kill", "-0", pid).returncode != 0:
             return
         time.sleep(0.2)
-    _exec(container, "kill", "-KILL", pid)
+    exec_in(container, "kill", "-KILL", pid)

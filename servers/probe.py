@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 
 from .descriptors import get_server
-from .lifecycle import _exec, _read
+from .lifecycle import exec_in, read_in
 from .spec import ServerError, ServerSpec
 from .versionparse import build_info, parse_version
 
@@ -18,12 +18,12 @@ from .versionparse import build_info, parse_version
 def server_version(container: str, name: str) -> str:
     """The version the binary reports (caddy: 'v2.11.9', nginx: '1.26.3')."""
     spec = get_server(name)
-    proc = _exec(container, *spec.version_command)
+    proc = exec_in(container, *spec.version_command)
     out = (proc.stdout + proc.stderr).strip()
     if proc.returncode != 0 or not out:
         raise ServerError(f"{shlex.join(spec.version_command)} failed in {container}: {out}")
     return parse_version(out, spec.version_parser, spec.version_options,
-                         lambda argv: _exec(container, *argv))
+                         lambda argv: exec_in(container, *argv))
 
 
 def server_settings(container: str, name: str) -> dict:
@@ -31,11 +31,11 @@ def server_settings(container: str, name: str) -> dict:
     spec = get_server(name)
 
     def sysctl(key: str) -> str | None:
-        value = _read(container, "/proc/sys/" + key.replace(".", "/"))
+        value = read_in(container, "/proc/sys/" + key.replace(".", "/"))
         return " ".join(value.split()) if value is not None else None
 
-    routes = _exec(container, "ip", "-o", "route", "show", "table", "all").stdout.splitlines()
-    links = _exec(container, "ip", "-o", "link", "show").stdout.splitlines()
+    routes = exec_in(container, "ip", "-o", "route", "show", "table", "all").stdout.splitlines()
+    links = exec_in(container, "ip", "-o", "link", "show").stdout.splitlines()
     ifaces = [ln.split(":")[1].strip().split("@")[0] for ln in links if ln.count(":") >= 2]
     initcwnd = sorted({r.split("initcwnd ")[1].split()[0] for r in routes if "initcwnd " in r})
     return {
@@ -43,7 +43,7 @@ def server_settings(container: str, name: str) -> dict:
         "image": spec.image,
         "version": server_version(container, name),
         "config": spec.config,
-        "config_sha256": (_exec(container, "sha256sum", spec.config).stdout.split() or [None])[0],
+        "config_sha256": (exec_in(container, "sha256sum", spec.config).stdout.split() or [None])[0],
         "tls_versions": list(spec.tls_versions),
         "http_versions": list(spec.http_versions),
         "tcp_cc": sysctl("net.ipv4.tcp_congestion_control"),
@@ -62,7 +62,7 @@ def server_settings(container: str, name: str) -> dict:
         # GSO/GRO change what QUIC and TCP cost in CPU at high rates.
         "links": links,
         "offloads": {i: _offloads(container, i) for i in ifaces if i != "lo"},
-        "qdiscs": _exec(container, "tc", "qdisc", "show").stdout.splitlines(),
+        "qdiscs": exec_in(container, "tc", "qdisc", "show").stdout.splitlines(),
         "quic": _quic_facts(container, spec),
     }
 
@@ -73,7 +73,7 @@ _OFFLOADS = ("tcp-segmentation-offload", "generic-segmentation-offload",
 
 
 def _offloads(container: str, iface: str) -> dict[str, str]:
-    out = _exec(container, "ethtool", "-k", iface).stdout
+    out = exec_in(container, "ethtool", "-k", iface).stdout
     features = dict(line.strip().split(": ", 1) for line in out.splitlines() if ": " in line)
     return {k: features[k].split()[0] for k in _OFFLOADS if k in features}
 
@@ -83,7 +83,7 @@ def _quic_facts(container: str, spec: ServerSpec) -> dict[str, str]:
     versions inside Caddy's binary)."""
     facts = dict(spec.quic)
     if spec.build_info_facts:
-        mods = build_info(_exec(container, *spec.build_info_command).stdout)
+        mods = build_info(exec_in(container, *spec.build_info_command).stdout)
         for fact, module in spec.build_info_facts.items():
             facts[fact] = mods.get(module, "unknown")
     return facts

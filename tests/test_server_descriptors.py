@@ -151,8 +151,8 @@ def _fake_exec(monkeypatch: pytest.MonkeyPatch, answers: dict[tuple[str, ...], t
         code, out, err = answers.get(cmd, (1, "", "not here"))
         return subprocess.CompletedProcess(["docker", "exec", container, *cmd], code, out, err)
 
-    monkeypatch.setattr(probe, "_exec", fake)
-    monkeypatch.setattr(probe, "_read", lambda container, path: None)  # no /proc here
+    monkeypatch.setattr(probe, "exec_in", fake)
+    monkeypatch.setattr(probe, "read_in", lambda container, path: None)  # no /proc here
     return calls
 
 
