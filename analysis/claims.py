@@ -1,7 +1,11 @@
-"""The paper's findings as directions, each checked against a run ("Against the paper").
+"""Claims checked against a run: the paper's findings (DIRECTIONS) and an experiment's own
+`expect:` lines, judged by one engine (`evaluate`) into one kind of Verdict.
 
-A direction is a claim plus a function over the successful rows returning a Verdict.
-To add one, write a check and append a Direction to DIRECTIONS.
+A claim (Direction) is a text plus a function over the successful rows returning a Verdict.
+To add a paper finding, write a check and append a Direction to DIRECTIONS; an `expect:` line
+becomes a Direction through `expectation_claim` (the language: analysis/expectations.py).
+The report shows both; `quicbed check` judges expect lines per condition with the same
+`expectations.judge`.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from . import expectations
+from .expectations import Expectation, Outcome
 from .model import (
     CLOUD_CPU,
     CLOUD_THROUGHPUT,
@@ -390,5 +396,32 @@ DIRECTIONS: list[Direction] = [
 ]
 
 
-def evaluate(ok: pd.DataFrame) -> list[tuple[Direction, Verdict]]:
-    return [(d, d.check(ok)) for d in DIRECTIONS]
+def condition_outcomes(exp: Expectation, ok: pd.DataFrame) -> list[tuple[str, Outcome]]:
+    """One outcome per condition with successful rows, against its configured link (the
+    rows carry it) and its calibrated RTT."""
+    out = []
+    for condition, rows in ok.groupby("condition", sort=True):
+        label = rows["condition_label"].dropna()
+        name = f"{condition} {label.iloc[0]}" if len(label) else str(condition)
+        rtt = float(pd.to_numeric(rows["rtt_ms"], errors="coerce").median())
+        rate = float(pd.to_numeric(rows["rate_down_mbit"], errors="coerce").median())
+        out.append((name, expectations.judge(exp, rows, rtt, rate)))
+    return out
+
+
+def expectation_claim(exp: Expectation) -> Direction:
+    """An experiment's `expect:` line as a claim: it holds if it passes in every condition."""
+    def check(ok: pd.DataFrame) -> Verdict:
+        outcomes = condition_outcomes(exp, ok)
+        if not outcomes:
+            return no_data("no successful trials")
+        return verdict(all(o.passed for _, o in outcomes),
+                       [f"{name}: {o.detail}" + ("" if o.passed else " (fails)")
+                        for name, o in outcomes])
+    return Direction(f"expect: {exp.text}", check)
+
+
+def evaluate(ok: pd.DataFrame, claims: list[Direction] | None = None
+             ) -> list[tuple[Direction, Verdict]]:
+    """Every claim against the successful rows (default: the paper's findings)."""
+    return [(d, d.check(ok)) for d in (DIRECTIONS if claims is None else claims)]

@@ -90,7 +90,7 @@ def html_verdicts(items: list[tuple[Direction, Verdict]]) -> str:
         f"<tr><td>{h.escape(d.claim)}</td><td class='{status_class(v.status)}'>"
         f"{h.escape(v.status)}</td><td>{'<br>'.join(h.escape(f) for f in v.found)}</td></tr>"
         for d, v in items)
-    return ("<table class='verdicts'><thead><tr><th>paper (direction)</th><th>verdict</th>"
+    return ("<table class='verdicts'><thead><tr><th>claim</th><th>verdict</th>"
             f"<th>this run</th></tr></thead><tbody>{rows}</tbody></table>")
 
 
@@ -156,7 +156,7 @@ def md_block(block: Block, base: Path) -> str:
             return (f"![{f.title}]({relative(f.png, base)})\n\n*{f.title}.* {f.caption} "
                     f"([SVG]({relative(f.svg, base)}))")
         case VerdictList(items):
-            frame = pd.DataFrame([{"paper (direction)": d.claim, "verdict": v.status,
+            frame = pd.DataFrame([{"claim": d.claim, "verdict": v.status,
                                    "this run": "; ".join(v.found)} for d, v in items])
             return md_table(frame)
     raise TypeError(f"unknown block {block!r}")

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from . import render
-from .claims import evaluate
+from .claims import Direction, Verdict, evaluate, expectation_claim
+from .expectations import compile_expectation
 from .figures import Figure, make_figures
 from .load import AnalysisError, load_runs, resolve_run_dir, results_root
 from .manifest import calibration_entries, flatten
@@ -88,6 +90,41 @@ def directions_section(ok: pd.DataFrame) -> Section:
              "it holds. Significance: Welch's t-test and Mann–Whitney U both at p < 0.01 "
              "with ≥ 10 trials per side."),
         VerdictList(evaluate(ok))])
+
+
+def expect_lines(experiment_text: object) -> list[str]:
+    """The `expect:` lines of the experiment file a run recorded (validated when it ran)."""
+    try:
+        data = yaml.safe_load(str(experiment_text or ""))
+    except yaml.YAMLError:
+        return []
+    lines = data.get("expect") if isinstance(data, dict) else None
+    return [str(x) for x in lines] if isinstance(lines, list) else []
+
+
+def expectations_section(ok: pd.DataFrame, manifests: list[dict[str, Any]]) -> Section | None:
+    """Each run's own `expect:` lines, judged per condition by the engine of the claims."""
+    items: list[tuple[Direction, Verdict]] = []
+    problems: list[str] = []
+    for manifest in manifests:
+        run = str(manifest.get("run_id"))
+        rows = ok[ok["run_id"] == run] if "run_id" in ok else ok
+        for text in expect_lines(manifest.get("experiment_text")):
+            try:
+                claim = expectation_claim(compile_expectation(text))
+            except ValueError as exc:  # a name this version no longer knows
+                problems.append(f"run {run}: `{text}` cannot be judged: {exc}")
+                continue
+            if len(manifests) > 1:
+                claim = Direction(f"run {run}, {claim.claim}", claim.check)
+            items += evaluate(rows, [claim])
+    if not items and not problems:
+        return None
+    blocks: list[Any] = [Text("The experiment file's own expectations (`quicbed check`), per "
+                              "condition: calibrated RTT, configured downlink rate.")]
+    if problems:
+        blocks.append(Bullets(problems, warn=True))
+    return Section("Expectations", [*blocks, VerdictList(items)])
 
 
 def metric_section(title: str, rows: pd.DataFrame, keys: list[str], metrics: list[Metric],
@@ -190,6 +227,7 @@ def build_sections(df: pd.DataFrame, manifests: list[dict[str, Any]],
     sections = [
         summary_section(df, manifests, warnings),
         directions_section(ok),
+        expectations_section(ok, manifests),
         metric_section("Connection time, TTFB and download time",
                        ok[ok["workload"] != STREAMING], keys, TIMING_METRICS, figures,
                        "timing", "Connection time covers every non-streaming trial (a "

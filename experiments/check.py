@@ -1,4 +1,5 @@
-"""`quicbed check`: evaluate an experiment's `expect:` lines against a run's rows.
+"""`quicbed check`: evaluate an experiment's `expect:` lines against a run's rows, per condition,
+with the engine the report uses for its claims (analysis/expectations.judge).
 
 Exit codes: 0 every expectation passes in every condition, 1 any fails, 2 unusable input.
 Under GitHub Actions, failures are also printed as ::error annotations on the experiment file.
@@ -6,17 +7,17 @@ Under GitHub Actions, failures are also printed as ::error annotations on the ex
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from rich.console import Console
 from rich.text import Text
 
-from .expectations import Ref, evaluate, statistic
-from .matrix import Condition, conditions
-from .registry import METRICS
+from quicbed.analysis.expectations import judge
+
+from .matrix import conditions
 from .schema import Experiment
 from .store import load_rows
 
@@ -29,11 +30,11 @@ def check(exp: Experiment, run_dir: Path | str, console: Console | None = None) 
         console.print(f"error: {problem}", markup=False)
         return 2
     failed = 0
+    ok = successful(rows)
     for cond in conditions(exp):
-        mine = [r for r in rows if r.get("condition") == cond.id]
-        rtt, rate = condition_rtt(cond, mine), cond.link.down.rate_mbit
+        mine = ok[ok["condition"] == cond.id]
         for e in exp.expect:
-            outcome = evaluate(e, lambda ref, mine=mine: measure(mine, ref), rtt, rate)
+            outcome = judge(e, mine, cond.link.rtt_ms, cond.link.down.rate_mbit)
             verdict = ("PASS", "green") if outcome.passed else ("FAIL", "red")
             line = f" {cond.id} {cond.label}: {e.text}  [{outcome.detail}]"
             console.print(Text.assemble(verdict, line))
@@ -55,26 +56,13 @@ def _unusable(exp: Experiment, run_dir: Path, rows: list[dict[str, Any]]) -> str
     return None
 
 
-def measure(rows: list[dict[str, Any]], ref: Ref) -> float:
-    """`ref`'s statistic over the successful rows of its group (protocol or client label)."""
-    column = METRICS[ref.metric]
-    values = [
-        r.get(column)
-        for r in rows
-        if r.get("error") is None
-        and ref.group in (r.get("protocol"), r.get("client"))
-        and (ref.server is None or r.get("server") == ref.server)
-    ]
-    return statistic([v for v in values if isinstance(v, int | float)], ref.statistic)
-
-
-def condition_rtt(cond: Condition, rows: list[dict[str, Any]]) -> float:
-    """The calibrated RTT if the rows carry one, else the configured one."""
-    calibrated = statistic(
-        [r.get("calib_rtt_ms") for r in rows if isinstance(r.get("calib_rtt_ms"), int | float)],
-        "median",
-    )
-    return cond.link.rtt_ms if math.isnan(calibrated) else calibrated
+def successful(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The rows without an error, as the analysis reads them (missing columns as None)."""
+    ok = pd.DataFrame([r for r in rows if r.get("error") is None])
+    for column in ("condition", "protocol", "client", "server"):
+        if column not in ok:
+            ok[column] = None
+    return ok
 
 
 def _annotate(exp: Experiment, line: int, message: str) -> None:

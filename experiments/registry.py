@@ -18,7 +18,7 @@ SERVERS: tuple[str, ...] = tuple(servers.SERVERS)
 # Client tools: one adapter each, in clients/tools.py (the client contract).
 TOOLS = tools.TOOLS
 
-PROTOCOLS: tuple[str, ...] = ("quic", "tls1.2", "tls1.3")
+PROTOCOLS = rowschema.PROTOCOLS
 # First-connection handshake cost in RTTs (TCP + TLS, or QUIC): the dry-run estimate and the
 # synthetic executor use the analysis's own figures (analysis/physics.py).
 HANDSHAKE_RTTS = physics.HANDSHAKE_RTTS
@@ -33,21 +33,6 @@ PARAM_AXES: dict[str, str] = {
                      "each server container; TLS over TCP only, QUIC stacks choose their own)",
 }
 
-# Expectation metrics -> row column: the row schema's.
+# Expectation metrics -> row column: the row schema's. The expectation language (its
+# statistics and group names) is analysis/expectations.py.
 METRICS = rowschema.METRICS
-STATISTICS: tuple[str, ...] = (
-    "median",
-    "mean",
-    "p25",
-    "p75",
-    "p90",
-    "p95",
-    "min",
-    "max",
-    "count",
-)
-
-
-def client_labels() -> list[str]:
-    """Every label a client variant can have (for expectation group names)."""
-    return [label for tool in TOOLS.values() for label in tool.labels()]

@@ -31,9 +31,9 @@ from rich.progress import (
 )
 
 from quicbed import paths, rowschema
+from quicbed.analysis.expectations import statistic
 from quicbed.analysis.overhead import account, summary_lines
 
-from .expectations import statistic
 from .matrix import Condition, Trial, conditions, count_per_condition, trials
 from .schema import Experiment
 from .store import RunStore, StoreError, load_rows, read_manifest

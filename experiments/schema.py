@@ -13,11 +13,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quicbed.analysis.expectations import Expectation, compile_expectation
 from quicbed.yamlio import LocatedError as ExperimentError
 from quicbed.yamlio import PathKey, Source, load_source, parse_source
 
 from . import links
-from .expectations import Expectation, compile_expectation
 from .fields import (
     check_choice,
     check_int,

@@ -153,6 +153,9 @@ ANALYSIS_DEFAULTS: dict[str, object] = {
     "quality_switches": _NAN, "lowest_quality": None,
 }
 
+# The values of the `protocol` column: QUIC and the two TLS versions over TCP.
+PROTOCOLS: tuple[str, ...] = ("quic", "tls1.2", "tls1.3")
+
 # The metrics `expect:` lines and summaries name -> their column.
 METRICS: dict[str, str] = {
     "connection_time": "connection_time_ms",

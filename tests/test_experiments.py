@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from quicbed.analysis.expectations import Ref, compile_expectation, evaluate, statistic
 from quicbed.experiments import links
 from quicbed.experiments.executor import TestbedExecutor
-from quicbed.experiments.expectations import Ref, compile_expectation, evaluate, statistic
 from quicbed.experiments.matrix import conditions, count_per_condition, trials
 from quicbed.experiments.plan import dry_run
 from quicbed.experiments.schema import (

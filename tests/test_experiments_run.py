@@ -539,3 +539,25 @@ def test_real_server_killed_mid_run_then_retry_failed_completes_it(tmp_path):
     df, _ = load_runs([str(run_dir)])
     assert len(df) == df["trial_id"].nunique() == KILL_TRIALS and not df["failed"].any()
     assert set(df.loc[df["attempt"] == 2, "trial_id"]) == failed
+
+
+def test_report_and_check_judge_expect_lines_alike(tmp_path, exp_file, capsys):
+    """One engine: the report's Expectations section and `quicbed check` agree, per
+    condition, on a line that holds and on one that fails."""
+    from quicbed.analysis.report import write_report
+
+    exp_file.write_text(EXPERIMENT.replace("rtt < 1.15", "rtt < 0.95"))
+    assert cmd_run(exp_file, lambda e, d: SyntheticExecutor(), results=tmp_path, progress=False) == 0
+    run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
+    assert cmd_check(exp_file, run_dir.name, results=tmp_path) == 1
+    out = capsys.readouterr().out
+    assert out.count("FAIL") == 2 and "4/6 expectations passed" in out
+    report = (write_report([str(run_dir)]).parent / "report.md").read_text()
+    section = report.split("## Expectations", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip(): line for line in section.splitlines()
+            if line.startswith("| expect:")}
+    failing = rows["expect: 0.9 < quic.connection_time.median / rtt < 0.95"]
+    assert "does not hold" in failing and failing.count("(fails)") == 2
+    for text in ("1.85 < tls1.3.connection_time.median / rtt < 2.3",
+                 "2.8 < tls1.2.connection_time.median / rtt < 3.4"):
+        assert "| holds |" in rows[f"expect: {text}"] and "c1 " in rows[f"expect: {text}"]

@@ -1,5 +1,9 @@
 """A tiny, safe expectation language for CI: `quic.connection_time.median / rtt < 1.15`.
 
+An experiment's `expect:` lines are claims like the paper's (analysis/claims.py): both are
+judged by claims.evaluate, for `quicbed check` and for the report alike. This module is the
+language: parsing, whitelisting, and judging one line over one condition's successful rows.
+
 Parsed with `ast` and checked against a whitelist; evaluated by walking the tree, never `eval`.
 Names: `[server.]group.metric.statistic`, `rtt` (calibrated RTT, ms) and `rate` (down, Mbit/s).
 Group labels contain dots and dashes (`tls1.3`, `tls1.3-h2`), which Python would misparse, so
@@ -16,7 +20,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .registry import METRICS, PROTOCOLS, SERVERS, STATISTICS, client_labels
+import pandas as pd
+
+from quicbed.clients.tools import TOOLS
+from quicbed.rowschema import METRICS, PROTOCOLS
+from quicbed.servers import SERVERS
+
+STATISTICS: tuple[str, ...] = ("median", "mean", "p25", "p75", "p90", "p95", "min", "max",
+                               "count")
 
 _BINOPS: dict[type, Callable[[float, float], float]] = {
     ast.Add: operator.add,
@@ -52,6 +63,11 @@ MAX_LENGTH = 500
 def ident(label: str) -> str:
     """`tls1.3-h2` -> `tls13_h2`: the identifier spelling of a group or server label."""
     return label.replace(".", "").replace("-", "_")
+
+
+def client_labels() -> list[str]:
+    """Every label a client variant can have (for expectation group names)."""
+    return [label for tool in TOOLS.values() for label in tool.labels()]
 
 
 def _labels() -> tuple[dict[str, str], dict[str, str]]:
@@ -204,3 +220,29 @@ def statistic(values: list[float], name: str) -> float:
     low = int(pos)
     high = min(low + 1, len(xs) - 1)
     return xs[low] + (xs[high] - xs[low]) * (pos - low)
+
+
+def measure(ok: pd.DataFrame, ref: Ref) -> float:
+    """`ref`'s statistic over the successful rows `ok` of its group (protocol or client
+    label) and server."""
+    column = METRICS[ref.metric]
+    if ok.empty or column not in ok:
+        return statistic([], ref.statistic)
+    mine = ok[(ok["protocol"] == ref.group) | (ok["client"] == ref.group)]
+    if ref.server is not None:
+        mine = mine[mine["server"] == ref.server]
+    values = pd.to_numeric(mine[column], errors="coerce")
+    return statistic([float(v) for v in values if not isinstance(v, bool)], ref.statistic)
+
+
+def condition_rtt(ok: pd.DataFrame, configured: float) -> float:
+    """The calibrated RTT if the rows carry one, else the configured one."""
+    if ok.empty or "calib_rtt_ms" not in ok:
+        return configured
+    calibrated = statistic(list(pd.to_numeric(ok["calib_rtt_ms"], errors="coerce")), "median")
+    return configured if math.isnan(calibrated) else calibrated
+
+
+def judge(exp: Expectation, ok: pd.DataFrame, rtt_ms: float, rate_mbit: float) -> Outcome:
+    """One expectation over one condition's successful rows."""
+    return evaluate(exp, lambda ref: measure(ok, ref), condition_rtt(ok, rtt_ms), rate_mbit)
