@@ -18,7 +18,7 @@ PROFILE  ?= india
 PYTEST_ARGS ?=
 
 # Every Debian package the host needs (bookworm and trixie alike). quicbed/doctor.py lists the
-# commands the code runs and which package gives each; tests/test_doctor.py holds the two lists
+# commands the code runs and which package gives each; tests/base/test_doctor.py holds the two lists
 # together, and a throwaway container proves that this step alone gives them all.
 APT_PACKAGES := docker.io user-mode-linux kmod mount mininet iperf3 debootstrap iputils-ping ethtool \
 	tcpdump iproute2 net-tools python3-minimal python3-venv python3-pip openssl ca-certificates \

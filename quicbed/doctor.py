@@ -4,7 +4,7 @@ missing with the exact fix.
 HOST_COMMANDS is the one list of the programs the testbed runs from the host's filesystem
 (directly, in a namespace through nsenter, or from the UML router's init, whose root is the
 host's /). The code asks `require()` before it uses a group of them, a test holds the list
-against the code (tests/test_doctor.py) and another checks with `dpkg -S` that the Makefile
+against the code (tests/base/test_doctor.py) and another checks with `dpkg -S` that the Makefile
 installs the package that provides each one: a command that is on this machine by chance
 cannot hide any more (a missing `insmod` once failed 29 tests on a fresh machine).
 
@@ -32,7 +32,7 @@ from quicbed.paths import read_versions  # noqa: E402 - needs the path above as 
 RMEM_MIN = 8 << 20  # quic-go asks for ~7 MB UDP buffers; containers inherit the host's maximum
 UML_MODULE_DIR = "/usr/lib/uml/modules/*/kernel"
 # Every module the UML router's init (uml_router.sh) and the netem guest's (uml_guest.sh) load
-# with insmod, under UML_MODULE_DIR (tests/test_doctor.py holds the list against the scripts).
+# with insmod, under UML_MODULE_DIR (tests/base/test_doctor.py holds the list against the scripts).
 UML_MODULES = ("lib/crc-ccitt", "net/ipv6/ipv6", "net/llc/llc", "net/802/stp", "net/bridge/bridge",
                "drivers/net/veth", "net/sched/sch_htb", "net/sched/sch_tbf", "net/sched/sch_netem")
 

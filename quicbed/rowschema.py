@@ -32,7 +32,7 @@ def _columns(*specs: tuple[str, str, str]) -> tuple[Column, ...]:
 
 
 # What the perf tools (clients/perf) print for every measurement; clients/perf/README.md's
-# row table documents each, and tests/test_rows.py holds the two together.
+# row table documents each, and tests/base/test_rowschema.py holds the two together.
 TOOL = _columns(
     ("tool", "", "tls_perf or quic_perf"),
     ("tool_version", "", "version of the tools"),

@@ -14,7 +14,7 @@ from quicbed.experiments.schema import parse_experiment
 from quicbed.experiments.store import load_rows
 from quicbed.experiments.synthetic import SyntheticExecutor
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXPERIMENT = """
 name: rows
 profiles: [india]

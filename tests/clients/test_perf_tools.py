@@ -30,7 +30,7 @@ from quicbed.clients.tools import UNSUPPORTED_EXIT
 
 docker_test = pytest.mark.docker  # everything except the pure wirecheck tests at the end
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CLIENT_IMAGE = "quicbed/client:dev"
 SERVER_IMAGE = "quicbed/dev-perf-nginx:test"
 SERVER_DOCKERFILE = (

@@ -22,7 +22,7 @@ from quicbed.experiments.synthetic import SyntheticExecutor
 from quicbed.topology.profiles import load_profile
 from quicbed.yamlio import LocatedError, parse_source
 
-BAD = Path(__file__).parent / "data" / "bad_experiments"
+BAD = Path(__file__).resolve().parents[1] / "data" / "bad_experiments"
 EXPECTED = {
     line.split(":", 1)[0]: line
     for line in (BAD / "expected.txt").read_text().splitlines()
@@ -48,7 +48,7 @@ VALID_LINES = VALID.count("\n")
 
 @pytest.fixture(autouse=True)
 def fixed_profiles(monkeypatch):
-    # The corpus' messages list the known profiles; pin them as tests/test_experiments.py does.
+    # The corpus' messages list the known profiles; pin them as tests/experiments/test_experiments.py does.
     monkeypatch.setattr(links, "available_profiles", lambda: ["germany", "india"])
     monkeypatch.setattr(cli.signal, "signal", lambda *_: None)  # keep pytest's SIGTERM
 
@@ -156,7 +156,7 @@ def test_profile_files_are_bounded_too(tmp_path):
 
 
 def test_bounds_are_far_above_the_shipped_files():
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     files = [*repo.glob("experiments/**/*.yaml"), *repo.glob("topology/profiles/*.yaml")]
     assert files
     for path in files:

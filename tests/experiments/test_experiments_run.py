@@ -326,7 +326,7 @@ def test_rows_are_single_json_lines(tmp_path, exp_file):
 
 
 def test_ci_handshake_experiment_passes_on_synthetic_physics(tmp_path):
-    ci = Path(__file__).resolve().parents[1] / "experiments/ci/handshake.yaml"
+    ci = Path(__file__).resolve().parents[2] / "experiments/ci/handshake.yaml"
     if not (ci.parents[2] / "topology/profiles/india.yaml").exists():
         pytest.skip("topology/profiles/india.yaml not written yet")
     code = cmd_run(

@@ -18,7 +18,7 @@ from quicbed.experiments.schema import (
     parse_experiment,
 )
 
-BAD = Path(__file__).parent / "data" / "bad_experiments"
+BAD = Path(__file__).resolve().parents[1] / "data" / "bad_experiments"
 EXPECTED = {
     line.split(":", 1)[0]: line
     for line in (BAD / "expected.txt").read_text().splitlines()
@@ -90,7 +90,7 @@ def test_good_experiment_parses_and_normalises():
 
 
 def test_repository_experiments_parse(monkeypatch):
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     if not (repo / "topology/profiles/india.yaml").exists():
         pytest.skip("topology/profiles not written yet")
     monkeypatch.undo()
@@ -241,7 +241,7 @@ def test_condition_link_is_the_topology_profile_with_sweep_applied():
 
 
 def test_readme_example_is_a_valid_experiment():
-    readme = (Path(__file__).resolve().parents[1] / "experiments/README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "experiments/README.md").read_text()
     example = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
     if not (links.PROFILES_DIR / "india.yaml").exists():
         pytest.skip("topology/profiles/india.yaml not written yet")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # folder -> package, as pyproject.toml's package-dir maps them.
 PACKAGES = {"quicbed": "quicbed", "topology": "quicbed.topology", "servers": "quicbed.servers",
             "clients": "quicbed.clients", "analysis": "quicbed.analysis",
