@@ -6,13 +6,17 @@
  * the runner starts one process per trial, so without this every row would carry it (about
  * 3 ms for libcurl's QUIC, 14 % of a 20 ms RTT). The warm-up is one connection attempt with
  * the measurement's own options (name, TLS version, groups, CA file) to a socket on the
- * client's loopback that never answers; it is abandoned after WARM_UP_TIMEOUT_S. Nothing
- * reaches the server or the emulated path, no session or token is kept, and the measured
- * connections stay fresh. --cold leaves it out. */
+ * client's loopback. Once the client's first flight has arrived there, that socket ends the
+ * attempt at once (a TCP reset, or a QUIC Version Negotiation offering no version the client
+ * speaks), so the warm-up costs the first flight, not a timeout; WARM_UP_TIMEOUT_S caps it
+ * when nothing arrives. Nothing reaches the server or the emulated path, no session or token
+ * is kept, and the measured connections stay fresh. --cold leaves it out. */
 #define _POSIX_C_SOURCE 200809L
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -20,12 +24,13 @@
 
 #include "perf.h"
 
-/* Long enough for the first flight to be built and sent on a busy host, short next to a trial. */
+/* Only when the first flight never arrives: long enough for it on a busy host. */
 #define WARM_UP_TIMEOUT_S 0.2
+/* A version no QUIC stack speaks (RFC 9000 reserves 0x?a?a?a?a for this). */
+#define UNSPOKEN_VERSION 0x1a2a3a4aU
 
-/* A loopback socket of the tool's transport that takes the client's first flight and never
- * answers: a TCP listener (the kernel completes the handshake, nobody reads the ClientHello)
- * or a UDP socket nobody reads. Returns the port, or -1. */
+/* A loopback socket of the tool's transport that takes the client's first flight: a TCP
+ * listener (the kernel completes the handshake) or a UDP socket. Returns the port, or -1. */
 static int silent_socket(int quic, int *fd_out)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
@@ -78,6 +83,66 @@ static int warm_target(const char *url, int port, char *warm_url, size_t url_siz
     return ok ? 0 : -1;
 }
 
+/* A Version Negotiation packet answering a QUIC Initial (RFC 9000 17.2.1): the client's
+ * connection ids swapped, one version it does not speak; it must abandon the attempt.
+ * Returns its length, or 0 if `in` is not a long-header packet. */
+static size_t version_negotiation(const unsigned char *in, size_t n, unsigned char *out,
+                                  size_t size)
+{
+    if (n < 7 || !(in[0] & 0x80))
+        return 0;
+    size_t dcid_len = in[5];
+    if (dcid_len > 20 || n < 7 + dcid_len)
+        return 0;
+    const unsigned char *dcid = in + 6, *scid = in + 7 + dcid_len;
+    size_t scid_len = in[6 + dcid_len];
+    if (scid_len > 20 || n < 7 + dcid_len + scid_len || size < 7 + dcid_len + scid_len + 4)
+        return 0;
+    size_t k = 0;
+    out[k++] = 0x80 | 0x2a;
+    memset(out + k, 0, 4); /* version 0: Version Negotiation */
+    k += 4;
+    out[k++] = (unsigned char)scid_len;
+    memcpy(out + k, scid, scid_len);
+    k += scid_len;
+    out[k++] = (unsigned char)dcid_len;
+    memcpy(out + k, dcid, dcid_len);
+    k += dcid_len;
+    uint32_t v = UNSPOKEN_VERSION;
+    for (int i = 3; i >= 0; i--)
+        out[k++] = (unsigned char)(v >> (8 * i));
+    return k;
+}
+
+struct silent {
+    int fd, quic;
+};
+
+/* Waits for the client's first flight, then ends the attempt: a reset for TCP, Version
+ * Negotiation for QUIC. Woken by shutdown() if nothing comes. */
+static void *end_after_first_flight(void *arg)
+{
+    const struct silent *s = arg;
+    unsigned char in[2048], out[64];
+    if (!s->quic) {
+        int c = accept(s->fd, NULL, NULL);
+        if (c < 0)
+            return NULL;
+        (void)recv(c, in, 1, 0); /* the ClientHello's first byte */
+        struct linger reset = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(c, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+        close(c);
+        return NULL;
+    }
+    struct sockaddr_in from;
+    socklen_t len = sizeof(from);
+    ssize_t n = recvfrom(s->fd, in, sizeof(in), 0, (struct sockaddr *)&from, &len);
+    size_t m = n > 0 ? version_negotiation(in, (size_t)n, out, sizeof(out)) : 0;
+    if (m)
+        sendto(s->fd, out, m, 0, (struct sockaddr *)&from, len);
+    return NULL;
+}
+
 void perf_warm_up(const struct perf_tool *tool, const struct perf_opts *o,
                   const struct perf_backend *be, void *state)
 {
@@ -97,11 +162,17 @@ void perf_warm_up(const struct perf_tool *tool, const struct perf_opts *o,
     warm.timeout_s = WARM_UP_TIMEOUT_S;
     warm.cpu = warm.sha256 = 0;
     warm.output_body = NULL;
+    struct silent s = {.fd = fd, .quic = tool->is_quic};
+    pthread_t ender;
+    int ending = pthread_create(&ender, NULL, end_after_first_flight, &s) == 0;
     struct perf_row row;
     perf_row_init(&row, -1);
-    be->fetch(&warm, state, &row);  /* it times out by design; the row is not printed */
+    be->fetch(&warm, state, &row); /* it fails by design; the row is not printed */
     if (o->verbose)
         fprintf(stderr, "%s: warm-up on 127.0.0.1:%d: %s\n", tool->name, port, row.error);
     perf_row_free(&row);
+    shutdown(fd, SHUT_RDWR); /* wakes the ender if the first flight never came */
+    if (ending)
+        pthread_join(ender, NULL);
     close(fd);
 }
