@@ -232,7 +232,7 @@ def measure(ok: pd.DataFrame, ref: Ref) -> float:
     if ref.server is not None:
         mine = mine[mine["server"] == ref.server]
     values = pd.to_numeric(mine[column], errors="coerce")
-    return statistic([float(v) for v in values if not isinstance(v, bool)], ref.statistic)
+    return statistic([float(v) for v in values], ref.statistic)
 
 
 def condition_rtt(ok: pd.DataFrame, configured: float) -> float:
