@@ -17,10 +17,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from quicbed.workloads import ReportSection, report_sections  # noqa: E402
+
 from .model import (  # noqa: E402
+    PAGELOAD,
     STREAMING,
-    TIMING_METRICS,
-    VIDEO_CONNECTION,
     Metric,
     listed,
     ordered_protocols,
@@ -178,18 +179,6 @@ def metric_cdf(df: pd.DataFrame, out_dir: Path, metric: Metric, section: str,
         name = f"cdf_{metric.column.removesuffix('_ms')}_{section}_ms"
         title = metric.label
     return [save(fig, out_dir, name, section, title, caption)]
-
-
-def timing_cdfs(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
-    figures = []
-    for metric in TIMING_METRICS:
-        for per_rtt in (False, True):
-            figures += metric_cdf(df, out_dir, metric, "timing", per_rtt)
-    return figures
-
-
-def video_cdfs(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
-    return metric_cdf(df, out_dir, VIDEO_CONNECTION, "video", per_rtt=False)
 
 
 def cloud_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -353,14 +342,69 @@ def streaming_cdfs(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
     return figures
 
 
-BUILDERS: list[Callable[[pd.DataFrame, Path], list[Figure]]] = [
-    timing_cdfs, throughput_vs_size, cpu_over_time, video_cdfs, streaming_cdfs,
-]
+def pageload_vs_download(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+    """Per condition: the browser's page load time beside the perf tools' download of the
+    same page's HTML, per protocol (median and 95% bootstrap CI)."""
+    pages = df[df["workload"] == PAGELOAD]
+    if pages.empty:
+        return []
+    facets = ordered_unique(pages["facet"])
+    fig, axes = panel_grid(len(facets))
+    for ax, facet in zip(axes, facets, strict=True):
+        mine = pages[pages["facet"] == facet]
+        protocols = ordered_protocols(mine["protocol"])
+        perf = df[(df["workload"] == "web") & (df["facet"] == facet)
+                  & df["object"].isin(mine["object"].unique())]
+        for i, protocol in enumerate(protocols):
+            for offset, rows, column, marker in ((-0.15, perf, "download_time_ms", "s"),
+                                                 (0.15, mine, "page_load_time_ms", "o")):
+                est = median_ci(rows.loc[rows["protocol"] == protocol, column])
+                if est.n == 0:
+                    continue
+                err = np.nan_to_num([[est.value - est.lo], [est.hi - est.value]])
+                ax.errorbar([i + offset], [est.value], yerr=err, color=protocol_color(protocol),
+                            marker=marker, markersize=7, capsize=3,
+                            mfc="white" if marker == "s" else protocol_color(protocol))
+                ax.annotate(f"n={est.n}", (i + offset, est.value), xytext=(0, -14),
+                            textcoords="offset points", ha="center", fontsize=7, color="0.35")
+        ax.set_xticks(range(len(protocols)), [protocol_label(p) for p in protocols])
+        ax.set_xlim(-0.6, len(protocols) - 0.4)
+        ax.set_title(str(facet), fontsize=10)
+        ax.set_ylabel("time (ms)")
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.12)
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(handles=[
+            plt.Line2D([], [], color="0.3", marker="s", mfc="white", linestyle="",
+                       label="perf-tool download (HTML)"),
+            plt.Line2D([], [], color="0.3", marker="o", linestyle="",
+                       label="browser page load")], fontsize=8, loc="upper left")
+    caption = ("Median page load time in headless Chromium (filled circles) beside the perf "
+               "tools' download of the same page's HTML (open squares), per protocol, with "
+               "95% bootstrap CIs; n = trials.")
+    return [save(fig, out_dir, "pageload_vs_download", "pageload",
+                 "Page load in a browser against a perf-tool download", caption)]
+
+
+# Figures of their own that a workload's report section names (workloads/kinds.py).
+PLOTS: dict[str, Callable[[pd.DataFrame, Path], list[Figure]]] = {
+    "throughput_vs_size": throughput_vs_size,
+    "cpu_over_time": cpu_over_time,
+    "streaming_cdfs": streaming_cdfs,
+    "pageload_vs_download": pageload_vs_download,
+}
+
+
+def section_figures(ok: pd.DataFrame, out_dir: Path, spec: ReportSection) -> list[Figure]:
+    figures: list[Figure] = []
+    for metric in spec.cdfs:
+        for per_rtt in (False, True) if spec.cdfs_in_rtts and metric.per_rtt else (False,):
+            figures += metric_cdf(ok, out_dir, metric, spec.figures, per_rtt)
+    for name in spec.plots:
+        figures += PLOTS[name](ok, out_dir)
+    return figures
 
 
 def make_figures(ok: pd.DataFrame, out_dir: Path) -> list[Figure]:
-    """All figures the successful rows `ok` support, written to out_dir."""
-    figures: list[Figure] = []
-    for build in BUILDERS:
-        figures += build(ok, out_dir)
-    return figures
+    """All figures the successful rows `ok` support, written to out_dir: each workload's
+    report sections, in their order."""
+    return [f for spec in report_sections() for f in section_figures(ok, out_dir, spec)]

@@ -18,11 +18,11 @@ import pandas as pd
 
 from quicbed import paths, rowschema
 from quicbed.errors import QuicbedError
+from quicbed.workloads import derived_kinds
 
 from .manifest import calibrated_rtt, manifest_differences
 from .model import (
     OPTIONAL_COLUMNS,
-    STREAMING,
     is_failed,
     object_size_bytes,
     truthy,
@@ -228,10 +228,11 @@ def prepare(df: pd.DataFrame, manifests: list[dict[str, Any]], mixed: bool) -> p
     df["failed"] = df["error"].map(is_failed)
     for flag in ("cpu_bound", "calib_forced"):
         df[flag] = truthy(df[flag])
-    # A playback session in a browser may come labelled as a video workload; what makes it
-    # streaming (startup delay, stalls, switches) is what it measured.
-    playback = df["startup_delay_ms"].notna() | df["stall_count"].notna()
-    df["workload"] = df["workload"].where(~playback, STREAMING)
+    # A browser's rows form an analysis kind of their own (a page load, a playback session),
+    # never pooled with the transfer tools': what marks them is what they measured.
+    for kind, columns in derived_kinds().items():
+        marked = np.logical_or.reduce([df[c].notna().to_numpy() for c in columns])
+        df["workload"] = df["workload"].where(~marked, kind)
     rtt = rtt_reference(df, manifests)
     # Below 1 ms the "RTT" is the hosts' own stacks (an unshaped path): dividing by it gives
     # noise, so such trials have no RTT-normalised values (NaN) anywhere.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -19,42 +18,26 @@ PROTOCOL_LABELS = {"quic": "QUIC", "tls1.3": "TLS 1.3", "tls1.2": "TLS 1.2"}
 PROTOCOL_COLORS = {"quic": "#0072B2", "tls1.3": "#E69F00", "tls1.2": "#D55E00"}
 FALLBACK_COLORS = ["#009E73", "#CC79A7", "#56B4E9", "#000000"]
 
-STREAMING = "streaming"
+# Metrics and which rows measure them belong to the workloads (workloads/metrics.py); the
+# analysis names them from there.
+from quicbed.workloads.metrics import (  # noqa: E402, F401 - re-exported for the analysis
+    CLOUD_CPU,
+    CLOUD_DOWNLOAD,
+    CLOUD_THROUGHPUT,
+    CONNECTION,
+    DOWNLOAD,
+    PAGELOAD,
+    STARTUP,
+    STREAMING,
+    TIMING_METRICS,
+    TTFB,
+    VIDEO_CONNECTION,
+    VIDEO_THROUGHPUT,
+    Metric,
+)
 
 # Columns a run may lack (older runners, other workloads); filled so code can rely on them.
 OPTIONAL_COLUMNS: dict[str, object] = rowschema.ANALYSIS_DEFAULTS
-
-
-@dataclass(frozen=True)
-class Metric:
-    column: str
-    label: str
-    unit: str
-    # Workloads whose rows measure this metric; None = every workload but streaming
-    # (a handshake is a handshake whatever is fetched after it).
-    workloads: tuple[str, ...] | None = None
-    # Whether dividing by the RTT is meaningful (times are, rates are not).
-    per_rtt: bool = True
-
-    def rows(self, df: pd.DataFrame) -> pd.DataFrame:
-        if self.workloads is None:
-            selected = df[df["workload"] != STREAMING]
-        else:
-            selected = df[df["workload"].isin(self.workloads)]
-        return selected[selected[self.column].notna()]
-
-
-CONNECTION = Metric("connection_time_ms", "Connection time", "ms")
-TTFB = Metric("ttfb_ms", "TTFB", "ms", ("web",))
-DOWNLOAD = Metric("download_time_ms", "Download time", "ms", ("web",))
-TIMING_METRICS = [CONNECTION, TTFB, DOWNLOAD]
-CLOUD_THROUGHPUT = Metric("throughput_mbps", "Throughput", "Mbit/s", ("cloud",), per_rtt=False)
-CLOUD_CPU = Metric("cpu_client_pct", "Client CPU", "%", ("cloud",), per_rtt=False)
-CLOUD_DOWNLOAD = Metric("download_time_ms", "Download time", "ms", ("cloud",), per_rtt=False)
-VIDEO_CONNECTION = Metric("connection_time_ms", "Connection time", "ms", ("video",))
-VIDEO_THROUGHPUT = Metric("throughput_mbps", "Download rate", "Mbit/s", ("video",),
-                          per_rtt=False)
-STARTUP = Metric("startup_delay_ms", "Startup delay", "ms", (STREAMING,), per_rtt=False)
 
 
 def protocol_label(protocol: str) -> str:

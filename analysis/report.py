@@ -4,7 +4,7 @@ and report.md, both rendered from the same list of sections."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -12,22 +12,14 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from quicbed.workloads import ReportSection, report_sections
+
 from . import render
 from .claims import Direction, Verdict, evaluate, expectation_claim
 from .expectations import compile_expectation
 from .figures import Figure, make_figures
 from .load import AnalysisError, load_runs, resolve_run_dir, results_root
 from .manifest import calibration_entries, flatten
-from .model import (
-    CLOUD_CPU,
-    CLOUD_DOWNLOAD,
-    CLOUD_THROUGHPUT,
-    STREAMING,
-    TIMING_METRICS,
-    VIDEO_CONNECTION,
-    VIDEO_THROUGHPUT,
-    Metric,
-)
 from .overhead import account
 from .render import Bullets, FigureBlock, Section, Table, Text, VerdictList
 from .tables import (
@@ -35,6 +27,7 @@ from .tables import (
     failures_table,
     flag_table,
     fmt,
+    pageload_vs_download_table,
     streaming_table,
     summary_table,
 )
@@ -127,28 +120,35 @@ def expectations_section(ok: pd.DataFrame, manifests: list[dict[str, Any]]) -> S
     return Section("Expectations", [*blocks, VerdictList(items)])
 
 
-def metric_section(title: str, rows: pd.DataFrame, keys: list[str], metrics: list[Metric],
-                   figures: list[Figure], section: str, intro: str,
-                   compared: list[Metric] | None = None) -> Section | None:
-    """Medians of `metrics` per group, QUIC against TLS on `compared` (default: all)."""
+# Tables of their own that a workload's report section names (workloads/kinds.py).
+TABLES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
+    "streaming": streaming_table,
+    "pageload_vs_download": pageload_vs_download_table,
+}
+
+
+def workload_section(spec: ReportSection, ok: pd.DataFrame, figures: list[Figure]
+                     ) -> Section | None:
+    """One of a workload's sections: medians of its metrics per group, QUIC against TLS on
+    the compared ones, its own table, and its figures; None when the run has no such rows."""
+    rows = ok[ok["workload"].isin(spec.kinds)]
     if rows.empty:
         return None
-    blocks: list[Any] = [Text(intro), Table(summary_table(rows, keys, metrics),
-                                            "Medians per condition and protocol")]
-    comparisons = comparison_table(rows, [k for k in keys if k != "protocol"],
-                                   compared or metrics)
-    if not comparisons.empty:
-        blocks.append(Table(comparisons, "QUIC against TLS 1.2 and TLS 1.3 "
-                                         "(Δ = QUIC − other; negative = QUIC lower)"))
-    return Section(title, blocks + figure_blocks(figures, section))
-
-
-def streaming_section(ok: pd.DataFrame, figures: list[Figure]) -> Section | None:
-    table = streaming_table(ok)
-    if table.empty:
-        return None
-    return Section("Streaming", [Table(table, "Stalls and quality switches against loss"),
-                                 *figure_blocks(figures, "streaming")])
+    keys = list(spec.keys)
+    blocks: list[Any] = [Text(spec.intro)] if spec.intro else []
+    if spec.metrics:
+        blocks.append(Table(summary_table(rows, keys, list(spec.metrics)),
+                            "Medians per condition and protocol"))
+        comparisons = comparison_table(rows, [k for k in keys if k != "protocol"],
+                                       list(spec.compared or spec.metrics))
+        if not comparisons.empty:
+            blocks.append(Table(comparisons, "QUIC against TLS 1.2 and TLS 1.3 "
+                                             "(Δ = QUIC − other; negative = QUIC lower)"))
+    if spec.table:
+        table = TABLES[spec.table](ok)
+        if not table.empty:
+            blocks.append(Table(table, spec.table_caption))
+    return Section(spec.title, blocks + figure_blocks(figures, spec.figures))
 
 
 def manifest_table(manifests: list[dict[str, Any]]) -> pd.DataFrame:
@@ -223,27 +223,11 @@ def flagged_section(df: pd.DataFrame) -> Section | None:
 def build_sections(df: pd.DataFrame, manifests: list[dict[str, Any]],
                    figures: list[Figure], warnings: list[str]) -> list[Section]:
     ok = df[~df["failed"]]
-    keys = ["facet", "protocol"]
     sections = [
         summary_section(df, manifests, warnings),
         directions_section(ok),
         expectations_section(ok, manifests),
-        metric_section("Connection time, TTFB and download time",
-                       ok[ok["workload"] != STREAMING], keys, TIMING_METRICS, figures,
-                       "timing", "Connection time covers every non-streaming trial (a "
-                       "handshake does not depend on what follows); TTFB and download time "
-                       "cover the web pages."),
-        metric_section("Cloud storage", ok[ok["workload"] == "cloud"],
-                       ["facet", "object_bytes", "protocol"],
-                       [CLOUD_THROUGHPUT, CLOUD_DOWNLOAD, CLOUD_CPU], figures, "cloud",
-                       "Throughput = size / total download time; CPU = client process.",
-                       # download time is throughput restated; comparing both adds rows only
-                       compared=[CLOUD_THROUGHPUT, CLOUD_CPU]),
-        metric_section("Video download", ok[ok["workload"] == "video"], keys,
-                       [VIDEO_CONNECTION, VIDEO_THROUGHPUT], figures, "video",
-                       "Audio and video fetched in parallel: handshake time and overall "
-                       "download rate."),
-        streaming_section(ok, figures),
+        *(workload_section(spec, ok, figures) for spec in report_sections()),
         run_section(df, manifests),
         flagged_section(df),
     ]

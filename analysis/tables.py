@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .model import (
+    PAGELOAD,
     STREAMING,
     Metric,
     listed,
@@ -171,6 +172,28 @@ def streaming_table(df: pd.DataFrame) -> pd.DataFrame:
                           stalls.map(lambda ds: float(np.sum(ds))).mean()),
                       "quality switches (median)": fmt(group["quality_switches"].median()),
                       "lowest quality": lowest_quality(group["lowest_quality"])})
+    return pd.DataFrame(lines)
+
+
+def pageload_vs_download_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per condition, page and protocol: the browser's page load beside the perf tools'
+    download of the same page's HTML (their rows in the same condition)."""
+    pages = df[df["workload"] == PAGELOAD]
+    perf = df[df["workload"] == "web"]
+    lines = []
+    for values, group in group_frames(pages, ["facet", "object", "protocol"]):
+        facet, obj, protocol = values
+        same = perf[(perf["facet"] == facet) & (perf["object"] == obj)
+                    & (perf["protocol"] == protocol)]
+        load, download = median_ci(group["page_load_time_ms"]), median_ci(same["download_time_ms"])
+        lines.append({**key_columns(["facet", "object", "protocol"], values),
+                      "page load median (ms) [95% CI]": fmt_est(load), "loads n": str(load.n),
+                      "perf-tool download median (ms) [95% CI]": fmt_est(download),
+                      "downloads n": str(download.n),
+                      "page load ÷ download": fmt(load.value / download.value)
+                      if download.n else "–",
+                      "connections (median)": fmt(pd.to_numeric(group["connections"],
+                                                                errors="coerce").median())})
     return pd.DataFrame(lines)
 
 

@@ -52,11 +52,12 @@ class Tool:
     values: dict[str, dict[str, str]] = field(default_factory=dict)
     image: str = CLIENT_IMAGE
     unavailable: str = ""  # why experiments may not name it yet ("" = it runs)
+    command: str = ""  # the executable in the image ("" = the tool's name)
 
     def argv(self, url: str, resolve: str, cacert: str, timeout_s: float,
              options: dict[str, str]) -> list[str]:
         """The contract's arguments, then the variant's options as the tool's flags."""
-        argv = [self.name, "--url", url, "--resolve", resolve, "--cacert", cacert, "-n", "1",
+        argv = [self.command or self.name, "--url", url, "--resolve", resolve, "--cacert", cacert, "-n", "1",
                 "--cpu", "--timeout", str(int(timeout_s))]
         for option, flag in self.flags.items():
             if options.get(option):
@@ -106,6 +107,8 @@ TOOLS: dict[str, Tool] = {tool.name: tool for tool in (
         label="chromium-{protocol}",
         protocol="{protocol}",
         workloads=("web", "video"),
+        command="browser_perf",  # clients/browser: one page load per fresh browser
+        flags={"protocol": "--protocol"},
         unavailable="not available yet: the client image has no browser (the headless "
                     "Chromium client is still to be built)",
     ),

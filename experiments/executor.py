@@ -35,11 +35,11 @@ from quicbed.topology.net import (
     Testbed,
     server_address,
 )
+from quicbed.workloads import WORKLOADS
 
 from .matrix import Condition, Trial
 from .runner import TrialError
 from .schema import Experiment
-from .workloads import WORKLOADS
 
 CPU_BOUND_PCT = 90.0  # of one core: the host, not the network, may have set the pace
 

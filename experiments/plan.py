@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+from quicbed.workloads import object_bytes
+
 from .matrix import Condition, conditions, count_per_condition
 from .registry import HANDSHAKE_RTTS
 from .schema import Experiment
-from .workloads import object_bytes
 
 # Measured by bench/overhead_bench.py on a 2-core host (india, UML router):
 SETUP_S = 42.0  # per condition: path up (~6 s), calibration (~34 s), servers (~1 s), teardown

@@ -5,11 +5,9 @@ One module so that adding a server, a tool option or a workload object is a one-
 
 from __future__ import annotations
 
-from quicbed import rowschema, servers
+from quicbed import rowschema, servers, workloads
 from quicbed.analysis import physics
 from quicbed.clients import tools
-
-from . import workloads
 
 # Servers: one descriptor each, servers/<name>/server.yaml.
 SERVERS: tuple[str, ...] = tuple(servers.SERVERS)
@@ -23,7 +21,7 @@ PROTOCOLS = rowschema.PROTOCOLS
 # synthetic executor use the analysis's own figures (analysis/physics.py).
 HANDSHAKE_RTTS = physics.HANDSHAKE_RTTS
 
-# Workload kinds: one class each, in experiments/workloads.py.
+# Workload kinds: one class each, in workloads/kinds.py.
 WORKLOADS = workloads.WORKLOADS
 
 # Sweep axes besides the link parameters (experiments/links.py), each with what consumes it;

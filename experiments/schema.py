@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.analysis.expectations import Expectation, compile_expectation
+from quicbed.workloads import WORKLOADS
 from quicbed.yamlio import LocatedError as ExperimentError
 from quicbed.yamlio import PathKey, Source, load_source, parse_source
 
@@ -28,7 +29,6 @@ from .fields import (
 )
 from .links import Link
 from .registry import PARAM_AXES, SERVERS, TOOLS
-from .workloads import WORKLOADS
 
 ORDERS = ("interleaved", "blocked", "shuffled")
 _TOP_KEYS = {

@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from quicbed.workloads import object_bytes
+
 from .matrix import Condition, Trial
 from .registry import HANDSHAKE_RTTS
 from .runner import TrialError
-from .workloads import object_bytes
 
 
 class SyntheticExecutor:

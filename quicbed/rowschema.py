@@ -111,6 +111,20 @@ RUNNER = _columns(
     ("wall_s", "s", "the trial's wall time in the runner"),
     ("attempt", "", "attempt number (resumes retry failures)"),
 )
+# What the browser client (clients/browser) adds to the perf tools' columns for a page load;
+# its row has the TOOL columns too, where the meaning is the same (connection_time_ms: the
+# document's connectStart -> connectEnd; download_time_ms: the document's responseEnd).
+BROWSER = _columns(
+    ("page_load_time_ms", "ms", "navigation start to loadEventEnd"),
+    ("dom_content_loaded_ms", "ms", "navigation start to domContentLoadedEventEnd"),
+    ("fcp_ms", "ms", "first contentful paint (Paint Timing)"),
+    ("lcp_ms", "ms", "largest contentful paint (LCP API)"),
+    ("resources", "", "subresources fetched (the document not counted)"),
+    ("resource_protocols", "", "nextHopProtocol -> resources, the document included"),
+    ("connections", "", "connections the browser opened for the page"),
+    ("browser_cpu_ms", "ms", "CPU time of the browser's processes, navigation to load end"),
+    ("browser_cpu_pct", "%", "browser_cpu_ms / page_load_time_ms, of one core"),
+)
 # Video QoE (the streaming client, not yet built): the analysis already reads them.
 STREAMING = _columns(
     ("startup_delay_ms", "ms", "play request to first frame"),
@@ -122,8 +136,9 @@ STREAMING = _columns(
 SWEEP_PREFIX = "param_"  # a swept axis's value, e.g. param_server.tcp_cc
 CLASH_PREFIX = "tool_"  # a tool value that disagrees with an axis of the same name
 
-COLUMNS: dict[str, Column] = {c.name: c for group in (AXES, TOOL, TOOL_OPTIONAL, EXECUTOR,
-                                                       RUNNER, STREAMING) for c in group}
+COLUMNS: dict[str, Column] = {c.name: c for group in (AXES, TOOL, TOOL_OPTIONAL, BROWSER,
+                                                       EXECUTOR, RUNNER, STREAMING)
+                             for c in group}
 
 # Every row has these, even when the tool or the executor did not supply them.
 RUNNER_DEFAULTS: dict[str, object] = {
@@ -151,6 +166,8 @@ ANALYSIS_DEFAULTS: dict[str, object] = {
     "calib_rtt_ms": _NAN, "calib_passed": True, "calib_forced": False, "error": "",
     "startup_delay_ms": _NAN, "stall_count": _NAN, "stall_durations_ms": None,
     "quality_switches": _NAN, "lowest_quality": None,
+    "page_load_time_ms": _NAN, "dom_content_loaded_ms": _NAN, "fcp_ms": _NAN, "lcp_ms": _NAN,
+    "browser_cpu_ms": _NAN,
 }
 
 # The values of the `protocol` column: QUIC and the two TLS versions over TCP.
@@ -162,6 +179,10 @@ METRICS: dict[str, str] = {
     "ttfb": "ttfb_ms",
     "download_time": "download_time_ms",
     "throughput": "throughput_mbps",
+    "page_load_time": "page_load_time_ms",
+    "dom_content_loaded": "dom_content_loaded_ms",
+    "fcp": "fcp_ms",
+    "lcp": "lcp_ms",
 }
 
 

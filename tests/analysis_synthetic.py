@@ -4,7 +4,8 @@ with known parameters, shaped like the runner's output (manifest.json, rows.json
 Model: connection time = k·RTT·(1 + noise) with k = 1/2/3 for QUIC/TLS 1.3/TLS 1.2;
 TTFB = connection + RTT; download = TTFB + size / rate. Cloud throughput favours QUIC up
 to 20 MB and TLS 1.2 above; QUIC's client CPU is ~2× on large files. Streaming: QUIC starts
-faster and stalls shorter under loss.
+faster and stalls shorter under loss. Page loads (a browser's rows of the web workload): the
+perf tools' timings, TLS 1.2 one RTT shorter (False Start), and the load two RTT after.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ VERSIONS = {"CADDY_VERSION": "v2.11.9", "NGINX_VERSION": "1.26.3"}
 @dataclass
 class Model:
     repetitions: int = 20
-    workloads: tuple[str, ...] = ("web", "cloud", "video", "streaming")
+    workloads: tuple[str, ...] = ("web", "cloud", "video", "streaming", "pageload")
     conditions: dict[str, tuple[float, float, float, float]] = field(
         default_factory=lambda: dict(CONDITIONS))
     noise: float = 0.05
@@ -123,8 +124,25 @@ def streaming_rows(rng, m, base, params) -> list[dict]:
     return rows
 
 
+def pageload_rows(rng, m, base, params) -> list[dict]:
+    """A page load in a browser: TLS 1.2 costs 2 RTT there (False Start), and the page's
+    five subresources come over the page's connection after the HTML."""
+    rtt, down, protocol = params[0], params[1], base["protocol"]
+    t = timing(rng, m, rtt, protocol, 40e3, down)
+    if protocol == "tls1.2":
+        t = {k: v - rtt if k.endswith("_ms") and k != "client_cpu_ms" else v
+             for k, v in t.items()}
+    load = t["download_time_ms"] + 2 * rtt + 60
+    return [{**base, **t, "workload": "web", "object": "index.html", "tool": "chromium",
+             "client": f"chromium-{protocol}", "throughput_mbps": None, "client_cpu_ms": None,
+             "page_load_time_ms": load, "dom_content_loaded_ms": load - 20,
+             "fcp_ms": load - 30, "lcp_ms": load - 25, "resources": 5, "connections": 1,
+             "resource_protocols": {"h3" if protocol == "quic" else "h2": 6},
+             "browser_cpu_ms": 0.4 * load, "browser_cpu_pct": 40.0}]
+
+
 BUILDERS = {"web": web_rows, "cloud": cloud_rows, "video": video_rows,
-            "streaming": streaming_rows}
+            "streaming": streaming_rows, "pageload": pageload_rows}
 
 
 def make_rows(run_id: str, m: Model) -> list[dict[str, Any]]:

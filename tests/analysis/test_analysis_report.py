@@ -11,6 +11,8 @@ from analysis_synthetic import Model, write_run
 from quicbed.analysis import load_runs, main_report, write_report
 from quicbed.analysis.claims import FAILS, HOLDS, NO_DATA, evaluate
 from quicbed.analysis.figures import make_figures
+from quicbed.workloads import PAGELOAD
+from quicbed.workloads.metrics import CONNECTION, PAGE_CONNECTION
 
 FULL = Model(repetitions=12)
 WEB_ONLY = Model(repetitions=12, workloads=("web",),
@@ -41,7 +43,8 @@ def test_every_figure_exists_non_empty_and_is_referenced(full_report):
     assert {"cdf_connection_time_timing_ms", "cdf_connection_time_timing_rtt",
             "cdf_ttfb_timing_ms", "cdf_download_time_timing_rtt", "cloud_throughput_vs_size",
             "cloud_cpu_over_time", "cdf_connection_time_video_ms", "streaming_startup_delay",
-            "streaming_stall_durations"} <= names
+            "streaming_stall_durations", "pageload_vs_download",
+            "cdf_page_load_time_pageload_rtt", "cdf_connection_time_pageload_ms"} <= names
     for f in files:
         assert f.stat().st_size > 1000
         assert f"figures/{f.name}" in referenced(html)
@@ -146,3 +149,19 @@ def test_too_few_samples_is_not_enough_data_rather_than_a_verdict(tmp_path):
     observational = "Streaming: the lowest quality falls to 144p at 5–10% loss"
     assert verdicts.pop(observational) == HOLDS  # a minimum needs no sample size
     assert set(verdicts.values()) == {NO_DATA}
+
+
+def test_browser_page_loads_are_their_own_kind_never_pooled_with_the_perf_tools(full_report):
+    df, _ = load_runs([str(full_report.parents[1])])
+    pages = df[df["tool"] == "chromium"]
+    assert len(pages) and set(pages["workload"]) == {PAGELOAD}
+    assert not CONNECTION.rows(df)["tool"].eq("chromium").any()
+    assert set(PAGE_CONNECTION.rows(df)["tool"]) == {"chromium"}
+    markdown = full_report.with_suffix(".md").read_text()
+    section = markdown.split("## Page loads in Chromium", 1)[1].split("\n## ", 1)[0]
+    section = section.split("Browser page load beside the perf tools' download of its HTML")[1]
+    # india's quic row: the page load ≈ the download + 2 RTT + 60 ms, as the model says
+    line = next(r for r in section.splitlines() if r.startswith("| india") and "QUIC" in r)
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    load, download = (float(c.split()[0].replace(",", "")) for c in (cells[3], cells[5]))
+    assert 2 * 80 + 40 < load - download < 2 * 80 + 80, line

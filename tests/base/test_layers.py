@@ -1,7 +1,8 @@
 """The packages import in one direction only, and no module imports itself through others.
 
 Layers, lowest first: the base modules of quicbed/ (errors, paths, yamlio, rowschema, and
-doctor: what the host must have), then topology, servers, clients, analysis, experiments, and
+doctor: what the host must have), then topology, servers, clients, workloads (what a workload
+fetches and measures, shared by analysis and experiments), analysis, experiments, and
 the application (quicbed.cli). A module may import its own layer or lower ones. Imports inside
 functions count too: a cycle hidden in a function is still a cycle.
 """
@@ -14,10 +15,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 # folder -> package, as pyproject.toml's package-dir maps them.
 PACKAGES = {"quicbed": "quicbed", "topology": "quicbed.topology", "servers": "quicbed.servers",
-            "clients": "quicbed.clients", "analysis": "quicbed.analysis",
+            "clients": "quicbed.clients", "workloads": "quicbed.workloads",
+            "analysis": "quicbed.analysis",
             "experiments": "quicbed.experiments"}
-LAYERS = ["base", "quicbed.topology", "quicbed.servers", "quicbed.clients", "quicbed.analysis",
-          "quicbed.experiments", "app"]
+LAYERS = ["base", "quicbed.topology", "quicbed.servers", "quicbed.clients", "quicbed.workloads",
+          "quicbed.analysis", "quicbed.experiments", "app"]
 APP = {"quicbed.cli"}
 
 

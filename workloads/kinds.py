@@ -1,9 +1,10 @@
 """One class per workload kind, in one list (WORKLOADS): what an experiment's `workload:`
-section may say, what a trial fetches, its size, and the content the servers need.
+section may say, what a trial fetches, its size, the content the servers need, and what its
+rows measure and how the report shows them (workloads/metrics.py).
 
-The schema, the executor, the dry-run estimate and the synthetic executor ask the class; a new
-workload is a new class here (and its content in servers/content.py). A kind the testbed cannot
-run yet is listed with `unavailable` set: validation refuses it with that reason.
+The schema, the executor, the dry-run estimate, the synthetic executor and the analysis ask the
+class; a new workload is a new class here (and its content in servers/content.py). A kind the
+testbed cannot run yet is listed with `unavailable` set: validation refuses it with that reason.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from pathlib import Path
 
 from quicbed.servers import content
 
+from . import metrics as m
+from .metrics import PAGELOAD, STREAMING, ReportSection
+
 
 class WorkloadKind:
     kind: str = ""
@@ -21,6 +25,10 @@ class WorkloadKind:
     default: tuple[str, ...] = ()  # when the list is left out (empty: the list is required)
     extra_keys: dict[str, tuple[float, float, float]] = {}  # key -> (default, low, high)
     unavailable: str = ""  # why experiments may not name it yet ("" = it runs)
+    # Rows a browser measured form analysis kinds of their own, never pooled with the transfer
+    # tools' rows: derived kind -> the columns whose presence marks such a row.
+    derived: dict[str, tuple[str, ...]] = {}
+    sections: tuple[ReportSection, ...] = ()  # the report's sections on this kind's rows
 
     def choices(self) -> tuple[str, ...]:
         """Every object an experiment may list."""
@@ -41,6 +49,25 @@ class WorkloadKind:
 
 class Web(WorkloadKind):
     kind, list_key, what, default = "web", "objects", "object", ("index.html",)
+    derived = {PAGELOAD: ("page_load_time_ms",)}
+    sections = (
+        ReportSection(
+            "Connection time, TTFB and download time", m.TRANSFER_KINDS,
+            "Connection time covers every non-streaming trial (a handshake does not depend "
+            "on what follows); TTFB and download time cover the web pages.",
+            metrics=tuple(m.TIMING_METRICS), figures="timing", cdfs=tuple(m.TIMING_METRICS),
+            cdfs_in_rtts=True),
+        ReportSection(
+            "Page loads in Chromium", (PAGELOAD,),
+            "One page load per trial in a fresh headless Chromium (no cache, no session, no "
+            "alt-svc memory); every resource's protocol was checked. Times from navigation "
+            "start. Beside it, the perf tools' download of the same page's HTML.",
+            metrics=(*m.PAGE_METRICS, m.PAGE_CPU), compared=tuple(m.PAGE_METRICS),
+            figures="pageload",
+            cdfs=(m.PAGE_CONNECTION, m.PAGE_LOAD), cdfs_in_rtts=True,
+            plots=("pageload_vs_download",), table="pageload_vs_download",
+            table_caption="Browser page load beside the perf tools' download of its HTML"),
+    )
 
     def choices(self) -> tuple[str, ...]:
         # web/index.html (which references the samples), the per-type samples, and whole
@@ -59,6 +86,14 @@ class Web(WorkloadKind):
 
 class Cloud(WorkloadKind):
     kind, list_key, what = "cloud", "files", "file"
+    sections = (ReportSection(
+        "Cloud storage", ("cloud",),
+        "Throughput = size / total download time; CPU = client process.",
+        metrics=(m.CLOUD_THROUGHPUT, m.CLOUD_DOWNLOAD, m.CLOUD_CPU),
+        keys=("facet", "object_bytes", "protocol"),
+        # download time is throughput restated; comparing both adds rows only
+        compared=(m.CLOUD_THROUGHPUT, m.CLOUD_CPU), figures="cloud",
+        plots=("throughput_vs_size", "cpu_over_time")),)
 
     def choices(self) -> tuple[str, ...]:
         return tuple(content.CLOUD_SIZES)
@@ -77,6 +112,17 @@ class Cloud(WorkloadKind):
 class Video(WorkloadKind):
     kind, list_key, what, default = "video", "modes", "video mode", ("progressive",)
     extra_keys = {"duration_s": (180, 1, 86_400)}
+    derived = {STREAMING: ("startup_delay_ms", "stall_count")}
+    sections = (
+        ReportSection(
+            "Video download", ("video",),
+            "Audio and video fetched in parallel: handshake time and overall download rate.",
+            metrics=(m.VIDEO_CONNECTION, m.VIDEO_THROUGHPUT), figures="video",
+            cdfs=(m.VIDEO_CONNECTION,)),
+        ReportSection("Streaming", (STREAMING,), "", figures="streaming",
+                      plots=("streaming_cdfs",), table="streaming",
+                      table_caption="Stalls and quality switches against loss"),
+    )
     unavailable = ("not available yet: no client plays video (the DASH player and the video "
                    "download test are still to be built)")
 
@@ -100,3 +146,13 @@ def _web_sizes() -> dict[str, int]:
 
 def object_bytes(kind: str, name: str) -> int:
     return WORKLOADS[kind].object_bytes(name)
+
+
+def report_sections() -> list[ReportSection]:
+    """Every workload's report sections, in the order of WORKLOADS."""
+    return [section for workload in WORKLOADS.values() for section in workload.sections]
+
+
+def derived_kinds() -> dict[str, tuple[str, ...]]:
+    """Derived analysis kind -> the columns that mark its rows, over every workload."""
+    return {k: v for workload in WORKLOADS.values() for k, v in workload.derived.items()}
