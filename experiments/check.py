@@ -16,13 +16,17 @@ from rich.console import Console
 from rich.text import Text
 
 from quicbed.analysis.expectations import judge
+from quicbed.analysis.junit import Case, write_junit
 
 from .matrix import conditions
 from .schema import Experiment
 from .store import load_rows
 
 
-def check(exp: Experiment, run_dir: Path | str, console: Console | None = None) -> int:
+def check(exp: Experiment, run_dir: Path | str, console: Console | None = None,
+          junit: Path | str | None = None) -> int:
+    """Judge every expectation in every condition; with `junit`, also write them as JUnit XML
+    (one test case each, the measured numbers in the message)."""
     console = console or Console(highlight=False, soft_wrap=True)
     rows, _ = load_rows(run_dir)
     problem = _unusable(exp, Path(run_dir), rows)
@@ -30,6 +34,7 @@ def check(exp: Experiment, run_dir: Path | str, console: Console | None = None) 
         console.print(f"error: {problem}", markup=False)
         return 2
     failed = 0
+    cases: list[Case] = []
     ok = successful(rows)
     for cond in conditions(exp):
         mine = ok[ok["condition"] == cond.id]
@@ -38,11 +43,16 @@ def check(exp: Experiment, run_dir: Path | str, console: Console | None = None) 
             verdict = ("PASS", "green") if outcome.passed else ("FAIL", "red")
             line = f" {cond.id} {cond.label}: {e.text}  [{outcome.detail}]"
             console.print(Text.assemble(verdict, line))
+            message = "" if outcome.passed else f"{e.text}: {outcome.detail}"
+            cases.append(Case(f"{exp.name}.{cond.id} {cond.label}", e.text, message,
+                              detail=outcome.detail))
             if not outcome.passed:
                 failed += 1
                 _annotate(exp, e.line, f"{e.text} failed in {cond.label}: {outcome.detail}")
     total = len(exp.expect) * len(conditions(exp))
     console.print(f"{total - failed}/{total} expectations passed")
+    if junit:
+        write_junit(junit, f"quicbed check {exp.name}", cases)
     return 1 if failed else 0
 
 

@@ -35,6 +35,7 @@ def cmd_run(
     progress: bool = True,
     retry_failed: bool = False,
     on_run_dir: Callable[[Path], None] | None = None,
+    junit: str | Path | None = None,
 ) -> int:
     """`quicbed run FILE [--resume ID [--retry-failed]] [--dry-run] [--check] [--quick]`.
 
@@ -84,7 +85,7 @@ def cmd_run(
         return 130
     _hint_retry(file, run_dir, console)
     if check_after:
-        return max(summary.exit_code, check(exp, run_dir, console))
+        return max(summary.exit_code, check(exp, run_dir, console, junit))
     return summary.exit_code
 
 
@@ -95,7 +96,8 @@ def _hint_retry(file: str | Path, run_dir: Path, console: Console) -> None:
                       f"--resume {run_dir.name} --retry-failed", markup=False)
 
 
-def cmd_check(file: str | Path, run_id: str, results: Path | None = None) -> int:
+def cmd_check(file: str | Path, run_id: str, results: Path | None = None,
+              junit: str | Path | None = None) -> int:
     """`quicbed check FILE RUN_ID`: 0 all expectations pass, 1 any fails, 2 bad input."""
     console = Console(highlight=False, soft_wrap=True)
     run_dir = run_dir_for(run_id, results)
@@ -112,7 +114,7 @@ def cmd_check(file: str | Path, run_id: str, results: Path | None = None) -> int
             markup=False,
         )
         return 2
-    return check(exp, run_dir, console)
+    return check(exp, run_dir, console, junit)
 
 
 def run_dir_for(run_id: str, results: Path | None = None) -> Path:

@@ -99,8 +99,9 @@ def cmd_run(args: argparse.Namespace, on_run_dir: Callable[[Path], None] | None 
     with signals_interrupt():
         try:
             return run(args.file, factory, resume=args.resume, retry_failed=args.retry_failed,
-                       dry=args.dry_run, check_after=args.check, quick=args.quick,
-                       progress=not args.no_progress, on_run_dir=on_run_dir)
+                       dry=args.dry_run, check_after=args.check or bool(args.junit),
+                       quick=args.quick, progress=not args.no_progress,
+                       on_run_dir=on_run_dir, junit=args.junit)
         finally:
             # A helper a teardown missed (an interrupt mid-calibration) must not outlive it.
             for line in kill_own_helpers():
@@ -110,7 +111,14 @@ def cmd_run(args: argparse.Namespace, on_run_dir: Callable[[Path], None] | None 
 def cmd_check(args: argparse.Namespace) -> int:
     from quicbed.experiments.commands import cmd_check as check
 
-    return check(args.file, args.run_id)
+    return check(args.file, args.run_id, junit=args.junit)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from quicbed.analysis.compare import main_compare
+
+    return main_compare(args.base, args.new, args.max_regress, alpha=args.alpha,
+                        json_path=args.json, junit_path=args.junit)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -131,7 +139,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                                       dry_run=False, check=False, quick=not args.full,
                                       force=False, backend=args.backend,
                                       client_image="quicbed/client:dev",
-                                      no_progress=args.no_progress)
+                                      no_progress=args.no_progress, junit=None)
         return cmd_run(run_args, on_run_dir=on_run_dir)
 
     directory = Path(args.experiments) if args.experiments else REPO / "experiments" / "paper"
@@ -170,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="validate, print the expanded matrix and an estimate; touch nothing")
     p.add_argument("--check", action="store_true", help="evaluate expect: after the run")
+    p.add_argument("--junit", metavar="FILE",
+                   help="with --check (implied): the expectations as JUnit XML in FILE")
     p.add_argument("--quick", action="store_true", help="use the file's quick: settings")
     p.add_argument("--force", action="store_true",
                    help="measure even through a path that failed calibration (recorded)")
@@ -181,7 +191,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="evaluate an experiment's expect: against a run")
     p.add_argument("file")
     p.add_argument("run_id")
+    p.add_argument("--junit", metavar="FILE", help="also write the verdicts as JUnit XML")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("compare", help="NEW against BASE: regressions, with statistics")
+    p.add_argument("base", help="the baseline run (id under results/, or a run directory)")
+    p.add_argument("new", help="the run to judge")
+    p.add_argument("--max-regress", action="append", default=[], metavar="METRIC=PCT%",
+                   help="the change of a metric's median that counts as a regression "
+                   "(default 5%% for every metric; repeatable, e.g. connection_time=5%%)")
+    p.add_argument("--alpha", type=float, default=0.01,
+                   help="family-wise significance level after Holm's correction (0.01)")
+    p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
+    p.add_argument("--junit", metavar="FILE", help="also write it as JUnit XML")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("report", help="HTML and Markdown report of one or more runs")
     p.add_argument("run_ids", nargs="+", metavar="RUN_ID", help="run ids (results/) or paths")
