@@ -17,9 +17,11 @@ from quicbed import paths
 from quicbed.errors import QuicbedError
 
 from .check import check
+from .merge import merge_runs
 from .plan import dry_run
 from .runner import Executor, RunAborted, run_experiment
 from .schema import Experiment, load_experiment
+from .shard import parse_shard, plan
 from .store import load_rows, new_run_id, read_manifest
 
 
@@ -36,6 +38,7 @@ def cmd_run(
     retry_failed: bool = False,
     on_run_dir: Callable[[Path], None] | None = None,
     junit: str | Path | None = None,
+    shard: str | None = None,
 ) -> int:
     """`quicbed run FILE [--resume ID [--retry-failed]] [--dry-run] [--check] [--quick]`.
 
@@ -55,11 +58,19 @@ def cmd_run(
     except QuicbedError as exc:  # bad file, bad profile, missing run: one line, no traceback
         console.print(str(exc), markup=False)
         return 2
+    try:
+        part = parse_shard(shard) if shard else None
+    except QuicbedError as exc:
+        console.print(str(exc), markup=False)
+        return 2
     if dry:
         console.print(dry_run(exp), markup=False)
+        if part:
+            console.print(plan(exp, part.count), markup=False)
         return 0
     results = results or paths.RESULTS
-    run_dir = run_dir or results / new_run_id(exp.name, results)
+    name = f"{exp.name}-shard{part.index}of{part.count}" if part else exp.name
+    run_dir = run_dir or results / new_run_id(name, results)
     if on_run_dir:
         on_run_dir(run_dir)
     # A resume after --retry-failed must retry the rest too, or they would count as done.
@@ -74,6 +85,7 @@ def cmd_run(
             progress=progress,
             console=console,
             retry_failed=retry_failed,
+            shard=part,
         )
     except QuicbedError as exc:
         console.print(f"error: {exc}", markup=False)
@@ -123,3 +135,22 @@ def run_dir_for(run_id: str, results: Path | None = None) -> Path:
     if "/" in run_id and path.is_dir():
         return path
     return (results or paths.RESULTS) / run_id
+
+
+def cmd_merge(run_ids: list[str], out: str | None = None, results: Path | None = None) -> int:
+    """`quicbed merge RUN...`: shards into one run; 0 merged, 2 refused (one line why)."""
+    results = results or paths.RESULTS
+    try:
+        dirs = [run_dir_for(r, results) for r in run_ids]
+        experiment = read_manifest(dirs[0]).get("experiment", "run")
+        merged = merge_runs(dirs, results / (out or new_run_id(f"{experiment}-merged", results)))
+    except QuicbedError as exc:
+        print(f"quicbed merge: {exc}")
+        return 2
+    print(f"merged {len(dirs)} shard(s) into {merged.run_dir}: {merged.trials} trials")
+    if merged.missing_shards:
+        print(f"missing shard(s): {', '.join(map(str, merged.missing_shards))}")
+    if merged.trials_to_run:
+        print(f"{merged.trials_to_run} trial(s) still to run: quicbed run FILE --resume "
+              f"{merged.run_dir.name}")
+    return 0

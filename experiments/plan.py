@@ -64,13 +64,13 @@ def dry_run(exp: Experiment) -> str:
         f"{len(w.objects)} objects x {exp.repetitions} repetitions = {per} trials",
         f"total: {len(conds)} conditions x {per} = {len(conds) * per} trials, "
         f"order {exp.order}, seed {exp.seed}",
-        f"estimated duration: {_hms(estimate_seconds(exp))} (rough: {SETUP_S:g} s setup per "
+        f"estimated duration: {hms(estimate_seconds(exp))} (rough: {SETUP_S:g} s setup per "
         f"condition, handshake/slow-start/rate model per trial)",
         f"expectations: {len(exp.expect)}",
     ]
     return "\n".join(lines)
 
 
-def _hms(seconds: float) -> str:
+def hms(seconds: float) -> str:
     s = round(seconds)
     return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s"

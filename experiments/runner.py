@@ -36,6 +36,7 @@ from quicbed.analysis.overhead import account, summary_lines
 
 from .matrix import Condition, Trial, conditions, count_per_condition, trials
 from .schema import Experiment
+from .shard import Shard, shard_conditions
 from .store import RunStore, StoreError, load_rows, read_manifest
 
 ROW_DEFAULTS = rowschema.RUNNER_DEFAULTS
@@ -102,20 +103,22 @@ def run_experiment(
     progress: bool = True,
     console: Console | None = None,
     retry_failed: bool = False,
+    shard: Shard | None = None,
 ) -> RunSummary:
     """Run every missing trial of `exp` into `run_dir` (with retry_failed, every failed one
-    too: its new row supersedes the old, which stays in the file). Raises StoreError before any
-    trial if the directory is unusable or locked, and on disk-full mid-run (the file stays
-    consistent)."""
+    too: its new row supersedes the old, which stays in the file); with `shard`, only the
+    trials of that shard's conditions (experiments/shard.py; a resumed shard keeps its own).
+    Raises StoreError before any trial if the directory is unusable or locked, and on
+    disk-full mid-run (the file stays consistent)."""
     console = console or Console(highlight=False, soft_wrap=True)
     run_dir = Path(run_dir)
     if not resume and (run_dir / rowschema.MANIFEST_FILE).exists():
         raise StoreError(f"{run_dir} already holds a run; use --resume {run_dir.name}")
     with RunStore(run_dir).open(create=not resume) as store:
-        manifest = _start_manifest(exp, executor, run_dir, resume, retry_failed)
+        manifest = _start_manifest(exp, executor, run_dir, resume, retry_failed, shard)
         store.write_manifest(manifest)
         done, attempts = _done_trials(run_dir, retry_failed)
-        conds = conditions(exp)
+        conds = _conditions(exp, manifest)
         summary = RunSummary(run_dir.name, run_dir, len(conds) * count_per_condition(exp))
         summary.done_before = len(done & {t.trial_id for c in conds for t in trials(exp, c)})
         if store.torn_lines:
@@ -274,8 +277,16 @@ def _finish(store: RunStore, manifest: dict, summary: RunSummary, console: Conso
     )
 
 
+def _conditions(exp: Experiment, manifest: dict[str, Any]) -> list[Condition]:
+    """The conditions this run holds: all of them, or its shard's."""
+    shard = manifest.get("shard")
+    if not shard:
+        return conditions(exp)
+    return shard_conditions(exp, Shard(shard["index"], shard["count"]))
+
+
 def _start_manifest(exp: Experiment, executor: Executor, run_dir: Path, resume: bool,
-                    retry_failed: bool = False) -> dict:
+                    retry_failed: bool = False, shard: Shard | None = None) -> dict:
     # Each session records its own commit: a resumed run may have been resumed on other code.
     session = {"started_at": _now(), "pid": os.getpid(), "status": "running", "git": git_info()}
     if retry_failed:
@@ -287,10 +298,17 @@ def _start_manifest(exp: Experiment, executor: Executor, run_dir: Path, resume: 
                 f"{run_dir.name} was started from a different experiment (matrix "
                 "changed); start a new run instead of resuming"
             )
+        recorded = manifest.get("shard")
+        if shard and (not recorded or (recorded["index"], recorded["count"])
+                      != (shard.index, shard.count)):
+            held = f"shard {recorded['index']}/{recorded['count']}" if recorded else "a whole run"
+            raise StoreError(f"{run_dir.name} is not shard {shard} (it holds {held}); "
+                             "resume it without --shard")
         manifest["sessions"].append(session)
         manifest["status"] = "running"
         return manifest
-    return {
+    conds = shard_conditions(exp, shard) if shard else conditions(exp)
+    manifest = {
         "run_id": run_dir.name,
         "experiment": exp.name,
         "file": exp.file,
@@ -300,7 +318,7 @@ def _start_manifest(exp: Experiment, executor: Executor, run_dir: Path, resume: 
         "quick": exp.quick,
         "seed": exp.seed,
         "order": exp.order,
-        "trials_total": len(conditions(exp)) * count_per_condition(exp),
+        "trials_total": len(conds) * count_per_condition(exp),
         "git": session["git"],
         "host": {
             "kernel": platform.release(),
@@ -324,6 +342,10 @@ def _start_manifest(exp: Experiment, executor: Executor, run_dir: Path, resume: 
             for c in conditions(exp)
         },
     }
+    if shard:
+        manifest["shard"] = {**shard.to_dict(), "conditions": [c.id for c in conds],
+                             "trials_all": len(conditions(exp)) * count_per_condition(exp)}
+    return manifest
 
 
 def git_info() -> dict[str, Any]:

@@ -101,7 +101,7 @@ def cmd_run(args: argparse.Namespace, on_run_dir: Callable[[Path], None] | None 
             return run(args.file, factory, resume=args.resume, retry_failed=args.retry_failed,
                        dry=args.dry_run, check_after=args.check or bool(args.junit),
                        quick=args.quick, progress=not args.no_progress,
-                       on_run_dir=on_run_dir, junit=args.junit)
+                       on_run_dir=on_run_dir, junit=args.junit, shard=args.shard)
         finally:
             # A helper a teardown missed (an interrupt mid-calibration) must not outlive it.
             for line in kill_own_helpers():
@@ -112,6 +112,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     from quicbed.experiments.commands import cmd_check as check
 
     return check(args.file, args.run_id, junit=args.junit)
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from quicbed.experiments.commands import cmd_merge as merge
+
+    return merge(args.run_ids, args.out)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -139,7 +145,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                                       dry_run=False, check=False, quick=not args.full,
                                       force=False, backend=args.backend,
                                       client_image="quicbed/client:dev",
-                                      no_progress=args.no_progress, junit=None)
+                                      no_progress=args.no_progress, junit=None,
+                                      shard=None)
         return cmd_run(run_args, on_run_dir=on_run_dir)
 
     directory = Path(args.experiments) if args.experiments else REPO / "experiments" / "paper"
@@ -180,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="evaluate expect: after the run")
     p.add_argument("--junit", metavar="FILE",
                    help="with --check (implied): the expectations as JUnit XML in FILE")
+    p.add_argument("--shard", metavar="I/N",
+                   help="run shard I of N: a balanced, deterministic subset of the conditions "
+                   "(merge the shards with quicbed merge); with --dry-run, the per-worker plan")
     p.add_argument("--quick", action="store_true", help="use the file's quick: settings")
     p.add_argument("--force", action="store_true",
                    help="measure even through a path that failed calibration (recorded)")
@@ -193,6 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_id")
     p.add_argument("--junit", metavar="FILE", help="also write the verdicts as JUnit XML")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("merge", help="shard runs (run --shard I/N) into one run")
+    p.add_argument("run_ids", nargs="+", metavar="RUN", help="shard run ids or directories")
+    p.add_argument("--out", metavar="RUN_ID", help="the merged run's id (default: new)")
+    p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser("compare", help="NEW against BASE: regressions, with statistics")
     p.add_argument("base", help="the baseline run (id under results/, or a run directory)")
