@@ -121,3 +121,28 @@ def test_a_shard_resumes_as_itself(tmp_path, capsys):
     assert cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), results=results,
                    resume=shard.name, shard="2/2", progress=False) == 1
     assert "is not shard 2/2 (it holds shard 1/2)" in capsys.readouterr().out
+
+
+CLUSTER = Path(__file__).resolve().parents[2] / "docs" / "cluster"
+
+
+def test_the_scheduler_examples_parse_and_name_every_shard_once():
+    import subprocess
+
+    import yaml
+
+    assert subprocess.run(["bash", "-n", CLUSTER / "slurm-array.sbatch"]).returncode == 0
+    sbatch = (CLUSTER / "slurm-array.sbatch").read_text()
+    assert '--shard "${SLURM_ARRAY_TASK_ID}/${count}"' in sbatch  # array ids are 1..N
+    workflow = yaml.safe_load((CLUSTER / "github-matrix.yml").read_text())
+    shards = workflow["jobs"]["shard"]["strategy"]["matrix"]["shard"]
+    steps = " ".join(s.get("run", "") for s in workflow["jobs"]["shard"]["steps"])
+    assert shards == list(range(1, len(shards) + 1))
+    assert f"--shard ${{{{ matrix.shard }}}}/{len(shards)}" in steps
+    job = yaml.safe_load((CLUSTER / "k8s-indexed-job.yaml").read_text())
+    spec = job["spec"]
+    assert (job["kind"], spec["completionMode"]) == ("Job", "Indexed")
+    args = spec["template"]["spec"]["containers"][0]["args"][0]
+    # JOB_COMPLETION_INDEX counts from 0; shards from 1
+    assert f'--shard "$((JOB_COMPLETION_INDEX + 1))/{spec["completions"]}"' in args
+    assert all("quicbed run" in text for text in (sbatch, args, steps))
