@@ -21,7 +21,13 @@ from quicbed.workloads import ReportSection, report_sections  # noqa: E402
 
 from .model import (  # noqa: E402
     PAGELOAD,
+    STALL_TIME,
+    STARTUP,
     STREAMING,
+    SWITCHES,
+    VIDEO_CONNECTION,
+    VIDEO_STALL,
+    VIDEO_THROUGHPUT,
     Metric,
     listed,
     ordered_protocols,
@@ -342,6 +348,55 @@ def streaming_cdfs(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
     return figures
 
 
+def against_loss(df: pd.DataFrame, out_dir: Path, kind: str, metrics: list[Metric],
+                 name: str, title: str) -> list[Figure]:
+    """One row of panels per profile, one column per metric: the median against the loss
+    rate per protocol, with 95% bootstrap CIs (the paper's streaming figures)."""
+    rows = df[df["workload"] == kind].assign(loss_pct=lambda d: d["loss_pct"].fillna(0))
+    metrics = [m for m in metrics if rows[m.column].notna().any()]
+    if rows.empty or rows["loss_pct"].nunique() < 2 or not metrics:
+        return []
+    profiles = ordered_unique(rows["profile"])
+    fig, axes = panel_grid(len(profiles) * len(metrics), columns=len(metrics))
+    for i, (profile, metric) in enumerate((p, m) for p in profiles for m in metrics):
+        ax, mine = axes[i], rows[rows["profile"] == profile]
+        for protocol in ordered_protocols(mine["protocol"]):
+            points = [(loss, median_ci(pd.to_numeric(g[metric.column], errors="coerce")))
+                      for loss, g in mine[mine["protocol"] == protocol].groupby("loss_pct")]
+            points = [(x, e) for x, e in points if e.n]
+            if not points:
+                continue
+            x = [p for p, _ in points]
+            y = np.array([e.value for _, e in points])
+            err = np.nan_to_num(np.array([[e.value - e.lo, e.hi - e.value] for _, e in points]).T)
+            ns = [e.n for _, e in points]
+            n_text = f"n={min(ns)}" if min(ns) == max(ns) else f"n={min(ns)}–{max(ns)}"
+            ax.errorbar(x, y, yerr=err, color=protocol_color(protocol), marker="o",
+                        markersize=4, capsize=3, linewidth=1.6,
+                        label=f"{protocol_label(protocol)} ({n_text})")
+        ax.set_xticks(sorted(mine["loss_pct"].unique()))
+        ax.set_title(f"{profile}: {metric.label}", fontsize=10)
+        ax.set_xlabel("loss (%)")
+        ax.set_ylabel(metric.label + (f" ({metric.unit})" if metric.unit else ""))
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    caption = ("Median per loss rate and protocol with 95% bootstrap CIs; n = trials per "
+               "point (range over loss rates).")
+    return [save(fig, out_dir, name, kind, title, caption)]
+
+
+def video_against_loss(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+    return against_loss(df, out_dir, "video", [VIDEO_CONNECTION, VIDEO_THROUGHPUT, VIDEO_STALL],
+                        "video_against_loss", "Video download against loss")
+
+
+def streaming_against_loss(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+    return against_loss(df, out_dir, STREAMING, [STARTUP, STALL_TIME, SWITCHES],
+                        "streaming_against_loss", "Streaming: startup, stalls and switches "
+                        "against loss")
+
+
 def pageload_vs_download(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
     """Per condition: the browser's page load time beside the perf tools' download of the
     same page's HTML, per protocol (median and 95% bootstrap CI)."""
@@ -390,6 +445,8 @@ PLOTS: dict[str, Callable[[pd.DataFrame, Path], list[Figure]]] = {
     "throughput_vs_size": throughput_vs_size,
     "cpu_over_time": cpu_over_time,
     "streaming_cdfs": streaming_cdfs,
+    "streaming_against_loss": streaming_against_loss,
+    "video_against_loss": video_against_loss,
     "pageload_vs_download": pageload_vs_download,
 }
 

@@ -50,19 +50,27 @@ class Tool:
     flags: dict[str, str] = field(default_factory=dict)
     # option -> value -> what the flag is given (default: the value itself).
     values: dict[str, dict[str, str]] = field(default_factory=dict)
+    # option -> value -> the arguments it becomes, for an option that sets several flags.
+    expand: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     image: str = CLIENT_IMAGE
     unavailable: str = ""  # why experiments may not name it yet ("" = it runs)
     command: str = ""  # the executable in the image ("" = the tool's name)
+    # Seconds a trial spends starting and ending the tool (docker exec, process start, row):
+    # for the dry run's estimate; bench/overhead_bench.py and bench/browser_bench.py measure it.
+    start_s: float = 0.1
 
     def argv(self, url: str, resolve: str, cacert: str, timeout_s: float,
-             options: dict[str, str]) -> list[str]:
-        """The contract's arguments, then the variant's options as the tool's flags."""
-        argv = [self.command or self.name, "--url", url, "--resolve", resolve, "--cacert", cacert, "-n", "1",
-                "--cpu", "--timeout", str(int(timeout_s))]
+             options: dict[str, str], workload_args: tuple[str, ...] = ()) -> list[str]:
+        """The contract's arguments, then the variant's options as the tool's flags, then
+        what the workload adds (e.g. the video's duration)."""
+        argv = [self.command or self.name, "--url", url, "--resolve", resolve, "--cacert",
+                cacert, "-n", "1", "--cpu", "--timeout", str(int(timeout_s))]
         for option, flag in self.flags.items():
             if options.get(option):
                 argv += [flag, self.values.get(option, {}).get(options[option], options[option])]
-        return argv
+        for option, table in self.expand.items():
+            argv += table.get(options.get(option, ""), ())
+        return [*argv, *workload_args]
 
     def variant_label(self, options: dict[str, str]) -> str:
         short = {k: self.short.get(k, {}).get(v, v) for k, v in options.items()}
@@ -100,17 +108,33 @@ TOOLS: dict[str, Tool] = {tool.name: tool for tool in (
         flags={"backend": "--backend", "kex": "--groups"},
         values={"kex": KEX_GROUPS},
     ),
+    # The paper's non-adaptive video test: audio and video in parallel, paced like playout;
+    # two TLS/TCP connections, or one QUIC connection with two streams.
+    Tool(
+        name="video_download",
+        options={"protocol": ("quic", "tls1.3", "tls1.2"), "kex": tuple(KEX_GROUPS)},
+        defaults={"protocol": "quic", "kex": "x25519"},
+        label="video-{protocol}{kex}",
+        protocol="{protocol}",
+        workloads=("video",),
+        unavailable="not available yet: the video_download tool is still being built",
+        short={"kex": _KEX_SHORT},
+        flags={"kex": "--groups"},
+        values={"kex": KEX_GROUPS},
+        expand={"protocol": {"quic": ("--transport", "quic"),
+                             "tls1.3": ("--transport", "tcp", "--tls", "1.3"),
+                             "tls1.2": ("--transport", "tcp", "--tls", "1.2")}},
+    ),
     Tool(
         name="chromium",
         options={"protocol": ("quic", "tls1.2", "tls1.3")},
         defaults={"protocol": "quic"},
         label="chromium-{protocol}",
         protocol="{protocol}",
-        workloads=("web", "video"),
+        workloads=("web",),  # and video once the player mode lands
         command="browser_perf",  # clients/browser: one page load per fresh browser
         flags={"protocol": "--protocol"},
-        unavailable="not available yet: the client image has no browser (the headless "
-                    "Chromium client is still to be built)",
+        start_s=1.5,  # a fresh browser and profile per trial
     ),
 )}
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
-from quicbed import servers
+from quicbed import rowschema, servers
 from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT
 from quicbed.errors import PathMismatch
 from quicbed.paths import CACHE, STATE
@@ -129,15 +129,27 @@ class TestbedExecutor:
             raise TrialError(f"{trial.client.tool} gave no row (exit {proc.returncode}): "
                              f"{proc.stderr.strip()[-300:]}")
         row = rows[-1]
+        if "trace" in row:  # a player's per-second trace: a file beside the rows, not a cell
+            row["trace_file"] = self._write_trace(trial.trial_id, row.pop("trace"))
         row.update(cpu_client_pct=round(cpu[self.tb.client], 1),
                    cpu_server_pct=round(cpu[host], 1), tool_wall_s=round(wall, 3),
                    transfer_s=_transfer_s(row))
-        row["cpu_bound"] = max(cpu.values()) >= CPU_BOUND_PCT
+        # A tool may know better (a browser's processes during the load alone): either says so.
+        row["cpu_bound"] = bool(row.get("cpu_bound")) or max(cpu.values()) >= CPU_BOUND_PCT
         if row.get("error"):
             raise TrialError(row["error"], row)
         return row
 
     # -- helpers -------------------------------------------------------------------------
+    def _write_trace(self, trial_id: str, trace: object) -> str:
+        rel = rowschema.trace_path(trial_id)
+        path = self.run_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(trace))
+        tmp.replace(path)
+        return rel
+
     def _prepare_content(self) -> None:
         workload = self.exp.workload
         WORKLOADS[workload.kind].prepare_content(self.content_dir, workload.objects)
@@ -159,10 +171,11 @@ class TestbedExecutor:
 
     @staticmethod
     def _tool_argv(trial: Trial, address: str) -> list[str]:
-        path = WORKLOADS[trial.workload.kind].url_path(trial.object)
+        workload = WORKLOADS[trial.workload.kind]
         return TOOLS[trial.client.tool].argv(
-            f"https://{SERVER_NAME}/{path}", f"{SERVER_NAME}:443:{address}",
-            f"{CLIENT_PKI}/ca.pem", trial.timeout_s, trial.client.options)
+            f"https://{SERVER_NAME}/{workload.url_path(trial.object)}",
+            f"{SERVER_NAME}:443:{address}", f"{CLIENT_PKI}/ca.pem", trial.timeout_s,
+            trial.client.options, workload.tool_args(trial.workload.duration_s))
 
 
 def _transfer_s(row: dict[str, Any]) -> float | None:

@@ -7,32 +7,33 @@ import math
 from quicbed.workloads import object_bytes
 
 from .matrix import Condition, conditions, count_per_condition
-from .registry import HANDSHAKE_RTTS
-from .schema import Experiment
+from .registry import HANDSHAKE_RTTS, TOOLS
+from .schema import ClientVariant, Experiment
 
 # Measured by bench/overhead_bench.py on a 2-core host (india, UML router):
 SETUP_S = 42.0  # per condition: path up (~6 s), calibration (~34 s), servers (~1 s), teardown
-TRIAL_OVERHEAD_S = 0.1  # per trial: docker exec, tool start-up, row bookkeeping (median 0.09 s)
 INIT_WINDOW_BYTES = 10 * 1460
 
 
-def trial_seconds(exp: Experiment, cond: Condition, protocol: str, obj: str) -> float:
-    """Handshake + request + slow-start rounds + serialisation; a rough lower bound."""
+def trial_seconds(exp: Experiment, cond: Condition, client: ClientVariant, obj: str) -> float:
+    """Handshake + request + slow-start rounds + serialisation + the tool's own start-up (a
+    browser's is a second, a perf tool's a tenth); a rough lower bound."""
+    start = TOOLS[client.tool].start_s
     if exp.workload.kind == "video":
-        return (exp.workload.duration_s or 0) + TRIAL_OVERHEAD_S
+        return (exp.workload.duration_s or 0) + start
     rtt = cond.link.rtt_ms / 1000
     size = object_bytes(exp.workload.kind, obj)
     slow_start_rounds = math.log2(size / INIT_WINDOW_BYTES + 1)
     transfer = size * 8 / (cond.link.down.rate_mbit * 1e6)
-    rounds = HANDSHAKE_RTTS.get(protocol, 2) + 1 + slow_start_rounds
-    return rounds * rtt + transfer + TRIAL_OVERHEAD_S
+    rounds = HANDSHAKE_RTTS.get(client.protocol, 2) + 1 + slow_start_rounds
+    return rounds * rtt + transfer + start
 
 
 def estimate_seconds(exp: Experiment) -> float:
     total = 0.0
     for cond in conditions(exp):
         per_rep = sum(
-            trial_seconds(exp, cond, c.protocol, o)
+            trial_seconds(exp, cond, c, o)
             for c in exp.clients
             for o in exp.workload.objects
         )

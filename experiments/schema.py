@@ -31,6 +31,7 @@ from .links import Link
 from .registry import PARAM_AXES, SERVERS, TOOLS
 
 ORDERS = ("interleaved", "blocked", "shuffled")
+VIDEO_TIMEOUT_MARGIN_S = 60.0  # a video trial's default timeout: what it plays, plus this
 _TOP_KEYS = {
     "name",
     "description",
@@ -136,6 +137,12 @@ def _build(src: Source, text: str) -> Experiment:
         exp.seed = check_int(src, ("seed",), d["seed"], 0, 2**63)
     if "timeout_s" in d:
         exp.timeout_s = check_number(src, ("timeout_s",), d["timeout_s"], 0.1, 86_400)
+    played = workload.duration_s
+    if played and "timeout_s" not in d:
+        exp.timeout_s = played + VIDEO_TIMEOUT_MARGIN_S
+    elif played and exp.timeout_s <= played:
+        raise src.error(("timeout_s",), f"{exp.timeout_s:g} s is not longer than the "
+                        f"{played:g} s of video each trial plays (workload.duration_s)")
     exp.expect = check_list(
         src, ("expect",), d.get("expect", []), lambda p, v: _expect(src, p, v), allow_empty=True
     )

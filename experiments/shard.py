@@ -43,7 +43,7 @@ def parse_shard(text: str) -> Shard:
 
 def condition_seconds(exp: Experiment, cond: Condition) -> float:
     """The dry run's estimate for one condition: set-up, calibration and every trial."""
-    per_rep = sum(trial_seconds(exp, cond, c.protocol, o)
+    per_rep = sum(trial_seconds(exp, cond, c, o)
                   for c in exp.clients for o in exp.workload.objects)
     return SETUP_S + per_rep * len(exp.servers) * exp.repetitions
 

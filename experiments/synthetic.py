@@ -19,6 +19,8 @@ from .matrix import Condition, Trial
 from .registry import HANDSHAKE_RTTS
 from .runner import TrialError
 
+VIDEO_BIT_RATE = 2.628e6  # the ladder's top rendition and its audio (servers/content.py)
+
 
 class SyntheticExecutor:
     def __init__(self, delay_s: float = 0.0, seed: int = 0, fail: set[str] | None = None):
@@ -47,6 +49,9 @@ class SyntheticExecutor:
         ttfb = connect + rtt
         size = object_bytes(trial.workload.kind, trial.object)
         download = ttfb + size * 8 / (link.down.rate_mbit * 1e3)
+        if trial.workload.duration_s:  # a stream, paced by its playout: its length
+            size = int(trial.workload.duration_s * VIDEO_BIT_RATE / 8)
+            download = ttfb + trial.workload.duration_s * 1e3
         return {
             "tool": trial.client.tool,
             "connection_time_ms": round(connect, 3),

@@ -197,6 +197,29 @@ prebuild_caddy() {
   cp "$bindir/caddy-$ver" "$dest"
 }
 
+# The browser client's Python wheels (clients/browser/requirements.txt, hash-pinned), fetched
+# by the host's pip into $QUICBED_CACHE/wheels and copied to client/prebuilt/wheels: pip inside
+# `docker build` cannot verify TLS here (an egress proxy that only the host trusts). The
+# Dockerfile installs them offline (--no-index --require-hashes) for its CPython 3.13.
+prebuild_client_wheels() {
+  local req="$repo/clients/browser/requirements.txt" dest="$here/client/prebuilt/wheels" wheels
+  local -a pip
+  wheels=$(dirname "$cache")/wheels
+  rm -rf "$dest"
+  mkdir -p "$dest" "$wheels"
+  [[ -f "$req" ]] || return 0
+  if [[ -x "$repo/.venv/bin/python" ]]; then pip=("$repo/.venv/bin/python" -m pip); else pip=(python3 -m pip); fi
+  local -a target=(--require-hashes --no-deps --only-binary=:all: --implementation cp
+    --python-version 3.13 --abi cp313 --abi abi3 --abi none
+    --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -r "$req")
+  # From the cache when it holds them (pip checks every hash either way), else from the index.
+  if ! "${pip[@]}" download -q --no-index --find-links "$wheels" "${target[@]}" -d "$dest" 2>/dev/null; then
+    echo "images: downloading the browser client's wheels (clients/browser/requirements.txt)"
+    "${pip[@]}" download -q "${target[@]}" -d "$wheels"
+    "${pip[@]}" download -q --no-index --find-links "$wheels" "${target[@]}" -d "$dest"
+  fi
+}
+
 label_of() {
   docker image inspect -f '{{ index .Config.Labels "quicbed.inputs" }}' "$1" 2>/dev/null || true
 }
@@ -241,6 +264,7 @@ build_one() {
     "$here/base.sh" "$suite"
   done
   if [[ "$name" == caddy ]]; then prebuild_caddy; fi
+  if [[ "$name" == client ]]; then prebuild_client_wheels; fi
   echo "images: building $tag ($hash)"
   start=$SECONDS
   local -a args
@@ -254,11 +278,13 @@ build_one() {
         -f "${df#"$repo"/}" -t "$tag" - >"$log" 2>&1; then
     tail -40 "$log" >&2
     rm -f "$here/caddy/prebuilt/caddy"
+    rm -rf "$here/client/prebuilt/wheels"
     echo "images: building $tag failed (full log: $log)" >&2
     return 1
   fi
   rm -f "$log"
   if [[ "$name" == caddy ]]; then rm -f "$here/caddy/prebuilt/caddy"; fi
+  if [[ "$name" == client ]]; then rm -rf "$here/client/prebuilt/wheels"; fi
   mkdir -p "$cache"
   # Exactly <name>-<16 hex>.tar: "caddy-*" would also match caddy-debian's tar.
   rm -f "$cache/$name"-????????????????.tar

@@ -18,6 +18,7 @@ MANIFEST_FILE = "manifest.json"  # versions, conditions, calibrations, sessions
 LOCK_FILE = ".lock"  # one runner per run directory
 LOGS_DIR = "logs"  # logs/<condition>/<server>/: the servers' own logs
 REPORT_DIR = "report"  # report.md, report.html and the figures
+TRACES_DIR = "traces"  # traces/<trial id with / as ~>.json: a player's per-second trace
 
 
 @dataclass(frozen=True)
@@ -121,9 +122,26 @@ BROWSER = _columns(
     ("lcp_ms", "ms", "largest contentful paint (LCP API)"),
     ("resources", "", "subresources fetched (the document not counted)"),
     ("resource_protocols", "", "nextHopProtocol -> resources, the document included"),
-    ("connections", "", "connections the browser opened for the page"),
+    ("connections", "", "connections the client opened"),
     ("browser_cpu_ms", "ms", "CPU time of the browser's processes, navigation to load end"),
     ("browser_cpu_pct", "%", "browser_cpu_ms / page_load_time_ms, of one core"),
+)
+# What video_download (clients/perf) adds to the perf tools' columns; its TOOL columns are
+# the first connection's (connection_time_ms: the paper's handshake time) and the whole
+# download's (throughput_mbps: the overall download rate).
+VIDEO_DOWNLOAD = _columns(
+    ("video_rate_mbps", "Mbit/s", "the video stream's bytes over its busy download time"),
+    ("audio_rate_mbps", "Mbit/s", "the audio stream's bytes over its busy download time"),
+    ("video_bytes", "B", "the video stream's body bytes"),
+    ("audio_bytes", "B", "the audio stream's body bytes"),
+    ("segments", "", "media segments fetched, both streams"),
+    ("rendition", "", "the video rendition fetched (720p...)"),
+    ("media_s", "s", "seconds of media fetched"),
+    ("startup_ms", "ms", "start to the first media segment of both streams"),
+    ("late_segments", "", "segments that arrived after their playout time"),
+    ("stalls", "", "times the playout clock waited for a segment"),
+    ("stall_ms", "ms", "total time the playout clock waited"),
+    ("second_connection_time_ms", "ms", "TCP: the audio connection's handshake"),
 )
 # Video QoE (the streaming client, not yet built): the analysis already reads them.
 STREAMING = _columns(
@@ -132,12 +150,26 @@ STREAMING = _columns(
     ("stall_durations_ms", "ms", "each stall's length"),
     ("quality_switches", "", "representation changes"),
     ("lowest_quality", "", "lowest representation played"),
+    ("trace_file", "", "the per-second trace beside the rows (traces/...)"),
+    ("stall_total_ms", "ms", "the stalls' total length"),
+    ("longest_stall_ms", "ms", "the longest stall"),
+    ("switches_up", "", "switches to a higher bitrate"),
+    ("switches_down", "", "switches to a lower bitrate"),
+    ("seconds_at_resolution", "s", "played seconds per resolution ({\"720p\": 12.5})"),
+    ("mean_height", "", "time-weighted mean of the played resolution's lines"),
+    ("mean_bitrate_kbps", "kbit/s", "mean bitrate of the rendition played, per second"),
+    ("dropped_frames", "", "frames the browser dropped"),
+    ("total_frames", "", "frames the browser decoded"),
+    ("played_s", "s", "media time played"),
+    ("player", "", "the player and its version (dash.js 5.2.1)"),
+    ("player_settings", "", "the player's buffer and ABR settings"),
 )
 SWEEP_PREFIX = "param_"  # a swept axis's value, e.g. param_server.tcp_cc
 CLASH_PREFIX = "tool_"  # a tool value that disagrees with an axis of the same name
 
 COLUMNS: dict[str, Column] = {c.name: c for group in (AXES, TOOL, TOOL_OPTIONAL, BROWSER,
-                                                       EXECUTOR, RUNNER, STREAMING)
+                                                       VIDEO_DOWNLOAD, EXECUTOR, RUNNER,
+                                                       STREAMING)
                              for c in group}
 
 # Every row has these, even when the tool or the executor did not supply them.
@@ -167,7 +199,7 @@ ANALYSIS_DEFAULTS: dict[str, object] = {
     "startup_delay_ms": _NAN, "stall_count": _NAN, "stall_durations_ms": None,
     "quality_switches": _NAN, "lowest_quality": None,
     "page_load_time_ms": _NAN, "dom_content_loaded_ms": _NAN, "fcp_ms": _NAN, "lcp_ms": _NAN,
-    "browser_cpu_ms": _NAN,
+    "browser_cpu_ms": _NAN, "stall_ms": _NAN, "stall_total_ms": _NAN,
 }
 
 # The values of the `protocol` column: QUIC and the two TLS versions over TCP.
@@ -184,6 +216,11 @@ METRICS: dict[str, str] = {
     "fcp": "fcp_ms",
     "lcp": "lcp_ms",
 }
+
+
+def trace_path(trial_id: str) -> str:
+    """Where a trial's trace lives in its run directory (trial ids contain slashes)."""
+    return f"{TRACES_DIR}/{trial_id.replace('/', '~')}.json"
 
 
 def is_known(column: str) -> bool:

@@ -182,20 +182,49 @@ def make_pdf(name: str, size: int) -> bytes:
     return bytes(out)
 
 
+def _fill_paragraphs(target: int, head: str, tail: str, text: Callable[[int], str]) -> bytes:
+    """head + <p>text</p> paragraphs + tail, exactly target bytes (ASCII only). Whole
+    paragraphs while they fit; the last one's text is shortened (never a tag cut in two)."""
+    room = target - len(head) - len(tail)
+    if room < 0:
+        raise ValueError(f"{target} bytes cannot hold the page's {len(head) + len(tail)} bytes of tags")
+    parts, size, i = [head], 0, 0
+    while True:
+        piece = f"<p>{text(i)}</p>\n"
+        if size + len(piece) > room:
+            break
+        parts.append(piece)
+        size += len(piece)
+        i += 1
+    rest = room - size
+    empty = len("<p></p>\n")
+    # piece did not fit, so its text is longer than rest - empty: a prefix of it fills exactly.
+    parts.append(f"<p>{piece[3:3 + rest - empty]}</p>\n" if rest > empty else "\n" * rest)
+    parts.append(tail)
+    return "".join(parts).encode()
+
+
 def make_html(name: str, size: int, refs: Iterable[str] = ()) -> bytes:
-    """An HTML page referencing refs (css in head, js at the end, images/json/pdf inline)."""
+    """An HTML page that makes a browser fetch every ref: stylesheets in <head> (render-
+    blocking), data (json, pdf) preloaded from <head> and linked in the body, images inline,
+    scripts at the end of <body>. Text paragraphs fill it to exactly size bytes."""
     w = _Words(name)
     refs = list(refs)
-    head = "".join(f'<link rel="stylesheet" href="{r}">\n' for r in refs if r.endswith(".css"))
+    data = [r for r in refs if r.endswith((".pdf", ".json"))]
+    # use-credentials: the same connection as the page's other requests (an anonymous CORS
+    # request would go on a connection of its own).
+    head = "".join(f'<link rel="stylesheet" href="{r}">\n' for r in refs if r.endswith(".css")) \
+        + "".join(f'<link rel="preload" href="{r}" as="fetch" crossorigin="use-credentials">\n'
+                  for r in data)
     body = "".join(
         f'<img src="{r}" alt="{w.word()}" width="128">\n' for r in refs
         if r.endswith((".png", ".svg"))
-    ) + "".join(f'<a href="{r}">{w.word()}</a>\n' for r in refs if r.endswith((".pdf", ".json")))
+    ) + "".join(f'<a href="{r}">{w.word()}</a>\n' for r in data)
     scripts = "".join(f'<script src="{r}"></script>\n' for r in refs if r.endswith(".js"))
     start = (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
              f"<title>{name}</title>\n{head}</head>\n<body>\n<h1>{w.sentence(5)}</h1>\n{body}")
     end = f"{scripts}</body>\n</html>\n"
-    return _fill(size, lambda i: f"<p>{w.sentence(14)}</p>\n", head=start, tail=end)
+    return _fill_paragraphs(size, start, end, lambda i: w.sentence(14))
 
 
 # Per-type objects at web/ (sizes near the HTTP Archive's medians per type, rounded).
@@ -236,7 +265,7 @@ def web_files() -> dict[str, bytes]:
 # ---------------------------------------------------------------- manifest and locking
 
 @contextmanager
-def _locked(root: Path) -> Iterator[dict]:
+def locked(root: Path) -> Iterator[dict]:
     """Exclusive lock on root (two runs may share the cache) and the manifest to update."""
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
@@ -260,7 +289,7 @@ def load_manifest(root: Path) -> dict:
     return manifest
 
 
-def _current(root: Path, manifest: dict, rel: str) -> bool:
+def is_current(root: Path, manifest: dict, rel: str) -> bool:
     """Listed and the right size: cheap enough to check on every run (no re-hash)."""
     entry = manifest["files"].get(rel)
     try:
@@ -269,7 +298,7 @@ def _current(root: Path, manifest: dict, rel: str) -> bool:
         return False
 
 
-def _write_atomic(root: Path, rel: str, chunks: Iterable[bytes]) -> dict:
+def write_atomic(root: Path, rel: str, chunks: Iterable[bytes]) -> dict:
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -303,9 +332,12 @@ def verify_content(root: Path) -> list[str]:
 # ---------------------------------------------------------------- workloads
 
 def _ensure_web(root: Path, manifest: dict) -> None:
+    # The web files are made in memory anyway: their digests also catch a cache made by an
+    # older generator (same sizes, other bytes, e.g. a landing page whose tag was cut).
     for rel, data in web_files().items():
-        if not _current(root, manifest, rel):
-            manifest["files"][rel] = _write_atomic(root, rel, [data])
+        if (not is_current(root, manifest, rel)
+                or manifest["files"][rel].get("sha256") != hashlib.sha256(data).hexdigest()):
+            manifest["files"][rel] = write_atomic(root, rel, [data])
 
 
 def ensure_files(root: Path, names: Iterable[str]) -> list[Path]:
@@ -315,14 +347,14 @@ def ensure_files(root: Path, names: Iterable[str]) -> list[Path]:
     unknown = [n for n in names if n not in CLOUD_SIZES]
     if unknown:
         raise ContentError(f"unknown cloud file(s) {unknown}; valid: {', '.join(CLOUD_SIZES)}")
-    with _locked(root) as manifest:
+    with locked(root) as manifest:
         for name in names:
             rel = f"cloud/{name}"
-            if not _current(root, manifest, rel):
+            if not is_current(root, manifest, rel):
                 free = shutil.disk_usage(root).free
                 if free < CLOUD_SIZES[name] + GiB:
                     raise ContentError(f"{rel} needs {CLOUD_SIZES[name]} bytes; {free} free")
-                manifest["files"][rel] = _write_atomic(root, rel, stream(rel, CLOUD_SIZES[name]))
+                manifest["files"][rel] = write_atomic(root, rel, stream(rel, CLOUD_SIZES[name]))
     return [root / "cloud" / n for n in names]
 
 
@@ -333,7 +365,7 @@ def ensure_content(root: Path, workloads: set[str], video_seconds: int = 30) -> 
     if bad:
         raise ContentError(f"unknown workload(s) {sorted(bad)}; valid: {', '.join(WORKLOADS)}")
     if "web" in workloads:
-        with _locked(root) as manifest:
+        with locked(root) as manifest:
             _ensure_web(root, manifest)
     if "cloud" in workloads:
         ensure_files(root, CLOUD_DEFAULT)
@@ -350,6 +382,7 @@ def ensure_content(root: Path, workloads: set[str], video_seconds: int = 30) -> 
 LADDER = [("144p", 256, 144, 150), ("240p", 426, 240, 300), ("360p", 640, 360, 700),
           ("480p", 854, 480, 1200), ("720p", 1280, 720, 2500)]
 AUDIO_KBPS = 128
+VIDEO_SECONDS = 180  # the paper streamed for 3 minutes; experiments play up to this much
 FPS = 30
 SEGMENT_SECONDS = 2
 PROGRESSIVE_MB = (1, 10, 50, 100)
@@ -423,10 +456,10 @@ def ensure_video(root: Path, seconds: int = 30) -> None:
               "segment_seconds": SEGMENT_SECONDS, "progressive_mb": PROGRESSIVE_MB,
               "progressive_kbps": PROGRESSIVE_KBPS}
     params = json.loads(json.dumps(params))  # tuples -> lists, to compare with the stored JSON
-    with _locked(root) as manifest:
+    with locked(root) as manifest:
         video = {rel: e for rel, e in manifest["files"].items() if rel.startswith("video/")}
         if (manifest["params"].get("video") == params and video
-                and all(_current(root, manifest, rel) for rel in video)):
+                and all(is_current(root, manifest, rel) for rel in video)):
             return
         for rel in video:
             manifest["files"].pop(rel)

@@ -114,11 +114,11 @@ def streaming_rows(rng, m, base, params) -> list[dict]:
     for loss in (0.0, 1.0, 5.0, 10.0):
         factor = 1 + loss / 5 * (0.6 if quic else 1.0)
         stalls = int(rng.poisson(loss / 2))
+        durations = list(rng.gamma(4, (150 if quic else 225), size=stalls))
         rows.append({**base, "workload": "streaming", "object": "dash", "loss_pct": loss,
                      "startup_delay_ms": 600 * factor * (1 + 0.05 * rng.standard_normal()),
-                     "stall_count": stalls,
-                     "stall_durations_ms": list(rng.gamma(4, (150 if quic else 225),
-                                                          size=stalls)),
+                     "stall_count": stalls, "stall_durations_ms": durations,
+                     "stall_total_ms": float(sum(durations)),
                      "quality_switches": int(rng.poisson(1 + loss)),
                      "lowest_quality": "144p" if loss >= 5 else "480p"})
     return rows

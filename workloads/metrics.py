@@ -43,7 +43,10 @@ CLOUD_DOWNLOAD = Metric("download_time_ms", "Download time", "ms", ("cloud",), p
 VIDEO_CONNECTION = Metric("connection_time_ms", "Connection time", "ms", ("video",))
 VIDEO_THROUGHPUT = Metric("throughput_mbps", "Download rate", "Mbit/s", ("video",),
                           per_rtt=False)
+VIDEO_STALL = Metric("stall_ms", "Playout stall time", "ms", ("video",), per_rtt=False)
 STARTUP = Metric("startup_delay_ms", "Startup delay", "ms", (STREAMING,), per_rtt=False)
+STALL_TIME = Metric("stall_total_ms", "Stall time", "ms", (STREAMING,), per_rtt=False)
+SWITCHES = Metric("quality_switches", "Quality switches", "", (STREAMING,), per_rtt=False)
 PAGE_CONNECTION = Metric("connection_time_ms", "Connection time", "ms", (PAGELOAD,))
 PAGE_TTFB = Metric("ttfb_ms", "TTFB", "ms", (PAGELOAD,))
 PAGE_FCP = Metric("fcp_ms", "First contentful paint", "ms", (PAGELOAD,))

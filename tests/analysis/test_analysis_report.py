@@ -43,7 +43,7 @@ def test_every_figure_exists_non_empty_and_is_referenced(full_report):
     assert {"cdf_connection_time_timing_ms", "cdf_connection_time_timing_rtt",
             "cdf_ttfb_timing_ms", "cdf_download_time_timing_rtt", "cloud_throughput_vs_size",
             "cloud_cpu_over_time", "cdf_connection_time_video_ms", "streaming_startup_delay",
-            "streaming_stall_durations", "pageload_vs_download",
+            "streaming_stall_durations", "streaming_against_loss", "pageload_vs_download",
             "cdf_page_load_time_pageload_rtt", "cdf_connection_time_pageload_ms"} <= names
     for f in files:
         assert f.stat().st_size > 1000

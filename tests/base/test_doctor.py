@@ -19,8 +19,9 @@ from quicbed.errors import EnvironmentProblem
 from quicbed.paths import CACHE, REPO
 
 # Python files whose commands run inside a container image, not on the host.
-IN_IMAGES = {"clients/perf/wirecheck.py"}
-SOURCES = ("quicbed", "topology", "servers", "experiments", "analysis", "bench", "clients")
+IN_IMAGES = {"clients/perf/wirecheck.py", "clients/browser/browser_perf.py"}
+SOURCES = ("quicbed", "topology", "servers", "experiments", "analysis", "bench", "clients",
+           "workloads")
 # Calls whose first argument is an argv run with the host's binaries (host.exec is the
 # container's, and is left out on purpose).
 HOST_RUNNERS = {"run", "Popen", "popen_argv", "in_netns", "check_output", "check_call", "call",

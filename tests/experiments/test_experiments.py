@@ -212,14 +212,28 @@ def test_cloud_workload_and_what_cannot_run_yet():
         )
     )
     assert cloud.workload.objects == ("1KB", "2GB") and "2GB" in dry_run(cloud)
-    # Until the browser and the video client exist, naming them is refused at validation.
+    # The video workload runs with the video clients only, once they are built.
     video = GOOD.replace("{kind: web, objects: [index.html, sample.png]}",
                          "{kind: video, duration_s: 60}")
-    with pytest.raises(ExperimentError, match="workload kind 'video' is not available yet"):
+    with pytest.raises(ExperimentError, match="tls_perf cannot run the video workload"):
         parse_experiment(video)
-    chromium = GOOD.replace("  - quic_perf", "  - {tool: chromium, protocol: [quic, tls1.3]}")
-    with pytest.raises(ExperimentError, match="client tool 'chromium' is not available yet"):
-        parse_experiment(chromium)
+    video = video.replace("  - quic_perf", "  - {tool: video_download, protocol: quic}")
+    video = "\n".join(line for line in video.splitlines() if "tls_perf" not in line)
+    with pytest.raises(ExperimentError, match="'video_download' is not available yet"):
+        parse_experiment(video)
+    # The browser loads pages: one variant per protocol, its argv the client contract's.
+    chromium = parse_experiment(GOOD.replace(
+        "  - quic_perf", "  - {tool: chromium, protocol: [quic, tls1.3, tls1.2]}"))
+    labels = [c.label for c in chromium.clients if c.tool == "chromium"]
+    assert labels == ["chromium-quic", "chromium-tls1.3", "chromium-tls1.2"]
+    trial = trials(chromium, conditions(chromium)[0])[-1]
+    assert trial.client.label == "chromium-tls1.2"
+    argv = TestbedExecutor._tool_argv(trial, "10.77.2.10")
+    assert argv[0] == "browser_perf" and argv[-2:] == ["--protocol", "tls1.2"]
+    assert argv[argv.index("--resolve") + 1] == "server.quicbed:443:10.77.2.10"
+    with pytest.raises(ExperimentError, match="chromium cannot run the cloud workload"):
+        parse_experiment(GOOD.replace("  - quic_perf", "  - chromium").replace(
+            "{kind: web, objects: [index.html, sample.png]}", "{kind: cloud, files: [1KB]}"))
 
 
 def test_condition_link_is_the_topology_profile_with_sweep_applied():

@@ -1,0 +1,137 @@
+"""Page loads in headless Chromium (clients/browser) on the india path (prints figures; asserts
+nothing).
+
+Per protocol (QUIC, TLS 1.3, TLS 1.2 over TCP), N loads of one landing page against one server,
+each in a fresh browser: the page load time (median and IQR), the document's connection time
+÷ the calibrated RTT against theory (QUIC 1, TLS 1.3 2, TLS 1.2 2: Chromium always uses False
+Start), the browser's own time in the handshake (connection time − n·RTT), client CPU per load
+and how many loads were CPU-bound (the browser's processes used >= 90 % of a core over the
+load). Then, from captures on the client's emulated interface (decrypted with the browser's key
+log, checked by wirecheck.py), the same endpoint time from the wire: handshake done − the first
+packet − n × the first RTT on the wire, and the browser's time from connectStart to its first
+packet. A Markdown table on stdout.
+
+    .venv/bin/python bench/browser_bench.py [--reps 20] [--captures 5] [--page pages/media]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from quicbed.paths import CACHE
+from quicbed.servers import content
+from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
+from quicbed.topology.calibrate import check_rtt
+from quicbed.topology.net import server_address
+from quicbed.topology.profiles import load_profile
+
+PROTOCOLS = {"quic": 1, "tls1.3": 2, "tls1.2": 2}  # fresh connection's RTTs in Chromium
+
+
+def argv(address: str, page: str, protocol: str, reps: int) -> list[str]:
+    return ["browser_perf", "--url", f"https://{SERVER_NAME}/web/{page}/index.html",
+            "--resolve", f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem",
+            "-n", str(reps), "--cpu", "--timeout", "30", "--protocol", protocol]
+
+
+def loads(tb, command: list[str], reps: int) -> list[dict]:  # noqa: ANN001
+    proc = tb.client.exec(command, timeout=60 + 20 * reps)
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    bad = [r["error"] for r in rows if r["error"]]
+    if bad:
+        print(f"<!-- {len(bad)} error rows left out: {bad[:3]} -->")
+    return [r for r in rows if not r["error"]]
+
+
+def captured(tb, command: list[str]) -> dict | None:  # noqa: ANN001
+    """One load under tcpdump on the client's emulated interface, checked by wirecheck.py
+    (tests/capture_shell.py's recipe): the row and the wire events."""
+    stem = "/tmp/bb"
+    shell = (
+        f"rm -f {stem}.pcap {stem}.keys {stem}.err && (tcpdump --immediate-mode -B 131072 -Z "
+        f"root -i client-eth0 -w {stem}.pcap 'port 443' 2>{stem}.err & echo $! > {stem}.pid) "
+        f"&& i=0 && while ! grep -q listening {stem}.err && [ $i -lt 100 ]; do sleep 0.05; "
+        f"i=$((i+1)); done; {' '.join(command)} --keylog {stem}.keys > {stem}.json; sleep 0.3; "
+        f"kill $(cat {stem}.pid); sleep 0.3; wirecheck.py --pcap {stem}.pcap --row {stem}.json "
+        f"--keylog {stem}.keys --json; cat {stem}.json"
+    )
+    out = tb.client.exec(["sh", "-c", shell], timeout=120).stdout.strip().splitlines()
+    try:
+        check, row = json.loads(out[-2]), json.loads(out[-1])
+    except (IndexError, json.JSONDecodeError):
+        return None
+    return None if row["error"] else {"row": row, "wire": check}
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def cell(values: list[float], spec: str = ".0f") -> str:
+    if not values:
+        return "-"
+    if len(values) < 2:
+        return format(values[0], spec)
+    q1, q2, q3 = quartiles(values)
+    return f"{q2:{spec}} [{q1:{spec}}–{q3:{spec}}]"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=20, help="loads per protocol")
+    parser.add_argument("--captures", type=int, default=5, help="captured loads per protocol")
+    parser.add_argument("--page", default="pages/media", help="web object (a landing page)")
+    parser.add_argument("--server", default="nginx")
+    parser.add_argument("--profile", default="india")
+    parser.add_argument("--backend", default="auto", help="auto, netem, uml or delayline")
+    args = parser.parse_args()
+    root = content.ensure_content(CACHE / "content", {"web"})
+    profile = load_profile(args.profile)
+    with tempfile.TemporaryDirectory() as tmp, served_testbed(
+            profile, [args.server], log_root=Path(tmp) / "logs", pki_dir=Path(tmp) / "pki",
+            content_dir=root, start=True, backend=args.backend) as (tb, hosts):
+        calibration = check_rtt(tb, 30)
+        rtt = calibration.measured
+        address = server_address(tb.servers.index(hosts[args.server]))
+        results = {}
+        for protocol in PROTOCOLS:
+            rows = loads(tb, argv(address, args.page, protocol, args.reps), args.reps)
+            wires = [c for c in (captured(tb, argv(address, args.page, protocol, 1))
+                                 for _ in range(args.captures)) if c]
+            results[protocol] = rows, wires
+        print(f"\n{args.profile} via {tb.backend.name}: configured RTT {profile.rtt_ms:g} ms, "
+              f"calibrated {rtt:.2f} ms ({'passed' if calibration.passed else 'FAILED'}); "
+              f"{args.server}, web/{args.page}, {args.reps} loads per protocol, each in a fresh "
+              f"Chromium; {args.captures} more captured. Median [IQR].\n")
+        print("| protocol | loads | page load ms | FCP ms | connection ÷ RTT (theory) | "
+              "endpoint ms (conn − n·RTT) | endpoint ms, wire | before 1st packet ms | "
+              "browser CPU s/load | CPU % of a core | CPU-bound |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for protocol, (rows, wires) in results.items():
+            n = PROTOCOLS[protocol]
+            wire_endpoint = [
+                (w["row"]["t_handshake"] - w["wire"]["events"]["start"]["wire"]) * 1e3
+                - n * w["wire"]["wire_first_rtt_ms"] for w in wires]
+            before = [
+                (w["wire"]["events"]["start"]["wire"] - w["row"]["t_handshake"]) * 1e3
+                + w["row"]["connection_time_ms"] for w in wires]
+            print(f"| {protocol} | {len(rows)} "
+                  f"| {cell([r['page_load_time_ms'] for r in rows])} "
+                  f"| {cell([r['fcp_ms'] for r in rows if r['fcp_ms'] is not None])} "
+                  f"| {cell([r['connection_time_ms'] / rtt for r in rows], '.2f')} ({n}) "
+                  f"| {cell([r['connection_time_ms'] - n * rtt for r in rows], '.1f')} "
+                  f"| {cell(wire_endpoint, '.1f')} | {cell(before, '.1f')} "
+                  f"| {cell([r['browser_cpu_ms'] / 1e3 for r in rows], '.2f')} "
+                  f"| {cell([r['browser_cpu_pct'] for r in rows])} "
+                  f"| {sum(bool(r['cpu_bound']) for r in rows)}/{len(rows)} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,322 @@
+"""The browser client's pure logic (clients/browser/browser_perf.py, loaded by path: it runs in
+the client image, where Playwright is, and imports only the standard library at the top) and
+the landing pages it loads (servers/content.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from quicbed import rowschema
+from quicbed.paths import REPO
+from quicbed.servers import content
+from quicbed.workloads.kinds import object_bytes
+
+
+def _load_browser_perf():  # noqa: ANN202
+    path = REPO / "clients" / "browser" / "browser_perf.py"
+    spec = importlib.util.spec_from_file_location("browser_perf", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["browser_perf"] = module  # dataclasses look the module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+bp = _load_browser_perf()
+URL = "https://server.quicbed/web/pages/news/index.html"
+BASE = "https://server.quicbed/web/pages/news/"
+
+
+@pytest.fixture
+def ca(tmp_path: Path) -> str:
+    path = tmp_path / "ca.pem"
+    path.write_text("-----BEGIN CERTIFICATE-----\n")
+    return str(path)
+
+
+def _argv(ca: str, *extra: str) -> list[str]:
+    return ["--url", URL, "--resolve", "server.quicbed:443:10.0.2.10", "--cacert", ca, "-n", "1",
+            "--cpu", "--timeout", "30", *extra]
+
+
+# ------------------------------------------------------------------------------ arguments
+
+def test_the_contract_parses(ca: str) -> None:
+    args = bp.parse_args(_argv(ca, "--protocol", "tls1.2"))
+    assert (args.protocol, args.repetitions, args.timeout, args.cpu) == ("tls1.2", 1, 30.0, True)
+    assert args.resolve == [bp.Resolve("server.quicbed", 443, "10.0.2.10")]
+
+
+@pytest.mark.parametrize("extra", [
+    ("--protocol", "tls1.1"), ("--bogus",), ("-n", "0"), ("-n", "two"), ("--timeout", "-1"),
+    ("--timeout", "soon"), ("--resolve", "server.quicbed:443"), ("--pause", "-5"),
+])
+def test_bad_flags_and_values_are_usage_errors(ca: str, extra: tuple[str, ...]) -> None:
+    with pytest.raises(bp.UsageError):
+        bp.parse_args(_argv(ca, *extra))
+
+
+def test_usage_error_exits_2_with_one_line(ca: str, capsys: pytest.CaptureFixture) -> None:
+    assert bp.main(_argv(ca, "--protocol", "h2c")) == bp.EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("browser_perf: usage error")
+    assert bp.main(["--url", URL]) == bp.EXIT_USAGE  # --cacert missing
+    assert bp.main(_argv("/nonexistent/ca.pem")) == bp.EXIT_USAGE
+
+
+@pytest.mark.parametrize(("argv", "why"), [
+    (["--url", "http://server.quicbed/x"], "https"),
+    (["--duration", "30"], "video"),
+    (["--url", "https://other.quicbed/x"], "no --resolve"),
+])
+def test_valid_requests_it_cannot_do_exit_3(ca: str, capsys: pytest.CaptureFixture,
+                                            argv: list[str], why: str) -> None:
+    full = _argv(ca)
+    if argv[0] == "--url":
+        full[1] = argv[1]
+    else:
+        full += argv
+    assert bp.main(full) == bp.EXIT_UNSUPPORTED
+    out, err = capsys.readouterr()
+    assert out == "" and why in err and err.count("\n") == 1
+
+
+# ------------------------------------------------------------------------------ flags
+
+@pytest.mark.parametrize(("protocol", "present", "absent"), [
+    ("quic", ["--enable-quic", "--origin-to-force-quic-on=server.quicbed:443"],
+     ["--disable-quic"]),
+    ("tls1.3", ["--disable-quic", "--ssl-version-min=tls1.3"], ["--enable-quic"]),
+    ("tls1.2", ["--disable-quic", "--ssl-version-max=tls1.2"], ["--enable-quic"]),
+])
+def test_chromium_flags_pin_the_protocol(ca: str, protocol: str, present: list[str],
+                                         absent: list[str]) -> None:
+    flags = bp.chromium_args(bp.parse_args(_argv(ca, "--protocol", protocol)))
+    assert set(present) <= set(flags) and not set(absent) & set(flags)
+    # Names only from --resolve, never DNS; certificates are checked (the run's CA is trusted
+    # through the fresh HOME's NSS database instead).
+    assert "--host-resolver-rules=MAP server.quicbed 10.0.2.10, MAP * ~NOTFOUND" in flags
+    assert not any(f.startswith("--ignore-certificate-errors") for f in flags)
+    assert {"--disable-background-networking", "--disable-component-update"} <= set(flags)
+
+
+# ------------------------------------------------------------------------------ the row
+
+def _entry(name: str, hop: str = "h3", size: int = 1000, **times: float) -> dict:
+    return {"name": name, "nextHopProtocol": hop, "encodedBodySize": size,
+            "responseStatus": 200, **times}
+
+
+def _perf(hop: str = "h3", sub_hop: str | None = None) -> dict:
+    nav = _entry(URL, hop, 8192, connectStart=4.0, secureConnectionStart=4.0 if hop == "h3"
+                 else 84.0, connectEnd=168.0, requestStart=168.5, responseStart=250.0,
+                 responseEnd=251.0, domContentLoadedEventEnd=380.0, loadEventEnd=400.5)
+    return {"timeOrigin": 1_700_000_000_000.0, "navigation": nav, "fcp": 390.0, "lcp": 392.0,
+            "resources": [_entry(BASE + "asset0.css", sub_hop or hop, 4096),
+                          _entry(BASE + "asset1.js", sub_hop or hop, 3072),
+                          _entry(BASE + "asset2.png", hop, 2763)]}
+
+
+def _net(hop: str = "h3", security: str = "QUIC") -> dict:
+    doc = {"url": URL, "protocol": hop, "status": 200, "connectionId": 37,
+           "remoteIPAddress": "10.0.2.10", "remotePort": 443,
+           "securityDetails": {"protocol": security, "cipher": "AES_128_GCM",
+                               "keyExchangeGroup": "X25519MLKEM768"}}
+    subs = [{"url": BASE + n, "protocol": hop, "status": 200, "connectionId": 37,
+             "securityDetails": {"protocol": security}} for n in ("asset0.css", "asset1.js")]
+    return {"document": doc, "responses": [doc, *subs],
+            "requests": [URL, BASE + "asset0.css", BASE + "asset1.js", BASE + "asset2.png"],
+            "failures": []}
+
+
+def test_row_from_the_browser_timings() -> None:
+    row = bp.build_row(bp.empty_row("tls1.3", URL, 0), _perf("h2"), _net("h2", "TLS 1.3"))
+    assert row["connection_time_ms"] == 164.0  # connectEnd - connectStart
+    assert (row["ttfb_ms"], row["download_time_ms"]) == (250.0, 251.0)
+    assert (row["page_load_time_ms"], row["dom_content_loaded_ms"]) == (400.5, 380.0)
+    assert (row["fcp_ms"], row["lcp_ms"]) == (390.0, 392.0)
+    assert row["t_start"] == 1_700_000_000.0
+    assert row["t_connect"] == 1_700_000_000.084  # TCP: secureConnectionStart
+    assert row["t_handshake"] == 1_700_000_000.168
+    assert row["t_first_byte"] == 1_700_000_000.25
+    assert row["t_done"] == 1_700_000_000.4005  # loadEventEnd
+    assert row["bytes"] == 8192 + 4096 + 3072 + 2763  # encodedBodySize, document included
+    assert (row["resources"], row["resource_protocols"], row["connections"]) == (3, {"h2": 4}, 1)
+    assert (row["http_version"], row["tls_version"], row["http_status"]) == ("2", "TLSv1.3", 200)
+    assert (row["cipher"], row["tls_group"]) == ("AES_128_GCM", "X25519MLKEM768")
+    assert (row["client_cpu_ms"], row["throughput_mbps"], row["resumed"]) == (None, None, False)
+    assert set(row) == set(bp.ROW_KEYS)
+
+
+def test_quic_row_carries_tls13_and_connects_at_the_handshake() -> None:
+    row = bp.build_row(bp.empty_row("quic", URL, 2), _perf("h3"), _net("h3", "QUIC"))
+    assert (row["http_version"], row["tls_version"], row["rep"]) == ("3", "TLSv1.3", 2)
+    assert row["t_connect"] == row["t_handshake"]
+
+
+def test_every_schema_column_of_the_tools_and_the_browser_is_in_the_row() -> None:
+    tool = {c.name for c in rowschema.TOOL}
+    browser = {c.name for c in rowschema.BROWSER}
+    assert tool | browser <= set(bp.ROW_KEYS)
+    assert all(rowschema.is_known(key) for key in bp.ROW_KEYS)  # cpu_bound: the executor's
+
+
+@pytest.mark.parametrize(("cpu_ms", "pct", "bound"), [(450.0, 112.4, True), (200.0, 49.9, False),
+                                                      (360.0, 89.9, False)])
+def test_browser_cpu_share(cpu_ms: float, pct: float, bound: bool) -> None:
+    row = bp.empty_row("quic", URL, 0)
+    row["page_load_time_ms"] = 400.5
+    bp.add_cpu(row, cpu_ms)
+    assert (row["browser_cpu_pct"], row["cpu_bound"]) == (pct, bound)
+
+
+# ------------------------------------------------------------------------------ the proof
+
+def test_all_over_the_asked_protocol_passes() -> None:
+    assert bp.judge("quic", URL, _perf("h3"), _net("h3", "QUIC")) == ""
+    assert bp.judge("tls1.2", URL, _perf("h2"), _net("h2", "TLS 1.2")) == ""
+
+
+def test_one_subresource_over_another_protocol_is_an_error() -> None:
+    error = bp.judge("quic", URL, _perf("h3", sub_hop="h2"), _net("h3", "QUIC"))
+    assert error.startswith("protocol: asked quic (h3): ") and "asset0.css over h2" in error
+
+
+def test_the_wrong_tls_version_is_an_error() -> None:
+    error = bp.judge("tls1.2", URL, _perf("h2"), _net("h2", "TLS 1.3"))
+    assert error.startswith("protocol:") and "TLS 1.3" in error
+
+
+def test_a_resource_from_another_host_is_an_error() -> None:
+    perf, net = _perf("h3"), _net("h3", "QUIC")
+    net["requests"].append("https://cdn.example/lib.js")
+    error = bp.judge("quic", URL, perf, net)
+    assert error.startswith("protocol:") and "not from server.quicbed" in error
+    net["requests"][-1] = "data:image/png;base64,AAAA"  # no network: fine
+    assert bp.judge("quic", URL, perf, net) == ""
+
+
+def test_the_favicon_is_not_a_resource_of_the_page() -> None:
+    perf, net = _perf("h3"), _net("h3", "QUIC")
+    perf["resources"].append(_entry("https://server.quicbed/favicon.ico", ""))
+    net["requests"].append("https://server.quicbed/favicon.ico")
+    net["failures"].append({"url": "https://server.quicbed/favicon.ico", "errorText": ""})
+    bp.drop_favicon(perf, net)
+    assert bp.judge("quic", URL, perf, net) == bp.http_problems(perf, net, URL) == ""
+    assert len(perf["resources"]) == 3
+
+
+def test_failed_or_missing_subresources_are_http_errors() -> None:
+    perf, net = _perf("h3"), _net("h3", "QUIC")
+    perf["resources"][1]["responseStatus"] = 404
+    net["failures"].append({"url": BASE + "asset2.png", "errorText": "net::ERR_FAILED"})
+    error = bp.http_problems(perf, net, URL)
+    assert error == "http: status 404 for asset1.js; asset2.png failed: net::ERR_FAILED"
+
+
+@pytest.mark.parametrize(("message", "category"), [
+    ("Page.goto: net::ERR_CONNECTION_REFUSED at https://server.quicbed/x", "connect"),
+    ("net::ERR_QUIC_HANDSHAKE_FAILED at https://server.quicbed/x", "connect"),
+    ("net::ERR_CERT_AUTHORITY_INVALID at https://server.quicbed/x", "tls"),
+    ("net::ERR_SSL_VERSION_OR_CIPHER_MISMATCH at https://server.quicbed/x", "tls"),
+    ("net::ERR_TIMED_OUT at https://server.quicbed/x", "timeout"),
+    ("Page.goto: Timeout 30000ms exceeded.\nCall log:\n  - navigating to ...", "timeout"),
+    ("net::ERR_HTTP2_PROTOCOL_ERROR at https://server.quicbed/x", "http"),
+    ("Page.goto: Target page, context or browser has been closed", "browser"),
+    ("Page.goto: Navigation failed because page crashed!", "browser"),
+])
+def test_failures_get_their_category(message: str, category: str) -> None:
+    error = bp.categorize(message)
+    assert error.split(":", 1)[0] == category and "\n" not in error
+    assert category in bp.ERROR_CATEGORIES
+
+
+# ------------------------------------------------------------------------------ the pages
+
+class _Tags(HTMLParser):
+    """Every start tag with its attributes and the elements still open at the end."""
+
+    VOID = {"meta", "link", "img", "br", "hr", "input", "source"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict, tuple[str, ...]]] = []
+        self.open: list[str] = []
+        self.mismatched: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.tags.append((tag, dict(attrs), tuple(self.open)))
+        if tag not in self.VOID:
+            self.open.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if self.open and self.open[-1] == tag:
+            self.open.pop()
+        else:
+            self.mismatched.append(tag)
+
+
+PAGES = {f"web/pages/{site}/index.html": site for site in content.LANDING_PAGES}
+PAGES["web/index.html"] = ""
+
+
+@pytest.mark.parametrize("rel", list(PAGES))
+def test_every_landing_page_is_well_formed_and_fetches_its_assets(rel: str) -> None:
+    files = content.web_files()
+    html = files[rel]
+    directory = rel.rsplit("/", 1)[0] + "/"
+    parser = _Tags()
+    parser.feed(html.decode("ascii"))
+    parser.close()
+    names = {tag for tag, _, _ in parser.tags}
+    assert names <= {"html", "head", "meta", "title", "link", "body", "h1", "img", "a", "p",
+                     "script"}, names  # a tag cut in two shows as a strange name ("p<script")
+    assert parser.open == [] and parser.mismatched == []
+    refs = {}
+    for tag, attrs, _ in parser.tags:
+        ref = attrs.get("src") or attrs.get("href")
+        if ref:
+            refs.setdefault(ref, set()).add(tag)
+    assets = {p.removeprefix(directory) for p in files
+              if p.startswith(directory) and not p.endswith(".html") and "/" not in
+              p.removeprefix(directory)}
+    assert set(refs) == assets  # every asset referenced, nothing else
+    assert all(re.fullmatch(r"[\w.-]+", ref) for ref in refs)  # relative: the page's own host
+    # What makes a browser fetch each: a stylesheet (render-blocking, in <head>), an image, a
+    # script, a preload (json, pdf).
+    head = [(t, a) for t, a, opened in parser.tags if opened[-1:] == ("head",)]
+    assert any(t == "link" and a.get("rel") == "stylesheet" for t, a in head)
+    fetched = {a.get("src") or a.get("href") for t, a, _ in parser.tags
+               if (t == "link" and a.get("rel") in ("stylesheet", "preload")) or
+               (t in ("img", "script") and a.get("src"))}
+    assert fetched == assets
+    assert all(a.get("crossorigin") == "use-credentials" for t, a in head
+               if a.get("rel") == "preload")  # the page's connection, not an anonymous one
+
+
+def test_pages_keep_their_sizes() -> None:
+    files = content.web_files()
+    assert len(files["web/index.html"]) == 12 * content.KiB
+    for site, (html_kib, _assets) in content.LANDING_PAGES.items():
+        assert len(files[f"web/pages/{site}/index.html"]) == html_kib * content.KiB
+        page = sum(len(d) for p, d in files.items() if p.startswith(f"web/pages/{site}/"))
+        assert page == object_bytes("web", f"pages/{site}")
+
+
+def test_a_cache_of_an_older_generator_is_remade(tmp_path: Path) -> None:
+    root = content.ensure_content(tmp_path, {"web"})
+    page = root / "web/pages/media/index.html"
+    good = page.read_bytes()
+    stale = good.replace(b"<p>", b"<q>", 1)  # same size, other bytes, manifest to match
+    page.write_bytes(stale)
+    manifest = content.load_manifest(root)
+    manifest["files"]["web/pages/media/index.html"]["sha256"] = "0" * 64
+    (root / content.MANIFEST).write_text(json.dumps(manifest))
+    content.ensure_content(root, {"web"})
+    assert page.read_bytes() == good
