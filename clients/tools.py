@@ -131,8 +131,9 @@ TOOLS: dict[str, Tool] = {tool.name: tool for tool in (
         defaults={"protocol": "quic"},
         label="chromium-{protocol}",
         protocol="{protocol}",
-        workloads=("web",),  # and video once the player mode lands
-        command="browser_perf",  # clients/browser: one page load per fresh browser
+        # web: one page load; video: the stream played in dash.js (--duration, the workload's)
+        workloads=("web", "video"),
+        command="browser_perf",  # clients/browser: one fresh browser per trial
         flags={"protocol": "--protocol"},
         start_s=1.5,  # a fresh browser and profile per trial
     ),

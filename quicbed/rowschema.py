@@ -151,6 +151,7 @@ STREAMING = _columns(
     ("quality_switches", "", "representation changes"),
     ("lowest_quality", "", "lowest representation played"),
     ("trace_file", "", "the per-second trace beside the rows (traces/...)"),
+    ("cancelled_requests", "", "requests the player cancelled (abandoned segments)"),
     ("stall_total_ms", "ms", "the stalls' total length"),
     ("longest_stall_ms", "ms", "the longest stall"),
     ("switches_up", "", "switches to a higher bitrate"),

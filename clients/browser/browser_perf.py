@@ -33,7 +33,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
+
+# qoe.py lives beside this file (/opt/browser/src in the image, where the command is a link).
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import qoe  # noqa: E402
 
 VERSION = "1.0"
 # The binary itself, not Debian's /usr/bin/chromium wrapper (which adds Google API keys, remote
@@ -65,6 +69,13 @@ ROW_KEYS = (
     "page_load_time_ms", "dom_content_loaded_ms", "fcp_ms", "lcp_ms", "resources",
     "resource_protocols", "connections", "browser_cpu_ms", "browser_cpu_pct", "cpu_bound",
 )
+# With --duration: the playback's QoE (qoe.summarize) and its per-second trace instead of the
+# page-load columns (the player page's own load is not what a playback row measures).
+PLAYER_KEYS = (*qoe.COLUMNS, "cancelled_requests", "trace")
+PAGE_ONLY_KEYS = ("page_load_time_ms", "dom_content_loaded_ms", "fcp_ms", "lcp_ms", "t_done",
+                  "download_time_ms")
+PLAYER_PAGE = "/player/index.html"  # served by the testbed's servers (servers/player.py)
+_QOE_DONE_JS = "window.quicbedQoE !== undefined && window.quicbedQoE.done"
 
 
 # ------------------------------------------------------------------------------ arguments
@@ -139,7 +150,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--protocol", choices=tuple(EXPECTED), default="quic")
     p.add_argument("--keylog", metavar="FILE", help="TLS key log (SSLKEYLOGFILE) for captures")
     p.add_argument("--duration", type=_positive(float), metavar="S",
-                   help="video playback (not done by this client: exit 3)")
+                   help="play the DASH manifest at --url for S seconds of media in the "
+                   "testbed's dash.js page (" + PLAYER_PAGE + ") instead of loading a page")
     p.add_argument("--verbose", action="store_true", help="the browser's arguments on stderr")
     p.add_argument("--version", action="store_true", help="print versions and exit")
     if "--version" in argv:
@@ -150,8 +162,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         raise UsageError(f"--url: not an http(s) URL: {args.url!r}")
     if url.scheme != "https":
         raise Unsupported("only https:// URLs: the load must go over QUIC or TLS")
-    if args.duration is not None:
-        raise Unsupported("--duration: video playback is not done by browser_perf (page loads only)")
+    if args.duration is not None and args.duration >= args.timeout:
+        raise UsageError(f"--timeout {args.timeout:g} must exceed --duration {args.duration:g}")
     if not os.path.isfile(args.cacert):
         raise UsageError(f"--cacert: no such file: {args.cacert}")
     port = url.port or 443
@@ -193,6 +205,8 @@ def chromium_args(args: argparse.Namespace) -> list[str]:
         flags.append("--disable-quic")
         flags.append("--ssl-version-min=tls1.3" if args.protocol == "tls1.3"
                      else "--ssl-version-max=tls1.2")
+    if args.duration is not None:  # the player starts by itself (muted, as a page may)
+        flags.append("--autoplay-policy=no-user-gesture-required")
     return flags
 
 
@@ -229,6 +243,21 @@ def drop_favicon(perf: dict[str, Any], net: dict[str, Any]) -> None:
     net["requests"] = [u for u in net.get("requests", []) if not is_favicon(u)]
     net["responses"] = [r for r in net.get("responses", []) if not is_favicon(r.get("url", ""))]
     net["failures"] = [f for f in net.get("failures", []) if not is_favicon(f.get("url", ""))]
+
+
+def drop_cancelled(perf: dict[str, Any], net: dict[str, Any]) -> int:
+    """A player cancels requests (dash.js abandons a segment that arrives too slowly, and its
+    reset at the end aborts what is in flight): such a request got no response, so no protocol
+    to prove, and no error. Left out of the proof; returns how many there were."""
+    cancelled = {f.get("url") for f in net.get("failures", [])
+                 if f.get("canceled") or "ERR_ABORTED" in f.get("errorText", "")}
+    answered = {r.get("url") for r in net.get("responses", [])}
+    gone = cancelled - answered
+    perf["resources"] = [e for e in perf.get("resources") or []
+                         if not (e.get("name") in gone and not e.get("nextHopProtocol"))]
+    net["failures"] = [f for f in net.get("failures", []) if f.get("url") not in gone]
+    net["requests"] = [u for u in net.get("requests", []) if u not in gone]
+    return len(gone)
 
 
 def empty_row(protocol: str, url: str, rep: int) -> dict[str, Any]:
@@ -680,9 +709,14 @@ class Load:
                 cpu0 = process_cpu_s(marked_pids(self.token))
                 sampler.start()
                 response = None
+                started = time.monotonic()
                 try:
-                    response = page.goto(args.url, wait_until="load",
+                    response = page.goto(self.page_url(), wait_until="load",
                                          timeout=args.timeout * 1000)
+                    if args.duration is not None:  # the playback, within the same deadline
+                        left = args.timeout - (time.monotonic() - started)
+                        page.wait_for_function(_QOE_DONE_JS, timeout=max(left, 0.1) * 1000,
+                                               polling=500)
                 finally:
                     cpu1 = process_cpu_s(marked_pids(self.token))
                     self._sampling.set()
@@ -697,6 +731,8 @@ class Load:
                         self.row["local_ip"], self.row["local_port"] = ends[0]
                 perf = page.evaluate(_PAGE_TIMINGS_JS, True)
                 drop_favicon(perf, self.net)
+                if args.duration is not None:
+                    self.row["cancelled_requests"] = drop_cancelled(perf, self.net)
                 if args.verbose:
                     self.describe(perf)
                 build_row(self.row, perf, self.net)
@@ -705,8 +741,11 @@ class Load:
                 error = ""
                 if status >= 400 or status == 0:
                     error = f"http: status {status} for the document"
-                error = error or judge(args.protocol, args.url, perf, self.net) or \
-                    http_problems(perf, self.net, args.url)
+                error = error or judge(args.protocol, self.page_url(), perf, self.net) or \
+                    http_problems(perf, self.net, self.page_url())
+                if args.duration is not None:
+                    error = self.add_playback(page.evaluate("window.quicbedQoE"),
+                                              (cpu1 - cpu0) * 1000.0) or error
                 self.row["error"] = error
             except PlaywrightError as e:
                 raise LoadError(self.failure(str(e), page)) from None
@@ -715,6 +754,30 @@ class Load:
                 with contextlib.suppress(Exception):
                     context.close()
         return self.row
+
+    def page_url(self) -> str:
+        """What the browser opens: --url, or with --duration the player page playing it."""
+        if self.args.duration is None:
+            return self.args.url
+        url = urlsplit(self.args.url)
+        query = urlencode({"mpd": url.path, "duration": f"{self.args.duration:g}"})
+        return f"{url.scheme}://{url.netloc}{PLAYER_PAGE}?{query}"
+
+    def add_playback(self, record: dict[str, Any], cpu_ms: float) -> str:
+        """The playback's QoE and trace into the row; its error, if the player had one."""
+        for key in PAGE_ONLY_KEYS:
+            self.row[key] = None
+        self.row.update(qoe.summarize(record), trace=record.get("trace") or [],
+                        t_done=round(time.time(), 6))
+        played_ms = 1000.0 * (record.get("played_s") or 0) + (self.row["stall_total_ms"] or 0)
+        if played_ms:
+            self.row["browser_cpu_pct"] = round(100.0 * cpu_ms / played_ms, 1)
+            self.row["cpu_bound"] = self.row["browser_cpu_pct"] >= CPU_BOUND_PCT
+        if record.get("error"):
+            return one_line(record["error"])
+        if self.row["startup_delay_ms"] is None:
+            return "player: no frame was rendered"
+        return ""
 
     def describe(self, perf: dict[str, Any]) -> None:
         """--verbose: what the browser fetched and over what, on stderr."""
@@ -807,7 +870,8 @@ def emit(row: dict[str, Any]) -> None:
         _STATE["printed"].add(row["rep"])
         if row["error"]:
             _STATE["failed"] = True
-        sys.stdout.write(json.dumps({k: row.get(k) for k in ROW_KEYS}) + "\n")
+        keys = (*ROW_KEYS, *PLAYER_KEYS) if "trace" in row else ROW_KEYS
+        sys.stdout.write(json.dumps({k: row.get(k) for k in keys}) + "\n")
         sys.stdout.flush()
 
 

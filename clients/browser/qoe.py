@@ -6,6 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+# The row's columns summarize() fills (quicbed/rowschema.py's STREAMING group).
+COLUMNS = ("startup_delay_ms", "stall_count", "stall_durations_ms", "stall_total_ms",
+           "longest_stall_ms", "quality_switches", "switches_up", "switches_down",
+           "seconds_at_resolution", "lowest_quality", "mean_height", "mean_bitrate_kbps",
+           "dropped_frames", "total_frames", "played_s", "player", "player_settings")
+
 
 def _height_label(height: object) -> str:
     return f"{int(height)}p" if isinstance(height, int | float) and height > 0 else ""

@@ -72,7 +72,6 @@ def test_usage_error_exits_2_with_one_line(ca: str, capsys: pytest.CaptureFixtur
 
 @pytest.mark.parametrize(("argv", "why"), [
     (["--url", "http://server.quicbed/x"], "https"),
-    (["--duration", "30"], "video"),
     (["--url", "https://other.quicbed/x"], "no --resolve"),
 ])
 def test_valid_requests_it_cannot_do_exit_3(ca: str, capsys: pytest.CaptureFixture,
@@ -320,3 +319,28 @@ def test_a_cache_of_an_older_generator_is_remade(tmp_path: Path) -> None:
     (root / content.MANIFEST).write_text(json.dumps(manifest))
     content.ensure_content(root, {"web"})
     assert page.read_bytes() == good
+
+
+def test_playback_opens_the_player_page_and_needs_time_for_it(ca: str, capsys) -> None:  # noqa: ANN001
+    args = bp.parse_args(_argv(ca) + ["--duration", "20", "--timeout", "60"])
+    load = bp.Load(args, 0)
+    assert load.page_url() == ("https://server.quicbed/player/index.html?"
+                               "mpd=%2Fweb%2Fpages%2Fnews%2Findex.html&duration=20")
+    assert "--autoplay-policy=no-user-gesture-required" in bp.chromium_args(args)
+    assert bp.main(_argv(ca) + ["--duration", "30", "--timeout", "30"]) == bp.EXIT_USAGE
+    assert "must exceed --duration" in capsys.readouterr().err
+
+
+def test_requests_the_player_cancelled_are_no_protocol_evidence() -> None:
+    seg = "https://server.quicbed/video/dash/chunk-stream0-00013.m4s"
+    done = "https://server.quicbed/video/dash/chunk-stream0-00012.m4s"
+    perf = {"resources": [{"name": done, "nextHopProtocol": "h3"},
+                          {"name": seg, "nextHopProtocol": ""}]}
+    net = {"requests": [done, seg], "responses": [{"url": done, "protocol": "h3"}],
+           "failures": [{"url": seg, "errorText": "net::ERR_ABORTED", "canceled": True}]}
+    assert bp.drop_cancelled(perf, net) == 1
+    assert [e["name"] for e in perf["resources"]] == [done] and net["failures"] == []
+    # A request that failed otherwise stays, and so does its missing protocol.
+    net["failures"] = [{"url": seg, "errorText": "net::ERR_CONNECTION_RESET"}]
+    perf["resources"].append({"name": seg, "nextHopProtocol": ""})
+    assert bp.drop_cancelled(perf, net) == 0 and len(perf["resources"]) == 2
