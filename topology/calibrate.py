@@ -265,6 +265,13 @@ def check_loss(tb: Testbed, packets: int) -> list[Check]:
 
 
 MIN_LOSS_RUNS = 40  # fewer runs than this say too little about their length
+# The loss-rate checks are binomial tests, and a sweep runs many of them: two a path, eight
+# paths in the paper's video sweep. At 99 % each, a correct sweep was refused one time in
+# seven (seen: india at 5 %, 4.60 % measured, interval [4.23, 5.00]). At 99.9 % a
+# 16-check sweep refuses a correct path 1.6 % of the time, and with 20,000 datagrams the
+# interval is still narrow: ±0.51 points at 5 % loss, ±0.23 at 1 %, so a link whose loss is
+# 0.6 points off at 5 % is still refused (tests/topology/test_topology_input.py).
+LOSS_CONFIDENCE = 0.999
 
 
 def expected_loss_run(spec: LinkSpec) -> float | None:
@@ -296,14 +303,14 @@ def _burst_check(direction: str, spec: LinkSpec, lost: int, runs: int) -> Check 
 def _loss_check(direction: str, expected_pct: float, lost: int, total: int, bursty: bool
                 ) -> Check:
     measured = 100.0 * lost / total
-    ci = binomtest(lost, total).proportion_ci(confidence_level=0.99, method="exact")
+    ci = binomtest(lost, total).proportion_ci(confidence_level=LOSS_CONFIDENCE, method="exact")
     low, high = 100 * ci.low, 100 * ci.high
     if bursty:
         # Gilbert-Elliott losses come in bursts: the binomial interval is too narrow.
         spread = max(0.5, 0.25 * expected_pct)
         low, high = min(low, expected_pct - spread), max(high, expected_pct + spread)
     return Check("loss_pct", direction, expected_pct, round(measured, 4),
-                 f"99% CI [{low:.3f}, {high:.3f}]", low <= expected_pct <= high,
+                 f"{LOSS_CONFIDENCE:.1%} CI [{low:.3f}, {high:.3f}]", low <= expected_pct <= high,
                  f"{lost} of {total} datagrams lost")
 
 
