@@ -285,13 +285,20 @@ def video_direction(column: str, quic_lower: bool, unit: str
 
 
 def streaming_by_loss(df: pd.DataFrame, column: str) -> list[tuple[float, Comparison, str]]:
+    """Per loss rate, QUIC against TLS/TCP: every rate both transports played at, however few
+    the sessions (the verdict asks `enough`; the numbers are shown either way)."""
     rows = df[(df["workload"] == STREAMING) & df[column].notna()]
     out = []
     for loss, group in sorted(rows.groupby(rows["loss_pct"].fillna(0)), key=lambda g: g[0]):
         result = quic_vs_tcp(group, column)
-        if result is not None and enough(result[0]):
+        if result is not None:
             out.append((float(loss), *result))
     return out
+
+
+def too_few(found: list[str]) -> Verdict:
+    """The numbers so far, without a verdict: fewer sessions than a verdict needs."""
+    return Verdict(NO_DATA, (*found, f"fewer than {MIN_N} sessions a side: no verdict"))
 
 
 def startup_line(loss: float, c: Comparison, tcp: str) -> str:
@@ -305,6 +312,8 @@ def startup_no_loss(df: pd.DataFrame) -> Verdict:
         return no_data(f"needs ≥{MIN_N} streaming sessions without loss over both "
                        "transports")
     _, c, tcp = cells[0]
+    if not enough(c):
+        return too_few([startup_line(*cells[0])])
     return verdict(not c.significant or abs(c.relative) < SIMILAR, [startup_line(*cells[0])])
 
 
@@ -312,8 +321,11 @@ def startup_with_loss(df: pd.DataFrame) -> Verdict:
     cells = [cell for cell in streaming_by_loss(df, "startup_delay_ms") if cell[0] > 0]
     if not cells:
         return no_data(f"needs ≥{MIN_N} streaming sessions under loss over both transports")
+    found = [startup_line(*cell) for cell in cells]
+    if not all(enough(c) for _, c, _ in cells):
+        return too_few(found)
     ok = all(c.diff.value < 0 for _, c, _ in cells) and any(c.significant for _, c, _ in cells)
-    return verdict(ok, [startup_line(*cell) for cell in cells])
+    return verdict(ok, found)
 
 
 def stall_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -328,33 +340,34 @@ def stalls_longer(df: pd.DataFrame) -> Verdict:
     stalls = stall_rows(df)
     stalls = stalls[stalls["loss_pct"] == stalls["loss_pct"].max()] if len(stalls) else stalls
     result = quic_vs_tcp(stalls, "stall_ms") if len(stalls) else None
-    if result is None or not enough(result[0]):
+    if result is None:
         return no_data(f"needs ≥{MIN_N} stalls over each transport at the highest loss")
     c, tcp = result
     loss = stalls["loss_pct"].iloc[0]
-    return combined([judge(c, quic_lower=True)], [
-        f"{loss:g}% loss: median stall {tcp} {fmt(c.b.value)} ms vs QUIC {fmt(c.a.value)} ms "
-        f"(TCP {fmt(-100 * c.diff.value / c.a.value)}% longer, stalls n={c.b.n}/{c.a.n})"
-        + significance_note(c)])
+    line = (f"{loss:g}% loss: median stall {tcp} {fmt(c.b.value)} ms vs QUIC {fmt(c.a.value)} "
+            f"ms (TCP {fmt(-100 * c.diff.value / c.a.value)}% longer, stalls n={c.b.n}/{c.a.n})")
+    if not enough(c):
+        return too_few([line])
+    return combined([judge(c, quic_lower=True)], [line + significance_note(c)])
 
 
 def switches_rise(df: pd.DataFrame) -> Verdict:
     rows = df[(df["workload"] == STREAMING) & df["quality_switches"].notna()]
-    found, ok = [], True
+    found, ok, few = [], True, False
     for protocol in rows["protocol"].unique():
         by_loss = rows[rows["protocol"] == protocol].groupby("loss_pct")["quality_switches"]
         stats = by_loss.agg(["mean", "size"])
-        stats = stats[stats["size"] >= MIN_N]
         if len(stats) < 2:
             continue
         ok &= stats["mean"].iloc[-1] > stats["mean"].iloc[0]
+        few |= bool((stats["size"] < MIN_N).any())
         found.append(f"{protocol_label(protocol)}: mean switches " + ", ".join(
             f"{fmt(s['mean'])} at {loss:g}% (n={int(s['size'])})"
             for loss, s in stats.iterrows()))
     if not found:
         return no_data(f"needs quality switches of ≥{MIN_N} sessions at two or more loss "
                        "rates")
-    return verdict(ok, found)
+    return too_few(found) if few else verdict(ok, found)
 
 
 def lowest_144p(df: pd.DataFrame) -> Verdict:

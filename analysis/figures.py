@@ -6,9 +6,11 @@ data the run lacks is skipped (an empty list), never drawn empty.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -397,6 +399,80 @@ def streaming_against_loss(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
                         "against loss")
 
 
+EXAMPLE_LOSS_PCT = 5.0  # the paper's example condition for a playback trace
+
+
+def read_trace(path: Any) -> pd.DataFrame:
+    """A playback's per-second trace (t_s, buffer_s, bitrate_kbps, height, stalled), or an
+    empty frame where the file is missing or unreadable (a report never fails on one)."""
+    try:
+        return pd.DataFrame(json.loads(Path(path).read_text()))
+    except (OSError, TypeError, ValueError):
+        return pd.DataFrame()
+
+
+def example_session(rows: pd.DataFrame) -> pd.Series | None:
+    """The session whose stall time is the median of its protocol's (the representative
+    one, not the worst), ties broken by startup delay."""
+    rows = rows[rows["trace_path"].notna()]
+    if rows.empty:
+        return None
+    ranked = rows.sort_values(["stall_total_ms", "startup_delay_ms"], na_position="last")
+    return ranked.iloc[(len(ranked) - 1) // 2]
+
+
+def streaming_example_traces(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+    """One playback per protocol at the loss rate nearest 5 %, per profile: buffer level
+    over time, stalls shaded, and the rendition's bitrate (the paper's example traces)."""
+    rows = streaming_rows(df)
+    if rows.empty or "trace_path" not in rows:
+        return []
+    examples = []
+    for profile in ordered_unique(rows["profile"]):
+        mine = rows[rows["profile"] == profile]
+        loss = min(mine["loss_pct"].unique(), key=lambda v: (abs(v - EXAMPLE_LOSS_PCT), -v))
+        for protocol in ordered_protocols(mine["protocol"]):
+            session = example_session(mine[(mine["loss_pct"] == loss)
+                                           & (mine["protocol"] == protocol)])
+            trace = read_trace(session["trace_path"]) if session is not None else pd.DataFrame()
+            if {"t_s", "buffer_s", "stalled"} <= set(trace.columns):
+                examples.append((f"{profile} · {loss:g}% loss · {protocol_label(protocol)}",
+                                 protocol, trace))
+    if not examples:
+        return []
+    fig, axes = panel_grid(len(examples), columns=3)
+    # One bitrate scale for every panel, so the renditions compare across protocols.
+    top = max(pd.to_numeric(t.get("bitrate_kbps"), errors="coerce").max() for *_, t in examples)
+    for ax, (title, protocol, trace) in zip(axes, examples, strict=False):
+        draw_trace(ax, trace, protocol, 1.1 * top if top > 0 else None)
+        ax.set_title(title, fontsize=10)
+    caption = ("One playback per protocol at the loss rate nearest 5% (the session with the "
+               "median stall time): buffer level (line), stalls (shaded), and the bitrate of "
+               "the rendition played (dashed, right axis).")
+    return [save(fig, out_dir, "streaming_example_traces", STREAMING,
+                 "Streaming: example playbacks", caption)]
+
+
+def draw_trace(ax: plt.Axes, trace: pd.DataFrame, protocol: str, bitrate_top: float | None
+               ) -> None:
+    t = trace["t_s"].astype(float).to_numpy()
+    color = protocol_color(protocol)
+    ax.plot(t, pd.to_numeric(trace["buffer_s"], errors="coerce"), color=color, linewidth=1.6)
+    for start, stalled in zip(t, trace["stalled"].astype(bool), strict=True):
+        if stalled:
+            ax.axvspan(start - 0.5, start + 0.5, color="0.6", alpha=0.35, linewidth=0)
+    ax.set_xlabel("time since play was requested (s)")
+    ax.set_ylabel("buffer (s)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    if "bitrate_kbps" in trace:
+        right = ax.twinx()
+        right.step(t, pd.to_numeric(trace["bitrate_kbps"], errors="coerce"), where="post",
+                   color=color, linestyle="--", linewidth=1.0, alpha=0.8)
+        right.set_ylabel("bitrate (kbit/s)")
+        right.set_ylim(0, bitrate_top)
+
+
 def pageload_vs_download(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
     """Per condition: the browser's page load time beside the perf tools' download of the
     same page's HTML, per protocol (median and 95% bootstrap CI)."""
@@ -446,6 +522,7 @@ PLOTS: dict[str, Callable[[pd.DataFrame, Path], list[Figure]]] = {
     "cpu_over_time": cpu_over_time,
     "streaming_cdfs": streaming_cdfs,
     "streaming_against_loss": streaming_against_loss,
+    "streaming_example_traces": streaming_example_traces,
     "video_against_loss": video_against_loss,
     "pageload_vs_download": pageload_vs_download,
 }

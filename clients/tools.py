@@ -58,11 +58,14 @@ class Tool:
     # Seconds a trial spends starting and ending the tool (docker exec, process start, row):
     # for the dry run's estimate; bench/overhead_bench.py and bench/browser_bench.py measure it.
     start_s: float = 0.1
+    # What the tool takes of the workload's arguments (the video's duration; the browser also
+    # the player's settings): workloads/kinds.py WorkloadKind.tool_args.
+    workload_flags: tuple[str, ...] = ("--duration",)
 
     def argv(self, url: str, resolve: str, cacert: str, timeout_s: float,
-             options: dict[str, str], workload_args: tuple[str, ...] = ()) -> list[str]:
+             options: dict[str, str], workload_args: dict[str, str] | None = None) -> list[str]:
         """The contract's arguments, then the variant's options as the tool's flags, then
-        what the workload adds (e.g. the video's duration)."""
+        what the workload adds that the tool takes (e.g. the video's duration)."""
         argv = [self.command or self.name, "--url", url, "--resolve", resolve, "--cacert",
                 cacert, "-n", "1", "--cpu", "--timeout", str(int(timeout_s))]
         for option, flag in self.flags.items():
@@ -70,7 +73,10 @@ class Tool:
                 argv += [flag, self.values.get(option, {}).get(options[option], options[option])]
         for option, table in self.expand.items():
             argv += table.get(options.get(option, ""), ())
-        return [*argv, *workload_args]
+        for flag, value in (workload_args or {}).items():
+            if flag in self.workload_flags:
+                argv += [flag, value]
+        return argv
 
     def variant_label(self, options: dict[str, str]) -> str:
         short = {k: self.short.get(k, {}).get(v, v) for k, v in options.items()}
@@ -136,6 +142,7 @@ TOOLS: dict[str, Tool] = {tool.name: tool for tool in (
         command="browser_perf",  # clients/browser: one fresh browser per trial
         flags={"protocol": "--protocol"},
         start_s=1.5,  # a fresh browser and profile per trial
+        workload_flags=("--duration", "--player-settings"),
     ),
 )}
 

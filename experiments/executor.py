@@ -175,7 +175,8 @@ class TestbedExecutor:
         return TOOLS[trial.client.tool].argv(
             f"https://{SERVER_NAME}/{workload.url_path(trial.object)}",
             f"{SERVER_NAME}:443:{address}", f"{CLIENT_PKI}/ca.pem", trial.timeout_s,
-            trial.client.options, workload.tool_args(trial.workload.duration_s))
+            trial.client.options,
+            workload.tool_args(trial.workload.duration_s, dict(trial.workload.settings)))
 
 
 def _transfer_s(row: dict[str, Any]) -> float | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.analysis.expectations import Expectation, compile_expectation
+from quicbed.servers.player import ABR_RULES, Setting
 from quicbed.workloads import WORKLOADS
 from quicbed.yamlio import LocatedError as ExperimentError
 from quicbed.yamlio import PathKey, Source, load_source, parse_source
@@ -61,6 +62,8 @@ class Workload:
     kind: str  # web | cloud | video
     objects: tuple[str, ...]  # web objects, cloud file sizes, or video modes
     duration_s: float | None = None  # video only
+    # The workload's client settings (video: the player's), (name, value) pairs in file order.
+    settings: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass
@@ -118,6 +121,8 @@ def _build(src: Source, text: str) -> Experiment:
         raise src.error(("name",), "use letters, digits, '-', '_' and '.' (it names run dirs)")
     workload = _workload(src, d["workload"])
     profiles = _profiles(src, d["profiles"])
+    clients = _clients(src, d["clients"], workload.kind)
+    _check_settings_are_taken(src, workload, clients)
     exp = Experiment(
         name=name,
         file=src.file,
@@ -125,7 +130,7 @@ def _build(src: Source, text: str) -> Experiment:
         profiles=profiles,
         sweep=_sweep(src, d.get("sweep", {}), profiles),
         servers=check_list(src, ("servers",), d["servers"], lambda p, v: _server(src, p, v)),
-        clients=_clients(src, d["clients"], workload.kind),
+        clients=clients,
         workload=workload,
         description=str(d.get("description") or ""),
     )
@@ -266,8 +271,8 @@ def _workload(src: Source, value: Any) -> Workload:
     kind = WORKLOADS[name]
     if kind.unavailable:
         raise src.error((*path, "kind"), f"workload kind '{name}' is {kind.unavailable}")
-    check_mapping(src, path, value, {"kind", kind.list_key, *kind.extra_keys},
-                  set() if kind.default else {kind.list_key})
+    keys = {"kind", kind.list_key, *kind.extra_keys, *([kind.settings_key] * bool(kind.settings))}
+    check_mapping(src, path, value, keys, set() if kind.default else {kind.list_key})
     objects = check_list(
         src,
         (*path, kind.list_key),
@@ -276,7 +281,39 @@ def _workload(src: Source, value: Any) -> Workload:
     )
     extra = {key: check_number(src, (*path, key), value.get(key, default), low, high)
              for key, (default, low, high) in kind.extra_keys.items()}
-    return Workload(name, tuple(objects), extra.get("duration_s"))
+    settings = (_settings(src, (*path, kind.settings_key), value[kind.settings_key], kind.settings)
+                if kind.settings_key in value else ())
+    return Workload(name, tuple(objects), extra.get("duration_s"), settings)
+
+
+def _check_settings_are_taken(src: Source, workload: Workload,
+                              clients: list[ClientVariant]) -> None:
+    """Settings no client of the experiment takes would do nothing: refused, not ignored."""
+    kind = WORKLOADS[workload.kind]
+    if workload.settings and not any(kind.settings_flag in TOOLS[c.tool].workload_flags
+                                     for c in clients):
+        takers = sorted(t.name for t in TOOLS.values() if kind.settings_flag in t.workload_flags)
+        raise src.error(("workload", kind.settings_key),
+                        f"no client of this experiment takes them (only {', '.join(takers)})")
+
+
+def _settings(src: Source, path: PathKey, value: Any, table: dict[str, Setting]
+              ) -> tuple[tuple[str, Any], ...]:
+    check_mapping(src, path, value, set(table), set())
+    out = []
+    for name, given in value.items():
+        setting, where = table[name], (*path, name)
+        if setting.kind == "number":
+            out.append((name, check_number(src, where, given, setting.low, setting.high)))
+        elif setting.kind == "bool":
+            if not isinstance(given, bool):
+                raise src.error(where, f"expected true or false, got {given!r}")
+            out.append((name, given))
+        else:  # rules: the ABR rules that decide, every other one off
+            rules = check_list(src, where, given,
+                               lambda p, v: check_choice(src, p, v, ABR_RULES, "ABR rule"))
+            out.append((name, tuple(rules)))
+    return tuple(out)
 
 
 def _expect(src: Source, path: PathKey, value: Any) -> Expectation:

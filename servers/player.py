@@ -11,7 +11,9 @@ import hashlib
 import io
 import tarfile
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from quicbed.paths import CACHE, read_versions
 
@@ -26,6 +28,55 @@ REGISTRY = "https://registry.npmjs.org"
 
 class PlayerError(content.ContentError):
     pass
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One player setting an experiment may set (`workload: {player: {NAME: value}}`): where it
+    goes in dash.js's settings, and what it takes. kind: "number" (low..high, in the name's
+    unit), "bool", or "rules" (a list of ABR rule names: those on, every other one off)."""
+
+    path: tuple[str, ...]  # below dash.js's `streaming`
+    kind: str
+    low: float = 0.0
+    high: float = 0.0
+
+
+_BUFFER, _ABR = ("buffer",), ("abr",)
+# dash.js 5's rule names (its Settings.streaming.abr.rules); the defaults have the first five
+# active except droppedFramesRule.
+ABR_RULES = ("throughputRule", "bolaRule", "insufficientBufferRule", "switchHistoryRule",
+             "droppedFramesRule", "abandonRequestsRule", "l2ARule", "loLPRule")
+# The buffer and ABR settings a run may change, in the experiment's words (snake case, unit in
+# the name). dash.js's defaults hold for whatever is not set, and every row records the
+# settings in force (qoe.js reads them back from the player: `player_settings`).
+SETTINGS: dict[str, Setting] = {
+    "buffer_time_default_s": Setting((*_BUFFER, "bufferTimeDefault"), "number", 1, 120),
+    "buffer_time_at_top_quality_s": Setting((*_BUFFER, "bufferTimeAtTopQuality"), "number",
+                                            1, 300),
+    "buffer_to_keep_s": Setting((*_BUFFER, "bufferToKeep"), "number", 1, 300),
+    "initial_buffer_level_s": Setting((*_BUFFER, "initialBufferLevel"), "number", 0, 120),
+    "stall_threshold_s": Setting((*_BUFFER, "stallThreshold"), "number", 0.05, 5),
+    "abr_rules": Setting((*_ABR, "rules"), "rules"),
+    "auto_switch_bitrate": Setting((*_ABR, "autoSwitchBitrate", "video"), "bool"),
+    "initial_bitrate_kbps": Setting((*_ABR, "initialBitrate", "video"), "number", 1, 1e6),
+    "min_bitrate_kbps": Setting((*_ABR, "minBitrate", "video"), "number", 1, 1e6),
+    "max_bitrate_kbps": Setting((*_ABR, "maxBitrate", "video"), "number", 1, 1e6),
+}
+
+
+def dashjs_settings(chosen: dict[str, Any]) -> dict[str, Any]:
+    """The experiment's validated settings as the object dash.js's updateSettings takes."""
+    out: dict[str, Any] = {}
+    for name, value in chosen.items():
+        setting = SETTINGS[name]
+        if setting.kind == "rules":
+            value = {rule: {"active": rule in value} for rule in ABR_RULES}
+        node = out.setdefault("streaming", {})
+        for key in setting.path[:-1]:
+            node = node.setdefault(key, {})
+        node[setting.path[-1]] = value
+    return out
 
 
 def dashjs_release() -> tuple[str, str]:

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from quicbed import rowschema
+
 HANDSHAKE_K = {"quic": 1, "tls1.3": 2, "tls1.2": 3}
 CLIENTS = {"quic": "quic-h3", "tls1.3": "tls1.3-h2", "tls1.2": "tls1.2-h2"}
 CONDITIONS = {  # name: (rtt_ms, down, up, loss)
@@ -199,6 +201,34 @@ def runner_manifest(run_id: str, m: Model, failing: str | None) -> dict:
                            for i, (name, p) in enumerate(m.conditions.items())}}
 
 
+def playback_trace(row: dict[str, Any], seconds: int = 30) -> list[dict[str, Any]]:
+    """A per-second trace as the player writes it (servers/player/qoe.js): the buffer fills
+    at one second a second up to 12, each stall empties it for its duration, and the bitrate
+    falls with loss."""
+    stalled = set()
+    for i, duration in enumerate(row["stall_durations_ms"]):
+        start = 6 + 7 * i
+        stalled |= set(range(start, start + max(1, round(duration / 1000))))
+    kbps = 2500 if row["loss_pct"] == 0 else 700 if row["loss_pct"] < 5 else 150
+    trace, buffer = [], 0.0
+    for t in range(1, seconds + 1):
+        buffer = 0.0 if t in stalled else min(12.0, buffer + 1.0)
+        trace.append({"t_s": float(t), "buffer_s": buffer, "bitrate_kbps": kbps,
+                      "height": int(kbps > 1000) * 720 or 144, "stalled": t in stalled,
+                      "position_s": float(t)})
+    return trace
+
+
+def write_traces(run_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """Each playback's trace beside the rows, named in its row as the runner does."""
+    for row in rows:
+        if row["workload"] == "streaming":
+            row["trace_file"] = rowschema.trace_path(row["trial_id"])
+            path = run_dir / row["trace_file"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(playback_trace(row)))
+
+
 def write_run(root: Path, run_id: str, m: Model | None = None, *, parquet: bool = True,
               torn_tail: bool = False, versions: dict[str, str] | None = None,
               runner_style: bool = False, failing: str | None = None) -> Path:
@@ -209,6 +239,7 @@ def write_run(root: Path, run_id: str, m: Model | None = None, *, parquet: bool 
     run_dir = root / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     rows = make_rows(run_id, m)
+    write_traces(run_dir, rows)
     if runner_style:
         ids = {name: f"c{i}" for i, name in enumerate(m.conditions)}
         for row in rows:

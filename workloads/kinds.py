@@ -10,7 +10,9 @@ testbed cannot run yet is listed with `unavailable` set: validation refuses it w
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
+from typing import Any
 
 from quicbed.servers import content, player
 
@@ -24,6 +26,11 @@ class WorkloadKind:
     what: str = ""  # what one entry is called in messages
     default: tuple[str, ...] = ()  # when the list is left out (empty: the list is required)
     extra_keys: dict[str, tuple[float, float, float]] = {}  # key -> (default, low, high)
+    # A mapping of named settings for the client that plays the workload (the video player's
+    # buffer and ABR): its key in the workload section, and what each setting takes.
+    settings_key: str = ""
+    settings: dict[str, player.Setting] = {}
+    settings_flag: str = ""  # the client flag that takes them (clients/tools.py workload_flags)
     unavailable: str = ""  # why experiments may not name it yet ("" = it runs)
     # Rows a browser measured form analysis kinds of their own, never pooled with the transfer
     # tools' rows: derived kind -> the columns whose presence marks such a row.
@@ -46,9 +53,10 @@ class WorkloadKind:
         """Make what the servers serve for these objects (cached across runs)."""
         content.ensure_content(root, {self.kind})
 
-    def tool_args(self, duration_s: float | None) -> tuple[str, ...]:
-        """What the workload adds to a client's arguments (after the contract's)."""
-        return ()
+    def tool_args(self, duration_s: float | None, settings: dict[str, Any]) -> dict[str, str]:
+        """What the workload adds to a client's arguments (after the contract's), flag ->
+        value; each tool takes the flags it knows (clients/tools.py: Tool.workload_flags)."""
+        return {}
 
 
 class Web(WorkloadKind):
@@ -119,6 +127,7 @@ class Video(WorkloadKind):
 
     kind, list_key, what, default = "video", "modes", "video mode", ("dash",)
     extra_keys = {"duration_s": (180, 1, content.VIDEO_SECONDS)}
+    settings_key, settings, settings_flag = "player", player.SETTINGS, "--player-settings"
     derived = {STREAMING: ("startup_delay_ms", "stall_count")}
     sections = (
         ReportSection(
@@ -130,7 +139,8 @@ class Video(WorkloadKind):
             compared=(m.VIDEO_CONNECTION, m.VIDEO_THROUGHPUT), cdfs=(m.VIDEO_CONNECTION,),
             plots=("video_against_loss",)),
         ReportSection("Streaming", (STREAMING,), "", figures="streaming",
-                      plots=("streaming_against_loss", "streaming_cdfs"), table="streaming",
+                      plots=("streaming_against_loss", "streaming_cdfs",
+                             "streaming_example_traces"), table="streaming",
                       table_caption="Stalls and quality switches against loss"),
     )
 
@@ -143,8 +153,12 @@ class Video(WorkloadKind):
     def object_bytes(self, name: str) -> int:
         return 0  # a stream's size is what the player fetches, not a property of the object
 
-    def tool_args(self, duration_s: float | None) -> tuple[str, ...]:
-        return ("--duration", f"{duration_s:g}") if duration_s else ()
+    def tool_args(self, duration_s: float | None, settings: dict[str, Any]) -> dict[str, str]:
+        args = {"--duration": f"{duration_s:g}"} if duration_s else {}
+        if settings:
+            args[self.settings_flag] = json.dumps(player.dashjs_settings(settings),
+                                                   separators=(",", ":"), sort_keys=True)
+        return args
 
     def prepare_content(self, root: Path, objects: tuple[str, ...]) -> None:
         # One length for every experiment (the paper's 3 minutes): a shorter run plays part.

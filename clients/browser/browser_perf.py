@@ -105,6 +105,16 @@ def _positive(kind: type) -> Any:
     return parse
 
 
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not JSON: {text[:80]!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("not a JSON object")
+    return value
+
+
 def _non_negative_int(text: str) -> int:
     try:
         value = int(text)
@@ -152,6 +162,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--duration", type=_positive(float), metavar="S",
                    help="play the DASH manifest at --url for S seconds of media in the "
                    "testbed's dash.js page (" + PLAYER_PAGE + ") instead of loading a page")
+    p.add_argument("--player-settings", type=_json_object, metavar="JSON",
+                   help="with --duration: dash.js settings (its updateSettings object) merged "
+                   "into its defaults; the row's player_settings shows those in force")
     p.add_argument("--verbose", action="store_true", help="the browser's arguments on stderr")
     p.add_argument("--version", action="store_true", help="print versions and exit")
     if "--version" in argv:
@@ -164,6 +177,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         raise Unsupported("only https:// URLs: the load must go over QUIC or TLS")
     if args.duration is not None and args.duration >= args.timeout:
         raise UsageError(f"--timeout {args.timeout:g} must exceed --duration {args.duration:g}")
+    if args.player_settings is not None and args.duration is None:
+        raise UsageError("--player-settings: only with --duration (a playback)")
     if not os.path.isfile(args.cacert):
         raise UsageError(f"--cacert: no such file: {args.cacert}")
     port = url.port or 443
@@ -760,7 +775,10 @@ class Load:
         if self.args.duration is None:
             return self.args.url
         url = urlsplit(self.args.url)
-        query = urlencode({"mpd": url.path, "duration": f"{self.args.duration:g}"})
+        params = {"mpd": url.path, "duration": f"{self.args.duration:g}"}
+        if self.args.player_settings is not None:
+            params["settings"] = json.dumps(self.args.player_settings, separators=(",", ":"))
+        query = urlencode(params)
         return f"{url.scheme}://{url.netloc}{PLAYER_PAGE}?{query}"
 
     def add_playback(self, record: dict[str, Any], cpu_ms: float) -> str:

@@ -1,8 +1,9 @@
 // QoE of one DASH playback in dash.js, from the player's and the video element's own events.
 // Query: mpd (manifest URL, same origin), duration (seconds of media to play), and dash.js
 // settings as JSON in `settings` (merged into its defaults, e.g. {"streaming": {"buffer":
-// {"stableBufferTime": 12}}}). The result is window.quicbedQoE; `done` turns true when the
-// playhead reached `duration`, the stream ended, or the player reported a fatal error.
+// {"bufferTimeDefault": 12}}}: an experiment's `player:` settings, servers/player.py SETTINGS).
+// The result is window.quicbedQoE; `done` turns true when the playhead reached `duration`,
+// the stream ended, or the player reported a fatal error.
 "use strict";
 
 function quicbedPlay(video, query) {

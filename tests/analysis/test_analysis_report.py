@@ -43,7 +43,8 @@ def test_every_figure_exists_non_empty_and_is_referenced(full_report):
     assert {"cdf_connection_time_timing_ms", "cdf_connection_time_timing_rtt",
             "cdf_ttfb_timing_ms", "cdf_download_time_timing_rtt", "cloud_throughput_vs_size",
             "cloud_cpu_over_time", "cdf_connection_time_video_ms", "streaming_startup_delay",
-            "streaming_stall_durations", "streaming_against_loss", "pageload_vs_download",
+            "streaming_stall_durations", "streaming_against_loss", "streaming_example_traces",
+            "pageload_vs_download",
             "cdf_page_load_time_pageload_rtt", "cdf_connection_time_pageload_ms"} <= names
     for f in files:
         assert f.stat().st_size > 1000
@@ -145,10 +146,15 @@ def test_too_few_samples_is_not_enough_data_rather_than_a_verdict(tmp_path):
                   conditions={"india": (80.0, 20.0, 20.0, 0.0)})
     write_run(tmp_path, "few", model)
     df, _ = load_runs([str(tmp_path / "few")])
-    verdicts = {d.claim: v.status for d, v in evaluate(df[~df["failed"]])}
+    judged = {d.claim: v for d, v in evaluate(df[~df["failed"]])}
+    verdicts = {claim: v.status for claim, v in judged.items()}
     observational = "Streaming: the lowest quality falls to 144p at 5–10% loss"
     assert verdicts.pop(observational) == HOLDS  # a minimum needs no sample size
     assert set(verdicts.values()) == {NO_DATA}
+    # ... but a quick run's numbers are shown beside "no verdict", loss rate by loss rate.
+    startup = judged["Streaming: with loss QUIC starts faster (≈40% at 5% loss)"].found
+    assert [line.split(":")[0] for line in startup[:-1]] == ["1% loss", "5% loss", "10% loss"]
+    assert "n=2/2" in startup[1] and "no verdict" in startup[-1]
 
 
 def test_browser_page_loads_are_their_own_kind_never_pooled_with_the_perf_tools(full_report):

@@ -48,11 +48,12 @@ def testbed(tmp_path_factory, clean_slate):  # noqa: ANN001, ANN201
     return up, tmp
 
 
-def _play(tb, hosts, protocol: str, url: str = MPD, timeout: int = PLAY_S + 40) -> dict:  # noqa: ANN001
+def _play(tb, hosts, protocol: str, url: str = MPD, timeout: int = PLAY_S + 40,  # noqa: ANN001
+          extra: tuple[str, ...] = ()) -> dict:
     address = server_address(tb.servers.index(hosts["nginx"]))
     argv = ["browser_perf", "--url", url, "--resolve", f"{SERVER_NAME}:443:{address}",
             "--cacert", f"{CLIENT_PKI}/ca.pem", "-n", "1", "--cpu", "--timeout", str(timeout),
-            "--protocol", protocol, "--duration", str(PLAY_S)]
+            "--protocol", protocol, "--duration", str(PLAY_S), *extra]
     proc = tb.client.exec(argv, timeout=timeout + 30)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == 1, (proc.returncode, proc.stderr[-800:])
@@ -108,4 +109,27 @@ def test_a_path_slower_than_the_lowest_rendition_stalls_as_the_trace_shows(testb
         # A stream that does not exist: an error row, and the browser is gone all the same.
         broken = _play(tb, hosts, "quic", url=MPD.replace("manifest.mpd", "missing.mpd"))
         assert broken["error"].startswith(("player:", "http:")), broken["error"]
+        _nothing_left(tb)
+
+
+def test_player_settings_from_the_experiment_are_in_force_and_recorded(testbed):
+    """The experiment's `player:` settings, as the runner passes them (Video.tool_args), reach
+    dash.js: a bitrate cap below 480p keeps a fast path at 360p, and the row records them."""
+    from quicbed.workloads import WORKLOADS
+
+    up, _ = testbed
+    chosen = {"max_bitrate_kbps": 1000, "buffer_time_default_s": 6,
+              "abr_rules": ("throughputRule", "insufficientBufferRule")}
+    args = WORKLOADS["video"].tool_args(PLAY_S, chosen)
+    with up(load_profile("germany")) as (tb, hosts):
+        row = _play(tb, hosts, "quic", extra=("--player-settings", args["--player-settings"]))
+        assert row["error"] == "", row["error"]
+        settings = row["player_settings"]
+        assert settings["buffer"]["bufferTimeDefault"] == 6
+        assert settings["abr"]["maxBitrate"]["video"] == 1000
+        assert {k for k, on in settings["abr"]["rules"].items() if on} == set(chosen["abr_rules"])
+        # 100 Mbit/s would carry 720p; the cap holds the player at or below 360p (700 kbit/s).
+        played = {res for res, seconds in row["seconds_at_resolution"].items() if seconds > 0}
+        assert played and played <= {"144p", "240p", "360p"}, row["seconds_at_resolution"]
+        assert row["stall_count"] == 0
         _nothing_left(tb)

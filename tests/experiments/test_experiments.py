@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from pathlib import Path
 
 import pytest
 
 from quicbed.analysis.expectations import Ref, compile_expectation, evaluate, statistic
+from quicbed.clients.tools import TOOLS
 from quicbed.experiments import links
 from quicbed.experiments.executor import TestbedExecutor
 from quicbed.experiments.matrix import conditions, count_per_condition, trials
@@ -300,3 +303,56 @@ def test_a_trial_calls_its_tool_with_the_client_contract():
         "--resolve", "server.quicbed:443:10.77.2.10", "--cacert", "/etc/quicbed/pki/ca.pem",
         "-n", "1", "--cpu", "--timeout", str(int(trial.timeout_s)),
         "--tls", "1.2", "--http", "2", "--groups", "X25519:secp256r1"]
+
+
+PLAYER = """name: p
+profiles: [india]
+servers: [nginx]
+clients:
+  - {tool: chromium, protocol: quic}
+workload:
+  kind: video
+  duration_s: 30
+  player:
+    buffer_time_default_s: 6
+    abr_rules: [throughputRule, bolaRule]
+    max_bitrate_kbps: 1200
+    auto_switch_bitrate: true
+"""
+
+
+def test_player_settings_reach_the_browser_as_dashjs_settings_and_nothing_else():
+    exp = parse_experiment(PLAYER)
+    assert dict(exp.workload.settings)["abr_rules"] == ("throughputRule", "bolaRule")
+    argv = TestbedExecutor._tool_argv(trials(exp, conditions(exp)[0])[0], "10.77.2.10")
+    given = json.loads(argv[argv.index("--player-settings") + 1])["streaming"]
+    assert given["buffer"] == {"bufferTimeDefault": 6}
+    assert given["abr"]["maxBitrate"] == {"video": 1200}
+    assert given["abr"]["autoSwitchBitrate"] == {"video": True}
+    assert {r for r, v in given["abr"]["rules"].items() if v["active"]} == {"throughputRule",
+                                                                           "bolaRule"}
+    # A tool that plays no player gets the duration and never the player's settings.
+    assert TOOLS["video_download"].argv("u", "r", "c", 90, {"protocol": "quic"},
+                                        {"--duration": "30", "--player-settings": "{}"}
+                                        )[-2:] == ["--duration", "30"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ("buffer_time_default_s: 6", "buffer_time_default_s: 0 is out of range [1, 120]"),
+    ("abr_rules: [throughputRule, bolaRule]", "abr_rules[1]: unknown ABR rule 'bola'"),
+    ("auto_switch_bitrate: true", "auto_switch_bitrate: expected true or false, got 'yes'"),
+    ("max_bitrate_kbps: 1200", "player.max_bitrate: unknown key"),
+    ("- {tool: chromium, protocol: quic}", "workload.player: no client of this experiment takes"),
+])
+def test_bad_player_settings_are_one_located_line(change: str, message: str):
+    bad = {"buffer_time_default_s: 6": "buffer_time_default_s: 0",
+           "abr_rules: [throughputRule, bolaRule]": "abr_rules: [throughputRule, bola]",
+           "auto_switch_bitrate: true": "auto_switch_bitrate: 'yes'",
+           "max_bitrate_kbps: 1200": "max_bitrate: 1200",
+           "- {tool: chromium, protocol: quic}": "- {tool: video_download, protocol: quic}"}
+    text = PLAYER.replace(change, bad[change])
+    if "video_download" in text and TOOLS["video_download"].unavailable:
+        pytest.skip("video_download is not built yet")
+    with pytest.raises(ExperimentError, match=re.escape(message)) as info:
+        parse_experiment(text, "p.yaml")
+    assert str(info.value).startswith("p.yaml:") and "\n" not in str(info.value)
