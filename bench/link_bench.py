@@ -15,13 +15,13 @@ import subprocess
 import sys
 
 from quicbed.topology.calibrate import (
-    _finish_iperf,
-    _start_iperf,
     cpu_times,
+    finish_iperf,
     goodput_floor,
     host_cpu_between,
     iperf,
     receiver_goodput_mbit,
+    start_iperf,
 )
 from quicbed.topology.net import HostSpec, Testbed, TestbedConfig
 from quicbed.topology.profiles import load_profile
@@ -43,10 +43,10 @@ def bench_profile(name: str, image: str, seconds: int, backend: str
         retransmits = result["end"].get("sum_sent", {}).get("retransmits", -1)
         idle = tb.ping(count=40, interval=0.05)
         load_bps = 0.9 * rate * 1e6 * 1470 / 1512
-        server, client = _start_iperf(tb, 5202, ["-u", "-R", "-b", f"{load_bps:.0f}",
+        server, client = start_iperf(tb, 5202, ["-u", "-R", "-b", f"{load_bps:.0f}",
                                                  "-l", "1470", "-t", "8"], timeout=60)
         loaded = tb.ping(count=80, interval=0.05)
-        _finish_iperf(server, client)
+        finish_iperf(server, client)
         return {"profile": name, "backend": tb.backend.name, "rate_mbit": rate,
                 "rtt_ms": profile.rtt_ms, "goodput_mbit": goodput, "ratio": goodput / rate,
                 "ratio_of_ideal": goodput / rate / IDEAL, "retransmits": retransmits,

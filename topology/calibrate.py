@@ -333,11 +333,11 @@ def check_route(tb: Testbed) -> list[Check]:
 
 # -- iperf3 plumbing ----------------------------------------------------------------------
 def iperf(tb: Testbed, args: list[str], timeout: float) -> dict[str, Any]:
-    server, client = _start_iperf(tb, IPERF_PORT, args, timeout)
-    return _finish_iperf(server, client)
+    server, client = start_iperf(tb, IPERF_PORT, args, timeout)
+    return finish_iperf(server, client)
 
 
-def _start_iperf(tb: Testbed, port: int, args: list[str], timeout: float
+def start_iperf(tb: Testbed, port: int, args: list[str], timeout: float
                  ) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
     server = subprocess.Popen(tb.server.popen_argv(["iperf3", "-s", "-1", "-J", "-p", str(port),
                                                     "-B", ADDRESSES["server"]]),
@@ -372,7 +372,7 @@ def _wait_listening(pid: int, port: int, server: subprocess.Popen[str]) -> None:
     raise RuntimeError(f"iperf3 server not listening on port {port} after {LISTEN_TIMEOUT_S:g} s")
 
 
-def _finish_iperf(server: subprocess.Popen[str], client: subprocess.Popen[str]
+def finish_iperf(server: subprocess.Popen[str], client: subprocess.Popen[str]
                   ) -> dict[str, Any]:
     out, err = client.communicate()
     try:

@@ -167,7 +167,7 @@ def test_clean_after_a_bring_up_that_failed_midway(monkeypatch):
     started: list[subprocess.Popen] = []
 
     def fail_midway(tb: Testbed) -> None:
-        server, client = calibration._start_iperf(tb, calibration.IPERF_PORT, ["-t", "120"],
+        server, client = calibration.start_iperf(tb, calibration.IPERF_PORT, ["-t", "120"],
                                                   timeout=150)
         router = subprocess.Popen(tb.router.popen_argv(["sleep", "600"]))
         started.extend([server, client, router])
