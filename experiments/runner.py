@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import platform
 import signal
@@ -40,7 +41,8 @@ from .shard import Shard, shard_conditions
 from .store import RunStore, StoreError, load_rows, read_manifest
 
 ROW_DEFAULTS = rowschema.RUNNER_DEFAULTS
-SUMMARY_METRICS = {"conn": "connection_time_ms", "ttfb": "ttfb_ms", "dl": "download_time_ms"}
+SUMMARY_METRICS = {"conn": "connection_time_ms", "ttfb": "ttfb_ms", "dl": "download_time_ms",
+                   "startup": "startup_delay_ms", "stall": "stall_total_ms"}
 
 
 class TrialError(Exception):
@@ -249,10 +251,10 @@ def condition_summary(cond: Condition, rows: list[dict[str, Any]]) -> str:
     parts = []
     for proto in sorted({r["protocol"] for r in mine}):
         ok = [r for r in mine if r["protocol"] == proto and r.get("error") is None]
-        stats = " ".join(
-            f"{k} {statistic([r.get(c) for r in ok], 'median'):.0f}"
-            for k, c in SUMMARY_METRICS.items()
-        )
+        # Only what the rows measured: a playback has no download time, but a startup.
+        medians = {k: statistic([r.get(c) for r in ok], "median")
+                   for k, c in SUMMARY_METRICS.items()}
+        stats = " ".join(f"{k} {v:.0f}" for k, v in medians.items() if not math.isnan(v))
         parts.append(f"{proto} {stats} ms" if ok else f"{proto} no successful trials")
     failed = sum(r.get("error") is not None for r in mine)
     tail = f" | {failed} failed" if failed else ""

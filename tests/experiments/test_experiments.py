@@ -356,3 +356,16 @@ def test_bad_player_settings_are_one_located_line(change: str, message: str):
     with pytest.raises(ExperimentError, match=re.escape(message)) as info:
         parse_experiment(text, "p.yaml")
     assert str(info.value).startswith("p.yaml:") and "\n" not in str(info.value)
+
+
+def test_condition_summary_shows_what_the_rows_measured():
+    from types import SimpleNamespace
+
+    from quicbed.experiments.runner import condition_summary
+
+    cond = SimpleNamespace(id="c0", label="india loss_pct=5")
+    played = {"condition": "c0", "protocol": "quic", "error": None, "connection_time_ms": 92.4,
+              "ttfb_ms": 180.0, "startup_delay_ms": 310.0, "stall_total_ms": 0.0}
+    line = condition_summary(cond, [played, {**played, "protocol": "tls1.3", "error": "x"}])
+    assert line == ("c0 india loss_pct=5: quic conn 92 ttfb 180 startup 310 stall 0 ms | "
+                    "tls1.3 no successful trials | 1 failed")
