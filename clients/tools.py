@@ -108,8 +108,8 @@ TOOLS: dict[str, Tool] = {tool.name: tool for tool in (
         flags={"backend": "--backend", "kex": "--groups"},
         values={"kex": KEX_GROUPS},
     ),
-    # The paper's non-adaptive video test: audio and video in parallel, paced like playout;
-    # two TLS/TCP connections, or one QUIC connection with two streams.
+    # The paper's non-adaptive video test (clients/perf): audio and video in parallel, paced
+    # like playout; two TLS/TCP connections, or one QUIC connection with two streams.
     Tool(
         name="video_download",
         options={"protocol": ("quic", "tls1.3", "tls1.2"), "kex": tuple(KEX_GROUPS)},
@@ -117,7 +117,6 @@ TOOLS: dict[str, Tool] = {tool.name: tool for tool in (
         label="video-{protocol}{kex}",
         protocol="{protocol}",
         workloads=("video",),
-        unavailable="not available yet: the video_download tool is still being built",
         short={"kex": _KEX_SHORT},
         flags={"kex": "--groups"},
         values={"kex": KEX_GROUPS},

@@ -1,6 +1,7 @@
 /* Command-line parsing shared by tls_perf, quic_perf and video_download. */
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
+#include <stdarg.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +177,18 @@ static void set_defaults(const struct perf_tool *tool, struct perf_opts *o)
     o->buffer_s = PERF_VIDEO_BUFFER_S;
 }
 
+/* A usage error: one line on stderr, the way to the full usage named in it. */
+static int usage_error(const struct perf_tool *tool, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", tool->name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (usage: %s --help)\n", tool->name);
+    return -1;
+}
+
 /* video_download: --transport picks the HTTP version here, the protocol in finish_video. */
 static int set_transport(const char *v, struct perf_opts *o)
 {
@@ -219,9 +232,7 @@ static int finish_video(const struct perf_tool *tool, struct perf_opts *o)
 {
     if (o->http == HTTP_3) {
         if (o->tls_given && o->proto != PROTO_TLS13) {
-            fprintf(stderr, "%s: --tls 1.2 needs --transport tcp (QUIC is TLS 1.3)\n",
-                    tool->name);
-            return -1;
+            return usage_error(tool, "--tls 1.2 needs --transport tcp (QUIC is TLS 1.3)");
         }
         o->proto = PROTO_QUIC;
     } else if (o->proto == PROTO_QUIC) {
@@ -276,24 +287,26 @@ static int apply_opt(const struct perf_tool *tool, int c, const char *arg, struc
 
 int perf_parse_opts(const struct perf_tool *tool, int argc, char **argv, struct perf_opts *o)
 {
-    int c;
+    int c, idx = -1;
     set_defaults(tool, o);
-    while ((c = getopt_long(argc, argv, "n:h", long_opts, NULL)) != -1) {
+    opterr = 0;  /* getopt's own messages would make a second line */
+    while ((c = getopt_long(argc, argv, ":n:h", long_opts, &idx)) != -1) {
+        if (c == '?')
+            return usage_error(tool, "unknown option '%s'", argv[optind - 1]);
+        if (c == ':')
+            return usage_error(tool, "option '%s' needs a value", argv[optind - 1]);
         int r = apply_opt(tool, c, optarg, o);
-        if (r != 0) {
-            if (r < 0 && c != '?')
-                fprintf(stderr, "%s: invalid or unsupported value '%s'\n", tool->name,
-                        optarg ? optarg : "");
+        if (r < 0)
+            return usage_error(tool, "invalid or unsupported value '%s' for %s%s",
+                               optarg ? optarg : "", idx >= 0 ? "--" : "-",
+                               idx >= 0 ? long_opts[idx].name : "n");
+        if (r > 0)
             return r;
-        }
+        idx = -1;
     }
-    if (optind < argc) {
-        fprintf(stderr, "%s: unexpected argument '%s'\n", tool->name, argv[optind]);
-        return -1;
-    }
-    if (!o->url) {
-        fprintf(stderr, "%s: --url is required\n", tool->name);
-        return -1;
-    }
+    if (optind < argc)
+        return usage_error(tool, "unexpected argument '%s'", argv[optind]);
+    if (!o->url)
+        return usage_error(tool, "--url is required");
     return tool->is_video ? finish_video(tool, o) : 0;
 }
