@@ -212,19 +212,21 @@ static void media_arrived(struct session *s, struct lane *l, double now)
     }
 }
 
-/* Wall time at which the lane's next segment is due (now if it already is). */
+/* Wall time at which the lane's next segment is due (now if it already is): while its start
+ * lies less than the buffer ahead of playout, and at once if playout waits at it (or is yet
+ * to start there). */
 static double due_at(const struct session *s, const struct lane *l, double now)
 {
     const struct playout *p = &s->play;
     if (l->next < 0)
         return now;  /* the init segment */
-    double ahead = l->next * s->seg_s - s->o->buffer_s;  /* playout position that asks for it */
-    if (isnan(p->t0))
-        return ahead < 0 ? now : INFINITY;  /* before playout: only the first buffer's worth */
-    double pos = p->stalled ? p->pos : p->pos + (now - p->t_last);
-    if (ahead < pos)
+    double start = l->next * s->seg_s;
+    double pos = isnan(p->t0) ? 0.0 : p->stalled ? p->pos : p->pos + (now - p->t_last);
+    if (start - s->o->buffer_s < pos || start <= pos + 1e-9)
         return now;
-    return p->stalled ? INFINITY : now + (ahead - pos);
+    if (isnan(p->t0) || p->stalled)
+        return INFINITY;  /* the position moves only once playout runs */
+    return now + (start - s->o->buffer_s - pos);
 }
 
 /* A finished transfer: its bytes and time go to the stream, its connection is counted. */
