@@ -75,6 +75,8 @@ void perf_usage(const struct perf_tool *tool, FILE *out)
                      "  --duration S              seconds of media to fetch (default: all)\n"
                      "  --buffer S                media fetched ahead of playout (default %g)\n"
                      "  --rendition NAME          video rendition, e.g. 720p (default: the top)\n"
+                     "  --backend libcurl|ngtcp2  QUIC through libcurl's HTTP/3 (default) or\n"
+                     "                            natively through ngtcp2\n"
                      "--url names the DASH manifest; -n repeats the whole session.\n",
                 PERF_VIDEO_BUFFER_S);
     else if (tool->is_quic) {

@@ -185,6 +185,27 @@ extern const struct perf_backend perf_backend_video;
 #ifdef HAVE_NGTCP2
 /* backend_ngtcp2.c: native ngtcp2 + nghttp3 + GnuTLS */
 extern const struct perf_backend perf_backend_ngtcp2;
+extern const struct perf_backend perf_backend_video_ngtcp2;  /* video.c */
+
+/* For video_download: one connection whose first request (o->url) fills the row as quic_perf's
+ * does (timings in library callbacks, TLS, status), further GETs on it, and every response's
+ * status, body and end handed to the hooks instead of the body sink. */
+struct perf_quic_hooks {
+    void *ud;
+    int (*data)(void *ud, int64_t sid, const uint8_t *data, size_t len);  /* <0: fail */
+    void (*status)(void *ud, int64_t sid, long status);
+    void (*end)(void *ud, int64_t sid);
+};
+struct nq;  /* the connection, opaque */
+/* NULL only without memory; a connection that cannot start has row->error set. */
+struct nq *perf_quic_open(const struct perf_opts *o, void *state, struct perf_row *row,
+                          const struct perf_quic_hooks *hooks);
+int64_t perf_quic_first(const struct nq *q);  /* the first request's stream once done, else -1 */
+int perf_quic_get(struct nq *q, const char *url, int64_t *sid);
+/* One round of I/O, waiting at most until `until` (CLOCK_REALTIME seconds); -1: row->error. */
+int perf_quic_step(struct nq *q, double until);
+/* Finishes the first request's row, closes the connection politely, frees it. */
+void perf_quic_close(struct nq *q);
 #endif
 
 #endif

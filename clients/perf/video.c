@@ -33,6 +33,8 @@ struct lane {
     char errbuf[CURL_ERROR_SIZE];
     int next;                     /* segment to fetch next: -1 init, then media 0.. */
     int busy;
+    int64_t sid;                  /* ngtcp2: the request's stream */
+    int ended;                    /* ngtcp2: its response ended, not yet accounted */
     int have;                     /* media segments in */
     uint64_t bytes;
     double busy_s;                /* request to last byte, summed over the segments */
@@ -54,6 +56,12 @@ struct session {
     CURLM *multi[LANES];          /* TCP: one per stream; QUIC: multi[0] for both */
     int n_multi;
     struct curl_slist *resolve;
+#ifdef HAVE_NGTCP2
+    struct nq *quic;              /* --backend ngtcp2: the one QUIC connection */
+    struct perf_quic_hooks hooks;
+#endif
+    void *quic_state;             /* the ngtcp2 backend's trust anchors and priorities */
+    double t_done;                /* the last segment's last byte */
     int n_seg;                    /* media segments per stream */
     double seg_s, deadline;
     struct playout play;
@@ -119,14 +127,11 @@ static double remaining_s(const struct session *s)
     return s->deadline - perf_now_realtime();
 }
 
-/* Starts the lane's next request (the manifest if it has no Representation yet). */
-static int start(struct session *s, struct lane *l)
+/* The lane's next request on its libcurl multi handle (the manifest if it has no
+ * Representation yet). */
+static int curl_start(struct session *s, struct lane *l)
 {
     int manifest = !l->rep;
-    if (manifest)
-        snprintf(l->url, sizeof(l->url), "%s", s->o->url);
-    else if (mpd_segment_url(l->rep, l->next, s->o->url, l->url, sizeof(l->url)) < 0)
-        return manifest_error(s, "a segment URL cannot be made from the template");
     l->o = *s->o;
     l->o.url = l->url;
     l->o.timeout_s = remaining_s(s);
@@ -134,8 +139,6 @@ static int start(struct session *s, struct lane *l)
         l->o.timeout_s = 0.001;
     /* the manifest's transfer fills the session's row: its connection is the first one */
     struct perf_row *row = manifest ? s->row : &l->r;
-    if (!manifest)
-        perf_row_init(row, 0);
     l->x = (struct perf_xfer){.o = &l->o, .row = row, .easy = l->easy};
     l->errbuf[0] = '\0';
     if (perf_curl_prepare(&l->x, s->resolve, NULL, l->errbuf) < 0)
@@ -153,6 +156,37 @@ static int start(struct session *s, struct lane *l)
         snprintf(row->error, sizeof(row->error), "internal: curl_multi_add_handle failed");
         return -1;
     }
+    return 0;
+}
+
+#ifdef HAVE_NGTCP2
+/* The lane's next segment as a new stream of the QUIC connection. */
+static int quic_start(struct session *s, struct lane *l)
+{
+    l->r.t_start = perf_now_realtime();
+    return perf_quic_get(s->quic, l->url, &l->sid);
+}
+#endif
+
+/* Starts the lane's next request. */
+static int start(struct session *s, struct lane *l)
+{
+    if (!l->rep)
+        snprintf(l->url, sizeof(l->url), "%s", s->o->url);
+    else if (mpd_segment_url(l->rep, l->next, s->o->url, l->url, sizeof(l->url)) < 0)
+        return manifest_error(s, "a segment URL cannot be made from the template");
+    perf_row_free(&l->r);
+    perf_row_init(&l->r, 0);
+#ifdef HAVE_NGTCP2
+    if (s->quic) {
+        if (quic_start(s, l) < 0)
+            return -1;
+        l->busy = 1;
+        return 0;
+    }
+#endif
+    if (curl_start(s, l) < 0)
+        return -1;
     l->busy = 1;
     return 0;
 }
@@ -207,8 +241,7 @@ static void media_arrived(struct session *s, struct lane *l, double now)
         p->t_last = now;
     }
     if (isnan(p->t0) && s->lane[VIDEO].have > 0 && s->lane[AUDIO].have > 0) {
-        p->t0 = p->t_last = now;
-        v->startup_ms = (now - s->row->t_start) * 1e3;
+        p->t0 = p->t_last = now;  /* startup_ms: from t_start, known once the row is done */
     }
 }
 
@@ -229,18 +262,11 @@ static double due_at(const struct session *s, const struct lane *l, double now)
     return now + (start - s->o->buffer_s - pos);
 }
 
-/* A finished transfer: its bytes and time go to the stream, its connection is counted. */
-static int finished(struct session *s, struct lane *l, CURLcode rc)
+/* A segment's transfer is over (its row filled): bytes and busy time to its stream, the
+ * segment to playout. `connects`: connections the transfer opened. */
+static int segment_done(struct session *s, struct lane *l, long connects)
 {
     double now = perf_now_realtime();
-    long connects = 0;
-    curl_multi_remove_handle(l->multi, l->easy);
-    l->busy = 0;
-    curl_easy_getinfo(l->easy, CURLINFO_NUM_CONNECTS, &connects);
-    s->connections += (int)connects;
-    perf_curl_finish(&l->x, rc, l->errbuf);
-    if (!l->rep)  /* the manifest: its transfer filled the session's row */
-        return s->row->error[0] ? -1 : read_manifest(s);
     if (l->r.error[0])
         return segment_error(s, l), -1;
     /* a transfer that opened a connection: its handshake is not download time */
@@ -251,10 +277,25 @@ static int finished(struct session *s, struct lane *l, CURLcode rc)
     l->busy_s += (l->r.download_time_ms - handshake_ms) / 1e3;
     l->bytes += l->r.bytes;
     s->row->bytes += l->r.bytes;
-    s->row->t_done = l->r.t_done;
+    s->t_done = l->r.t_done;
     if (l->next++ >= 0)
         media_arrived(s, l, now);
     return 0;
+}
+
+/* A finished libcurl transfer: the manifest's filled the session's row; a connection it
+ * opened is counted. */
+static int curl_finished(struct session *s, struct lane *l, CURLcode rc)
+{
+    long connects = 0;
+    curl_multi_remove_handle(l->multi, l->easy);
+    l->busy = 0;
+    curl_easy_getinfo(l->easy, CURLINFO_NUM_CONNECTS, &connects);
+    s->connections += (int)connects;
+    perf_curl_finish(&l->x, rc, l->errbuf);
+    if (!l->rep)
+        return s->row->error[0] ? -1 : read_manifest(s);
+    return segment_done(s, l, connects);
 }
 
 /* ---- the loop ---- */
@@ -270,7 +311,7 @@ static int perform_all(struct session *s)
                 continue;
             for (int k = 0; k < LANES; k++)
                 if (s->lane[k].busy && s->lane[k].easy == msg->easy_handle &&
-                    finished(s, &s->lane[k], msg->data.result) < 0)
+                    curl_finished(s, &s->lane[k], msg->data.result) < 0)
                     return -1;
         }
     }
@@ -293,6 +334,69 @@ static void wait_all(struct session *s, double next_s)
             n = 0;
     }
     curl_multi_poll(s->multi[0], extra, n, (int)ms, NULL);
+}
+
+#ifdef HAVE_NGTCP2
+static struct lane *lane_of(struct session *s, int64_t sid)
+{
+    for (int k = 0; k < LANES; k++)
+        if (s->lane[k].busy && s->lane[k].sid == sid)
+            return &s->lane[k];
+    return NULL;
+}
+
+/* Before the streams start, every response byte is the manifest's. */
+static int quic_data(void *ud, int64_t sid, const uint8_t *data, size_t len)
+{
+    struct lane *l = lane_of(ud, sid);
+    if (l) {
+        l->r.bytes += len;
+        return 0;
+    }
+    return keep_body((char *)data, 1, len, ud) == len ? 0 : -1;
+}
+
+static void quic_status(void *ud, int64_t sid, long status)
+{
+    struct lane *l = lane_of(ud, sid);
+    if (l)
+        l->r.http_status = status;
+}
+
+/* Accounted after the I/O round (segment_done may end the session). */
+static void quic_end(void *ud, int64_t sid)
+{
+    struct lane *l = lane_of(ud, sid);
+    if (!l)
+        return;
+    l->ended = 1;
+    l->r.t_done = perf_now_realtime();
+    l->r.download_time_ms = (l->r.t_done - l->r.t_start) * 1e3;
+    if (l->r.http_status < 200 || l->r.http_status >= 300)
+        snprintf(l->r.error, sizeof(l->r.error), "http: status %ld", l->r.http_status);
+}
+#endif
+
+/* One round of I/O on the session's connections, waiting at most until `until`. */
+static int pump(struct session *s, double until)
+{
+#ifdef HAVE_NGTCP2
+    if (s->quic) {
+        if (perf_quic_step(s->quic, until) < 0)
+            return -1;
+        for (int k = 0; k < LANES; k++) {
+            struct lane *l = &s->lane[k];
+            if (l->ended) {
+                l->ended = l->busy = 0;
+                if (segment_done(s, l, 0) < 0)
+                    return -1;
+            }
+        }
+        return 0;
+    }
+#endif
+    wait_all(s, until);
+    return perform_all(s);
 }
 
 static int lanes_done(const struct session *s)
@@ -336,24 +440,56 @@ static int run_lanes(struct session *s)
                      s->n_seg, s->o->timeout_s);
             return -1;
         }
-        wait_all(s, next);
-        if (perform_all(s) < 0)
+        if (pump(s, next) < 0)
             return -1;
     }
     return 0;
 }
 
+static int manifest_timeout(struct session *s)
+{
+    snprintf(s->row->error, sizeof(s->row->error), "timeout: no manifest after %.3f s",
+             s->o->timeout_s);
+    return -1;
+}
+
+#ifdef HAVE_NGTCP2
+/* The manifest as the QUIC connection's first request (timed as quic_perf --backend ngtcp2
+ * times its one request). */
+static int quic_manifest(struct session *s)
+{
+    s->hooks = (struct perf_quic_hooks){.ud = s, .data = quic_data, .status = quic_status,
+                                        .end = quic_end};
+    if (!(s->quic = perf_quic_open(s->o, s->quic_state, s->row, &s->hooks)))
+        return snprintf(s->row->error, sizeof(s->row->error), "internal: no memory"), -1;
+    while (perf_quic_first(s->quic) < 0) {
+        if (s->row->error[0] || pump(s, s->deadline) < 0)
+            return -1;
+        if (remaining_s(s) <= 0)
+            return manifest_timeout(s);
+    }
+    s->connections = 1;
+    if (s->row->http_status < 200 || s->row->http_status >= 300)
+        return snprintf(s->row->error, sizeof(s->row->error), "http: status %ld",
+                        s->row->http_status), -1;
+    return read_manifest(s);
+}
+#endif
+
 /* The manifest on the video stream's connection (the first one: the row's handshake). */
 static int fetch_manifest(struct session *s)
 {
+#ifdef HAVE_NGTCP2
+    if (s->quic_state)
+        return quic_manifest(s);
+#endif
     struct lane *l = &s->lane[VIDEO];
     if (start(s, l) < 0)
         return -1;
     while (l->busy) {
         if (remaining_s(s) <= 0)
-            return snprintf(s->row->error, sizeof(s->row->error), "timeout: no manifest"), -1;
-        wait_all(s, s->deadline);
-        if (perform_all(s) < 0)
+            return manifest_timeout(s);
+        if (pump(s, s->deadline) < 0)
             return -1;
     }
     return 0;
@@ -378,12 +514,16 @@ static void finish_row(struct session *s)
     v->audio_bytes = s->lane[AUDIO].bytes;
     v->media_s = (s->lane[VIDEO].have < s->lane[AUDIO].have ? s->lane[VIDEO].have
                                                               : s->lane[AUDIO].have) * s->seg_s;
-    if (isnan(v->stall_ms) && !isnan(s->play.t0))
-        v->stall_ms = 0;
+    if (!isnan(s->play.t0)) {
+        v->startup_ms = (s->play.t0 - row->t_start) * 1e3;
+        if (isnan(v->stall_ms))
+            v->stall_ms = 0;
+    }
     if (row->error[0] || !isfinite(row->t_start))
         return;
     v->video_rate_mbps = rate_mbps(v->video_bytes, s->lane[VIDEO].busy_s);
     v->audio_rate_mbps = rate_mbps(v->audio_bytes, s->lane[AUDIO].busy_s);
+    row->t_done = s->t_done;
     row->download_time_ms = (row->t_done - row->t_start) * 1e3;
     row->throughput_mbps = rate_mbps(row->bytes, row->t_done - row->t_start);
 }
@@ -425,14 +565,26 @@ static void close_session(struct session *s)
     free(s->manifest);
 }
 
+/* ngtcp2: the connection's end also finishes the first request's row (its timings, TLS), so
+ * it comes before the session's row is finished. */
+static void close_quic(struct session *s)
+{
+#ifdef HAVE_NGTCP2
+    perf_quic_close(s->quic);
+    s->quic = NULL;
+#else
+    (void)s;
+#endif
+}
+
 static int video_fetch(const struct perf_opts *o, void *state, struct perf_row *row)
 {
     struct session *s = calloc(1, sizeof(*s));  /* the manifest's Representations: ~20 KB */
-    (void)state;
     if (!s)
         return -1;
     s->o = o;
     s->row = row;
+    s->quic_state = state;
     s->play.t0 = NAN;
     s->deadline = perf_now_realtime() + o->timeout_s;
     snprintf(row->library, sizeof(row->library), "%s", curl_version());
@@ -440,6 +592,7 @@ static int video_fetch(const struct perf_opts *o, void *state, struct perf_row *
         snprintf(row->error, sizeof(row->error), "internal: libcurl set-up failed");
     else if (fetch_manifest(s) == 0)
         run_lanes(s);
+    close_quic(s);
     finish_row(s);
     close_session(s);
     free(s);
@@ -450,9 +603,12 @@ static int video_fetch(const struct perf_opts *o, void *state, struct perf_row *
 static int video_setup(const struct perf_opts *o, void **state)
 {
     *state = NULL;
+    int ngtcp2 = strcmp(o->backend, "ngtcp2") == 0;
     const char *no = o->resume ? "--resume" : o->sha256 ? "--sha256"
                    : o->output_body ? "--output-body" : o->curl_timers ? "--curl-timers"
-                   : o->cc && o->proto == PROTO_QUIC ? "--cc with QUIC (libcurl)" : NULL;
+                   : ngtcp2 && o->proto != PROTO_QUIC ? "--backend ngtcp2 over TCP"
+                   : o->cc && o->proto == PROTO_QUIC && !ngtcp2 ? "--cc with QUIC (libcurl)"
+                   : NULL;
     if (no) {
         fprintf(stderr, "%s: %s is not supported\n", o->tool, no);
         return -2;
@@ -472,7 +628,35 @@ const struct perf_backend perf_backend_video = {
     .teardown = video_teardown,
 };
 
-static const struct perf_backend *const backends[] = {&perf_backend_video, NULL};
+#ifdef HAVE_NGTCP2
+/* The ngtcp2 backend's per-process TLS objects (trust anchors, priorities) serve the one
+ * QUIC connection; video_fetch picks the transport by the state it gets. */
+static int video_ng_setup(const struct perf_opts *o, void **state)
+{
+    int rc = video_setup(o, state);
+    return rc != 0 ? rc : perf_backend_ngtcp2.setup(o, state);
+}
+
+static void video_ng_teardown(void *state)
+{
+    perf_backend_ngtcp2.teardown(state);
+}
+
+const struct perf_backend perf_backend_video_ngtcp2 = {
+    .name = "ngtcp2",
+    .setup = video_ng_setup,
+    .fetch = video_fetch,
+    .teardown = video_ng_teardown,
+};
+#endif
+
+static const struct perf_backend *const backends[] = {
+    &perf_backend_video,
+#ifdef HAVE_NGTCP2
+    &perf_backend_video_ngtcp2,
+#endif
+    NULL,
+};
 
 static const struct perf_tool tool = {
     .name = "video_download",
