@@ -1,7 +1,8 @@
-"""video_download (clients/perf) against the shipped Caddy and nginx serving the real DASH
-ladder (servers/content.py) over loopback: a client container joins each server's network
-namespace. Rows, bytes against the files, connections per transport (the server's access log
-and the row), pacing, bad input and error rows, and the ASan/UBSan build."""
+"""video_download (clients/perf: libcurl over TCP and QUIC, ngtcp2 over QUIC) against the
+shipped Caddy and nginx serving the real DASH ladder (servers/content.py) over loopback: a
+client container joins each server's network namespace. Rows, bytes against the files,
+connections per transport (the server's access log and the row), pacing, bad input and error
+rows, and the ASan/UBSan build."""
 
 from __future__ import annotations
 
@@ -27,13 +28,30 @@ CLIENT_IMAGE = "quicbed/client:dev"
 MPD = "video/dash/manifest.mpd"
 ROW_KEYS = {c.name for c in (*rowschema.TOOL, *rowschema.VIDEO_DOWNLOAD)}
 SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "runtime error:")
-# --transport/--tls per protocol, and what the row and the server's log must then say
-PROTOCOLS = {
-    "quic": (("--transport", "quic"), "3", "HTTP/3.0", 1),
-    "tls1.3": (("--transport", "tcp", "--tls", "1.3"), "2", "HTTP/2.0", 2),
-    "tls1.2": (("--transport", "tcp", "--tls", "1.2"), "2", "HTTP/2.0", 2),
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A way to run the tool, and what its row and the server's log must then say."""
+
+    args: tuple[str, ...]
+    protocol: str
+    backend: str
+    http: str
+    log_proto: str
+    tls: str
+    connections: int
+
+
+VARIANTS = {
+    "quic": Variant(("--transport", "quic"), "quic", "libcurl", "3", "HTTP/3.0", "TLSv1.3", 1),
+    "quic-ngtcp2": Variant(("--transport", "quic", "--backend", "ngtcp2"), "quic", "ngtcp2", "3",
+                           "HTTP/3.0", "TLSv1.3", 1),
+    "tls1.3": Variant(("--transport", "tcp", "--tls", "1.3"), "tls1.3", "libcurl", "2",
+                      "HTTP/2.0", "TLSv1.3", 2),
+    "tls1.2": Variant(("--transport", "tcp", "--tls", "1.2"), "tls1.2", "libcurl", "2",
+                      "HTTP/2.0", "TLSv1.2", 2),
 }
-TLS = {"quic": "TLSv1.3", "tls1.3": "TLSv1.3", "tls1.2": "TLSv1.2"}
 
 
 @dataclass
@@ -100,18 +118,18 @@ def stream_bytes(root: Path, stream: str, segments: int) -> int:
     return sum(files[rel]["size"] for rel in rels)
 
 
-@pytest.mark.parametrize("protocol", list(PROTOCOLS))
-def test_row_bytes_and_connections(bed: Bed, protocol: str) -> None:
-    args, http, log_proto, connections = PROTOCOLS[protocol]
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_row_bytes_and_connections(bed: Bed, name: str) -> None:
+    v = VARIANTS[name]
     before = len(bed.log())
-    r = bed.run(*args, "--duration", "6", "--buffer", "4", "--cpu")
+    r = bed.run(*v.args, "--duration", "6", "--buffer", "4", "--cpu")
     assert r.rc == 0, r.stderr
     assert len(r.rows) == 1
     row = r.rows[0]
     assert set(row) == ROW_KEYS and row["error"] == ""
-    assert (row["tool"], row["protocol"], row["http_version"]) == ("video_download", protocol,
-                                                                   http)
-    assert row["tls_version"] == TLS[protocol]
+    assert (row["tool"], row["protocol"], row["backend"], row["http_version"]) == (
+        "video_download", v.protocol, v.backend, v.http)
+    assert row["tls_version"] == v.tls
     # the top rendition (720p is the ladder's last, Representation 4; audio is 5)
     assert row["rendition"] == content.LADDER[-1][0]
     assert (row["segments"], row["media_s"]) == (6, 6.0)
@@ -124,14 +142,13 @@ def test_row_bytes_and_connections(bed: Bed, protocol: str) -> None:
     assert (row["stalls"], row["late_segments"], row["stall_ms"]) == (0, 0, 0.0)
     # two TLS/TCP connections, or one QUIC connection with both streams
     second = row["second_connection_time_ms"]
-    assert (second is None) if connections == 1 else second > 0
+    assert (second is None) if v.connections == 1 else second > 0
     entries = bed.log()[before:]
     assert len(entries) == 1 + 2 * 4  # the manifest, two init and six media segments
-    assert {(e["proto"], e["tls"], e["status"]) for e in entries} == {(log_proto, TLS[protocol],
-                                                                         200)}
+    assert {(e["proto"], e["tls"], e["status"]) for e in entries} == {(v.log_proto, v.tls, 200)}
     seen = {e["connection"] for e in entries}
     if None not in seen:  # nginx cannot tell HTTP/3 connections apart (servers/accesslog.py)
-        assert len(seen) == connections, entries
+        assert len(seen) == v.connections, entries
 
 
 def test_rendition_by_name(bed: Bed) -> None:
@@ -166,24 +183,28 @@ def test_bad_input_is_one_line(bed: Bed, args: tuple[str, ...]) -> None:
 
 
 @pytest.mark.parametrize("args", [("--resume",), ("--sha256",), ("--transport", "quic",
-                                                                   "--cc", "reno")])
+                                                                   "--cc", "reno"),
+                                  ("--transport", "tcp", "--backend", "ngtcp2")])
 def test_unsupported(bed: Bed, args: tuple[str, ...]) -> None:
     r = bed.run(*args)
     assert r.rc == UNSUPPORTED_EXIT and r.rows == [], r
     assert len(r.stderr.splitlines()) == 1
 
 
-@pytest.mark.parametrize(("case", "protocol", "categories"), [
+@pytest.mark.parametrize(("case", "name", "categories"), [
     ("missing manifest", "quic", ("http: status 404",)),
+    ("missing manifest", "quic-ngtcp2", ("http: status 404",)),
     ("missing manifest", "tls1.2", ("http: status 404",)),
     ("server down", "tls1.3", ("connect:",)),
     ("server down", "quic", ("quic:", "connect:", "timeout:")),
+    ("server down", "quic-ngtcp2", ("quic:", "connect:", "timeout:")),
     ("bad certificate", "tls1.3", ("tls:",)),
     ("bad certificate", "quic", ("tls:", "quic:")),
+    ("bad certificate", "quic-ngtcp2", ("tls:",)),
     ("no such rendition", "quic", ("manifest: no video rendition",)),
 ])
-def test_error_rows(bed: Bed, case: str, protocol: str, categories: tuple[str, ...]) -> None:
-    args = list(PROTOCOLS[protocol][0])
+def test_error_rows(bed: Bed, case: str, name: str, categories: tuple[str, ...]) -> None:
+    args = list(VARIANTS[name].args)
     url = f"https://server.quicbed/{MPD}"
     if case == "missing manifest":
         url = "https://server.quicbed/video/dash/missing.mpd"
@@ -213,9 +234,11 @@ def test_sanitizers(bed: Bed) -> None:
                         "make -s -C /tmp/asan asan/video_download", timeout=600, check=False)
     assert build.returncode == 0, build.stderr[-2000:]
     tool = "/tmp/asan/asan/video_download"
-    for args, url, rc in [(("--transport", "quic"), f"https://server.quicbed/{MPD}", 0),
-                          (("--transport", "tcp"), f"https://server.quicbed/{MPD}", 0),
-                          (("--transport", "tcp"), "https://server.quicbed/nope.mpd", 1)]:
+    for args, url, rc in [(VARIANTS["quic"].args, f"https://server.quicbed/{MPD}", 0),
+                          (VARIANTS["quic-ngtcp2"].args, f"https://server.quicbed/{MPD}", 0),
+                          (VARIANTS["tls1.3"].args, f"https://server.quicbed/{MPD}", 0),
+                          (VARIANTS["quic-ngtcp2"].args, "https://server.quicbed/nope.mpd", 1),
+                          (VARIANTS["tls1.3"].args, "https://server.quicbed/nope.mpd", 1)]:
         r = bed.run(*args, "--duration", "4", "--cpu", url=url, tool=tool, timeout=120)
         assert r.rc == rc, r.stderr[-2000:]
         assert not any(mark in r.stderr for mark in SANITIZER_MARKS), r.stderr[-2000:]

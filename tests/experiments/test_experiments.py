@@ -231,6 +231,9 @@ def test_cloud_workload_and_what_cannot_run_yet():
     assert argv[0] == "video_download"
     assert argv[argv.index("--url") + 1] == "https://server.quicbed/video/dash/manifest.mpd"
     assert argv[-6:] == ["--transport", "tcp", "--tls", "1.2", "--duration", "60"]
+    argv = TestbedExecutor._tool_argv(trials(downloaded, conditions(downloaded)[0])[0],
+                                      "10.77.2.10")
+    assert argv[-6:] == ["--transport", "quic", "--backend", "ngtcp2", "--duration", "60"]
     # The browser loads pages: one variant per protocol, its argv the client contract's.
     chromium = parse_experiment(GOOD.replace(
         "  - quic_perf", "  - {tool: chromium, protocol: [quic, tls1.3, tls1.2]}"))
