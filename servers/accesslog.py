@@ -32,6 +32,9 @@ def _caddy_json(entry: dict) -> dict | None:
         "bytes": entry.get("size"),
         "duration_ms": float(entry.get("duration", 0)) * 1000,
         "remote": req.get("remote_ip"),
+        # the client's address and port: one per TCP connection, one per QUIC connection
+        "connection": (f"{req.get('remote_ip')}:{req['remote_port']}"
+                       if req.get("remote_port") else None),
     }
 
 
@@ -54,6 +57,10 @@ def _quicbed_json(entry: dict) -> dict | None:
         "bytes": entry.get("bytes"),
         "duration_ms": float(entry["request_time"]) * 1000,
         "remote": entry.get("remote"),
+        # nginx's $connection serial: one per TCP connection, but one per stream in HTTP/3
+        # (nginx gives every QUIC stream a connection object), so unknown there
+        "connection": (str(entry["conn"]) if entry.get("conn") and entry["proto"] != "HTTP/3.0"
+                       else None),
     }
 
 
@@ -75,7 +82,8 @@ def _normalize(entry: dict, formats: list[Callable[[dict], dict | None]]) -> dic
 
 def read_access_log(log_dir: Path, spec: ServerSpec | None = None) -> list[dict]:
     """The server's access log, normalized: proto ('HTTP/2.0'/'HTTP/3.0'), tls ('TLSv1.2'/
-    'TLSv1.3'), path, bytes (body), status, duration_ms. Health probes are left out.
+    'TLSv1.3'), path, bytes (body), status, duration_ms, connection (the same string for
+    requests on one connection; None where the log cannot tell). Health probes are left out.
 
     With `spec` (get_server(name)), only its descriptor's format is read and its health path
     left out too; without, every known format."""

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "perf.h"
+#include "perf_curl.h"
 
 /* One easy handle for all repetitions, so that libcurl loads the CA store once and caches it
  * (CURLOPT_CA_CACHE_TIMEOUT), as a client application does; connections and TLS sessions are
@@ -21,21 +22,9 @@ struct curl_state {
     CURLSH *share;                /* --resume only: the warm-up connection's session */
 };
 
-/* Per-transfer context handed to the callbacks. */
-struct xfer {
-    const struct perf_opts *o;
-    struct perf_row *row;
-    CURL *easy;
-    struct perf_sink sink;
-    int tls_seen;
-    int headers_seen;
-    double t_prereq;              /* CLOCK_REALTIME in the pre-request callback */
-    double cpu_start, cpu_prereq; /* the thread's CPU time at t_before and at the callback */
-};
-
 static size_t on_body(char *data, size_t size, size_t n, void *arg)
 {
-    struct xfer *x = arg;
+    struct perf_xfer *x = arg;
     size_t len = size * n;
     /* returning less makes curl fail with CURLE_WRITE_ERROR rather than lose data quietly */
     return perf_sink_write(&x->sink, x->row, data, len) == 0 ? len : 0;
@@ -44,7 +33,7 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
 /* The TLS object is only guaranteed to be alive during the transfer (FORBID_REUSE closes
  * the connection inside curl_easy_perform), so the negotiated parameters are read in the
  * pre-request callback: the handshake is complete, the request not yet sent. */
-static void read_tls(struct xfer *x)
+static void read_tls(struct perf_xfer *x)
 {
     struct curl_tlssessioninfo *ti = NULL;
     if (curl_easy_getinfo(x->easy, CURLINFO_TLS_SSL_PTR, &ti) != CURLE_OK || !ti ||
@@ -64,7 +53,7 @@ static void read_tls(struct xfer *x)
  * header line is read after it has finished, so the TLS parameters are read again there. */
 static size_t on_header(char *data, size_t size, size_t n, void *arg)
 {
-    struct xfer *x = arg;
+    struct perf_xfer *x = arg;
     (void)data;
     if (!x->headers_seen) {
         x->headers_seen = 1;
@@ -76,7 +65,7 @@ static size_t on_header(char *data, size_t size, size_t n, void *arg)
 static int on_prereq(void *arg, char *remote_ip, char *local_ip, int remote_port,
                      int local_port)
 {
-    struct xfer *x = arg;
+    struct perf_xfer *x = arg;
     (void)remote_ip; (void)local_ip; (void)remote_port; (void)local_port;
     x->t_prereq = perf_now_realtime();
     x->cpu_prereq = perf_now_thread_cpu();
@@ -87,7 +76,7 @@ static int on_prereq(void *arg, char *remote_ip, char *local_ip, int remote_port
 /* --cc: the TCP congestion control of this one connection, set before connect(). */
 static int on_sockopt(void *arg, curl_socket_t fd, curlsocktype purpose)
 {
-    struct xfer *x = arg;
+    struct perf_xfer *x = arg;
     if (purpose != CURLSOCKTYPE_IPCXN || !x->o->cc)
         return CURL_SOCKOPT_OK;
     if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, x->o->cc, (socklen_t)strlen(x->o->cc)) == 0)
@@ -137,7 +126,7 @@ static void set_tls_opts(CURL *e, const struct perf_opts *o, CURLSH *share)
     }
 }
 
-static void set_callbacks(CURL *e, struct xfer *x, char *errbuf)
+static void set_callbacks(CURL *e, struct perf_xfer *x, char *errbuf)
 {
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
@@ -201,7 +190,7 @@ static void set_error(struct perf_row *row, CURLcode rc, const char *errbuf)
 
 enum { T_LOOKUP, T_CONNECT, T_APPCONNECT, T_PRETRANSFER, T_START, T_TOTAL, T_PREREQ };
 
-static void read_timers(struct xfer *x, double t_before)
+static void read_timers(struct perf_xfer *x, double t_before)
 {
     static const CURLINFO what[] = {CURLINFO_NAMELOOKUP_TIME_T, CURLINFO_CONNECT_TIME_T,
                                     CURLINFO_APPCONNECT_TIME_T, CURLINFO_PRETRANSFER_TIME_T,
@@ -248,7 +237,7 @@ static double us_to_s(long long us)
  * of the transfer, see README.md), so quic_perf takes handshake completion from the
  * pre-request callback, the first moment libcurl hands over an established connection;
  * there is no separate transport connect in QUIC, so connect = handshake. */
-static void set_timings(struct xfer *x, double t_before)
+static void set_timings(struct perf_xfer *x, double t_before)
 {
     const long long *us = x->row->curl_us;
     double lookup = us_to_s(us[T_LOOKUP]);
@@ -261,7 +250,7 @@ static void set_timings(struct xfer *x, double t_before)
                      us_to_s(us[T_TOTAL]));
 }
 
-static void read_info(struct xfer *x, double t_before)
+static void read_info(struct perf_xfer *x, double t_before)
 {
     CURL *e = x->easy;
     struct perf_row *row = x->row;
@@ -306,7 +295,7 @@ static void check_negotiated(const struct perf_opts *o, struct perf_row *row)
                  row->tls_version, perf_proto_name(o->proto));
 }
 
-static struct curl_slist *make_resolve(const struct perf_opts *o)
+struct curl_slist *perf_curl_resolve(const struct perf_opts *o)
 {
     struct curl_slist *l = NULL;
     for (int i = 0; i < o->n_resolve; i++) {
@@ -318,31 +307,52 @@ static struct curl_slist *make_resolve(const struct perf_opts *o)
     return l;
 }
 
+int perf_curl_prepare(struct perf_xfer *x, struct curl_slist *resolve, CURLSH *share,
+                      char *errbuf)
+{
+    snprintf(x->row->library, sizeof(x->row->library), "%s", curl_version());
+    if (set_opts(x->easy, x->o, resolve, share) < 0) {
+        snprintf(x->row->error, sizeof(x->row->error), "url: cannot set URL (curl %d)",
+                 (int)CURLE_URL_MALFORMAT);
+        return -1;
+    }
+    if (perf_sink_open(&x->sink, x->o, x->row) < 0)
+        return -1;
+    set_callbacks(x->easy, x, errbuf);
+    return 0;
+}
+
+void perf_curl_start(struct perf_xfer *x)
+{
+    x->cpu_start = perf_now_thread_cpu();
+    x->t_before = perf_now_realtime();  /* see perf_row_timings */
+}
+
+void perf_curl_finish(struct perf_xfer *x, CURLcode rc, const char *errbuf)
+{
+    read_info(x, x->t_before);
+    if (rc != CURLE_OK)
+        set_error(x->row, rc, errbuf);
+    else
+        check_negotiated(x->o, x->row);
+    perf_sink_close(&x->sink, x->row);
+}
+
 static int curl_fetch(const struct perf_opts *o, void *state, struct perf_row *row)
 {
     struct curl_state *st = state;
-    struct xfer x = {.o = o, .row = row, .easy = st->easy};
+    struct perf_xfer x = {.o = o, .row = row, .easy = st->easy};
     char errbuf[CURL_ERROR_SIZE] = "";
-    double t_before = 0;
     /* per call: the warm-up (warmup.c) points the name elsewhere than the measurements */
-    struct curl_slist *resolve = make_resolve(o);
+    struct curl_slist *resolve = perf_curl_resolve(o);
 
-    snprintf(row->library, sizeof(row->library), "%s", curl_version());
-    if (set_opts(x.easy, o, resolve, st->share) < 0) {
-        snprintf(row->error, sizeof(row->error), "url: cannot set URL (curl %d)",
-                 (int)CURLE_URL_MALFORMAT);
-    } else if (perf_sink_open(&x.sink, o, row) == 0) {
-        set_callbacks(x.easy, &x, errbuf);
-        x.cpu_start = perf_now_thread_cpu();
-        t_before = perf_now_realtime();  /* right before the transfer: see perf_row_timings */
+    if (perf_curl_prepare(&x, resolve, st->share, errbuf) == 0) {
+        perf_curl_start(&x);
         CURLcode rc = curl_easy_perform(x.easy);
-        read_info(&x, t_before);
-        if (rc != CURLE_OK)
-            set_error(row, rc, errbuf);
-        else
-            check_negotiated(o, row);
+        perf_curl_finish(&x, rc, errbuf);
+    } else {
+        perf_sink_close(&x.sink, row);
     }
-    perf_sink_close(&x.sink, row);
     curl_easy_setopt(x.easy, CURLOPT_RESOLVE, NULL);
     curl_slist_free_all(resolve);
     return row->error[0] ? -1 : 0;

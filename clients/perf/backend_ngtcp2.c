@@ -73,7 +73,10 @@ struct nq {
     double t_handshake, t_first, t_done;
     double cpu_start, cpu_handshake;  /* the thread's CPU time at t_start and handshake done */
     int done;
+    int closed;                   /* the server closed the connection */
     size_t early_bytes;           /* stream bytes sent before the handshake completed */
+    const struct perf_quic_hooks *hooks;  /* video_download: every response goes there */
+    double t_before;
 };
 
 static uint64_t now_ns(void)
@@ -108,7 +111,8 @@ static int h3_recv_data(nghttp3_conn *c, int64_t sid, const uint8_t *data, size_
 {
     struct nq *q = ud;
     (void)c; (void)sud;
-    if (perf_sink_write(&q->sink, q->row, data, len) < 0)
+    if (q->hooks ? q->hooks->data(q->hooks->ud, sid, data, len) < 0
+                 : perf_sink_write(&q->sink, q->row, data, len) < 0)
         return fail(q, "output: write failed"), NGHTTP3_ERR_CALLBACK_FAILURE;
     extend_flow(q, sid, len);  /* DATA payload is not part of read_stream's consumed count */
     return 0;
@@ -126,12 +130,15 @@ static int h3_recv_header(nghttp3_conn *c, int64_t sid, int32_t token, nghttp3_r
 {
     struct nq *q = ud;
     (void)c; (void)name; (void)flags; (void)sud;
-    if (sid == q->req && token == NGHTTP3_QPACK_TOKEN__STATUS) {
-        nghttp3_vec v = nghttp3_rcbuf_get_buf(value);
-        char s[8] = "";
-        memcpy(s, v.base, v.len < 7 ? v.len : 7);
+    if (token != NGHTTP3_QPACK_TOKEN__STATUS)
+        return 0;
+    nghttp3_vec v = nghttp3_rcbuf_get_buf(value);
+    char s[8] = "";
+    memcpy(s, v.base, v.len < 7 ? v.len : 7);
+    if (sid == q->req)
         q->row->http_status = strtol(s, NULL, 10);
-    }
+    if (q->hooks)
+        q->hooks->status(q->hooks->ud, sid, strtol(s, NULL, 10));
     return 0;
 }
 
@@ -143,6 +150,8 @@ static int h3_end_stream(nghttp3_conn *c, int64_t sid, void *ud, void *sud)
         q->t_done = perf_now_realtime();
         q->done = 1;
     }
+    if (q->hooks)
+        q->hooks->end(q->hooks->ud, sid);
     return 0;
 }
 
@@ -162,19 +171,25 @@ static int h3_reset_stream(nghttp3_conn *c, int64_t sid, uint64_t code, void *ud
     return 0;
 }
 
-static int submit_request(struct nq *q)
+/* A GET of path on a new request stream. */
+static int submit_get(struct nq *q, const char *path, int64_t *sid)
 {
 #define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP3_NV_FLAG_NONE}
     const nghttp3_nv nva[] = {NV(":method", "GET"), NV(":scheme", "https"),
-                              NV(":authority", q->authority), NV(":path", q->path),
+                              NV(":authority", q->authority), NV(":path", path),
                               NV("user-agent", "quicbed-perf/" PERF_TOOL_VERSION)};
 #undef NV
-    if (ngtcp2_conn_open_bidi_stream(q->conn, &q->req, NULL) != 0)
+    if (ngtcp2_conn_open_bidi_stream(q->conn, sid, NULL) != 0)
         return fail(q, "quic: cannot open request stream");
-    if (nghttp3_conn_submit_request(q->h3, q->req, nva, sizeof(nva) / sizeof(nva[0]), NULL,
+    if (nghttp3_conn_submit_request(q->h3, *sid, nva, sizeof(nva) / sizeof(nva[0]), NULL,
                                     NULL) != 0)
         return fail(q, "quic: cannot submit request");
     return 0;
+}
+
+static int submit_request(struct nq *q)
+{
+    return submit_get(q, q->path, &q->req);
 }
 
 /* HTTP/3 needs the handshake's transport parameters (stream limits), so it starts here. */
@@ -625,8 +640,10 @@ static int read_error(struct nq *q, int rv)
         }
         return fail(q, "tls: handshake failed (alert %u)", ngtcp2_conn_get_tls_alert(q->conn));
     }
-    if (rv == NGTCP2_ERR_DRAINING || rv == NGTCP2_ERR_CLOSING)
+    if (rv == NGTCP2_ERR_DRAINING || rv == NGTCP2_ERR_CLOSING) {
+        q->closed = 1;
         return q->done ? 0 : fail(q, "quic: connection closed by server");
+    }
     return fail(q, "quic: %s", ngtcp2_strerror(rv));
 }
 
@@ -653,22 +670,31 @@ static int poll_timeout_ms(struct nq *q, uint64_t deadline)
     return until <= now ? 0 : (int)((until - now + 999999) / 1000000);
 }
 
+/* One round: send what is ready, wait for a packet or a timer (at most until `until`), read,
+ * handle the timer. */
+static int step(struct nq *q, uint64_t until)
+{
+    if (write_packets(q) < 0)
+        return -1;
+    struct pollfd p = {q->fd, POLLIN, 0};
+    if (poll(&p, 1, poll_timeout_ms(q, until)) > 0 && read_packets(q) < 0)
+        return -1;
+    uint64_t now = now_ns();
+    if (now >= ngtcp2_conn_get_expiry(q->conn)) {
+        int rv = ngtcp2_conn_handle_expiry(q->conn, now);
+        if (rv != 0)
+            return fail(q, rv == NGTCP2_ERR_IDLE_CLOSE ? "timeout: QUIC idle timeout"
+                                                       : "quic: %s", ngtcp2_strerror(rv));
+    }
+    return 0;
+}
+
 static int run_loop(struct nq *q, uint64_t deadline)
 {
     while (!q->done) {
-        if (write_packets(q) < 0)
+        if (step(q, deadline) < 0)
             return -1;
-        struct pollfd p = {q->fd, POLLIN, 0};
-        if (poll(&p, 1, poll_timeout_ms(q, deadline)) > 0 && read_packets(q) < 0)
-            return -1;
-        uint64_t now = now_ns();
-        if (now >= ngtcp2_conn_get_expiry(q->conn)) {
-            int rv = ngtcp2_conn_handle_expiry(q->conn, now);
-            if (rv != 0)
-                return fail(q, rv == NGTCP2_ERR_IDLE_CLOSE ? "timeout: QUIC idle timeout"
-                                                           : "quic: %s", ngtcp2_strerror(rv));
-        }
-        if (now >= deadline && !q->done)
+        if (now_ns() >= deadline && !q->done)
             return fail(q, "timeout: no complete response after %.3f s", q->o->timeout_s);
     }
     return 0;
@@ -729,25 +755,93 @@ static void finish_row(struct nq *q, double t_before)
         fail(q, "http: status %ld", q->row->http_status);
 }
 
+/* Up to the first flight: the row's library, the socket, TLS and the ngtcp2 connection;
+ * t_before stays NaN if the connection never started. */
+static int start_conn(struct nq *q)
+{
+    q->t_handshake = q->t_first = q->t_done = q->t_before = NAN;
+    snprintf(q->row->library, sizeof(q->row->library), "ngtcp2/%s nghttp3/%s GnuTLS/%s",
+             ngtcp2_version(0)->version_str, nghttp3_version(0)->version_str,
+             gnutls_check_version(NULL));
+    if (perf_sink_open(&q->sink, q->o, q->row) != 0 || parse_url(q) != 0 || open_socket(q) != 0)
+        return -1;
+    q->cpu_start = perf_now_thread_cpu();
+    q->t_before = perf_now_realtime();
+    return setup_tls(q) == 0 && setup_conn(q) == 0 ? 0 : -1;
+}
+
+/* The first request's row (if the connection started), then everything freed. */
+static void end_conn(struct nq *q)
+{
+    if (!isnan(q->t_before))
+        finish_row(q, q->t_before);
+    cleanup(q);
+}
+
 static int ng_fetch(const struct perf_opts *o, void *state, struct perf_row *row)
 {
     struct nq q = {.o = o, .st = state, .row = row, .fd = -1, .req = -1};
-    q.t_handshake = q.t_first = q.t_done = NAN;
-    snprintf(row->library, sizeof(row->library), "ngtcp2/%s nghttp3/%s GnuTLS/%s",
-             ngtcp2_version(0)->version_str, nghttp3_version(0)->version_str,
-             gnutls_check_version(NULL));
-    double t_before = NAN;
-    if (perf_sink_open(&q.sink, o, row) == 0 && parse_url(&q) == 0 && open_socket(&q) == 0) {
-        q.cpu_start = perf_now_thread_cpu();
-        t_before = perf_now_realtime();
-        uint64_t deadline = now_ns() + (uint64_t)(o->timeout_s * 1e9);
-        if (setup_tls(&q) == 0 && setup_conn(&q) == 0 && run_loop(&q, deadline) == 0)
-            close_conn(&q);
-    }
-    if (!isnan(t_before))
-        finish_row(&q, t_before);
-    cleanup(&q);
+    if (start_conn(&q) == 0 &&
+        run_loop(&q, now_ns() + (uint64_t)(o->timeout_s * 1e9)) == 0)
+        close_conn(&q);
+    end_conn(&q);
     return row->error[0] ? -1 : 0;
+}
+
+/* ---- video_download: more requests on the connection (perf.h) ---- */
+
+struct nq *perf_quic_open(const struct perf_opts *o, void *state, struct perf_row *row,
+                          const struct perf_quic_hooks *hooks)
+{
+    struct nq *q = calloc(1, sizeof(*q));
+    if (!q)
+        return NULL;
+    *q = (struct nq){.o = o, .st = state, .row = row, .fd = -1, .req = -1, .hooks = hooks};
+    start_conn(q);
+    return q;
+}
+
+int64_t perf_quic_first(const struct nq *q)
+{
+    return q->done ? q->req : -1;
+}
+
+int perf_quic_get(struct nq *q, const char *url, int64_t *sid)
+{
+    CURLU *u = curl_url();
+    char *path = NULL, *query = NULL, full[2048];
+    int ok = u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+             curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK;
+    if (ok) {
+        curl_url_get(u, CURLUPART_QUERY, &query, 0);
+        ok = (size_t)snprintf(full, sizeof(full), "%s%s%s", path, query ? "?" : "",
+                              query ? query : "") < sizeof(full);
+    }
+    curl_free(path); curl_free(query);
+    curl_url_cleanup(u);
+    if (!ok)
+        return fail(q, "url: cannot parse %.100s", url);
+    return submit_get(q, full, sid);
+}
+
+int perf_quic_step(struct nq *q, double until)
+{
+    if (q->row->error[0])
+        return -1;
+    if (q->closed)
+        return fail(q, "quic: connection closed by server");
+    double wait = until - perf_now_realtime();
+    return step(q, now_ns() + (wait > 0 ? (uint64_t)(wait * 1e9) : 0));
+}
+
+void perf_quic_close(struct nq *q)
+{
+    if (!q)
+        return;
+    if (q->conn && !q->closed && !q->row->error[0])
+        close_conn(q);
+    end_conn(q);
+    free(q);
 }
 
 static void ng_teardown(void *state)

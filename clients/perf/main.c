@@ -1,4 +1,4 @@
-/* The driver shared by both tools: options, repetitions, one JSON row per measurement. */
+/* The driver shared by the tools: options, repetitions, one JSON row per measurement. */
 #define _POSIX_C_SOURCE 200809L
 #include <curl/curl.h>
 #include <signal.h>
@@ -43,11 +43,8 @@ int perf_main(const struct perf_tool *tool, int argc, char **argv)
 {
     struct perf_opts o;
     int r = perf_parse_opts(tool, argc, argv, &o);
-    if (r != 0) {
-        if (r < 0)
-            perf_usage(tool, stderr);
-        return r < 0 ? 2 : 0;
-    }
+    if (r != 0)
+        return r < 0 ? 2 : 0;  /* a usage error was said in one line */
     /* libcurl's OpenSSL backend (TCP and QUIC) reads SSLKEYLOGFILE when it initialises */
     if (o.keylog)
         setenv("SSLKEYLOGFILE", o.keylog, 1);

@@ -1,4 +1,4 @@
-/* Shared types of tls_perf and quic_perf: options, the measurement row and the backend
+/* Shared types of tls_perf, quic_perf and video_download: options, the measurement row and the backend
  * interface. Both tools are the same driver (perf_main) with a different tool description,
  * so options, timing, CPU sampling and JSON output exist once. */
 #ifndef PERF_H
@@ -17,7 +17,7 @@ enum perf_proto { PROTO_TLS12, PROTO_TLS13, PROTO_QUIC };
 enum perf_http { HTTP_11, HTTP_2, HTTP_3 };
 
 struct perf_opts {
-    const char *tool;             /* "tls_perf" or "quic_perf" */
+    const char *tool;             /* "tls_perf", "quic_perf" or "video_download" */
     const char *url;
     const char *resolve[PERF_MAX_RESOLVE];
     int n_resolve;
@@ -39,6 +39,12 @@ struct perf_opts {
     const char *cc;               /* --cc: congestion control, NULL = the stack's default */
     const char *groups;           /* --groups: key-exchange groups offered, in order */
     int cold;                     /* --cold: no warm-up, first use of the libraries is timed */
+    /* video_download only (video.c) */
+    int video;                    /* the tool is video_download: print the video columns */
+    double duration_s;            /* --duration: seconds of media to fetch, 0 = all of it */
+    double buffer_s;              /* --buffer: seconds of media fetched ahead of playout */
+    const char *rendition;        /* --rendition: "720p" or a Representation id, NULL = top */
+    int tls_given;                /* --tls was given (QUIC accepts 1.3 only) */
 };
 
 /* One key exchange for every stack, so that protocols are compared on equal handshakes:
@@ -48,6 +54,23 @@ struct perf_opts {
  * list also names the curves of ECDSA certificates the client accepts (ours are P-256).
  * --groups X25519MLKEM768:X25519 measures the post-quantum hybrid handshake. */
 #define PERF_DEFAULT_GROUPS "X25519:secp256r1"
+
+/* video_download --buffer: seconds of media a player keeps ahead of playout (dash.js's
+ * default stable buffer is 12 s; a round 10 s keeps several 2 s segments in hand). */
+#define PERF_VIDEO_BUFFER_S 10.0
+
+/* What video_download adds to a row (quicbed/rowschema.py VIDEO_DOWNLOAD). */
+struct perf_video {
+    double video_rate_mbps, audio_rate_mbps;  /* a stream's bytes over its busy time */
+    uint64_t video_bytes, audio_bytes;        /* init + media segments */
+    int segments;                             /* media segments, both streams */
+    char rendition[32];
+    double media_s;                           /* seconds of media fetched */
+    double startup_ms;                        /* t_start to the first media of both streams */
+    int late_segments, stalls;
+    double stall_ms;
+    double second_connection_time_ms;         /* TCP: the audio connection's; QUIC: none */
+};
 
 /* One CPU sample; see cpu.c for the definition of the two percentages. */
 struct cpu_sample {
@@ -82,6 +105,7 @@ struct perf_row {
      * of the pre-request callback; for diagnosing the timing rules documented in README.md */
     long long curl_us[7];         /* namelookup connect appconnect pretransfer starttransfer
                                      total prereq_cb */
+    struct perf_video video;      /* printed only by video_download */
     int rep;
     char error[256];
 };
@@ -103,6 +127,7 @@ struct perf_tool {
     enum perf_proto default_proto;
     enum perf_http default_http;
     int is_quic;                  /* accepts --http 3 only, no --tls */
+    int is_video;                 /* video_download: --transport, --duration, --buffer, ... */
     const struct perf_backend *const *backends;  /* NULL-terminated, first = default */
 };
 
@@ -154,9 +179,33 @@ void perf_sink_close(struct perf_sink *s, struct perf_row *row);
 /* backend_curl.c */
 extern const struct perf_backend perf_backend_libcurl;
 
+/* video.c: video_download's one backend, libcurl multi handles */
+extern const struct perf_backend perf_backend_video;
+
 #ifdef HAVE_NGTCP2
 /* backend_ngtcp2.c: native ngtcp2 + nghttp3 + GnuTLS */
 extern const struct perf_backend perf_backend_ngtcp2;
+extern const struct perf_backend perf_backend_video_ngtcp2;  /* video.c */
+
+/* For video_download: one connection whose first request (o->url) fills the row as quic_perf's
+ * does (timings in library callbacks, TLS, status), further GETs on it, and every response's
+ * status, body and end handed to the hooks instead of the body sink. */
+struct perf_quic_hooks {
+    void *ud;
+    int (*data)(void *ud, int64_t sid, const uint8_t *data, size_t len);  /* <0: fail */
+    void (*status)(void *ud, int64_t sid, long status);
+    void (*end)(void *ud, int64_t sid);
+};
+struct nq;  /* the connection, opaque */
+/* NULL only without memory; a connection that cannot start has row->error set. */
+struct nq *perf_quic_open(const struct perf_opts *o, void *state, struct perf_row *row,
+                          const struct perf_quic_hooks *hooks);
+int64_t perf_quic_first(const struct nq *q);  /* the first request's stream once done, else -1 */
+int perf_quic_get(struct nq *q, const char *url, int64_t *sid);
+/* One round of I/O, waiting at most until `until` (CLOCK_REALTIME seconds); -1: row->error. */
+int perf_quic_step(struct nq *q, double until);
+/* Finishes the first request's row, closes the connection politely, frees it. */
+void perf_quic_close(struct nq *q);
 #endif
 
 #endif

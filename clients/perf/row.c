@@ -69,6 +69,8 @@ void perf_row_init(struct perf_row *row, int rep)
     row->t_start = row->t_connect = row->t_handshake = row->t_first_byte = row->t_done = NAN;
     row->connection_time_ms = row->ttfb_ms = row->download_time_ms = NAN;
     row->throughput_mbps = row->client_cpu_ms = NAN;
+    row->video.video_rate_mbps = row->video.audio_rate_mbps = row->video.media_s = NAN;
+    row->video.startup_ms = row->video.stall_ms = row->video.second_connection_time_ms = NAN;
 }
 
 void perf_row_free(struct perf_row *row)
@@ -206,6 +208,23 @@ static void print_curl_timers(FILE *f, const struct perf_row *row)
     fputc('}', f);
 }
 
+/* video_download's columns (quicbed/rowschema.py VIDEO_DOWNLOAD). */
+static void print_video(FILE *f, const struct perf_video *v)
+{
+    key(f, "video_rate_mbps"); json_num(f, "%.3f", v->video_rate_mbps);
+    key(f, "audio_rate_mbps"); json_num(f, "%.3f", v->audio_rate_mbps);
+    key(f, "video_bytes"); fprintf(f, "%llu", (unsigned long long)v->video_bytes);
+    key(f, "audio_bytes"); fprintf(f, "%llu", (unsigned long long)v->audio_bytes);
+    key(f, "segments"); fprintf(f, "%d", v->segments);
+    key(f, "rendition"); json_str(f, v->rendition);
+    key(f, "media_s"); json_num(f, "%.3f", v->media_s);
+    key(f, "startup_ms"); json_num(f, "%.3f", v->startup_ms);
+    key(f, "late_segments"); fprintf(f, "%d", v->late_segments);
+    key(f, "stalls"); fprintf(f, "%d", v->stalls);
+    key(f, "stall_ms"); json_num(f, "%.3f", v->stall_ms);
+    key(f, "second_connection_time_ms"); json_num(f, "%.3f", v->second_connection_time_ms);
+}
+
 void perf_row_print(const struct perf_opts *o, const struct perf_row *row)
 {
     FILE *f = stdout;
@@ -227,6 +246,8 @@ void perf_row_print(const struct perf_opts *o, const struct perf_row *row)
     if (o->resume) {
         key(f, "early_data_bytes"); fprintf(f, "%lld", row->early_data_bytes);
     }
+    if (o->video)
+        print_video(f, &row->video);
     fputs("}\n", f);
     fflush(f);  /* the runner may read rows while later repetitions are still running */
 }

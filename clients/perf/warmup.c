@@ -147,7 +147,8 @@ void perf_warm_up(const struct perf_tool *tool, const struct perf_opts *o,
                   const struct perf_backend *be, void *state)
 {
     char url[4096], resolve[512];
-    int fd = -1, port = silent_socket(tool->is_quic, &fd);
+    int quic = o->proto == PROTO_QUIC;  /* video_download chooses it per run */
+    int fd = -1, port = silent_socket(quic, &fd);
     if (port < 0 || warm_target(o->url, port, url, sizeof(url), resolve, sizeof(resolve)) < 0) {
         if (o->verbose)
             fprintf(stderr, "%s: no warm-up (IP literal or no loopback socket)\n", tool->name);
@@ -162,7 +163,7 @@ void perf_warm_up(const struct perf_tool *tool, const struct perf_opts *o,
     warm.timeout_s = WARM_UP_TIMEOUT_S;
     warm.cpu = warm.sha256 = 0;
     warm.output_body = NULL;
-    struct silent s = {.fd = fd, .quic = tool->is_quic};
+    struct silent s = {.fd = fd, .quic = quic};
     pthread_t ender;
     int ending = pthread_create(&ender, NULL, end_after_first_flight, &s) == 0;
     struct perf_row row;

@@ -92,7 +92,7 @@ def docker(*args: str, timeout: float = 600, check: bool = True,
 def build_context() -> bytes:
     """Only what the client Dockerfile uses: the repo root can hold a large .venv."""
     buf = io.BytesIO()
-    skip = {"tls_perf", "quic_perf", "asan", "__pycache__"}
+    skip = {"tls_perf", "quic_perf", "video_download", "asan", "__pycache__"}
     # GNU format: a leading PAX header (float mtimes) defeats docker's 1 KiB archive sniffing
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
         tar.add(REPO / "images/client/Dockerfile", arcname="images/client/Dockerfile")

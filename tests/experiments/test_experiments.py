@@ -218,15 +218,25 @@ def test_cloud_workload_and_what_cannot_run_yet():
         )
     )
     assert cloud.workload.objects == ("1KB", "2GB") and "2GB" in dry_run(cloud)
-    # The video workload runs with the video clients only, once they are built.
+    # The video workload runs with the video clients only.
     video = GOOD.replace("{kind: web, objects: [index.html, sample.png]}",
                          "{kind: video, duration_s: 60}")
     with pytest.raises(ExperimentError, match="tls_perf cannot run the video workload"):
         parse_experiment(video)
     video = video.replace("  - quic_perf", "  - {tool: video_download, protocol: quic}")
     video = "\n".join(line for line in video.splitlines() if "tls_perf" not in line)
-    with pytest.raises(ExperimentError, match="'video_download' is not available yet"):
-        parse_experiment(video)
+    # video_download fetches the manifest's streams for the workload's duration
+    downloaded = parse_experiment(video.replace("protocol: quic}", "protocol: [quic, tls1.2]}"))
+    assert [c.label for c in downloaded.clients] == ["video-quic", "video-tls1.2"]
+    assert downloaded.timeout_s == 60 + 60
+    argv = TestbedExecutor._tool_argv(trials(downloaded, conditions(downloaded)[0])[-1],
+                                      "10.77.2.10")
+    assert argv[0] == "video_download"
+    assert argv[argv.index("--url") + 1] == "https://server.quicbed/video/dash/manifest.mpd"
+    assert argv[-6:] == ["--transport", "tcp", "--tls", "1.2", "--duration", "60"]
+    argv = TestbedExecutor._tool_argv(trials(downloaded, conditions(downloaded)[0])[0],
+                                      "10.77.2.10")
+    assert argv[-6:] == ["--transport", "quic", "--backend", "ngtcp2", "--duration", "60"]
     # The browser loads pages: one variant per protocol, its argv the client contract's.
     chromium = parse_experiment(GOOD.replace(
         "  - quic_perf", "  - {tool: chromium, protocol: [quic, tls1.3, tls1.2]}"))

@@ -13,10 +13,10 @@ import json
 import os
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pytest
+from server_box import ServerBox, docker_text, shared_content
 
 from quicbed import servers
 from quicbed.servers import content, pki
@@ -141,11 +141,13 @@ def test_registry_and_run_args(tmp_path: Path) -> None:
 
 def test_read_access_log_normalizes_both_formats(tmp_path: Path) -> None:
     caddy = {"level": "info", "ts": 1.0, "logger": "http.log.access", "msg": "handled request",
-             "request": {"remote_ip": "127.0.0.1", "proto": "HTTP/3.0", "method": "GET",
+             "request": {"remote_ip": "127.0.0.1", "remote_port": "4433", "proto": "HTTP/3.0",
+                         "method": "GET",
                          "uri": "/web/index.html?x=1", "tls": {"version": 772, "proto": "h3"}},
              "duration": 0.0125, "size": 100, "status": 200}
     nginx = {"ts": "t", "proto": "HTTP/2.0", "tls": "TLSv1.2", "alpn": "h2", "method": "GET",
-             "path": "/cloud/1KB", "status": 200, "bytes": 1024, "request_time": 0.003}
+             "path": "/cloud/1KB", "status": 200, "bytes": 1024, "request_time": 0.003,
+             "conn": "7"}
     health = dict(nginx, path=servers.HEALTH_PATH)
     lines = [json.dumps(caddy), "garbage{", json.dumps(nginx), json.dumps(health)]
     (tmp_path / "access.log").write_text("\n".join(lines) + "\n")
@@ -156,6 +158,10 @@ def test_read_access_log_normalizes_both_formats(tmp_path: Path) -> None:
     assert (b["proto"], b["tls"], b["path"], b["bytes"]) == ("HTTP/2.0", "TLSv1.2", "/cloud/1KB",
                                                               1024)
     assert b["duration_ms"] == pytest.approx(3.0)
+    assert (a["connection"], b["connection"]) == ("127.0.0.1:4433", "7")
+    # nginx numbers every HTTP/3 stream as a connection: not a connection there
+    (tmp_path / "access.log").write_text(json.dumps(dict(nginx, proto="HTTP/3.0")) + "\n")
+    assert servers.read_access_log(tmp_path)[0]["connection"] is None
     assert servers.read_access_log(tmp_path / "missing") == []
 
 
@@ -168,54 +174,12 @@ MODES = {  # mode -> (curl flags, expected proto, expected TLS version)
 }
 
 
-def _docker(*args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
-                          check=check)
-
-
-def _have_image(image: str) -> bool:
-    return _docker("image", "inspect", image, check=False).returncode == 0
+_docker = docker_text
 
 
 @pytest.fixture(scope="module")
 def content_root() -> Path:
-    # The shared cache: made once (video takes a minute or two), reused by later runs.
-    root = content.default_root()
-    try:
-        content.ensure_content(root, {"web", "cloud", "video"})
-    except content.ContentError as e:  # no ffmpeg and no quicbed/tools image
-        pytest.skip(str(e))
-    return root
-
-
-class ServerBox:
-    """A --network none server container set up the way the topology does it."""
-
-    def __init__(self, name: str, root: Path, tmp: Path):
-        spec = servers.get_server(name)
-        if not _have_image(spec.image):
-            pytest.skip(f"{spec.image} not built (images/build.sh {name})")
-        self.server, self.image = name, spec.image
-        self.pki = pki.generate_pki(tmp / "pki", "127.0.0.1")
-        self.logs = tmp / "logs"
-        self.logs.mkdir()
-        self.name = f"dev-srv-test-{name}-{uuid.uuid4().hex[:6]}"
-        _docker("run", "-d", "--network", "none", "--name", self.name,
-                *servers.docker_run_args(name, root, self.pki.dir, self.logs))
-
-    def fetch(self, flags: list[str], paths: list[str], out: Path) -> subprocess.CompletedProcess:
-        """One curl, one connection, all paths, from a second container in the same netns."""
-        out.mkdir(parents=True, exist_ok=True)
-        cmd = ["run", "--rm", "--network", f"container:{self.name}",
-               "-v", f"{self.pki.dir}:/pki:ro", "-v", f"{out}:/out", self.image,
-               "curl", "-sS", "--fail", "--max-time", "30", *flags, "--cacert", "/pki/ca.pem",
-               "--resolve", "server.quicbed:443:127.0.0.1"]
-        for i, path in enumerate(paths):
-            cmd += ["-o", f"/out/{i}", f"https://server.quicbed/{path}"]
-        return _docker(*cmd, check=False)
-
-    def close(self) -> None:
-        _docker("rm", "-f", self.name, check=False)
+    return shared_content()
 
 
 # caddy-debian is optional (skipped when its image is not built).

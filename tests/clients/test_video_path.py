@@ -1,0 +1,101 @@
+"""video_download on the emulated india path (80 ms, 20 Mbit/s), nginx serving the 180 s
+ladder: the first connection's handshake costs QUIC 1 RTT, TLS 1.3 2 RTT and TLS 1.2 3 RTT
+(analysis/physics.py's criterion), TCP's second connection costs the same, and a short run at
+0 % loss plays without a stall; on a path slower than the top rendition the playout clock
+stalls and the row says so."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from quicbed.analysis.physics import connection_within, net_connection_rtts
+from quicbed.paths import CACHE
+from quicbed.servers import content
+from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
+from quicbed.topology.calibrate import check_rtt
+from quicbed.topology.net import server_address
+from quicbed.topology.profiles import load_profile
+
+pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
+
+# protocol: (arguments, RTTs of a fresh connection)
+PROTOCOLS = {
+    "quic": (["--transport", "quic"], 1),
+    "quic-ngtcp2": (["--transport", "quic", "--backend", "ngtcp2"], 1),
+    "tls1.3": (["--transport", "tcp", "--tls", "1.3"], 2),
+    "tls1.2": (["--transport", "tcp", "--tls", "1.2"], 3),
+}
+MEDIA_S, BUFFER_S = 8, 4
+
+
+def _content():  # noqa: ANN202
+    root = CACHE / "content"
+    content.ensure_content(root, {"video"}, video_seconds=content.VIDEO_SECONDS)
+    return root
+
+
+@pytest.fixture(scope="module")
+def testbed(tmp_path_factory, clean_slate):  # noqa: ANN001, ANN201
+    """A path factory: one profile at a time, nginx serving the ladder."""
+    root = _content()
+    tmp = tmp_path_factory.mktemp("video")
+
+    def up(profile):  # noqa: ANN001, ANN202
+        return served_testbed(profile, ["nginx"], log_root=tmp / profile.name / "logs",
+                              pki_dir=tmp / "pki", content_dir=root, start=True)
+
+    return up
+
+
+def _download(tb, hosts, args: list[str], reps: int, duration: float = MEDIA_S) -> list[dict]:  # noqa: ANN001
+    address = server_address(tb.servers.index(hosts["nginx"]))
+    argv = ["video_download", "--url", f"https://{SERVER_NAME}/video/dash/manifest.mpd",
+            "--resolve", f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem",
+            "-n", str(reps), "--cpu", "--timeout", "120", "--duration", f"{duration:g}",
+            "--buffer", str(BUFFER_S), *args]
+    proc = tb.client.exec(argv, timeout=130 * reps)
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(rows) == reps, (proc.returncode, proc.stderr[-800:])
+    return rows
+
+
+def test_handshakes_cost_their_rtts_and_playout_never_stalls(testbed):  # noqa: ANN001
+    with testbed(load_profile("india")) as (tb, hosts):
+        rtt = check_rtt(tb, 30)
+        assert rtt.passed, rtt
+        for protocol, (args, expected) in PROTOCOLS.items():
+            rows = _download(tb, hosts, args, reps=3)
+            assert all(r["error"] == "" for r in rows), rows[0]["error"]
+            net = statistics.median(net_connection_rtts(r["connection_time_ms"],
+                                                        r["client_cpu_ms"], rtt.measured)
+                                    for r in rows)
+            raw = statistics.median(r["connection_time_ms"] for r in rows) / rtt.measured
+            assert connection_within(expected, net), (protocol, net, raw)
+            second = [r["second_connection_time_ms"] for r in rows]
+            if protocol.startswith("quic"):
+                assert second == [None] * 3  # both streams on the first connection
+            else:  # the audio connection: a full handshake too (no session resumed)
+                ratio = statistics.median(second) / rtt.measured
+                assert expected * 0.97 <= ratio <= expected * 1.15, (protocol, ratio)
+            for r in rows:
+                assert (r["stalls"], r["late_segments"], r["stall_ms"]) == (0, 0, 0.0), r
+                assert r["segments"] == 2 * MEDIA_S / content.SEGMENT_SECONDS
+                assert r["rendition"] == content.LADDER[-1][0]
+                # paced: the last segment is asked for when playout reaches MEDIA_S - 2 - 4
+                assert r["download_time_ms"] / 1e3 >= MEDIA_S - content.SEGMENT_SECONDS - BUFFER_S
+                assert r["video_rate_mbps"] > r["audio_rate_mbps"] > 0
+
+
+def test_a_path_slower_than_the_rendition_stalls(testbed):  # noqa: ANN001
+    # 2 Mbit/s: below the top rendition (2.5 Mbit/s) and its audio
+    with testbed(load_profile("india", {"down.rate_mbit": "2"})) as (tb, hosts):
+        row = _download(tb, hosts, PROTOCOLS["quic-ngtcp2"][0], reps=1, duration=12)[0]
+        assert row["error"] == "", row["error"]
+        assert row["stalls"] >= 1 and row["stall_ms"] > 1000, row
+        assert row["late_segments"] >= row["stalls"]
+        # playout took the media plus the stalls: the last segment came after the stalls
+        assert row["download_time_ms"] >= row["stall_ms"]
+        assert row["throughput_mbps"] < 2

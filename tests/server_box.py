@@ -1,0 +1,65 @@
+"""A shipped server (quicbed/caddy, quicbed/nginx, ...) in a --network none container, set
+up the way the topology does it, serving the shared content cache; used by the docker tests
+of the servers and of the clients (which join its network namespace: loopback only)."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from quicbed import servers
+from quicbed.servers import content, pki
+
+
+def docker_text(*args: str, timeout: float = 60,
+                check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
+                          check=check)
+
+
+def have_image(image: str) -> bool:
+    return docker_text("image", "inspect", image, check=False).returncode == 0
+
+
+def shared_content() -> Path:
+    """The shared content cache with web, cloud and the video ladder: made once (video takes
+    a minute or two), reused by later runs; skips the test without ffmpeg or the tools image."""
+    root = content.default_root()
+    try:
+        content.ensure_content(root, {"web", "cloud", "video"})
+    except content.ContentError as e:  # no ffmpeg and no quicbed/tools image
+        pytest.skip(str(e))
+    return root
+
+
+class ServerBox:
+    """A --network none server container set up the way the topology does it."""
+
+    def __init__(self, name: str, root: Path, tmp: Path):
+        spec = servers.get_server(name)
+        if not have_image(spec.image):
+            pytest.skip(f"{spec.image} not built (images/build.sh {name})")
+        self.server, self.image = name, spec.image
+        self.pki = pki.generate_pki(tmp / "pki", "127.0.0.1")
+        self.logs = tmp / "logs"
+        self.logs.mkdir()
+        self.name = f"dev-srv-test-{name}-{uuid.uuid4().hex[:6]}"
+        docker_text("run", "-d", "--network", "none", "--name", self.name,
+                    *servers.docker_run_args(name, root, self.pki.dir, self.logs))
+
+    def fetch(self, flags: list[str], paths: list[str], out: Path) -> subprocess.CompletedProcess:
+        """One curl, one connection, all paths, from a second container in the same netns."""
+        out.mkdir(parents=True, exist_ok=True)
+        cmd = ["run", "--rm", "--network", f"container:{self.name}",
+               "-v", f"{self.pki.dir}:/pki:ro", "-v", f"{out}:/out", self.image,
+               "curl", "-sS", "--fail", "--max-time", "30", *flags, "--cacert", "/pki/ca.pem",
+               "--resolve", "server.quicbed:443:127.0.0.1"]
+        for i, path in enumerate(paths):
+            cmd += ["-o", f"/out/{i}", f"https://server.quicbed/{path}"]
+        return docker_text(*cmd, check=False)
+
+    def close(self) -> None:
+        docker_text("rm", "-f", self.name, check=False)
