@@ -57,11 +57,35 @@ def _quicbed_json(entry: dict) -> dict | None:
     }
 
 
+def _haproxy_json(entry: dict) -> dict | None:
+    """The JSON line of HAProxy's log-format (servers/haproxy/haproxy.cfg): bytes is the
+    response's Content-Length ("" when it had none), total_ms HAProxy's %Ta."""
+    if "proto" not in entry or "total_ms" not in entry:
+        return None
+    length = str(entry.get("bytes", ""))
+    return {
+        "server": "haproxy",
+        "ts": entry.get("ts"),
+        "proto": entry["proto"],
+        "tls": entry.get("tls") or None,
+        "alpn": entry.get("alpn") or None,
+        "cipher": entry.get("cipher") or None,
+        "resumed": entry.get("resumed") in (1, True),
+        "method": entry.get("method"),
+        "path": entry.get("path"),
+        "status": entry.get("status"),
+        "bytes": int(length) if length.isdigit() else None,
+        "duration_ms": float(entry["total_ms"]),
+        "remote": entry.get("remote"),
+    }
+
+
 # Format name -> parser of one decoded JSON line (None: not an entry of this format). Tried in
 # this order when no spec is given.
 FORMATS: dict[str, Callable[[dict], dict | None]] = {
     "caddy-json": _caddy_json,
     "quicbed-json": _quicbed_json,
+    "haproxy-json": _haproxy_json,
 }
 
 

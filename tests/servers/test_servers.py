@@ -146,16 +146,23 @@ def test_read_access_log_normalizes_both_formats(tmp_path: Path) -> None:
              "duration": 0.0125, "size": 100, "status": 200}
     nginx = {"ts": "t", "proto": "HTTP/2.0", "tls": "TLSv1.2", "alpn": "h2", "method": "GET",
              "path": "/cloud/1KB", "status": 200, "bytes": 1024, "request_time": 0.003}
+    haproxy = {"ts": "t", "proto": "HTTP/3.0", "tls": "TLSv1.3", "alpn": "h3", "resumed": 0,
+               "method": "GET", "path": "/cloud/1MB", "status": 200, "bytes": "1048576",
+               "bytes_sent": 1048800, "total_ms": 41, "remote": "10.0.0.1"}
     health = dict(nginx, path=servers.HEALTH_PATH)
-    lines = [json.dumps(caddy), "garbage{", json.dumps(nginx), json.dumps(health)]
+    lines = [json.dumps(caddy), "garbage{", json.dumps(nginx), json.dumps(health),
+             json.dumps(haproxy), json.dumps(dict(haproxy, bytes=""))]
     (tmp_path / "access.log").write_text("\n".join(lines) + "\n")
-    a, b = servers.read_access_log(tmp_path)
+    a, b, c, d = servers.read_access_log(tmp_path)
     assert (a["proto"], a["tls"], a["path"], a["bytes"], a["status"]) == (
         "HTTP/3.0", "TLSv1.3", "/web/index.html", 100, 200)
     assert a["duration_ms"] == pytest.approx(12.5)
     assert (b["proto"], b["tls"], b["path"], b["bytes"]) == ("HTTP/2.0", "TLSv1.2", "/cloud/1KB",
                                                               1024)
     assert b["duration_ms"] == pytest.approx(3.0)
+    assert (c["proto"], c["tls"], c["bytes"], c["duration_ms"], c["resumed"]) == (
+        "HTTP/3.0", "TLSv1.3", 1048576, 41.0, False)
+    assert d["bytes"] is None  # no Content-Length: unknown, not 0
     assert servers.read_access_log(tmp_path / "missing") == []
 
 
@@ -218,8 +225,9 @@ class ServerBox:
         _docker("rm", "-f", self.name, check=False)
 
 
-# caddy-debian is optional (skipped when its image is not built).
-@pytest.fixture(scope="module", params=["caddy", "nginx", "caddy-debian"])
+# Every described server (servers/*/server.yaml, and QUICBED_SERVER_DIRS's); one whose image
+# is not built is skipped (caddy-debian is optional).
+@pytest.fixture(scope="module", params=list(servers.SERVERS))
 def box(request, content_root: Path, tmp_path_factory) -> ServerBox:
     b = ServerBox(request.param, content_root, tmp_path_factory.mktemp(request.param))
     try:
