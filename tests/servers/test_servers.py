@@ -166,6 +166,28 @@ def test_read_access_log_normalizes_both_formats(tmp_path: Path) -> None:
     assert servers.read_access_log(tmp_path / "missing") == []
 
 
+def test_access_log_since_reads_each_entry_once(tmp_path: Path) -> None:
+    from quicbed.servers.accesslog import access_log_since
+
+    line = {"proto": "HTTP/3.0", "tls": "TLSv1.3", "path": "/a", "status": 200, "bytes": 1,
+            "request_time": 0.001}
+    log = tmp_path / "access.log"
+    log.write_text(json.dumps(line) + "\n")
+    first, offset = access_log_since(tmp_path, 0)
+    assert [e["path"] for e in first] == ["/a"] and offset == log.stat().st_size
+    # A second entry and half of a third: only the whole one now, the rest next time.
+    second = json.dumps(dict(line, path="/b")) + "\n"
+    third = json.dumps(dict(line, path="/c"))
+    with log.open("a") as f:
+        f.write(second + third[:10])
+    entries, offset = access_log_since(tmp_path, offset)
+    assert [e["path"] for e in entries] == ["/b"]
+    with log.open("a") as f:
+        f.write(third[10:] + "\n")
+    assert [e["path"] for e in access_log_since(tmp_path, offset)[0]] == ["/c"]
+    assert access_log_since(tmp_path / "none", 7) == ([], 7)
+
+
 # ---------------------------------------------------------------- docker
 
 MODES = {  # mode -> (curl flags, expected proto, expected TLS version)
