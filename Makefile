@@ -3,6 +3,7 @@
 #   make lab        an interactive emulated topology (PROFILE=india)
 #   make reproduce  run experiments/paper (quick; FULL=1 for all repetitions) and write the report
 #   make images     build the container images (cached: a second run takes seconds)
+#   make actionlint build the workflow linter make test runs (cached in $QUICBED_CACHE/bin)
 #   make clean      remove every namespace, link, container and UML router the testbed made
 SHELL := /bin/bash
 include versions.env
@@ -27,9 +28,9 @@ APT_PACKAGES := docker.io user-mode-linux kmod mount mininet iperf3 debootstrap 
 APT_PACKAGES_IF_AVAILABLE := docker-cli
 
 .PHONY: test unit deps docker venv images delayline content lab clean bench reproduce doctor \
-	compose-prepare compose-up
+	compose-prepare compose-up actionlint
 
-test: deps docker venv images delayline doctor
+test: deps docker venv images delayline actionlint doctor
 	$(VENV)/bin/ruff check quicbed topology servers clients experiments analysis workloads tests bench
 	$(VENV)/bin/pytest -v -rs $(PYTEST_ARGS)
 
@@ -75,6 +76,11 @@ $(VENV)/.installed: pyproject.toml versions.env | deps
 images: docker
 	@for suite in $(DEBIAN_BASE_SUITES); do bash images/base.sh $$suite; done
 	@if [ -x images/build.sh ]; then bash images/build.sh all; fi
+
+# The GitHub Actions linter for the workflows in docs/ (tests/base/test_workflows.py): built
+# once from the Go module proxy into $(QUICBED_CACHE)/bin, with the host's Go or in a container.
+actionlint: docker
+	@bash images/build.sh actionlint
 
 # The user-space netem stage for kernels without sch_netem (topology/delayline).
 delayline: deps

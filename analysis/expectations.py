@@ -23,9 +23,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from quicbed.clients.tools import TOOLS
-from quicbed.rowschema import METRICS, PROTOCOLS
+from quicbed.rowschema import CHECKS, METRICS, PROTOCOLS
 from quicbed.servers import SERVERS
 
+# What a line may name: the timing metrics and the protocol checks.
+MEASURES: dict[str, str] = {**METRICS, **CHECKS}
 STATISTICS: tuple[str, ...] = ("median", "mean", "p25", "p75", "p90", "p95", "min", "max",
                                "count")
 
@@ -156,8 +158,8 @@ def _ref(node: ast.Attribute, groups: dict, servers: dict) -> Ref:
             f"unknown group '{group}' (protocols: {', '.join(PROTOCOLS)}; "
             "or a client label like tls1.3-h2)"
         )
-    if metric not in METRICS:
-        raise ValueError(f"unknown metric '{metric}' (known: {', '.join(METRICS)})")
+    if metric not in MEASURES:
+        raise ValueError(f"unknown metric '{metric}' (known: {', '.join(MEASURES)})")
     if stat not in STATISTICS:
         raise ValueError(f"unknown statistic '{stat}' (known: {', '.join(STATISTICS)})")
     return Ref(server, groups[group], metric, stat)
@@ -225,7 +227,7 @@ def statistic(values: list[float], name: str) -> float:
 def measure(ok: pd.DataFrame, ref: Ref) -> float:
     """`ref`'s statistic over the successful rows `ok` of its group (protocol or client
     label) and server."""
-    column = METRICS[ref.metric]
+    column = MEASURES[ref.metric]
     if ok.empty or column not in ok:
         return statistic([], ref.statistic)
     mine = ok[(ok["protocol"] == ref.group) | (ok["client"] == ref.group)]

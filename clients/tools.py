@@ -92,27 +92,38 @@ class Tool:
                 for values in itertools.product(*(self.options[n] for n in names))]
 
 
+# resume: "yes" measures a connection that resumes a warm-up connection's session (the perf
+# tools' --resume: TLS tickets, and 0-RTT early data where the server accepts it).
+_RESUME = ("no", "yes")
+_RESUME_SHORT = {"no": "", "yes": "-resume"}
+_RESUME_ARGS: dict[str, tuple[str, ...]] = {"yes": ("--resume",)}
+
 TOOLS: dict[str, Tool] = {tool.name: tool for tool in (
     Tool(
         name="tls_perf",
-        options={"tls": ("1.2", "1.3"), "http": ("1.1", "2"), "kex": tuple(KEX_GROUPS)},
-        defaults={"tls": "1.3", "http": "2", "kex": "x25519"},
-        label="tls{tls}-h{http}{kex}",
+        options={"tls": ("1.2", "1.3"), "http": ("1.1", "2"), "kex": tuple(KEX_GROUPS),
+                 "resume": _RESUME},
+        defaults={"tls": "1.3", "http": "2", "kex": "x25519", "resume": "no"},
+        label="tls{tls}-h{http}{kex}{resume}",
         protocol="tls{tls}",
-        short={"http": {"1.1": "1"}, "kex": _KEX_SHORT},
+        short={"http": {"1.1": "1"}, "kex": _KEX_SHORT, "resume": _RESUME_SHORT},
         flags={"tls": "--tls", "http": "--http", "kex": "--groups"},
         values={"kex": KEX_GROUPS},
+        expand={"resume": _RESUME_ARGS},
     ),
     # backend: libcurl's HTTP/3, or ngtcp2 timed in library callbacks like the paper's tool.
     Tool(
         name="quic_perf",
-        options={"http": ("3",), "backend": ("libcurl", "ngtcp2"), "kex": tuple(KEX_GROUPS)},
-        defaults={"http": "3", "backend": "libcurl", "kex": "x25519"},
-        label="quic-h{http}{backend}{kex}",
+        options={"http": ("3",), "backend": ("libcurl", "ngtcp2"), "kex": tuple(KEX_GROUPS),
+                 "resume": _RESUME},
+        defaults={"http": "3", "backend": "libcurl", "kex": "x25519", "resume": "no"},
+        label="quic-h{http}{backend}{kex}{resume}",
         protocol="quic",
-        short={"backend": {"libcurl": "", "ngtcp2": "-ngtcp2"}, "kex": _KEX_SHORT},
+        short={"backend": {"libcurl": "", "ngtcp2": "-ngtcp2"}, "kex": _KEX_SHORT,
+               "resume": _RESUME_SHORT},
         flags={"backend": "--backend", "kex": "--groups"},
         values={"kex": KEX_GROUPS},
+        expand={"resume": _RESUME_ARGS},
     ),
     # The paper's non-adaptive video test (clients/perf): audio and video in parallel, paced
     # like playout; two TLS/TCP connections, or one QUIC connection with two streams.

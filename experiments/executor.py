@@ -41,6 +41,10 @@ from .matrix import Condition, Trial
 from .runner import TrialError
 from .schema import Experiment
 
+# The access log's protocol as a number, for `server_http` (the lowest in a trial).
+_HTTP_VERSIONS = {"HTTP/1.0": 1.0, "HTTP/1.1": 1.1, "HTTP/2.0": 2.0, "HTTP/3.0": 3.0,
+                  "HTTP/2": 2.0, "HTTP/3": 3.0}
+SERVER_LOG_WAIT_S = 1.0
 CPU_BOUND_PCT = 90.0  # of one core: the host, not the network, may have set the pace
 
 
@@ -60,6 +64,8 @@ class TestbedExecutor:
         self.tb: Testbed | None = None
         self.hosts: dict[str, DockerHost] = {}
         self.started: set[str] = set()
+        self.log_root = run_dir / rowschema.LOGS_DIR
+        self.log_offsets: dict[str, int] = {}  # server -> access-log bytes already read
 
     # -- Executor protocol ---------------------------------------------------------------
     def manifest_info(self) -> dict[str, Any]:
@@ -76,7 +82,8 @@ class TestbedExecutor:
         self._prepare_content()
         timing: dict[str, float] = {}
         clock = time.monotonic()
-        with served_testbed(cond.link, names, log_root=self.run_dir / "logs" / cond.id,
+        self.log_root, self.log_offsets = self.run_dir / rowschema.LOGS_DIR / cond.id, {}
+        with served_testbed(cond.link, names, log_root=self.log_root,
                             pki_dir=self.pki_dir, content_dir=self.content_dir,
                             backend=self.backend, client_image=self.client_image,
                             tcp_cc=str(cond.params.get("server.tcp_cc", "cubic"))) as (tb, hosts):
@@ -117,11 +124,14 @@ class TestbedExecutor:
         assert self.tb
         host = self.hosts[trial.server]
         argv = self._tool_argv(trial, server_address(self.tb.servers.index(host)))
+        self._server_log(trial.server)  # skip what earlier trials (or a restart) logged
+        retrans = _tcp_retrans(host.container_pid)
         before = {h: _cpu_usec(h.container) for h in (self.tb.client, host)}
         start = time.monotonic()
         proc = self.tb.client.exec(argv, timeout=trial.timeout_s + 15)
         wall = time.monotonic() - start
         cpu = {h: (_cpu_usec(h.container) - before[h]) / 1e4 / wall for h in before}
+        retrans = _tcp_retrans(host.container_pid) - retrans
         rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         if not rows and proc.returncode == UNSUPPORTED_EXIT:
             raise TrialError(f"unsupported: {proc.stderr.strip()[-300:]}")
@@ -133,7 +143,8 @@ class TestbedExecutor:
             row["trace_file"] = self._write_trace(trial.trial_id, row.pop("trace"))
         row.update(cpu_client_pct=round(cpu[self.tb.client], 1),
                    cpu_server_pct=round(cpu[host], 1), tool_wall_s=round(wall, 3),
-                   transfer_s=_transfer_s(row))
+                   transfer_s=_transfer_s(row), **self._server_saw(trial.server),
+                   server_tcp_retrans=retrans if retrans >= 0 else None)
         # A tool may know better (a browser's processes during the load alone): either says so.
         row["cpu_bound"] = bool(row.get("cpu_bound")) or max(cpu.values()) >= CPU_BOUND_PCT
         if row.get("error"):
@@ -141,6 +152,24 @@ class TestbedExecutor:
         return row
 
     # -- helpers -------------------------------------------------------------------------
+    def _server_log(self, server: str) -> list[dict[str, Any]]:
+        """The access-log entries the server wrote since the last call."""
+        entries, self.log_offsets[server] = servers.access_log_since(
+            self.log_root / server, self.log_offsets.get(server, 0), servers.get_server(server))
+        return entries
+
+    def _server_saw(self, server: str) -> dict[str, Any]:
+        """The trial's requests as the server logged them. A server may log a request just
+        after the client has its last byte (HTTP/3: when the stream closes): wait a moment."""
+        entries = self._server_log(server)
+        deadline = time.monotonic() + SERVER_LOG_WAIT_S
+        while not entries and time.monotonic() < deadline:
+            time.sleep(0.02)
+            entries = self._server_log(server)
+        versions = [_HTTP_VERSIONS[p] for e in entries if (p := str(e.get("proto"))) in _HTTP_VERSIONS]
+        return {"server_http": min(versions) if versions else None,
+                "server_requests": len(entries)}
+
     def _write_trace(self, trial_id: str, trace: object) -> str:
         rel = rowschema.trace_path(trial_id)
         path = self.run_dir / rel
@@ -203,6 +232,17 @@ def _runs_in(init_pid: int, comm: str) -> bool:
         except OSError:  # gone meanwhile
             continue
     return False
+
+
+def _tcp_retrans(pid: int) -> int:
+    """TCP RetransSegs of the network namespace of process `pid` (the server container's),
+    from the host's /proc: no docker exec per trial. -1 when it cannot be read."""
+    try:
+        lines = [ln.split() for ln in Path(f"/proc/{pid}/net/snmp").read_text().splitlines()
+                 if ln.startswith("Tcp:")]
+        return int(dict(zip(lines[0], lines[1], strict=True))["RetransSegs"])
+    except (OSError, IndexError, KeyError, ValueError):
+        return -1
 
 
 def _image_info(image: str) -> dict[str, str]:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the testbed's images: images/build.sh [SERVER|tools|client|all]...
+# Build the testbed's images: images/build.sh [SERVER|tools|client|all|actionlint]...
+# (actionlint: not an image; the workflow linter make test uses, built like Caddy's binary)
 #
 # A server's image is named by its descriptor, servers/<name>/server.yaml (or one in a
 # directory of $QUICBED_SERVER_DIRS): `image:` plus the version of versions.env's `version_key:`
@@ -165,36 +166,58 @@ inputs_hash() {
   } | sha256sum | cut -c1-16
 }
 
-# Caddy's binary, built by the host's Go when there is one (cached per version in
-# $QUICBED_CACHE/bin), else left to the Dockerfile's own Go stage.
-# QUICBED_CADDY_BUILD=container forces the in-image build.
-prebuild_caddy() {
-  local ver=${versions[CADDY_VERSION]} bindir gocache go tmp
-  local dest="$here/caddy/prebuilt/caddy"
+# A Go program built once per version into $QUICBED_CACHE/bin/<name>-<version>:
+# go_build NAME PACKAGE VERSION. With the host's Go (and GOTOOLCHAIN, the pinned Go release
+# from the Go proxy); with none, in a throwaway trixie container (Debian's Go bootstraps the
+# same GOTOOLCHAIN) unless NAME has an in-image build of its own (caddy). Prints nothing on
+# success; returns 1 when there is no way to build it here.
+go_build() {
+  local name=$1 package=$2 ver=$3 bindir gocache go tmp
   bindir=$(dirname "$cache")/bin
   gocache=$(dirname "$cache")/go
-  rm -f "$dest"
-  [[ "${QUICBED_CADDY_BUILD:-host}" == container ]] && return 0
-  if [[ ! -x "$bindir/caddy-$ver" ]]; then
-    go=$(command -v go || true)
-    [[ -z "$go" && -x /usr/local/go/bin/go ]] && go=/usr/local/go/bin/go
-    if [[ -z "$go" ]]; then
-      echo "images: no Go on the host; Caddy $ver is built inside the image"
-      return 0
-    fi
-    echo "images: building caddy $ver with the host's Go, toolchain ${versions[CADDY_GO_TOOLCHAIN]} (about 3 min)"
-    mkdir -p "$bindir" "$gocache"
-    tmp=$(mktemp -d "$bindir/.caddy-build.XXXXXX")
+  [[ -x "$bindir/$name-$ver" ]] && return 0
+  go=$(command -v go || true)
+  [[ -z "$go" && -x /usr/local/go/bin/go ]] && go=/usr/local/go/bin/go
+  mkdir -p "$bindir" "$gocache"
+  tmp=$(mktemp -d "$bindir/.$name-build.XXXXXX")
+  if [[ -n "$go" ]]; then
+    echo "images: building $name $ver with the host's Go, toolchain ${versions[CADDY_GO_TOOLCHAIN]}" >&2
     env GOTOOLCHAIN="${versions[CADDY_GO_TOOLCHAIN]}" CGO_ENABLED=0 GOFLAGS=-trimpath \
       GOPATH="$gocache" GOMODCACHE="$gocache/mod" GOCACHE="$gocache/build" GOBIN="$tmp" \
-      "$go" install "github.com/caddyserver/caddy/v2/cmd/caddy@$ver"
-    mv "$tmp/caddy" "$bindir/caddy-$ver"
+      "$go" install "$package@$ver"
+  elif [[ "$name" == caddy ]]; then
     rmdir "$tmp"
-    # The compile cache (~1 GB) only speeds up rebuilding this version, which is cached as
-    # a binary now; the module cache stays for the next version.
-    rm -rf "$gocache/build"
+    echo "images: no Go on the host; Caddy $ver is built inside the image" >&2
+    return 1
+  else
+    echo "images: no Go on the host; building $name $ver in a trixie container" >&2
+    "$here/base.sh" trixie
+    docker run --rm -v "$tmp:/out" -e GOTOOLCHAIN="${versions[CADDY_GO_TOOLCHAIN]}" \
+      -e CGO_ENABLED=0 -e GOFLAGS=-trimpath -e GOBIN=/out -e PKG="$package@$ver" \
+      debian:trixie-slim sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends golang-go ca-certificates git >/dev/null && go install "$PKG" && chown -R '"$(id -u)"' /out'
   fi
-  cp "$bindir/caddy-$ver" "$dest"
+  mv "$tmp/$name" "$bindir/$name-$ver"
+  rmdir "$tmp"
+  # The compile cache (~1 GB) only speeds up rebuilding this version, which is cached as a
+  # binary now; the module cache stays for the next version.
+  rm -rf "$gocache/build"
+}
+
+# Caddy's binary for its image (images/caddy/prebuilt/), built by go_build when the host has
+# Go, else left to the Dockerfile's own Go stage. QUICBED_CADDY_BUILD=container forces that.
+prebuild_caddy() {
+  local ver=${versions[CADDY_VERSION]} dest="$here/caddy/prebuilt/caddy"
+  rm -f "$dest"
+  [[ "${QUICBED_CADDY_BUILD:-host}" == container ]] && return 0
+  go_build caddy github.com/caddyserver/caddy/v2/cmd/caddy "$ver" || return 0
+  cp "$(dirname "$cache")/bin/caddy-$ver" "$dest"
+}
+
+# actionlint (make test lints the GitHub Actions workflows in docs/ with it): a host tool,
+# not an image; $QUICBED_CACHE/bin/actionlint-<ACTIONLINT_VERSION>.
+build_actionlint() {
+  go_build actionlint github.com/rhysd/actionlint/cmd/actionlint "${versions[ACTIONLINT_VERSION]}"
+  echo "images: actionlint at $(dirname "$cache")/bin/actionlint-${versions[ACTIONLINT_VERSION]}"
 }
 
 # The browser client's Python wheels (clients/browser/requirements.txt, hash-pinned), fetched
@@ -299,7 +322,9 @@ build_one() {
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(all)
 for target in "${targets[@]}"; do
-  if [[ "$target" == all ]]; then
+  if [[ "$target" == actionlint ]]; then
+    build_actionlint
+  elif [[ "$target" == all ]]; then
     for name in $(server_names); do build_one "$name"; done
     for name in tools client; do
       if [[ -f "$here/$name/Dockerfile" ]]; then build_one "$name"; fi

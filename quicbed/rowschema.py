@@ -102,6 +102,11 @@ EXECUTOR = _columns(
     ("cpu_bound", "", "a container used >= 90 % of a core: the host may have set the pace"),
     ("tool_wall_s", "s", "the tool process's wall time"),
     ("transfer_s", "s", "t_done - t_start"),
+    # What the server saw of the trial (its access log, its network namespace's counters):
+    # the protocol checks of experiments/ci/ judge these, not the client's word alone.
+    ("server_http", "", "lowest HTTP version in the server's access log for the trial (3, 2, 1.1)"),
+    ("server_requests", "", "requests the server logged during the trial"),
+    ("server_tcp_retrans", "", "TCP segments the server retransmitted during the trial"),
 )
 # The runner's bookkeeping and the condition's calibration.
 RUNNER = _columns(
@@ -216,6 +221,15 @@ METRICS: dict[str, str] = {
     "dom_content_loaded": "dom_content_loaded_ms",
     "fcp": "fcp_ms",
     "lcp": "lcp_ms",
+}
+# Protocol behaviour that `expect:` lines may judge but `quicbed compare` does not (counts and
+# versions, not times): name -> column.
+CHECKS: dict[str, str] = {
+    "server_http": "server_http",
+    "server_requests": "server_requests",
+    "tcp_retrans": "server_tcp_retrans",
+    "resumed": "resumed",
+    "early_data": "early_data_bytes",
 }
 
 

@@ -7,7 +7,7 @@ a config. Descriptors in the directories of $QUICBED_SERVER_DIRS join the shippe
     descriptors.py   reading and checking descriptors; the registry (SERVERS, get_server)
     lifecycle.py     container_options, docker_run_args, start_server, stop_server
     probe.py         server_version, server_settings
-    accesslog.py     access-log formats, read_access_log
+    accesslog.py     access-log formats, read_access_log, access_log_since
     versionparse.py  the version parsers a descriptor names
     spec.py          ServerSpec and the container contract (mounts, health path, errors)
     testbed.py       served_testbed: the emulated path with the servers behind it
@@ -17,7 +17,7 @@ The container contract (mounts, start, health check) is lifecycle.py's docstring
 
 from __future__ import annotations
 
-from .accesslog import read_access_log
+from .accesslog import access_log_since, read_access_log
 from .descriptors import SERVERS, get_server
 from .lifecycle import docker_run_args, start_server, stop_server
 from .probe import server_settings, server_version
@@ -38,6 +38,6 @@ from .spec import (
 __all__ = [
     "ACCESS_LOG", "CONTENT_MOUNT", "HEALTH_PATH", "KEEP_ALIVE", "LOG_MOUNT", "PKI_MOUNT",
     "RUN_DIR", "SERVERS", "UDP_BUFFER", "ServerError", "ServerSpec", "UnknownServer",
-    "docker_run_args", "get_server", "read_access_log", "server_settings", "server_version",
-    "start_server", "stop_server",
+    "access_log_since", "docker_run_args", "get_server", "read_access_log", "server_settings",
+    "server_version", "start_server", "stop_server",
 ]

@@ -64,11 +64,38 @@ def _quicbed_json(entry: dict) -> dict | None:
     }
 
 
+def _haproxy_json(entry: dict) -> dict | None:
+    """The JSON line of HAProxy's log-format (servers/haproxy/haproxy.cfg): bytes is the
+    response's Content-Length ("" when it had none), total_ms HAProxy's %Ta."""
+    if "proto" not in entry or "total_ms" not in entry:
+        return None
+    length = str(entry.get("bytes", ""))
+    return {
+        "server": "haproxy",
+        "ts": entry.get("ts"),
+        "proto": entry["proto"],
+        "tls": entry.get("tls") or None,
+        "alpn": entry.get("alpn") or None,
+        "cipher": entry.get("cipher") or None,
+        "resumed": entry.get("resumed") in (1, True),
+        "method": entry.get("method"),
+        "path": entry.get("path"),
+        "status": entry.get("status"),
+        "bytes": int(length) if length.isdigit() else None,
+        "duration_ms": float(entry["total_ms"]),
+        "remote": entry.get("remote"),
+        # the client's address and port (%ci:%cp): one per TCP connection, one per QUIC
+        # connection
+        "connection": (f"{entry.get('remote')}:{entry['port']}" if entry.get("port") else None),
+    }
+
+
 # Format name -> parser of one decoded JSON line (None: not an entry of this format). Tried in
 # this order when no spec is given.
 FORMATS: dict[str, Callable[[dict], dict | None]] = {
     "caddy-json": _caddy_json,
     "quicbed-json": _quicbed_json,
+    "haproxy-json": _haproxy_json,
 }
 
 
@@ -87,18 +114,29 @@ def read_access_log(log_dir: Path, spec: ServerSpec | None = None) -> list[dict]
 
     With `spec` (get_server(name)), only its descriptor's format is read and its health path
     left out too; without, every known format."""
+    return access_log_since(log_dir, 0, spec)[0]
+
+
+def access_log_since(log_dir: Path, offset: int, spec: ServerSpec | None = None
+                     ) -> tuple[list[dict], int]:
+    """The entries written after byte `offset` (read_access_log's), and the offset after the
+    last whole line: a trial's requests, given the offset before it."""
     formats = [FORMATS[spec.access_log]] if spec else list(FORMATS.values())
     # A tuple: `in` compares with ==, so an odd path value (a list) cannot raise.
     health = (HEALTH_PATH, spec.health.path) if spec else (HEALTH_PATH,)
     path = Path(log_dir) / ACCESS_LOG
     if not path.exists():
-        return []
+        return [], offset
+    with path.open("rb") as f:
+        f.seek(offset)
+        data = f.read()
+    whole = data[:data.rfind(b"\n") + 1]  # a line being written is read next time
     entries = []
-    for line in path.read_text(errors="replace").splitlines():
+    for line in whole.decode(errors="replace").splitlines():
         try:
             entry = _normalize(json.loads(line), formats)
         except (json.JSONDecodeError, TypeError, ValueError):
             continue  # a line cut by a crash; the rest is still good
         if entry and entry["path"] not in health:
             entries.append(entry)
-    return entries
+    return entries, offset + len(whole)

@@ -124,6 +124,34 @@ def test_evaluate_chained_and_missing_data():
     assert not evaluate(e, lambda r: values.get(r.group, math.nan), rtt=80, rate=20).passed
 
 
+def test_protocol_checks_are_judged_over_their_columns():
+    import pandas as pd
+
+    from quicbed.analysis.expectations import judge
+
+    rows = pd.DataFrame([
+        {"protocol": "quic", "client": "quic-h3", "server": "caddy", "server_http": 3.0,
+         "server_tcp_retrans": 0, "resumed": False, "early_data_bytes": 0},
+        {"protocol": "quic", "client": "quic-h3-resume", "server": "caddy", "server_http": 3.0,
+         "server_tcp_retrans": 0, "resumed": True, "early_data_bytes": 61},
+        {"protocol": "tls1.3", "client": "tls1.3-h2", "server": "caddy", "server_http": 2.0,
+         "server_tcp_retrans": 4, "resumed": False, "early_data_bytes": None},
+    ])
+
+    def holds(text: str) -> bool:
+        return judge(compile_expectation(text), rows, 80, 20).passed
+
+    assert holds("quic.server_http.min == 3") and not holds("tls1.3.server_http.min == 3")
+    assert holds("quic-h3-resume.resumed.min == 1") and not holds("quic.resumed.min == 1")
+    assert holds("caddy.quic-h3-resume.early_data.min > 0")
+    assert not holds("tls1.3.tcp_retrans.max == 0")  # 4 retransmissions: a storm fails
+    assert holds("quic.tcp_retrans.max == 0")
+    # Not a compare metric: a protocol check is judged, never compared.
+    from quicbed.rowschema import CHECKS, METRICS
+
+    assert not set(CHECKS) & set(METRICS)
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -302,6 +330,17 @@ def test_quic_backend_and_key_exchange_are_client_variants():
     argv = TestbedExecutor._tool_argv(trial, "10.77.2.10")
     assert argv[argv.index("--backend") + 1] == "ngtcp2"
     assert argv[argv.index("--groups") + 1] == "X25519MLKEM768:X25519:secp256r1"
+
+
+def test_resume_is_a_client_variant_that_passes_the_flag():
+    text = GOOD.replace("- quic_perf", "- {tool: quic_perf, resume: [\"no\", \"yes\"]}")
+    assert text != GOOD
+    exp = parse_experiment(text)
+    quic = [c for c in exp.clients if c.tool == "quic_perf"]
+    assert [c.label for c in quic] == ["quic-h3", "quic-h3-resume"]
+    by_label = {t.client.label: t for t in trials(exp, conditions(exp)[0])}
+    assert "--resume" in TestbedExecutor._tool_argv(by_label["quic-h3-resume"], "10.77.2.10")
+    assert "--resume" not in TestbedExecutor._tool_argv(by_label["quic-h3"], "10.77.2.10")
 
 
 def test_a_trial_calls_its_tool_with_the_client_contract():

@@ -308,7 +308,7 @@ def test_cmd_run_bad_file_is_one_line_exit_2(tmp_path, capsys):
     bad.write_text(EXPERIMENT.replace("servers: [caddy, nginx]", "servers: [caddy, iis]"))
     assert cmd_run(bad, lambda e, d: SyntheticExecutor(), results=tmp_path) == 2
     out = capsys.readouterr().out
-    assert out == f"{bad}:5: servers[1]: unknown server 'iis' (known: caddy, nginx, caddy-debian)\n"
+    assert out == f"{bad}:5: servers[1]: unknown server 'iis' (known: caddy, nginx, caddy-debian, haproxy)\n"
 
 
 def test_cmd_run_dry_run_touches_nothing(tmp_path, exp_file, capsys):

@@ -94,7 +94,7 @@ def test_shipped_descriptors_reproduce_the_old_specs() -> None:
     specs = _shipped()
     # The order is the old one: error messages ("known: caddy, nginx, caddy-debian") and
     # manifests list servers in it.
-    assert list(specs) == ["caddy", "nginx", "caddy-debian"]
+    assert list(specs) == ["caddy", "nginx", "caddy-debian", "haproxy"]
     for name, old in _old_specs().items():
         spec = specs[name]
         assert spec.name == name
@@ -109,9 +109,10 @@ def test_shipped_descriptors_reproduce_the_old_specs() -> None:
             servers.HEALTH_PATH, 204, ["h2", "h3"])
         assert spec.dockerfile == f"images/{name}/Dockerfile"
     assert {n: s.access_log for n, s in specs.items()} == {
-        "caddy": "caddy-json", "nginx": "quicbed-json", "caddy-debian": "caddy-json"}
+        "caddy": "caddy-json", "nginx": "quicbed-json", "caddy-debian": "caddy-json",
+        "haproxy": "haproxy-json"}
     assert {n: s.compose_port for n, s in specs.items()} == {
-        "caddy": 8443, "nginx": 9443, "caddy-debian": None}
+        "caddy": 8443, "nginx": 9443, "caddy-debian": None, "haproxy": None}
     caddy_facts = {"quic_go_version": "github.com/quic-go/quic-go", "go_version": "go"}
     assert specs["caddy"].build_info_facts == specs["caddy-debian"].build_info_facts == caddy_facts
     assert specs["nginx"].build_info_facts == {}
@@ -210,7 +211,7 @@ def test_access_log_format_by_server(tmp_path: Path) -> None:
     nginx_spec, debian_spec = servers.get_server("nginx"), servers.get_server("caddy-debian")
     assert [e["path"] for e in servers.read_access_log(tmp_path, nginx_spec)] == ["/b"]
     assert [e["path"] for e in servers.read_access_log(tmp_path, debian_spec)] == ["/a"]
-    assert list(accesslog.FORMATS) == ["caddy-json", "quicbed-json"]
+    assert list(accesslog.FORMATS) == ["caddy-json", "quicbed-json", "haproxy-json"]
 
 
 # ---------------------------------------------------------------- the fixture: a server as data
@@ -219,7 +220,7 @@ def test_access_log_format_by_server(tmp_path: Path) -> None:
 def test_fixture_is_discovered_both_ways() -> None:
     for dirs in (str(FIXTURES), str(FIXTURES / OWN), f"{FIXTURES}::"):
         specs = descriptors.load_servers(dirs=dirs)
-        assert list(specs) == ["caddy", "nginx", "caddy-debian", OWN], dirs
+        assert list(specs) == ["caddy", "nginx", "caddy-debian", "haproxy", OWN], dirs
     own = specs[OWN]
     assert (own.image, own.version, own.version_key, own.dockerfile) == (
         "quicbed-test/own-caddy:1.0", "1.0", None, None)
@@ -254,13 +255,13 @@ def test_fixture_reaches_registry_and_experiment_validation() -> None:
     """Adding a server touches no Python module: the environment variable is all it takes."""
     with_fixture = _python(_VALIDATE, str(FIXTURES.relative_to(REPO)))
     assert with_fixture.returncode == 0, with_fixture.stderr
-    assert with_fixture.stdout.splitlines() == ["caddy,nginx,caddy-debian,own-caddy",
+    assert with_fixture.stdout.splitlines() == ["caddy,nginx,caddy-debian,haproxy,own-caddy",
                                                 "caddy,own-caddy"]
     without = _python(_VALIDATE, None)
     assert without.returncode == 0, without.stderr
     lines = without.stdout.splitlines()
-    assert lines[0] == "caddy,nginx,caddy-debian"
-    assert "servers[1]: unknown server 'own-caddy' (known: caddy, nginx, caddy-debian)" in lines[1]
+    assert lines[0] == "caddy,nginx,caddy-debian,haproxy"
+    assert "servers[1]: unknown server 'own-caddy' (known: caddy, nginx, caddy-debian, haproxy)" in lines[1]
 
 
 def _build_sh_tags(names: list[str], dirs: str = "") -> list[str]:

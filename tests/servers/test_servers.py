@@ -148,21 +148,51 @@ def test_read_access_log_normalizes_both_formats(tmp_path: Path) -> None:
     nginx = {"ts": "t", "proto": "HTTP/2.0", "tls": "TLSv1.2", "alpn": "h2", "method": "GET",
              "path": "/cloud/1KB", "status": 200, "bytes": 1024, "request_time": 0.003,
              "conn": "7"}
+    haproxy = {"ts": "t", "proto": "HTTP/3.0", "tls": "TLSv1.3", "alpn": "h3", "resumed": 0,
+               "method": "GET", "path": "/cloud/1MB", "status": 200, "bytes": "1048576",
+               "bytes_sent": 1048800, "total_ms": 41, "remote": "10.0.0.1", "port": 50312}
     health = dict(nginx, path=servers.HEALTH_PATH)
-    lines = [json.dumps(caddy), "garbage{", json.dumps(nginx), json.dumps(health)]
+    lines = [json.dumps(caddy), "garbage{", json.dumps(nginx), json.dumps(health),
+             json.dumps(haproxy), json.dumps(dict(haproxy, bytes=""))]
     (tmp_path / "access.log").write_text("\n".join(lines) + "\n")
-    a, b = servers.read_access_log(tmp_path)
+    a, b, c, d = servers.read_access_log(tmp_path)
     assert (a["proto"], a["tls"], a["path"], a["bytes"], a["status"]) == (
         "HTTP/3.0", "TLSv1.3", "/web/index.html", 100, 200)
     assert a["duration_ms"] == pytest.approx(12.5)
     assert (b["proto"], b["tls"], b["path"], b["bytes"]) == ("HTTP/2.0", "TLSv1.2", "/cloud/1KB",
                                                               1024)
     assert b["duration_ms"] == pytest.approx(3.0)
-    assert (a["connection"], b["connection"]) == ("127.0.0.1:4433", "7")
+    assert (a["connection"], b["connection"], c["connection"]) == (
+        "127.0.0.1:4433", "7", "10.0.0.1:50312")
+    assert (c["proto"], c["tls"], c["bytes"], c["duration_ms"], c["resumed"]) == (
+        "HTTP/3.0", "TLSv1.3", 1048576, 41.0, False)
+    assert d["bytes"] is None  # no Content-Length: unknown, not 0
     # nginx numbers every HTTP/3 stream as a connection: not a connection there
     (tmp_path / "access.log").write_text(json.dumps(dict(nginx, proto="HTTP/3.0")) + "\n")
     assert servers.read_access_log(tmp_path)[0]["connection"] is None
     assert servers.read_access_log(tmp_path / "missing") == []
+
+
+def test_access_log_since_reads_each_entry_once(tmp_path: Path) -> None:
+    from quicbed.servers.accesslog import access_log_since
+
+    line = {"proto": "HTTP/3.0", "tls": "TLSv1.3", "path": "/a", "status": 200, "bytes": 1,
+            "request_time": 0.001}
+    log = tmp_path / "access.log"
+    log.write_text(json.dumps(line) + "\n")
+    first, offset = access_log_since(tmp_path, 0)
+    assert [e["path"] for e in first] == ["/a"] and offset == log.stat().st_size
+    # A second entry and half of a third: only the whole one now, the rest next time.
+    second = json.dumps(dict(line, path="/b")) + "\n"
+    third = json.dumps(dict(line, path="/c"))
+    with log.open("a") as f:
+        f.write(second + third[:10])
+    entries, offset = access_log_since(tmp_path, offset)
+    assert [e["path"] for e in entries] == ["/b"]
+    with log.open("a") as f:
+        f.write(third[10:] + "\n")
+    assert [e["path"] for e in access_log_since(tmp_path, offset)[0]] == ["/c"]
+    assert access_log_since(tmp_path / "none", 7) == ([], 7)
 
 
 # ---------------------------------------------------------------- docker
@@ -182,8 +212,9 @@ def content_root() -> Path:
     return shared_content()
 
 
-# caddy-debian is optional (skipped when its image is not built).
-@pytest.fixture(scope="module", params=["caddy", "nginx", "caddy-debian"])
+# Every described server (servers/*/server.yaml, and QUICBED_SERVER_DIRS's); one whose image
+# is not built is skipped (caddy-debian is optional).
+@pytest.fixture(scope="module", params=list(servers.SERVERS))
 def box(request, content_root: Path, tmp_path_factory) -> ServerBox:
     b = ServerBox(request.param, content_root, tmp_path_factory.mktemp(request.param))
     try:

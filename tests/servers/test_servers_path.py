@@ -16,7 +16,7 @@ from quicbed.topology.profiles import load_profile
 
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
-SERVERS = ["caddy", "nginx"]
+SERVERS = ["caddy", "nginx", "haproxy"]
 # (tool, options, access-log protocol, TLS version, handshake RTTs of a fresh connection)
 MODES = {
     "h2-tls1.2": ("tls_perf", ["--tls", "1.2", "--http", "2"], "HTTP/2.0", "TLSv1.2", 3),
