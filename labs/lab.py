@@ -182,7 +182,7 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _lab_cli_class(tb: Any) -> type:
+def lab_cli_class(tb: Any) -> type:
     from mininet.cli import CLI
     from mininet.log import error, output
 
@@ -279,5 +279,5 @@ def run_lab(profile: Any, *, lab_id: str, server: str = DEFAULT_SERVER, backend:
             f"https://{SERVER_NAME}/web/index.html")), sep="\n")
         print(f"end: exit, Ctrl-D or Ctrl-C here; from another terminal: "
               f"quicbed clean --lab {lab_id}", flush=True)
-        _lab_cli_class(tb)(tb.net)
+        lab_cli_class(tb)(tb.net)
     return 0

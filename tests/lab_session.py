@@ -56,14 +56,10 @@ class LabSession:
     def started(self) -> None:
         self.expect(r"lab> ", START_TIMEOUT)
 
-    def run(self, line: str, until: str, timeout: float = 60) -> str:
-        """Type a command at the prompt; return its output up to `until`, then the prompt."""
+    def command(self, line: str, timeout: float = 180) -> str:
+        """Type a command at the prompt; return its output, up to the next prompt."""
         os.write(self.master, line.encode() + b"\n")
-        start = len(self.seen)
-        match = self.expect(until, timeout)
-        text = match.string[:match.end()]
-        self.expect(r"lab> ", timeout)
-        return text[start:] if start < len(text) else text
+        return self.expect(r"(?s)^(.*?)lab> ", timeout).group(1)
 
     def hang_up(self) -> None:
         os.close(self.master)

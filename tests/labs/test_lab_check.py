@@ -12,8 +12,8 @@ from quicbed.labs.exercises import EXERCISES
 from quicbed.yamlio import LocatedError, parse_source
 
 RT = EXERCISES["round-trips"]
-REFERENCE = {"rtt_ms": 160.4, "tls12_rtts": 3, "tls13_rtts": 2, "quic_rtts": 1,
-             "quic_connection_ms": 163.0}
+REFERENCE = {"rtt_ms": 80.4, "tls12_rtts": 3, "tls13_rtts": 2, "quic_rtts": 1,
+             "quic_connection_ms": 84.0}
 
 
 def _answers(text: str) -> dict:
@@ -21,18 +21,18 @@ def _answers(text: str) -> dict:
 
 
 def test_units_convert_and_all_right_answers_pass() -> None:
-    answers = _answers("rtt_ms: 0.1612 s\ntls12_rtts: 3\ntls13_rtts: 2\nquic_rtts: 1\n"
-                       "quic_connection_ms: 170 ms\n")
-    assert answers["rtt_ms"] == pytest.approx(161.2)
+    answers = _answers("rtt_ms: 0.0812 s\ntls12_rtts: 3\ntls13_rtts: 2\nquic_rtts: 1\n"
+                       "quic_connection_ms: 90 ms\n")
+    assert answers["rtt_ms"] == pytest.approx(81.2)
     verdicts = grade(RT, answers, REFERENCE)
     assert all(v.passed for v in verdicts)
     assert report(verdicts)[-1] == "5 of 5 answers pass"
 
 
 def test_wrong_answers_fail_with_the_measured_value_and_a_hint() -> None:
-    answers = _answers("rtt_ms: 80 ms\ntls12_rtts: 2\ntls13_rtts: 2\nquic_rtts: 1\n")
+    answers = _answers("rtt_ms: 40 ms\ntls12_rtts: 2\ntls13_rtts: 2\nquic_rtts: 1\n")
     lines = report(grade(RT, answers, REFERENCE))
-    assert lines[0].startswith("FAIL  rtt_ms: 80 ms  (the path measures 160.4 ms within ±5%")
+    assert lines[0].startswith("FAIL  rtt_ms: 40 ms  (the path measures 80.4 ms within ±5%")
     assert "hint: ping the server" in lines[0]
     assert lines[1].startswith("FAIL  tls12_rtts: 2") and "TCP's SYN" in lines[1]
     assert lines[4].startswith("FAIL  quic_connection_ms: (no answer)")
@@ -41,8 +41,8 @@ def test_wrong_answers_fail_with_the_measured_value_and_a_hint() -> None:
 
 def test_tolerance_is_the_stated_one() -> None:
     q = {q.key: q for q in RT.questions}["rtt_ms"]
-    inside = 160.4 * (1 + q.tolerance * 0.9)
-    outside = 160.4 * (1 + q.tolerance * 1.1)
+    inside = 80.4 * (1 + q.tolerance * 0.9)
+    outside = 80.4 * (1 + q.tolerance * 1.1)
     assert grade(RT, {"rtt_ms": inside}, REFERENCE)[0].passed
     assert not grade(RT, {"rtt_ms": outside}, REFERENCE)[0].passed
 
@@ -57,7 +57,7 @@ def test_choices() -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("rtt_ms: 160\nrtt: 3\n", "answers.yaml:2: rtt: no such question in round-trips"),
+    ("rtt_ms: 80\nrtt: 3\n", "answers.yaml:2: rtt: no such question in round-trips"),
     ("rtt_ms: 161 Mbit/s\n", "answers.yaml:1: rtt_ms: unit 'Mbit/s' does not measure this"),
     ("tls12_rtts: 2.5\n", "answers.yaml:1: tls12_rtts: 2.5: expected a whole count"),
     ("tls12_rtts: [3]\n", "answers.yaml:1: tls12_rtts: expected a number"),
@@ -82,5 +82,5 @@ def test_bad_file_through_the_cli_is_one_line(tmp_path, capsys) -> None:  # noqa
 def test_solutions_list_every_question_with_its_tolerance() -> None:
     lines = solutions(RT, REFERENCE)
     assert len(lines) == 1 + len(RT.questions)
-    assert lines[1] == "rtt_ms: 160.4 ms  # ±5%  # the path's round-trip time"
+    assert lines[1] == "rtt_ms: 80.4 ms  # ±5%  # the path's round-trip time"
     assert lines[2].startswith("tls12_rtts: 3  #")
