@@ -14,6 +14,7 @@ import argparse
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,12 @@ def solutions(exercise: Exercise, reference: Answers) -> list[str]:
     return lines
 
 
-def measure(exercise: Exercise, say: Any = print) -> Answers:
+def _to_stderr(message: str) -> None:
+    # stdout stays the answers' YAML: `--solutions > reference.yaml` is a valid answers file.
+    print(message, file=sys.stderr, flush=True)
+
+
+def measure(exercise: Exercise, say: Any = _to_stderr) -> Answers:
     """Bring the exercise's path up as a lab does, measure every answer, tear down."""
     from quicbed.labs.lab import lab_path
     from quicbed.topology.profiles import load_profile, parse_overrides

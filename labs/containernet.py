@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -162,3 +163,17 @@ def CLI(net: Containernet) -> None:  # noqa: N802 - Mininet's name
     from quicbed.labs.lab import lab_cli_class
 
     lab_cli_class(net.tb)(net.tb.net)
+
+
+def run_example(net: Containernet, argv: list[str] | None = None) -> int:
+    """What every example in labs/examples does with its network: start, calibrate, the CLI
+    (unless --no-cli), stop. Exit 0 if the path matched its link, 3 if not."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        net.start()
+        calibration = net.calibrate()
+        if "--no-cli" not in argv:
+            CLI(net)
+    finally:
+        net.stop()
+    return 0 if calibration.passed else 3

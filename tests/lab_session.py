@@ -19,14 +19,19 @@ START_TIMEOUT = 150.0  # bring-up with a UML router and the server, plus the sho
 
 
 class LabSession:
-    def __init__(self, profile: str, lab_id: str, *extra: str) -> None:
+    def __init__(self, profile: str, lab_id: str, *extra: str, sighup_ignored: bool = False
+                 ) -> None:
         self.lab_id = lab_id
         self.master, slave = pty.openpty()
         # setsid -c: a new session whose controlling terminal is stdin (the pty); the pid
         # stays the lab's (no fork: the child of Popen is no process-group leader).
         argv = ["setsid", "-c", sys.executable, "-m", "quicbed.cli", "lab", profile,
                 "--id", lab_id, *extra]
+        # sighup_ignored: as a lab inherits it from nohup or a runner that ignores SIGHUP
+        # (the backed-out first attempt then kept it ignored and never ended on a hang-up).
+        ignore = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if sighup_ignored else None
         self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave,
+                                     preexec_fn=ignore,  # noqa: PLW1509 - only a signal disposition
                                      env={**os.environ, "PYTHONUNBUFFERED": "1",
                                           "COLUMNS": "200", "TERM": "dumb"})
         os.close(slave)

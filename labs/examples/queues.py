@@ -2,22 +2,16 @@
 (max_queue_size is in packets: 200 ms at 20 Mbit/s is about 330 full-size frames).
 
 Run as root: python labs/examples/queues.py (--no-cli: up, calibrate, down).
-Containernet's style on quicbed (labs/containernet.py says where it differs).
+Containernet's style on quicbed (labs/containernet.py says where it differs); run_example
+is net.start(), net.calibrate(), CLI(net) and net.stop().
 """
 
 import sys
 
-from quicbed.labs.containernet import CLI, Containernet
+from quicbed.labs.containernet import Containernet, run_example
 
 net = Containernet()
 client = net.addDocker("client", dimage="quicbed/client:dev")
 server = net.addDocker("server", dimage="quicbed/nginx")
 net.addLink(client, server, delay="40ms", bw=20, max_queue_size=330)
-try:
-    net.start()
-    calibration = net.calibrate()
-    if "--no-cli" not in sys.argv:
-        CLI(net)
-finally:
-    net.stop()
-sys.exit(0 if calibration.passed else 3)
+sys.exit(run_example(net))

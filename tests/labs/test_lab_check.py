@@ -84,3 +84,14 @@ def test_solutions_list_every_question_with_its_tolerance() -> None:
     assert len(lines) == 1 + len(RT.questions)
     assert lines[1] == "rtt_ms: 80.4 ms  # ±5%  # the path's round-trip time"
     assert lines[2].startswith("tls12_rtts: 3  #")
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_solutions_output_is_an_answers_file_that_passes(name: str) -> None:
+    """`--solutions > reference.yaml` gives instructors a file `lab check` accepts."""
+    exercise = EXERCISES[name]
+    ref = {q.key: (q.choices[-1] if q.choices else (3 if not q.unit else 12.5))
+           for q in exercise.questions}
+    text = "\n".join(solutions(exercise, ref)) + "\n"
+    answers = parse_answers(exercise, parse_source(text, "reference.yaml"))
+    assert all(v.passed for v in grade(exercise, answers, ref))

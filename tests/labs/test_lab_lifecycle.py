@@ -26,8 +26,11 @@ def _nothing_left(timeout: float = 10) -> list[str]:
 
 @pytest.mark.parametrize("how", ["hangup", "sigterm", "ctrl-c", "exit"])
 def test_lab_starts_informs_and_every_end_tears_it_down(how: str) -> None:
+    # The hang-up comes with SIGHUP inherited as ignored and a command running: the case
+    # where the first attempt's lab neither ended on the signal nor saw its input close.
     lab = LabSession("india", f"life{how[:4].replace('-', '')}",
-                     *([] if how == "hangup" else ["--no-calibrate"]))
+                     *([] if how == "hangup" else ["--no-calibrate"]),
+                     sighup_ignored=how == "hangup")
     try:
         lab.expect(r"client 10\.77\.1\.10", 120)  # the topology
         if how == "hangup":  # the calibrated figures, once
@@ -38,6 +41,8 @@ def test_lab_starts_informs_and_every_end_tears_it_down(how: str) -> None:
         out = lab.command("client ping -c 2 -i 0.2 server")
         assert "2 received" in out and "10.77.2.10" in out, out
         if how == "hangup":
+            os.write(lab.master, b"client sleep 120\n")
+            time.sleep(2)
             lab.hang_up()
         elif how == "sigterm":
             os.kill(lab.proc.pid, signal.SIGTERM)
