@@ -6,13 +6,16 @@ not end can fail its test but never hang the suite or leave the path to the next
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import re
 import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 
 START_TIMEOUT = 150.0  # bring-up with a UML router and the server, plus the short calibration
@@ -23,6 +26,8 @@ class LabSession:
                  ) -> None:
         self.lab_id = lab_id
         self.master, slave = pty.openpty()
+        # A terminal 200 columns wide: the calibration table's rows stay one line each.
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
         # setsid -c: a new session whose controlling terminal is stdin (the pty); the pid
         # stays the lab's (no fork: the child of Popen is no process-group leader).
         argv = ["setsid", "-c", sys.executable, "-m", "quicbed.cli", "lab", profile,
