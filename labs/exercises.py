@@ -142,7 +142,7 @@ OBJECT = "cloud/5KB"  # small objects: a page's many resources
 
 def page_command(http: str) -> list[str]:
     """curl fetching OBJECTS objects over one connection, multiplexed; one time per object."""
-    args = ["curl", "-s", "--cacert", CA, http, "--parallel", "--parallel-immediate",
+    args = ["curl", "-s", "--cacert", CA, http, "--parallel",
             "--parallel-max", str(OBJECTS), "-w", "%{time_total}\\n"]
     for i in range(OBJECTS):
         args += ["-o", "/dev/null", f"{SERVER_URL}/{OBJECT}?i={i}"]

@@ -14,9 +14,10 @@ import shlex
 import pytest
 from lab_session import LabSession
 
-from quicbed.labs.check import grade, measure, report
+from quicbed.labs.check import grade, measure, parse_answers, report, solutions
 from quicbed.labs.exercises import EXERCISES
 from quicbed.paths import REPO
+from quicbed.yamlio import parse_source
 
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 FAILURES = re.compile(r"command not found|No such file|\*\*\* Unknown command|Traceback|"
@@ -72,7 +73,10 @@ def test_handout_walks_and_checker_grades(name: str) -> None:
     exercise = EXERCISES[name]
     reference = measure(exercise, say=print)
     assert set(reference) == {q.key for q in exercise.questions}
-    assert all(v.passed for v in grade(exercise, reference, reference))
+    # The reference as `--solutions` prints it, read back as an answers file: all pass.
+    text = "\n".join(solutions(exercise, reference)) + "\n"
+    answers = parse_answers(exercise, parse_source(text, "reference.yaml"))
+    assert all(v.passed for v in grade(exercise, answers, reference)), text
     verdicts = grade(exercise, wrong(reference), reference)
     assert not any(v.passed for v in verdicts), report(verdicts)
     assert all("hint: " in line for line in report(verdicts)[:-1])
