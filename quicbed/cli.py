@@ -80,6 +80,9 @@ def cmd_lab(args: argparse.Namespace) -> int:
     if args.rest:
         raise InputError(f"lab: unexpected {' '.join(args.rest)!r} (quicbed lab PROFILE, "
                          "or quicbed lab check EXERCISE ANSWERS)")
+    if args.server_image:
+        raise InputError("a lab runs a described server: --server NAME (servers/*/server.yaml)",
+                         field="--server-image")
     profile = load_profile(args.profile, parse_overrides(args.set))
     return run_lab(profile, lab_id=args.id or new_lab_id(), server=args.server,
                    backend=args.backend, tcp_cc=args.tcp_cc, client_image=args.client_image,
