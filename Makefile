@@ -31,7 +31,7 @@ APT_PACKAGES_IF_AVAILABLE := docker-cli
 	compose-prepare compose-up actionlint
 
 test: deps docker venv images delayline actionlint doctor
-	$(VENV)/bin/ruff check quicbed topology servers clients experiments analysis workloads tests bench
+	$(VENV)/bin/ruff check quicbed topology servers clients experiments analysis workloads tests bench labs
 	$(VENV)/bin/pytest -v -rs $(PYTEST_ARGS)
 
 # The unit tier: pure logic, no root, Docker or namespaces; seconds.

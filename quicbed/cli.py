@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from quicbed.errors import InputError, QuicbedError
+from quicbed.labs.lab import LabClosed
 
 Handler = Callable[[argparse.Namespace], int]
 # topology.backends.BACKENDS and "auto"; spelled out so that `--help` needs no Mininet import.
@@ -27,6 +28,20 @@ def _link_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tcp-cc", default="cubic", help="TCP congestion control in every host")
     p.add_argument("--client-image", default=None, help="client container image")
     p.add_argument("--server-image", default=None, help="server container image")
+
+
+def _lab_args(p: argparse.ArgumentParser) -> None:
+    """`quicbed lab PROFILE [...]` or `quicbed lab check EXERCISE ANSWERS [--solutions]`: one
+    subcommand, so that the README's `quicbed lab india` keeps working."""
+    _link_args(p)
+    p.add_argument("rest", nargs="*", metavar="EXERCISE ANSWERS",
+                   help="after `check`: the exercise and the student's answers (YAML)")
+    p.add_argument("--id", help="the lab's id (default: a fresh one); names its containers "
+                   "and state, for several labs on one host")
+    p.add_argument("--server", default="nginx", help="the server behind the path")
+    p.add_argument("--no-calibrate", action="store_true", help="skip the start-up calibration")
+    p.add_argument("--solutions", action="store_true",
+                   help="with `check`: measure and print the reference answers")
 
 
 def _testbed_config(args: argparse.Namespace):  # noqa: ANN202 - lazy import keeps --help fast
@@ -55,23 +70,34 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
-    from mininet.cli import CLI
+    from quicbed.labs.lab import new_lab_id, run_lab
+    from quicbed.topology.profiles import load_profile, parse_overrides
 
-    from quicbed.topology.net import Testbed
+    if args.profile == "check":
+        from quicbed.labs.check import main_check
 
-    cfg = _testbed_config(args)
-    with Testbed(cfg) as tb:
-        print(f"quicbed lab: {cfg.profile.description}; backend {tb.backend.name}")
-        print("hosts: client 10.77.1.10, cross 10.77.1.11, router, server 10.77.2.10")
-        print("try: client ping -c 3 server    (exit with Ctrl-D or 'exit')")
-        CLI(tb.net)
-    return 0
+        return main_check(args)
+    if args.rest:
+        raise InputError(f"lab: unexpected {' '.join(args.rest)!r} (quicbed lab PROFILE, "
+                         "or quicbed lab check EXERCISE ANSWERS)")
+    if args.server_image:
+        raise InputError("a lab runs a described server: --server NAME (servers/*/server.yaml)",
+                         field="--server-image")
+    profile = load_profile(args.profile, parse_overrides(args.set))
+    return run_lab(profile, lab_id=args.id or new_lab_id(), server=args.server,
+                   backend=args.backend, tcp_cc=args.tcp_cc, client_image=args.client_image,
+                   calibrate_first=not args.no_calibrate)
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from quicbed.topology.clean import clean
+    if args.lab:
+        from quicbed.labs.lab import clean_lab
 
-    removed = clean()
+        removed = clean_lab(args.lab, say=print)
+    else:
+        from quicbed.topology.clean import clean
+
+        removed = clean()
     for line in removed:
         print(f"removed {line}")
     print("clean: nothing left" if not removed else f"clean: removed {len(removed)} item(s)")
@@ -172,8 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the calibration as JSON here")
     p.set_defaults(func=cmd_calibrate)
 
-    p = sub.add_parser("lab", help="the topology up with a Mininet CLI, for course labs")
-    _link_args(p)
+    p = sub.add_parser("lab", help="a course lab: the path, a server and a CLI (labs/); "
+                       "`lab check EXERCISE ANSWERS` grades answers")
+    _lab_args(p)
     p.set_defaults(func=cmd_lab)
 
     p = sub.add_parser("run", help="run an experiment file end to end into results/")
@@ -241,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("clean", help="remove every namespace, link, container and UML router")
+    p.add_argument("--lab", metavar="ID", help="remove only this lab (quicbed lab --id)")
     p.set_defaults(func=cmd_clean)
     return parser
 
@@ -251,7 +279,9 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    needs_root = args.command in ("calibrate", "lab", "reproduce") or (
+    # `lab check` reads the answers file first (its errors need no root), then checks.
+    lab_check = args.command == "lab" and args.profile == "check"
+    needs_root = (args.command in ("calibrate", "lab", "reproduce") and not lab_check) or (
         args.command == "run" and not args.dry_run)
     if needs_root and os.geteuid() != 0:
         print("quicbed: needs root (namespaces, tc, Docker)", file=sys.stderr)
@@ -266,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except QuicbedError as exc:
         print(f"quicbed: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, LabClosed):
         print("quicbed: interrupted; the topology was torn down", file=sys.stderr)
         return 130
 

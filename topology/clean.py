@@ -77,15 +77,44 @@ def clean() -> list[str]:
     removed += _remove_netns()
     for path in (Path.home() / ".uml").glob("quicbed-*"):
         shutil.rmtree(path, ignore_errors=True)
-    if (STATE / "runs").exists():
-        shutil.rmtree(STATE / "runs", ignore_errors=True)
+    for state in ("runs", "labs"):
+        shutil.rmtree(STATE / state, ignore_errors=True)
     return removed
 
 
-def _remove_containers() -> list[str]:
+def clean_testbed(run_id: str, owner: int | None = None, netns: tuple[str, ...] = ()
+                  ) -> list[str]:
+    """Remove one testbed (a lab) and leave every other alone: its containers (labelled with
+    its run id), the processes that name it (its UML router or delay lines, whose control
+    files are under STATE/runs/RUN_ID, and the `docker exec` shells of its containers), the
+    helpers its owner process marked, and everything in its nodes' namespaces."""
+    removed = _remove_containers(f"{LABEL}.run={run_id}")
+    names = (f"/runs/{run_id}/", f"quicbed-{run_id}-")
+    pids = _pids()
+    ours = {pid for pid in pids if any(n in _cmdline(pid) for n in names)}
+    if owner is not None:
+        ours |= set(marked_processes(owner))
+    namespaces = ({_netns(pid) for pid in ours} | set(netns)) - {None, _netns(1), _netns("self")}
+    ours |= {pid for pid in pids if _netns(pid) in namespaces}
+    umids = set()
+    for pid in sorted(ours - this_process_and_ancestors() - {owner}):
+        what = _cmdline(pid)
+        umids.update(re.findall(r"umid=(quicbed-\S+)", what))
+        try:
+            os.kill(pid, signal.SIGKILL)
+            removed.append(f"process {pid} ({what[:60] or '?'})")
+        except ProcessLookupError:
+            pass
+    for umid in umids:
+        shutil.rmtree(Path.home() / ".uml" / umid, ignore_errors=True)
+    shutil.rmtree(STATE / "runs" / run_id, ignore_errors=True)
+    return removed
+
+
+def _remove_containers(label: str = LABEL) -> list[str]:
     if not shutil.which("docker"):
         return []
-    proc = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={LABEL}"],
+    proc = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={label}"],
                           capture_output=True, text=True)
     ids = proc.stdout.split()
     if ids:

@@ -114,8 +114,10 @@ class DockerHost(NsHost):
         cmd = ["docker", "exec", "-it", self.container, "env", "PS1=" + chr(127),
                "bash", "--norc", "--noediting", "-is", "mininet:" + self.name]
         self.master, self.slave = pty.openpty()
+        # Its own session, like Mininet's shells (mnexec -d): a Ctrl-C or hang-up of the lab's
+        # terminal goes to the lab's process group, and must not kill the node's shell.
         self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave, stderr=self.slave,
-                                 close_fds=False)
+                                 close_fds=False, start_new_session=True)
         self.stdin = open(self.master, encoding="utf-8", errors="replace")  # noqa: SIM115
         self.stdout = self.stdin
         # Mininet moves interfaces into the namespace of self.pid: the container's init.

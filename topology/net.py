@@ -165,8 +165,11 @@ class Testbed:
         self.server = self.servers[0]  # calibration's far end
         addresses = {self.client: ADDRESSES["client"], self.cross: ADDRESSES["cross"],
                      **{host: server_address(i) for i, host in enumerate(self.servers)}}
-        # The router is always node1: Mininet then creates each veth from the router side.
-        links = {host: net.addLink(self.router, host, cls=Link, intf=HostIntf, fast=False)
+        # The router is always node1: Mininet creates each veth from the router's namespace
+        # with its peer directly in the host's (fast), so no veth ever exists in the root
+        # namespace under a node's name (`router-eth0`): two testbeds on one host (course
+        # labs) would collide there, and Mininet deletes a same-named veth before making one.
+        links = {host: net.addLink(self.router, host, cls=Link, intf=HostIntf, fast=True)
                  for host in addresses}
         self._wire(links, addresses)
         self.backend = make_backend(backend_name, self.router, self.state_dir)

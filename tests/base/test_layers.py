@@ -3,7 +3,7 @@
 Layers, lowest first: the base modules of quicbed/ (errors, paths, yamlio, rowschema, and
 doctor: what the host must have), then topology, servers, clients, workloads (what a workload
 fetches and measures, shared by analysis and experiments), analysis, experiments, and
-the application (quicbed.cli). A module may import its own layer or lower ones. Imports inside
+course labs (labs/), and the application (quicbed.cli). A module may import its own layer or lower ones. Imports inside
 functions count too: a cycle hidden in a function is still a cycle.
 """
 
@@ -17,9 +17,9 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGES = {"quicbed": "quicbed", "topology": "quicbed.topology", "servers": "quicbed.servers",
             "clients": "quicbed.clients", "workloads": "quicbed.workloads",
             "analysis": "quicbed.analysis",
-            "experiments": "quicbed.experiments"}
+            "experiments": "quicbed.experiments", "labs": "quicbed.labs"}
 LAYERS = ["base", "quicbed.topology", "quicbed.servers", "quicbed.clients", "quicbed.workloads",
-          "quicbed.analysis", "quicbed.experiments", "app"]
+          "quicbed.analysis", "quicbed.experiments", "quicbed.labs", "app"]
 APP = {"quicbed.cli"}
 
 

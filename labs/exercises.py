@@ -1,0 +1,241 @@
+"""The course exercises as data, and how the testbed measures each one's answers itself.
+
+Each exercise names its path (a profile and overrides, as `quicbed lab` takes them) and its
+questions: a number with a unit and a relative tolerance, an exact count, or a short choice.
+`measure` brings nothing up: it gets the lab's testbed (the path and an nginx server) and
+measures every answer on it with the same tools the handout (labs/NN-*.md) has the student
+use, so the reference is what this host's path gives, not a number in a key.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+SERVER_URL = "https://server.quicbed"
+CA = "/etc/quicbed/pki/ca.pem"
+Answers = dict[str, float | str]
+
+
+@dataclass(frozen=True)
+class Question:
+    key: str
+    text: str
+    hint: str
+    unit: str = ""  # "" for a count or a choice; else a unit of labs/units.py's families
+    tolerance: float = 0.0  # relative, for numbers with a unit; counts must match exactly
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Exercise:
+    name: str
+    title: str
+    handout: str
+    profile: str
+    overrides: tuple[str, ...]
+    questions: tuple[Question, ...]
+    measure: Callable[[Any], Answers]
+
+
+# --- tools in the client container -----------------------------------------------------------
+
+def perf_rows(tb: Any, tool: str, *args: str, timeout: float = 120) -> list[dict[str, Any]]:
+    """Rows of tls_perf/quic_perf run in the client container (errors raise)."""
+    proc = tb.client.exec([tool, "--cacert", CA, *args], timeout=timeout)
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    bad = [r["error"] for r in rows if r.get("error")] or ([] if rows else [proc.stderr])
+    if bad:
+        raise RuntimeError(f"{tool} {' '.join(args)}: {bad[0]}")
+    return rows
+
+
+def median_of(rows: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(float(r[key]) for r in rows)
+
+
+def rtt_ms(tb: Any) -> float:
+    return statistics.median(tb.ping(count=20, interval=0.05))
+
+
+def set_link(tb: Any, **down_up: Any) -> None:
+    """The profile's link with these LinkSpec fields changed in both directions (queue_ms
+    only downstream: the bottleneck a download fills)."""
+    down = replace(tb.profile.down, **down_up)
+    up = replace(tb.profile.up, **{k: v for k, v in down_up.items() if k != "queue_ms"})
+    tb.apply_link(down, up)
+
+
+def set_congestion_control(tb: Any, name: str) -> None:
+    """The default TCP congestion control in every host; a download's sender is the server,
+    whose accepted connections take the namespace default at accept time."""
+    from quicbed.topology.net import allow_congestion_control
+
+    allow_congestion_control(name)
+    for host in (tb.client, *tb.servers):
+        host.run(["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={name}"])
+
+
+# --- 1. count the round trips ----------------------------------------------------------------
+
+HANDSHAKES = {"tls12": ("tls_perf", "--tls", "1.2"), "tls13": ("tls_perf", "--tls", "1.3"),
+              "quic": ("quic_perf",)}
+
+
+def measure_round_trips(tb: Any) -> Answers:
+    rtt = rtt_ms(tb)
+    answers: Answers = {"rtt_ms": round(rtt, 1)}
+    for label, (tool, *args) in HANDSHAKES.items():
+        rows = perf_rows(tb, tool, "--url", f"{SERVER_URL}/web/index.html", "-n", "3", *args)
+        connection = median_of(rows, "connection_time_ms")
+        answers[f"{label}_rtts"] = round(connection / rtt)
+        if label == "quic":
+            answers["quic_connection_ms"] = round(connection, 1)
+    return answers
+
+
+# --- 2. bandwidth-delay product and queues -----------------------------------------------------
+
+def loaded(tb: Any, queue_ms: float) -> tuple[float, float]:
+    """Goodput (Mbit/s) of a 10 MB download, and the median ping RTT (ms) during it."""
+    set_link(tb, queue_ms=queue_ms)
+    download = subprocess.Popen(
+        ["docker", "exec", tb.client.container, "tls_perf", "--cacert", CA, "--url",
+         f"{SERVER_URL}/cloud/10MB", "-n", "1"], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)  # past slow start: the queue has filled
+        samples = tb.ping(count=20, interval=0.1)
+        out, _ = download.communicate(timeout=120)
+    finally:
+        if download.poll() is None:
+            download.kill()
+    row = json.loads(out.splitlines()[-1])
+    if row.get("error"):
+        raise RuntimeError(f"the download failed: {row['error']}")
+    return float(row["throughput_mbps"]), statistics.median(samples)
+
+
+def measure_queues(tb: Any) -> Answers:
+    down = tb.profile.down
+    answers: Answers = {"bdp_kbyte": round(down.rate_mbit * 1e6 * tb.profile.rtt_ms / 1e3 / 8 / 1e3,
+                                           1)}
+    for queue in (20, 200):
+        goodput, rtt = loaded(tb, queue)
+        answers[f"goodput_mbit_q{queue}"] = round(goodput, 2)
+        answers[f"loaded_rtt_ms_q{queue}"] = round(rtt, 1)
+    tb.apply_link(tb.profile.down, tb.profile.up)
+    answers["bufferbloat_queue"] = "200" if answers["loaded_rtt_ms_q200"] > answers[
+        "loaded_rtt_ms_q20"] else "20"
+    return answers
+
+
+# --- 3. loss and head-of-line blocking ---------------------------------------------------------
+
+OBJECTS = 30
+OBJECT = "cloud/5KB"  # small objects: a page's many resources
+
+
+def page_command(http: str) -> list[str]:
+    """curl fetching OBJECTS objects over one connection, multiplexed; one time per object."""
+    args = ["curl", "-s", "--cacert", CA, http, "--parallel",
+            "--parallel-max", str(OBJECTS), "-w", "%{time_total}\\n"]
+    for i in range(OBJECTS):
+        args += ["-o", "/dev/null", f"{SERVER_URL}/{OBJECT}?i={i}"]
+    return args
+
+
+def page_ms(tb: Any, http: str, repetitions: int = 3) -> float:
+    """Median over repetitions of the mean object completion time (ms)."""
+    means = []
+    for _ in range(repetitions):
+        proc = tb.client.exec(page_command(http), timeout=120)
+        times = [float(t) * 1e3 for t in proc.stdout.split()]
+        if len(times) != OBJECTS:
+            raise RuntimeError(f"curl {http}: {len(times)} of {OBJECTS} objects: {proc.stderr}")
+        means.append(statistics.fmean(times))
+    return statistics.median(means)
+
+
+def measure_hol(tb: Any) -> Answers:
+    answers: Answers = {}
+    for loss in (0, 5):
+        set_link(tb, loss_pct=float(loss))
+        for label, flag in (("h2", "--http2"), ("h3", "--http3-only")):
+            answers[f"{label}_ms_loss{loss}"] = round(page_ms(tb, flag), 1)
+    tb.apply_link(tb.profile.down, tb.profile.up)
+    slowdown = {p: float(answers[f"{p}_ms_loss5"]) / float(answers[f"{p}_ms_loss0"])
+                for p in ("h2", "h3")}
+    answers["hurt_more"] = max(slowdown, key=lambda p: slowdown[p])
+    return answers
+
+
+# --- 4. congestion control -------------------------------------------------------------------
+
+def measure_cc(tb: Any) -> Answers:
+    answers: Answers = {}
+    try:
+        for cc in ("cubic", "bbr"):
+            set_congestion_control(tb, cc)
+            rows = perf_rows(tb, "tls_perf", "--url", f"{SERVER_URL}/cloud/1MB", "-n", "2",
+                             timeout=180)
+            answers[f"{cc}_mbit"] = round(median_of(rows, "throughput_mbps"), 2)
+    finally:
+        set_congestion_control(tb, "cubic")
+    answers["faster"] = "bbr" if answers["bbr_mbit"] > answers["cubic_mbit"] else "cubic"
+    return answers
+
+
+EXERCISES = {e.name: e for e in (
+    Exercise("round-trips", "Count the round trips", "01-round-trips.md", "india", (), (
+        Question("rtt_ms", "the path's round-trip time", "ping the server: the median of 20",
+                 "ms", 0.05),
+        Question("tls12_rtts", "round trips before the request can leave, TLS 1.2 over TCP",
+                 "count TCP's SYN/SYN-ACK, then the TLS 1.2 flights until the client's Finished"),
+        Question("tls13_rtts", "the same for TLS 1.3 over TCP",
+                 "TLS 1.3 sends the key share in the ClientHello: one flight less"),
+        Question("quic_rtts", "the same for QUIC",
+                 "QUIC has no separate transport handshake: its Initial carries the ClientHello"),
+        Question("quic_connection_ms", "QUIC connection time (quic_perf's connection_time_ms)",
+                 "about one RTT: read connection_time_ms in quic_perf's row", "ms", 0.15),
+    ), measure_round_trips),
+    Exercise("queues", "Bandwidth-delay product and queues", "02-queues.md", "india", (), (
+        Question("bdp_kbyte", "the downstream bandwidth-delay product",
+                 "rate (bit/s) x RTT (s) / 8 gives bytes; 1 kB = 1000 B", "kB", 0.05),
+        Question("goodput_mbit_q20", "goodput of the 10 MB download with a 20 ms queue",
+                 "tls_perf's throughput_mbps with `link down.queue_ms=20`", "Mbit/s", 0.3),
+        Question("loaded_rtt_ms_q20", "ping RTT during that download",
+                 "ping while the download runs (the handout's two commands)", "ms", 0.2),
+        Question("goodput_mbit_q200", "goodput with a 200 ms queue",
+                 "`link down.queue_ms=200`, then the same download", "Mbit/s", 0.3),
+        Question("loaded_rtt_ms_q200", "ping RTT during that download",
+                 "the queue fills: RTT grows by about the queue's length", "ms", 0.2),
+        Question("bufferbloat_queue", "with which queue (ms) does latency balloon?",
+                 "compare the two loaded RTTs with the idle one", choices=("20", "200")),
+    ), measure_queues),
+    Exercise("hol", "Loss and head-of-line blocking", "03-hol.md", "india", (), (
+        Question("h2_ms_loss0", "HTTP/2 mean object time, 30 objects, no loss",
+                 "curl --http2 --parallel ... -w '%{time_total}': the mean of the 30", "ms", 0.3),
+        Question("h3_ms_loss0", "HTTP/3 mean object time, no loss",
+                 "the same with --http3-only", "ms", 0.3),
+        Question("h2_ms_loss5", "HTTP/2 mean object time at 5 % loss",
+                 "`link loss_pct=5`, then the HTTP/2 command", "ms", 0.5),
+        Question("h3_ms_loss5", "HTTP/3 mean object time at 5 % loss",
+                 "`link loss_pct=5`, then the HTTP/3 command", "ms", 0.5),
+        Question("hurt_more", "which protocol does loss slow down more (ratio 5 % / 0 %)?",
+                 "divide each protocol's 5 % time by its 0 % time", choices=("h2", "h3")),
+    ), measure_hol),
+    Exercise("cc", "Congestion control on a lossy long link", "04-congestion-control.md",
+             "india", ("loss_pct=1",), (
+        Question("cubic_mbit", "goodput of a 1 MB download with cubic at 1 % loss",
+                 "`cc cubic`, then tls_perf's throughput_mbps (median of 2)", "Mbit/s", 0.4),
+        Question("bbr_mbit", "the same with bbr", "`cc bbr`, then the same download",
+                 "Mbit/s", 0.4),
+        Question("faster", "which is faster here?", "compare the two goodputs",
+                 choices=("cubic", "bbr")),
+    ), measure_cc),
+)}

@@ -1,0 +1,97 @@
+"""The lab checker's logic: answers files (units, counts, choices, located errors) and grading
+against a reference with the stated tolerances. The measuring side runs on the path
+(test_lab_exercises.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from quicbed.cli import main
+from quicbed.labs.check import grade, parse_answers, report, solutions
+from quicbed.labs.exercises import EXERCISES
+from quicbed.yamlio import LocatedError, parse_source
+
+RT = EXERCISES["round-trips"]
+REFERENCE = {"rtt_ms": 80.4, "tls12_rtts": 3, "tls13_rtts": 2, "quic_rtts": 1,
+             "quic_connection_ms": 84.0}
+
+
+def _answers(text: str) -> dict:
+    return parse_answers(RT, parse_source(text, "answers.yaml"))
+
+
+def test_units_convert_and_all_right_answers_pass() -> None:
+    answers = _answers("rtt_ms: 0.0812 s\ntls12_rtts: 3\ntls13_rtts: 2\nquic_rtts: 1\n"
+                       "quic_connection_ms: 90 ms\n")
+    assert answers["rtt_ms"] == pytest.approx(81.2)
+    verdicts = grade(RT, answers, REFERENCE)
+    assert all(v.passed for v in verdicts)
+    assert report(verdicts)[-1] == "5 of 5 answers pass"
+
+
+def test_wrong_answers_fail_with_the_measured_value_and_a_hint() -> None:
+    answers = _answers("rtt_ms: 40 ms\ntls12_rtts: 2\ntls13_rtts: 2\nquic_rtts: 1\n")
+    lines = report(grade(RT, answers, REFERENCE))
+    assert lines[0].startswith("FAIL  rtt_ms: 40 ms  (the path measures 80.4 ms within ±5%")
+    assert "hint: ping the server" in lines[0]
+    assert lines[1].startswith("FAIL  tls12_rtts: 2") and "TCP's SYN" in lines[1]
+    assert lines[4].startswith("FAIL  quic_connection_ms: (no answer)")
+    assert lines[-1] == "2 of 5 answers pass"
+
+
+def test_tolerance_is_the_stated_one() -> None:
+    q = {q.key: q for q in RT.questions}["rtt_ms"]
+    inside = 80.4 * (1 + q.tolerance * 0.9)
+    outside = 80.4 * (1 + q.tolerance * 1.1)
+    assert grade(RT, {"rtt_ms": inside}, REFERENCE)[0].passed
+    assert not grade(RT, {"rtt_ms": outside}, REFERENCE)[0].passed
+
+
+def test_choices() -> None:
+    cc = EXERCISES["cc"]
+    ref = {"cubic_mbit": 0.9, "bbr_mbit": 15.0, "faster": "bbr"}
+    answers = parse_answers(cc, parse_source("faster: cubic\n", "a.yaml"))
+    assert not grade(cc, answers, ref)[2].passed
+    with pytest.raises(LocatedError, match=r"^a.yaml:1: faster: 'reno' is not one of cubic, bbr"):
+        parse_answers(cc, parse_source("faster: reno\n", "a.yaml"))
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("rtt_ms: 80\nrtt: 3\n", "answers.yaml:2: rtt: no such question in round-trips"),
+    ("rtt_ms: 161 Mbit/s\n", "answers.yaml:1: rtt_ms: unit 'Mbit/s' does not measure this"),
+    ("tls12_rtts: 2.5\n", "answers.yaml:1: tls12_rtts: 2.5: expected a whole count"),
+    ("tls12_rtts: [3]\n", "answers.yaml:1: tls12_rtts: expected a number"),
+    ("rtt_ms: fast\n", "answers.yaml:1: rtt_ms: 'fast' is not a number with a unit (ms)"),
+    ("- 3\n", "answers.yaml:1: answers: expected a mapping"),
+])
+def test_bad_answers_files_are_located(text: str, message: str) -> None:
+    with pytest.raises(LocatedError) as info:
+        _answers(text)
+    assert str(info.value).startswith(message)
+
+
+def test_bad_file_through_the_cli_is_one_line(tmp_path, capsys) -> None:  # noqa: ANN001
+    bad = tmp_path / "answers.yaml"
+    bad.write_text("rtt_ms: 160 ms\nquic_rtts: one\n")
+    # Refused before anything is measured (so before the root check, too).
+    assert main(["lab", "check", "round-trips", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"quicbed: {bad}:2: quic_rtts: 'one' is not a number"
+
+
+def test_solutions_list_every_question_with_its_tolerance() -> None:
+    lines = solutions(RT, REFERENCE)
+    assert len(lines) == 1 + len(RT.questions)
+    assert lines[1] == "rtt_ms: 80.4 ms  # ±5%  # the path's round-trip time"
+    assert lines[2].startswith("tls12_rtts: 3  #")
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_solutions_output_is_an_answers_file_that_passes(name: str) -> None:
+    """`--solutions > reference.yaml` gives instructors a file `lab check` accepts."""
+    exercise = EXERCISES[name]
+    ref = {q.key: (q.choices[-1] if q.choices else (3 if not q.unit else 12.5))
+           for q in exercise.questions}
+    text = "\n".join(solutions(exercise, ref)) + "\n"
+    answers = parse_answers(exercise, parse_source(text, "reference.yaml"))
+    assert all(v.passed for v in grade(exercise, answers, ref))

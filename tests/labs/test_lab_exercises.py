@@ -1,0 +1,83 @@
+"""Every handout walked on the real path, and its checker against the path's own answers.
+
+For each exercise: a lab started as the handout says (its ```sh `quicbed lab` line) runs every
+line of the handout's ```lab block at the prompt, and nothing fails; then the checker measures
+the exercise's path (one more bring-up) and grades the reference answers (all pass) and wrong
+ones (every one fails, with the measured value and a hint). About 2 minutes per exercise."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+
+import pytest
+from lab_session import LabSession
+
+from quicbed.labs.check import grade, measure, parse_answers, report, solutions
+from quicbed.labs.exercises import EXERCISES
+from quicbed.paths import REPO
+from quicbed.yamlio import parse_source
+
+pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
+FAILURES = re.compile(r"command not found|No such file|\*\*\* Unknown command|Traceback|"
+                      r'"error":"[^"]|^link: |^cc: |curl: \(\d+\)', re.MULTILINE)
+# What each handout's commands must show (beyond failing nowhere).
+SHOWS = {
+    "round-trips": [r"Client Hello", r"Server Hello", r"\bQUIC\b|Initial", r"2 received|5 received"],
+    "queues": [r'"throughput_mbps":\d', r"rtt min/avg/max/mdev"],
+    "hol": [r"h2 mean \d+\.\d ms over 30 objects", r"h3 mean \d+\.\d ms over 30 objects"],
+    "cc": [r'"throughput_mbps":\d', r"TCP congestion control: bbr"],
+}
+
+
+def handout(name: str) -> tuple[list[str], list[str]]:
+    """The handout's `quicbed lab` arguments and its lab commands."""
+    text = (REPO / "labs" / EXERCISES[name].handout).read_text()
+    start = re.search(r"```sh\n(?:sudo )?quicbed lab (.+)\n", text)
+    block = re.search(r"```lab\n(.*?)```", text, re.DOTALL)
+    assert start and block, f"{name}: no ```sh quicbed lab line or ```lab block"
+    return shlex.split(start.group(1)), [ln for ln in block.group(1).splitlines() if ln.strip()]
+
+
+def wrong(answers: dict) -> dict:
+    """Every answer wrong: numbers doubled (plus one: counts), choices swapped."""
+    out = {}
+    for q in EXERCISES_BY_KEY.values():
+        if q.key in answers:
+            value = answers[q.key]
+            out[q.key] = (next(c for c in q.choices if c != value) if q.choices
+                          else float(value) * 2 + 1)
+    return out
+
+
+EXERCISES_BY_KEY = {q.key: q for e in EXERCISES.values() for q in e.questions}
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_handout_walks_and_checker_grades(name: str) -> None:
+    args, lines = handout(name)
+    lab = LabSession(args[0], f"walk{name[:4].replace('-', '')}", *args[1:], "--no-calibrate")
+    try:
+        lab.started()
+        output = "".join(lab.command(line) for line in lines)
+        os.write(lab.master, b"exit\n")
+        assert lab.wait(60) == 0
+    finally:
+        lab.close()
+    bad = FAILURES.search(output)
+    assert not bad, f"{name}: {bad.group(0)!r} in:\n{output[-3000:]}"
+    for pattern in SHOWS[name]:
+        assert re.search(pattern, output), f"{name}: no {pattern!r} in:\n{output[-3000:]}"
+
+    exercise = EXERCISES[name]
+    reference = measure(exercise, say=print)
+    assert set(reference) == {q.key for q in exercise.questions}
+    # The reference as `--solutions` prints it, read back as an answers file: all pass.
+    text = "\n".join(solutions(exercise, reference)) + "\n"
+    answers = parse_answers(exercise, parse_source(text, "reference.yaml"))
+    assert all(v.passed for v in grade(exercise, answers, reference)), text
+    verdicts = grade(exercise, wrong(reference), reference)
+    assert not any(v.passed for v in verdicts), report(verdicts)
+    assert all("hint: " in line for line in report(verdicts)[:-1])
+    print(name, reference)
