@@ -220,7 +220,10 @@ def test_a_dry_run_plans_for_n_workers_without_a_cluster(tmp_path, capsys):
 
 
 @pytest.mark.path
+@pytest.mark.usefixtures("clean_slate")
 def test_the_handshake_experiment_on_a_ray_worker_matches_a_local_run(tmp_path):
+    from quicbed.topology.clean import leftovers
+
     file, results = REPO / "experiments" / "ci" / "handshake.yaml", tmp_path / "results"
     env = _env(results)
     # The head offers no path: the one worker node measures, as a cloud worker would.
@@ -240,6 +243,7 @@ def test_the_handshake_experiment_on_a_ray_worker_matches_a_local_run(tmp_path):
     (entry,) = read_manifest(run_dir)["conditions"].values()
     assert entry["calibration"]["passed"] and entry["ran_on"]["link_backend"]
     assert entry["ran_on"]["images"]["client"].startswith("sha256:")
+    assert not leftovers()  # the worker's teardown left nothing behind
 
 
 def test_the_ray_launcher_sets_nodes_up_by_the_readme_commands():
