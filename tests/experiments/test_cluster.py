@@ -196,6 +196,15 @@ def test_ray_retries_a_lost_condition_skipping_its_stored_trials(tmp_path, synth
     assert sorted(ids) == _every_trial(file)  # the retry skipped the trials already home
 
 
+def test_a_dry_run_asks_the_cluster_how_many_paths_it_runs(tmp_path, synthetic_cluster):
+    file = tmp_path / "synthetic.yaml"
+    file.write_text(SYNTHETIC)
+    proc = subprocess.run([sys.executable, "-m", "quicbed.cli", "run", str(file), "--dry-run",
+                           "--ray", synthetic_cluster], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "plan for 2 worker(s)" in proc.stdout and "expected wall time" in proc.stdout
+
+
 def test_without_ray_the_cli_says_how_to_get_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # as on a plain install
     with pytest.raises(InputError, match=r"pip install -e '\.\[cluster\]'"):
