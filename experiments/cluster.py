@@ -175,6 +175,11 @@ class RayDispatcher:
                   session: Session) -> None:
         try:
             self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as exc:  # the task itself raised (set-up)
+            cause = getattr(exc, "cause", None) or exc
+            session.skipped(cond, _left(todo, session),
+                            f"failed on its worker: {type(cause).__name__}: {cause}")
+            return
         except self.ray.exceptions.RayError as exc:  # the worker or its node died
             left = _left(todo, session)
             reason = f"worker lost mid-condition ({type(exc).__name__}); {left} trial(s) left"
