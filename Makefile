@@ -1,5 +1,5 @@
 # quicbed: one-command setup, tests and reproduction.
-#   make test       install what is missing (apt, Docker engine, Python env, images), run pytest
+#   make test       install what is missing (apt, Docker engine, Python env, Ray, images), run pytest
 #   make lab        an interactive emulated topology (PROFILE=india)
 #   make reproduce  run experiments/paper (quick; FULL=1 for all repetitions) and write the report
 #   make images     build the container images (cached: a second run takes seconds)
@@ -27,10 +27,10 @@ APT_PACKAGES := docker.io user-mode-linux kmod mount mininet iperf3 debootstrap 
 # Installed where the release has them: Debian 13 moved the docker command out of docker.io.
 APT_PACKAGES_IF_AVAILABLE := docker-cli
 
-.PHONY: test unit deps docker venv images delayline content lab clean bench reproduce doctor \
+.PHONY: test unit deps docker venv cluster images delayline content lab clean bench reproduce doctor \
 	compose-prepare compose-up actionlint
 
-test: deps docker venv images delayline actionlint doctor
+test: deps docker venv cluster images delayline actionlint doctor
 	$(VENV)/bin/ruff check quicbed topology servers clients experiments analysis workloads tests bench labs
 	$(VENV)/bin/pytest -v -rs $(PYTEST_ARGS)
 
@@ -71,6 +71,13 @@ $(VENV)/.installed: pyproject.toml versions.env | deps
 	test -x $(PY) || /usr/bin/python3 -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q $(PY_DEPS)
 	$(PY) -m pip install -q --no-deps -e .
+	@touch $@
+
+# The optional cluster extra (Ray, for `quicbed run --ray`): the tests run its cluster tests;
+# `make reproduce` and a plain install do without it.
+cluster: $(VENV)/.cluster
+$(VENV)/.cluster: $(VENV)/.installed
+	$(PY) -m pip install -q ray==$(RAY_VERSION)
 	@touch $@
 
 images: docker

@@ -61,7 +61,33 @@ def check_values(checks: list[dict[str, Any]]) -> dict[str, float | None]:
     return out
 
 
-def runner_entry(run_id: str, cid: str, cond: dict[str, Any]) -> dict[str, Any]:
+def host_kind(host: dict[str, Any] | None) -> str:
+    """What decides whether two hosts' timings compare: CPU, kernel and images (not the name)."""
+    if not host:
+        return "unrecorded"
+    images = ", ".join(f"{k} {str(v).removeprefix('sha256:')[:12]}"
+                       for k, v in sorted((host.get("images") or {}).items()))
+    kind = (f"{host.get('cpu_model', '?')} x{host.get('cpus', '?')} {host.get('machine', '?')}, "
+            f"kernel {host.get('kernel', '?')}")
+    return kind + (f", images {images}" if images else "")
+
+
+def mixed_hosts(entries: list[dict[str, Any]]) -> list[str]:
+    """A run whose conditions ran on different kinds of host (a Ray cluster, merged shards):
+    its comparisons across conditions compare hosts too."""
+    runs: dict[str, dict[str, list[str]]] = {}
+    for e in entries:
+        if e["calibrated"]:
+            kind = e.get("host_kind", "unrecorded")
+            runs.setdefault(e["run"], {}).setdefault(kind, []).append(str(e["label"]))
+    return [f"Run {run}: its conditions ran on {len(kinds)} kinds of host, so comparing "
+            "conditions across them also compares hosts: "
+            + "; ".join(f"{', '.join(labels)} on {kind}" for kind, labels in kinds.items())
+            for run, kinds in runs.items() if len(kinds) > 1]
+
+
+def runner_entry(run_id: str, cid: str, cond: dict[str, Any], host: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
     link, cal = cond.get("link") or {}, cond.get("calibration") or {}
     down, up = link.get("down") or {}, link.get("up") or {}
     measured = check_values(cal.get("checks"))
@@ -69,6 +95,7 @@ def runner_entry(run_id: str, cid: str, cond: dict[str, Any]) -> dict[str, Any]:
     return {
         "run": run_id, "condition": cid, "label": cond.get("label", cid),
         "profile": cond.get("profile", ""), "calibrated": bool(cal),
+        "host_kind": host_kind(cond.get("ran_on") or host),
         "rtt_ms": link.get("rtt_ms"), "rtt_min_ms": cal.get("rtt_ms"),
         "rtt_median_ms": measured.get("rtt_median_ms"),
         "rate_down_mbit": down.get("rate_mbit"), "goodput_down_mbit": measured.get(
@@ -96,7 +123,7 @@ def calibration_entries(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]
     entries = []
     for m in manifests:
         run_id = str(m.get("run_id"))
-        entries += [runner_entry(run_id, cid, cond)
+        entries += [runner_entry(run_id, cid, cond, m.get("host"))
                     for cid, cond in (m.get("conditions") or {}).items()]
         entries += [flat_entry(run_id, cal) for cal in m.get("calibration") or []]
     return entries

@@ -19,7 +19,7 @@ from .claims import Direction, Verdict, evaluate, expectation_claim
 from .expectations import compile_expectation
 from .figures import Figure, make_figures
 from .load import AnalysisError, load_runs, resolve_run_dir, results_root
-from .manifest import calibration_entries, flatten
+from .manifest import calibration_entries, flatten, mixed_hosts
 from .overhead import account
 from .render import Bullets, FigureBlock, Section, Table, Text, VerdictList
 from .tables import (
@@ -52,6 +52,7 @@ def flags(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> list[str]:
             + (" and the run went on (forced)" if e.get("forced") else "")
             + ": " + ("; ".join(e["failed_checks"]) or "see Run")
             for e in calibration_entries(manifests) if e["calibrated"] and not e.get("passed")]
+    out += mixed_hosts(calibration_entries(manifests))
     counts = [("failed", df["failed"], "excluded from statistics"),
               ("CPU-bound", df["cpu_bound"],
                "a host's CPU, not the path, may have limited them"),

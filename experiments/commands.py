@@ -14,8 +14,9 @@ from pathlib import Path
 from rich.console import Console
 
 from quicbed import paths
-from quicbed.errors import QuicbedError
+from quicbed.errors import InputError, QuicbedError
 
+from . import cluster
 from .check import check
 from .merge import merge_runs
 from .plan import dry_run
@@ -39,6 +40,9 @@ def cmd_run(
     on_run_dir: Callable[[Path], None] | None = None,
     junit: str | Path | None = None,
     shard: str | None = None,
+    ray: str | None = None,
+    ray_workers: int | None = None,
+    ray_retries: int = 1,
 ) -> int:
     """`quicbed run FILE [--resume ID [--retry-failed]] [--dry-run] [--check] [--quick]`.
 
@@ -60,14 +64,19 @@ def cmd_run(
         return 2
     try:
         part = parse_shard(shard) if shard else None
+        if part and ray:
+            raise InputError("--shard and --ray: choose one (a cluster schedules every condition)")
+        if dry:
+            console.print(dry_run(exp), markup=False)
+            workers = part.count if part else ray_workers or (ray and cluster.path_slots(ray))
+            if workers:
+                console.print(plan(exp, workers), markup=False)
+            return 0
     except QuicbedError as exc:
         console.print(str(exc), markup=False)
-        return 2
-    if dry:
-        console.print(dry_run(exp), markup=False)
-        if part:
-            console.print(plan(exp, part.count), markup=False)
-        return 0
+        return exc.exit_code
+    if ray:
+        make_executor = cluster.dispatcher(ray, make_executor, ray_retries)
     results = results or paths.RESULTS
     name = f"{exp.name}-shard{part.index}of{part.count}" if part else exp.name
     run_dir = run_dir or results / new_run_id(name, results)

@@ -14,12 +14,12 @@ import platform
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from rich.console import Console
 from rich.progress import (
@@ -99,7 +99,7 @@ class RunSummary:
 
 def run_experiment(
     exp: Experiment,
-    executor: Executor,
+    executor: Executor | Dispatcher,
     run_dir: Path | str,
     resume: bool = False,
     progress: bool = True,
@@ -107,7 +107,9 @@ def run_experiment(
     retry_failed: bool = False,
     shard: Shard | None = None,
 ) -> RunSummary:
-    """Run every missing trial of `exp` into `run_dir` (with retry_failed, every failed one
+    """Run every missing trial of `exp` into `run_dir` through `executor` on this machine, or
+    through a Dispatcher that sends conditions to other machines (experiments/cluster.py)
+    (with retry_failed, every failed one
     too: its new row supersedes the old, which stays in the file); with `shard`, only the
     trials of that shard's conditions (experiments/shard.py; a resumed shard keeps its own).
     Raises StoreError before any trial if the directory is unusable or locked, and on
@@ -129,15 +131,14 @@ def run_experiment(
         if retrying:
             console.print(f"note: retrying {retrying} failed trial(s); their rows stay in "
                           f"{store.rows_path.name}, superseded by the new attempt")
+        work = [(cond, todo) for cond in conds
+                if (todo := [(t, attempts.get(t.trial_id, 0) + 1) for t in trials(exp, cond)
+                             if t.trial_id not in done])]
+        dispatcher = executor if isinstance(executor, Dispatcher) else Local(executor)
         try:
             with signals_interrupt(), _progress(console, progress) as bar:
                 task = bar.add_task("", total=summary.total, completed=summary.done_before)
-                for cond in conds:
-                    todo = [(t, attempts.get(t.trial_id, 0) + 1) for t in trials(exp, cond)
-                            if t.trial_id not in done]
-                    if todo:
-                        _run_condition(cond, todo, executor, store, manifest, summary, bar, task)
-                        store.write_manifest(manifest)
+                dispatcher.run_conditions(work, Session(store, manifest, summary, bar, task, done))
         except KeyboardInterrupt:
             summary.interrupted = True
         except StoreError as exc:  # e.g. disk full: rows so far are intact, the run can resume
@@ -154,36 +155,137 @@ def _done_trials(run_dir: Path, retry_failed: bool) -> tuple[set[str], dict[str,
     return done, {r["trial_id"]: int(r.get("attempt") or 1) for r in latest}
 
 
-def _run_condition(
+Work = list[tuple[Condition, list[tuple[Trial, int]]]]  # conditions and their (trial, attempt)s
+
+
+class ConditionSkipped(Exception):
+    """The condition's path could not be set up or calibrated; resume retries it."""
+
+
+@dataclass
+class Session:
+    """The head's side of one session: every row, calibration and skip lands here, whichever
+    machine measured it."""
+
+    store: RunStore
+    manifest: dict[str, Any]
+    summary: RunSummary
+    bar: Progress
+    task: Any
+    stored: set[str]  # trial ids with a row that counts: a second one is dropped
+
+    def started(self, cond: Condition) -> None:
+        self.bar.update(self.task, description=f"{cond.id} {cond.label}")
+
+    def calibrated(self, cond_id: str, calib: dict[str, Any], ran_on: dict[str, Any]) -> None:
+        entry = self.manifest["conditions"][cond_id]
+        entry.pop("error", None)
+        entry.update(calibration=calib, ran_on=ran_on)
+        self.store.write_manifest(self.manifest)
+
+    def record(self, row: dict[str, Any]) -> bool:
+        """Store a trial's row (append + fsync) unless that trial already has one."""
+        if row["trial_id"] in self.stored:
+            return False
+        self.store.append(row)
+        self.stored.add(row["trial_id"])
+        self.summary.ran += 1
+        self.summary.failed += row["error"] is not None
+        self.bar.advance(self.task)
+        return True
+
+    def skipped(self, cond: Condition, left: int, reason: str) -> None:
+        self.manifest["conditions"][cond.id]["error"] = reason
+        self.summary.skipped.append(cond.id)
+        self.bar.console.print(f"{cond.id} {cond.label}: skipped: {reason}", style="red",
+                               markup=False)
+        self.bar.advance(self.task, left)
+        self.store.write_manifest(self.manifest)
+
+    def finished(self, cond: Condition) -> None:
+        self.store.write_manifest(self.manifest)
+        self.bar.console.print(condition_summary(cond, load_rows(self.store.dir)[0]),
+                               markup=False)
+
+
+@runtime_checkable
+class Dispatcher(Protocol):
+    """Where conditions run: this machine (`Local`) or a cluster (experiments/cluster.py)."""
+
+    def run_conditions(self, work: Work, session: Session) -> None: ...
+
+    def manifest_info(self) -> dict[str, Any]: ...
+
+
+@dataclass
+class Local:
+    executor: Executor
+
+    def manifest_info(self) -> dict[str, Any]:
+        return self.executor.manifest_info()
+
+    def run_conditions(self, work: Work, session: Session) -> None:
+        # This machine now: a resumed run may be finished elsewhere.
+        run_id, host, info = session.manifest["run_id"], host_facts(), _safe(self.manifest_info)
+        for cond, todo in work:
+            session.started(cond)
+            try:
+                measure_condition(
+                    cond, todo, self.executor, run_id,
+                    lambda calib, c=cond: session.calibrated(c.id, calib, ran_on(host, info, calib)),
+                    session.record)
+            except ConditionSkipped as exc:
+                session.skipped(cond, len(todo), str(exc))
+                continue
+            session.finished(cond)
+
+
+def measure_condition(
     cond: Condition,
     todo: list[tuple[Trial, int]],
     executor: Executor,
-    store: RunStore,
-    manifest: dict[str, Any],
-    summary: RunSummary,
-    bar: Progress,
-    task: Any,
+    run_id: str,
+    on_calibrated: Callable[[dict[str, Any]], None],
+    on_row: Callable[[dict[str, Any]], Any],
 ) -> None:
-    entry = manifest["conditions"][cond.id]
-    bar.update(task, description=f"{cond.id} {cond.label}")
+    """Bring the condition's path up and calibrate it (ConditionSkipped if that fails), then
+    run each trial, handing every row to `on_row` as it is measured. The same on the head of a
+    local run and on a cluster's worker."""
     with contextlib.ExitStack() as stack:
         try:
             calib = stack.enter_context(executor.condition(cond)) or {}
         except Exception as exc:  # calibration mismatch, path failure: skip, resume retries it
-            entry["error"] = f"{type(exc).__name__}: {exc}"
-            summary.skipped.append(cond.id)
-            bar.console.print(f"{cond.id} {cond.label}: skipped: {exc}", style="red", markup=False)
-            bar.advance(task, len(todo))
-            return
-        entry["calibration"] = calib
-        entry.pop("error", None)
+            raise ConditionSkipped(f"{type(exc).__name__}: {exc}") from exc
+        on_calibrated(calib)
         for trial, attempt in todo:
-            row = _run_trial(trial, executor, calib, manifest["run_id"], attempt)
-            store.append(row)
-            summary.ran += 1
-            summary.failed += row["error"] is not None
-            bar.advance(task)
-    bar.console.print(condition_summary(cond, load_rows(store.dir)[0]), markup=False)
+            on_row(_run_trial(trial, executor, calib, run_id, attempt))
+
+
+def host_facts() -> dict[str, Any]:
+    """This machine, as a run's manifest and each condition's `ran_on` record it."""
+    return {"hostname": platform.node(), "kernel": platform.release(),
+            "machine": platform.machine(), "python": platform.python_version(),
+            "cpus": os.cpu_count(), "cpu_model": _cpu_model()}
+
+
+def ran_on(host: dict[str, Any], executor_info: dict[str, Any], calib: dict[str, Any]
+           ) -> dict[str, Any]:
+    """Which host measured a condition: the machine, its link backend and the image ids."""
+    images = {"client": executor_info.get("client_image"),
+              **(executor_info.get("server_images") or {})}
+    backend = calib.get("backend") or (calib.get("calibration") or {}).get("backend")
+    return {**host, "link_backend": backend or executor_info.get("backend"),
+            "images": {k: v.get("id") if isinstance(v, dict) else v
+                       for k, v in images.items() if v},
+            "git_commit": git_info()["commit"]}
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
 
 
 def _run_trial(trial: Trial, executor: Executor, calib: dict, run_id: str, attempt: int = 1
@@ -287,7 +389,7 @@ def _conditions(exp: Experiment, manifest: dict[str, Any]) -> list[Condition]:
     return shard_conditions(exp, Shard(shard["index"], shard["count"]))
 
 
-def _start_manifest(exp: Experiment, executor: Executor, run_dir: Path, resume: bool,
+def _start_manifest(exp: Experiment, executor: Executor | Dispatcher, run_dir: Path, resume: bool,
                     retry_failed: bool = False, shard: Shard | None = None) -> dict:
     # Each session records its own commit: a resumed run may have been resumed on other code.
     session = {"started_at": _now(), "pid": os.getpid(), "status": "running", "git": git_info()}
@@ -322,11 +424,9 @@ def _start_manifest(exp: Experiment, executor: Executor, run_dir: Path, resume: 
         "order": exp.order,
         "trials_total": len(conds) * count_per_condition(exp),
         "git": session["git"],
-        "host": {
-            "kernel": platform.release(),
-            "machine": platform.machine(),
-            "python": platform.python_version(),
-        },
+        # Per condition, `ran_on` has the whole host_facts(); here only what runs compare on
+        # (analysis.manifest: a hostname would keep identical machines' runs apart).
+        "host": {k: v for k, v in host_facts().items() if k in ("kernel", "machine", "python")},
         "versions": _safe(paths.read_versions),
         "executor": _safe(executor.manifest_info),
         "started_at": session["started_at"],

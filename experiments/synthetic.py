@@ -67,6 +67,10 @@ class SyntheticExecutor:
         return {"backend": "synthetic", "delay_s": self.delay_s}
 
 
+def _factory(delay_s: float):  # noqa: ANN202 - a plain closure: Ray ships it to workers
+    return lambda exp, run_dir: SyntheticExecutor(delay_s)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .commands import cmd_run
 
@@ -77,14 +81,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--ray", metavar="ADDRESS", help="each condition on a Ray cluster's worker")
+    ap.add_argument("--ray-retries", type=int, default=1)
     args = ap.parse_args(argv)
     return cmd_run(
         args.file,
-        lambda exp, run_dir: SyntheticExecutor(args.delay),
+        _factory(args.delay),
         resume=args.resume,
         quick=args.quick,
         check_after=args.check,
         progress=not args.no_progress,
+        ray=args.ray,
+        ray_retries=args.ray_retries,
     )
 
 

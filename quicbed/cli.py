@@ -127,7 +127,8 @@ def cmd_run(args: argparse.Namespace, on_run_dir: Callable[[Path], None] | None 
             return run(args.file, factory, resume=args.resume, retry_failed=args.retry_failed,
                        dry=args.dry_run, check_after=args.check or bool(args.junit),
                        quick=args.quick, progress=not args.no_progress,
-                       on_run_dir=on_run_dir, junit=args.junit, shard=args.shard)
+                       on_run_dir=on_run_dir, junit=args.junit, shard=args.shard,
+                       ray=args.ray, ray_workers=args.ray_workers, ray_retries=args.ray_retries)
         finally:
             # A helper a teardown missed (an interrupt mid-calibration) must not outlive it.
             for line in kill_own_helpers():
@@ -172,7 +173,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                                       force=False, backend=args.backend,
                                       client_image="quicbed/client:dev",
                                       no_progress=args.no_progress, junit=None,
-                                      shard=None)
+                                      shard=None, ray=None, ray_workers=None, ray_retries=1)
         return cmd_run(run_args, on_run_dir=on_run_dir)
 
     directory = Path(args.experiments) if args.experiments else REPO / "experiments" / "paper"
@@ -217,6 +218,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard", metavar="I/N",
                    help="run shard I of N: a balanced, deterministic subset of the conditions "
                    "(merge the shards with quicbed merge); with --dry-run, the per-worker plan")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="run each condition on a Ray cluster's worker (one holding the "
+                   "quicbed_path resource); rows stream back into this run (needs the cluster "
+                   "extra); with --dry-run, the plan for its workers")
+    p.add_argument("--ray-workers", type=int, metavar="N",
+                   help="with --dry-run: the per-worker plan for N workers, no cluster needed")
+    p.add_argument("--ray-retries", type=int, default=1, metavar="N",
+                   help="with --ray: rerun a lost worker's condition up to N times, skipping "
+                   "its stored trials (default 1; the rest: --resume)")
     p.add_argument("--quick", action="store_true", help="use the file's quick: settings")
     p.add_argument("--force", action="store_true",
                    help="measure even through a path that failed calibration (recorded)")

@@ -141,3 +141,22 @@ def test_playback_sessions_count_as_streaming_whatever_their_workload_label(resu
     (run_dir / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     df, _ = load_runs(["play"])
     assert list(df["workload"]) == ["streaming", "video"]
+
+
+def test_a_run_whose_conditions_ran_on_different_kinds_of_host_is_flagged():
+    from quicbed.analysis.manifest import calibration_entries, mixed_hosts
+
+    def cond(label: str, host: str, cpu: str, client_image: str) -> dict:
+        return {"label": label, "calibration": {"rtt_ms": 80, "passed": True},
+                "ran_on": {"hostname": host, "cpu_model": cpu, "cpus": 2, "machine": "x86_64",
+                           "kernel": "6.1", "images": {"client": client_image}}}
+
+    same = {"run_id": "r", "conditions": {
+        "c0": cond("india", "vm-a", "EPYC", "sha256:aa"),
+        "c1": cond("germany", "vm-b", "EPYC", "sha256:aa")}}  # another name, the same kind
+    assert mixed_hosts(calibration_entries([same])) == []
+    mixed = {"run_id": "r", "conditions": {**same["conditions"],
+                                           "c2": cond("lte", "vm-c", "Xeon", "sha256:bb")}}
+    (flag,) = mixed_hosts(calibration_entries([mixed]))
+    assert flag.startswith("Run r: its conditions ran on 2 kinds of host")
+    assert "india, germany on EPYC x2" in flag and "lte on Xeon x2" in flag and "bb" in flag

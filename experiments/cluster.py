@@ -1,0 +1,236 @@
+"""`quicbed run FILE --ray ADDRESS`: an experiment's conditions on a Ray cluster.
+
+Each condition (one path, its calibration and all its trials) is one Ray task holding the
+custom resource `quicbed_path: 1`, so a machine that offers one runs one path at a time. The
+worker measures through its own executor (`runner.measure_condition`, as a local run does) and
+hands each row, as it is measured, to a `Sink` actor on the head's node; the head drains it into
+the run's store (append + fsync, one row per trial: `runner.Session.record` drops a second).
+The sink also tells a retried task which of its trials already arrived, so a worker that dies
+mid-condition costs only its unfinished trials, whether Ray retries the task or `--resume`
+runs them later, on any worker.
+
+Ray is an optional extra (`pip install -e .[cluster]`) and imported only here, lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from quicbed import paths
+from quicbed.errors import InputError, QuicbedError
+
+from .matrix import Condition, Trial
+from .runner import ConditionSkipped, Executor, Session, Work, host_facts, measure_condition, ran_on
+from .schema import Experiment
+from .shard import condition_seconds
+
+RESOURCE = "quicbed_path"  # one per machine: `ray start ... --resources '{"quicbed_path": 1}'`
+CONNECT_S = 5.0
+POLL_S = 0.2  # how often the head drains the sink
+CANCEL_WAIT_S = 120.0  # an interrupted worker's teardown (path, containers) gets this long
+
+ExecutorFactory = Callable[[Experiment, Path], Executor]
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise InputError("--ray needs the cluster extra: pip install -e '.[cluster]' "
+                         "(Ray, pinned in versions.env)") from None
+    return ray
+
+
+def connect(address: str) -> Any:
+    ray = import_ray()
+    if not ray.is_initialized():
+        _reachable(address)  # Ray itself would retry a wrong address for minutes
+        try:
+            # Workers' own output stays in their logs; the head prints one line per condition.
+            ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise QuicbedError(f"--ray {address}: cannot connect ({exc})") from None
+    return ray
+
+
+def _reachable(address: str) -> None:
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_S).close()
+    except (OSError, ValueError) as exc:
+        raise QuicbedError(f"--ray {address}: no Ray head there "
+                           f"({getattr(exc, 'strerror', None) or exc}; expected HOST:PORT)") from None
+
+
+def path_slots(address: str) -> int:
+    """How many paths the cluster runs at once: its live nodes' `quicbed_path` resources."""
+    ray = connect(address)
+    return int(sum(node["Resources"].get(RESOURCE, 0) for node in ray.nodes() if node["Alive"]))
+
+
+class Sink:
+    """The rows' way home (a Ray actor on the head's node): workers put, the head drains."""
+
+    def __init__(self) -> None:
+        self.queue: list[tuple[str, Any]] = []
+        self.arrived: set[str] = set()  # trial ids: a retried task skips these
+
+    def put(self, kind: str, payload: Any) -> None:
+        if kind == "row":
+            self.arrived.add(payload[0]["trial_id"])
+        self.queue.append((kind, payload))
+
+    def received(self) -> set[str]:
+        return self.arrived
+
+    def drain(self) -> list[tuple[str, Any]]:
+        taken, self.queue = self.queue, []
+        return taken
+
+
+def condition_task(sink: Any, exp: Experiment, cond: Condition, todo: list[tuple[Trial, int]],
+                   run_id: str, factory: ExecutorFactory) -> str:
+    """On a worker: measure one condition, sending home each row before the next trial."""
+    import ray
+
+    from quicbed.topology.marker import kill_own_helpers
+
+    def put(kind: str, payload: Any) -> None:
+        ray.get(sink.put.remote(kind, payload))  # waited for: an acknowledged row is home
+
+    arrived = ray.get(sink.received.remote())
+    todo = [(t, a) for t, a in todo if t.trial_id not in arrived]
+    # The worker's own results/<run-id>/ holds its logs; rows and traces go to the head.
+    run_dir = paths.RESULTS / run_id
+    executor = factory(exp, run_dir)
+    host, info = host_facts(), executor.manifest_info()
+    try:
+        measure_condition(
+            cond, todo, executor, run_id,
+            lambda calib: put("calibrated", (cond.id, calib, ran_on(host, info, calib))),
+            lambda row: put("row", (row, _trace(run_dir, row))))
+    except ConditionSkipped as exc:
+        put("skipped", (cond.id, f"{exc} (on {host['hostname']})"))
+    finally:
+        kill_own_helpers()  # a helper its teardown missed must not outlive the task
+    return cond.id
+
+
+def _trace(run_dir: Path, row: dict[str, Any]) -> str | None:
+    """A trial's trace file (video), which lives beside the rows on the head."""
+    rel = row.get("trace_file")
+    return (run_dir / rel).read_text() if rel else None
+
+
+class RayDispatcher:
+    """runner.Dispatcher for a Ray cluster at `address`."""
+
+    def __init__(self, address: str, factory: ExecutorFactory, exp: Experiment,
+                 run_dir: Path, retries: int = 1) -> None:
+        self.ray = connect(address)
+        self.address, self.factory, self.exp, self.run_dir = address, factory, exp, run_dir
+        self.retries = retries
+        self.work: dict[str, tuple[Condition, list[tuple[Trial, int]]]] = {}
+        if not path_slots(address):
+            raise QuicbedError(f"--ray {address}: no live node offers the {RESOURCE} resource "
+                               f"(start workers with --resources '{{\"{RESOURCE}\": 1}}')")
+
+    def manifest_info(self) -> dict[str, Any]:
+        return {"ray": {"address": self.address, "version": self.ray.__version__,
+                        "path_slots": path_slots(self.address), "retries": self.retries},
+                "per_condition": "conditions.<id>.ran_on"}
+
+    def run_conditions(self, work: Work, session: Session) -> None:
+        ray = self.ray
+        here = ray.get_runtime_context().get_node_id()
+        affinity = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(here, soft=False)
+        sink = ray.remote(num_cpus=0)(Sink).options(scheduling_strategy=affinity).remote()
+        task = ray.remote(condition_task).options(
+            num_cpus=0, resources={RESOURCE: 1}, max_retries=self.retries,
+            retry_exceptions=False)
+        # Longest first, as shard.assign plans it: Ray hands them to free workers in this order.
+        work = sorted(work, key=lambda w: -condition_seconds(self.exp, w[0]))
+        self.work = {cond.id: (cond, todo) for cond, todo in work}
+        pending = {task.remote(sink, self.exp, cond, todo, session.manifest["run_id"],
+                               self.factory): (cond, todo) for cond, todo in work}
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=POLL_S)
+                self._drain(sink, session)  # a finished task's rows are all in the sink
+                for ref in ready:
+                    self._finished(ref, *pending.pop(ref), session)
+        except KeyboardInterrupt:
+            self._cancel(list(pending), sink, session)
+            raise
+        finally:
+            ray.kill(sink)
+
+    def _finished(self, ref: Any, cond: Condition, todo: list[tuple[Trial, int]],
+                  session: Session) -> None:
+        try:
+            self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as exc:  # the task itself raised (set-up)
+            cause = getattr(exc, "cause", None) or exc
+            session.skipped(cond, _left(todo, session),
+                            f"failed on its worker: {type(cause).__name__}: {cause}")
+            return
+        except self.ray.exceptions.RayError as exc:  # the worker or its node died
+            left = _left(todo, session)
+            reason = f"worker lost mid-condition ({type(exc).__name__}); {left} trial(s) left"
+            session.skipped(cond, left, reason)
+            return
+        if cond.id not in session.summary.skipped:
+            session.finished(cond)
+
+    def _drain(self, sink: Any, session: Session) -> None:
+        for kind, payload in self.ray.get(sink.drain.remote()):
+            if kind == "row":
+                row, trace = payload
+                if session.record(row) and trace is not None:
+                    _write_text(self.run_dir / row["trace_file"], trace)
+            elif kind == "calibrated":
+                cond_id, calib, where = payload
+                session.calibrated(cond_id, calib, where)
+                session.bar.console.print(f"{cond_id}: calibrated on {where['hostname']}",
+                                          markup=False)
+            else:
+                cond_id, reason = payload
+                cond, todo = self.work[cond_id]
+                session.skipped(cond, _left(todo, session), reason)
+
+    def _cancel(self, refs: list[Any], sink: Any, session: Session) -> None:
+        """Ctrl-C: each running task unwinds (its path torn down), rows so far are kept."""
+        for ref in refs:
+            self.ray.cancel(ref)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while refs and time.monotonic() < deadline:
+            _, refs = self.ray.wait(refs, num_returns=len(refs), timeout=POLL_S)
+        with contextlib.suppress(Exception):
+            self._drain(sink, session)
+
+
+def _left(todo: list[tuple[Trial, int]], session: Session) -> int:
+    return sum(t.trial_id not in session.stored for t, _ in todo)
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def dispatcher(address: str, factory: ExecutorFactory, retries: int = 1
+               ) -> Callable[[Experiment, Path], RayDispatcher]:
+    """For `cmd_run`: the run's dispatcher, made where the executor would be."""
+    def make(exp: Experiment, run_dir: Path) -> RayDispatcher:
+        return RayDispatcher(address, factory, exp, run_dir, retries)
+
+    return make
+

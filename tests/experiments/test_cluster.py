@@ -1,0 +1,275 @@
+"""`quicbed run --ray` (experiments/cluster.py) on a real local Ray cluster: a head and a worker
+node started here by `ray start`, one CPU each. The synthetic executor's runs need no network;
+the `path` test runs experiments/ci/handshake.yaml on the emulated path."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from quicbed.errors import InputError
+from quicbed.experiments import cluster
+from quicbed.experiments.commands import cmd_run
+from quicbed.experiments.matrix import conditions, trials
+from quicbed.experiments.schema import load_experiment
+from quicbed.experiments.store import load_history, read_manifest
+from quicbed.experiments.synthetic import SyntheticExecutor
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+SYNTHETIC = """
+name: ray-synthetic
+profiles: [india, germany]
+sweep: {loss_pct: [0, 1]}
+servers: [caddy]
+clients: [{tool: tls_perf, tls: ["1.3"]}, quic_perf]
+workload: {kind: web, objects: [index.html]}
+repetitions: 4
+"""
+NODE = ["--num-cpus", "1", "--object-store-memory", str(80 * 2**20), "--disable-usage-stats"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _session_pids(temp_dir: str) -> set[int]:
+    """Every process of this cluster: those naming its temp dir, and their descendants (the
+    workers and agents rename themselves `ray::...`). Not `ray stop`: that ends every Ray
+    process on the host, not only this test's."""
+    parents: dict[int, int] = {}
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if temp_dir.encode() in (entry / "cmdline").read_bytes():
+                pids.add(int(entry.name))
+    pids.discard(os.getpid())  # this test names the directory too
+    grew = True
+    while grew:
+        more = {pid for pid, ppid in parents.items() if ppid in pids} - pids
+        pids |= more
+        grew = bool(more)
+    return pids
+
+
+def _stop(temp_dir: str) -> None:
+    """SIGTERM, then after a short grace SIGKILL: a throwaway cluster has nothing to save."""
+    for sig, grace in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 10.0)):
+        for pid in _session_pids(temp_dir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while _session_pids(temp_dir) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def ray_cluster(env: dict[str, str], head_paths: int) -> Iterator[str]:
+    """A head (offering `head_paths` paths) and one worker node offering one; stopped after."""
+    pytest.importorskip("ray", reason="the cluster extra is not installed (pip install -e .[cluster])")
+    port, temp_dir = _free_port(), tempfile.mkdtemp(prefix="qbray-")
+    address = f"127.0.0.1:{port}"
+    ray = str(VENV_BIN / "ray")
+    env = {**env, "RAY_USAGE_STATS_ENABLED": "0"}
+    try:
+        for args, paths in ((["--head", "--port", str(port), "--include-dashboard=false",
+                              "--temp-dir", temp_dir], head_paths), (["--address", address], 1)):
+            offers = ["--resources", json.dumps({cluster.RESOURCE: paths})] if paths else []
+            subprocess.run([ray, "start", *args, *NODE, *offers],
+                           env=env, check=True, capture_output=True, timeout=120)
+        yield address
+    finally:
+        _stop(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def synthetic_cluster() -> Iterator[str]:
+    """Two nodes offering a path each, shared by the synthetic tests (a killed worker process
+    leaves its node running)."""
+    with ray_cluster(dict(os.environ), head_paths=1) as address:
+        yield address
+
+
+def _env(results: Path) -> dict[str, str]:
+    return {**os.environ, "QUICBED_RESULTS": str(results), "PYTHONUNBUFFERED": "1"}
+
+
+def _synthetic(file: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "quicbed.experiments.synthetic", str(file),
+                             "--no-progress", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _kill_a_running_condition(rows: Path, at_least: int) -> None:
+    """Once `at_least` rows have landed (they stream in mid-run), SIGKILL a worker process
+    that is measuring a condition."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        landed = len(rows.read_text().splitlines()) if rows.exists() else 0
+        busy = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+                and _cmdline(p).startswith(b"ray::condition_task")]
+        if landed >= at_least and busy:
+            os.kill(busy[0], signal.SIGKILL)
+            return
+        time.sleep(0.05)
+    pytest.fail("no condition was running after the first rows landed")
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _every_trial(file: Path) -> list[str]:
+    exp = load_experiment(file)
+    return sorted(t.trial_id for c in conditions(exp) for t in trials(exp, c))
+
+
+def _wait_for_run(results: Path) -> Path:
+    deadline = time.monotonic() + 60
+    while not (results.exists() and any(results.iterdir())):
+        assert time.monotonic() < deadline, "the run never started"
+        time.sleep(0.05)
+    return _run_dir(results)
+
+
+def _run_dir(results: Path) -> Path:
+    (run,) = results.iterdir()
+    return run
+
+
+def test_a_killed_worker_costs_only_its_unfinished_trials(tmp_path, synthetic_cluster):
+    file, results = tmp_path / "synthetic.yaml", tmp_path / "results"
+    file.write_text(SYNTHETIC)
+    env, address = _env(results), synthetic_cluster
+    # No Ray retry: the lost condition stays lost until --resume.
+    run = _synthetic(file, env, "--ray", address, "--ray-retries", "0", "--delay", "0.25")
+    run_dir = _wait_for_run(results)
+    _kill_a_running_condition(run_dir / "rows.jsonl", at_least=2)
+    out = run.communicate(timeout=120)[0]
+    assert run.returncode == 1 and "worker lost mid-condition" in out, out
+    before = [r["trial_id"] for r in load_history(run_dir)[0]]
+    assert 0 < len(before) < len(_every_trial(file))
+    resumed = _synthetic(file, env, "--ray", address, "--resume", run_dir.name)
+    out = resumed.communicate(timeout=120)[0]
+    assert resumed.returncode == 0, out
+    ids = [r["trial_id"] for r in load_history(run_dir)[0]]
+    assert sorted(ids) == _every_trial(file)  # every trial exactly once
+    assert ids[:len(before)] == before  # the resume appended only the missing ones
+    manifest = read_manifest(run_dir)
+    hosts = {c["ran_on"]["hostname"] for c in manifest["conditions"].values()}
+    assert hosts == {socket.gethostname()} and manifest["status"] == "complete"
+    assert manifest["executor"]["ray"]["path_slots"] == 2
+
+
+def test_ray_retries_a_lost_condition_skipping_its_stored_trials(tmp_path, synthetic_cluster):
+    file, results = tmp_path / "synthetic.yaml", tmp_path / "results"
+    file.write_text(SYNTHETIC)
+    env, address = _env(results), synthetic_cluster
+    run = _synthetic(file, env, "--ray", address, "--delay", "0.25")
+    run_dir = _wait_for_run(results)
+    _kill_a_running_condition(run_dir / "rows.jsonl", at_least=3)
+    out = run.communicate(timeout=120)[0]
+    assert run.returncode == 0, out
+    assert out.count("calibrated on") == 5, out  # four conditions, the lost one twice
+    ids = [r["trial_id"] for r in load_history(run_dir)[0]]
+    assert sorted(ids) == _every_trial(file)  # the retry skipped the trials already home
+
+
+def test_a_dry_run_asks_the_cluster_how_many_paths_it_runs(tmp_path, synthetic_cluster):
+    file = tmp_path / "synthetic.yaml"
+    file.write_text(SYNTHETIC)
+    proc = subprocess.run([sys.executable, "-m", "quicbed.cli", "run", str(file), "--dry-run",
+                           "--ray", synthetic_cluster], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "plan for 2 worker(s)" in proc.stdout and "expected wall time" in proc.stdout
+
+
+def test_without_ray_the_cli_says_how_to_get_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as on a plain install
+    with pytest.raises(InputError, match=r"pip install -e '\.\[cluster\]'"):
+        cluster.import_ray()
+    file = tmp_path / "synthetic.yaml"
+    file.write_text(SYNTHETIC)
+    code = cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), ray="127.0.0.1:1",
+                   results=tmp_path / "results", progress=False)
+    out = capsys.readouterr().out
+    assert code == 2 and out.count("\n") == 1 and "cluster extra" in out, out
+
+
+def test_a_dry_run_plans_for_n_workers_without_a_cluster(tmp_path, capsys):
+    file = tmp_path / "synthetic.yaml"
+    file.write_text(SYNTHETIC)
+    assert cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), dry=True, ray_workers=3) == 0
+    out = capsys.readouterr().out
+    assert "plan for 3 worker(s)" in out and "expected wall time" in out
+    assert cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), shard="1/2",
+                   ray="127.0.0.1:1") == 2
+    assert "choose one" in capsys.readouterr().out
+
+
+@pytest.mark.path
+@pytest.mark.usefixtures("clean_slate")
+def test_the_handshake_experiment_on_a_ray_worker_matches_a_local_run(tmp_path):
+    from quicbed.topology.clean import leftovers
+
+    file, results = REPO / "experiments" / "ci" / "handshake.yaml", tmp_path / "results"
+    env = _env(results)
+    # The head offers no path: the one worker node measures, as a cloud worker would.
+    with ray_cluster(env, head_paths=0) as address:
+        proc = subprocess.run([str(VENV_BIN / "quicbed"), "run", str(file), "--ray", address,
+                               "--no-progress", "--check"], env=env, capture_output=True,
+                              text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = _run_dir(results)
+    ray_ids = [r["trial_id"] for r in load_history(run_dir)[0]]
+    # The local side: the same file through the runner here (network-free executor).
+    local = tmp_path / "local"
+    assert cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), results=local,
+                   progress=False) == 0
+    local_ids = [r["trial_id"] for r in load_history(_run_dir(local))[0]]
+    assert sorted(ray_ids) == sorted(local_ids) and len(ray_ids) == len(set(ray_ids)) == 20
+    (entry,) = read_manifest(run_dir)["conditions"].values()
+    assert entry["calibration"]["passed"] and entry["ran_on"]["link_backend"]
+    assert entry["ran_on"]["images"]["client"].startswith("sha256:")
+    assert not leftovers()  # the worker's teardown left nothing behind
+
+
+def test_the_ray_launcher_sets_nodes_up_by_the_readme_commands():
+    import re
+
+    import yaml
+
+    launcher = yaml.safe_load((REPO / "docs" / "cluster" / "ray-cluster.yaml").read_text())
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Several machines"):]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block and launcher["setup_commands"] == block.group(1).splitlines()
+    nodes = launcher["available_node_types"]
+    head, worker = nodes[launcher["head_node_type"]], nodes["worker"]
+    assert cluster.RESOURCE not in head["resources"] and worker["resources"] == {cluster.RESOURCE: 1}
+    start = " ".join(launcher["worker_start_ray_commands"])
+    assert json.dumps({cluster.RESOURCE: 1}) in start and "--num-cpus=1" in start
+    # Ray from the venv the setup made, at the version versions.env pins
+    assert all("quicbed/.venv/bin/ray " in c for c in launcher["head_start_ray_commands"])
+    assert "cluster" in launcher["setup_commands"][-1]
