@@ -2,9 +2,9 @@
 
 Layers, lowest first: the base modules of quicbed/ (errors, paths, yamlio, rowschema, and
 doctor: what the host must have), then topology, servers, clients, workloads (what a workload
-fetches and measures, shared by analysis and experiments), analysis, experiments, and
-course labs (labs/), and the application (quicbed.cli). A module may import its own layer or lower ones. Imports inside
-functions count too: a cycle hidden in a function is still a cycle.
+fetches and measures, shared by analysis and experiments), analysis, experiments, course
+labs (labs/), and the application (quicbed.cli). A module may import its own layer or lower
+ones. Imports inside functions count too: a cycle hidden in a function is still a cycle.
 """
 
 from __future__ import annotations
