@@ -171,3 +171,17 @@ def test_browser_page_loads_are_their_own_kind_never_pooled_with_the_perf_tools(
     cells = [c.strip() for c in line.strip("|").split("|")]
     load, download = (float(c.split()[0].replace(",", "")) for c in (cells[3], cells[5]))
     assert 2 * 80 + 40 < load - download < 2 * 80 + 80, line
+
+
+@pytest.mark.parametrize(("sessions", "status"), [(2, NO_DATA), (10, FAILS)])
+def test_a_protocol_above_144p_is_judged_only_with_enough_sessions(sessions: int, status: str):
+    import pandas as pd
+
+    from quicbed.analysis.claims import lowest_144p
+    from quicbed.workloads import STREAMING
+
+    rows = [{"workload": STREAMING, "loss_pct": 5.0, "protocol": p, "lowest_quality": q}
+            for p, q in (("quic", "480p"), ("tls1.2", "144p")) for _ in range(sessions)]
+    judged = lowest_144p(pd.DataFrame(rows))
+    assert judged.status == status
+    assert f"QUIC 480p (n={sessions})" in judged.found[0]
