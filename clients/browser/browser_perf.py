@@ -785,7 +785,7 @@ class Load:
         """The playback's QoE and trace into the row; its error, if the player had one."""
         for key in PAGE_ONLY_KEYS:
             self.row[key] = None
-        self.row.update(qoe.summarize(record), trace=record.get("trace") or [],
+        self.row.update(qoe.summarize(record), trace=qoe.trace_since_play(record),
                         t_done=round(time.time(), 6))
         played_ms = 1000.0 * (record.get("played_s") or 0) + (self.row["stall_total_ms"] or 0)
         if played_ms:

@@ -17,6 +17,16 @@ def _height_label(height: object) -> str:
     return f"{int(height)}p" if isinstance(height, int | float) and height > 0 else ""
 
 
+def trace_since_play(qoe: dict[str, Any]) -> list[dict[str, Any]]:
+    """The per-second trace with t_s counted from the play request, not navigation start: the
+    player page itself can take seconds to load over a lossy path, and the figures' time axis
+    starts where the startup delay does."""
+    requested = qoe.get("requested_ms")
+    offset = requested / 1000.0 if isinstance(requested, int | float) else 0.0
+    return [{**p, "t_s": round(p["t_s"] - offset, 3)} if isinstance(p.get("t_s"), int | float)
+            else p for p in qoe.get("trace") or []]
+
+
 def summarize(qoe: dict[str, Any]) -> dict[str, Any]:
     """The row's QoE columns from the player's record (times in ms from navigation start)."""
     requested, first = qoe.get("requested_ms"), qoe.get("first_frame_ms")

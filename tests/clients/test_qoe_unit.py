@@ -61,3 +61,12 @@ def test_the_player_is_the_pinned_dashjs_and_the_testbed_page(tmp_path, monkeypa
     monkeypatch.setattr(player, "dashjs_release", lambda: (version, "sha512-AAAA"))
     with pytest.raises(player.PlayerError, match="integrity"):
         player.dashjs_tarball(cached)
+
+
+def test_the_trace_counts_from_the_play_request_not_the_page_load():
+    # dash.js and the page took 10.6 s over a lossy path; play was requested then
+    record = {"requested_ms": 10_600.0,
+              "trace": [{"t_s": 11.693, "buffer_s": None}, {"t_s": 12.693, "buffer_s": 2}]}
+    assert [p["t_s"] for p in qoe.trace_since_play(record)] == [1.093, 2.093]
+    assert qoe.trace_since_play({"trace": [{"t_s": 1.5}]}) == [{"t_s": 1.5}]  # no request: as is
+    assert qoe.trace_since_play({}) == []
