@@ -38,7 +38,9 @@ class LabSession:
         self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave,
                                      preexec_fn=ignore,  # noqa: PLW1509 - only a signal disposition
                                      env={**os.environ, "PYTHONUNBUFFERED": "1",
-                                          "COLUMNS": "200", "TERM": "dumb"})
+                                          # rich sizes a dumb terminal 80x25 unless both
+                                          # COLUMNS and LINES are set
+                                          "COLUMNS": "200", "LINES": "50", "TERM": "dumb"})
         os.close(slave)
         self.seen = ""
 
