@@ -159,7 +159,7 @@ class Containernet:
 
 
 def CLI(net: Containernet) -> None:  # noqa: N802 - Mininet's name
-    """The lab's CLI (Mininet's, plus `link` and `cc`) on the running network."""
+    """The lab's CLI (Mininet's, plus `link`, `cc` and `play`) on the running network."""
     from quicbed.labs.lab import lab_cli_class
 
     lab_cli_class(net.tb)(net.tb.net)

@@ -190,6 +190,56 @@ def measure_cc(tb: Any) -> Answers:
     return answers
 
 
+# --- 5. video under loss ----------------------------------------------------------------------
+
+VIDEO_URL = f"{SERVER_URL}/video/dash/manifest.mpd"
+PLAY_SECONDS = 20  # of media; the experiments play 60 (quick) or 180 (the paper)
+PLAYED = {"quic": "quic", "tcp": "tls1.3"}  # the handout's two protocols
+
+
+def playback(tb: Any, protocol: str, seconds: int = PLAY_SECONDS) -> dict[str, Any]:
+    """One DASH playback in a fresh headless Chromium: browser_perf with the arguments the
+    experiments give it (clients/tools.py), so the lab plays what a run measures."""
+    from quicbed.clients.tools import TOOLS
+    from quicbed.topology.net import server_address
+
+    argv = TOOLS["chromium"].argv(VIDEO_URL, f"server.quicbed:443:{server_address(0)}", CA,
+                                  seconds + 90, {"protocol": protocol},
+                                  {"--duration": str(seconds)})
+    proc = tb.client.exec(argv, timeout=seconds + 150)
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not rows or rows[-1].get("error"):
+        raise RuntimeError(f"playback over {protocol}: "
+                           f"{rows[-1]['error'] if rows else proc.stderr.strip()[-300:]}")
+    return rows[-1]
+
+
+def playback_line(protocol: str, row: dict[str, Any]) -> str:
+    """What a student reads of a playback: the QoE metrics of analysis/README.md."""
+    return (f"{protocol}: startup {row['startup_delay_ms']:.0f} ms, {row['stall_count']} stalls "
+            f"({row['stall_total_ms']:.0f} ms), {row['quality_switches']} quality switches, "
+            f"lowest {row['lowest_quality']}, mean {row['mean_height']:.0f}p")
+
+
+def measure_video(tb: Any) -> Answers:
+    answers: Answers = {}
+    try:
+        for loss in (0, 5):
+            set_link(tb, loss_pct=float(loss))
+            rows = {label: playback(tb, protocol) for label, protocol in PLAYED.items()}
+            if loss == 0:
+                for label, row in rows.items():
+                    answers[f"startup_ms_{label}"] = round(float(row["startup_delay_ms"]), 1)
+            else:
+                startup = {label: float(row["startup_delay_ms"]) for label, row in rows.items()}
+                height = {label: float(row["mean_height"]) for label, row in rows.items()}
+                answers["faster_start_loss5"] = min(startup, key=lambda k: startup[k])
+                answers["lower_quality_loss5"] = min(height, key=lambda k: height[k])
+    finally:
+        tb.apply_link(tb.profile.down, tb.profile.up)
+    return answers
+
+
 EXERCISES = {e.name: e for e in (
     Exercise("round-trips", "Count the round trips", "01-round-trips.md", "india", (), (
         Question("rtt_ms", "the path's round-trip time", "ping the server: the median of 20",
@@ -238,4 +288,15 @@ EXERCISES = {e.name: e for e in (
         Question("faster", "which is faster here?", "compare the two goodputs",
                  choices=("cubic", "bbr")),
     ), measure_cc),
+    Exercise("video", "Video under loss", "05-video.md", "india", (), (
+        Question("startup_ms_quic", "startup delay over QUIC without loss",
+                 "`play quic`: the startup it prints (play requested to first frame)", "ms", 0.4),
+        Question("startup_ms_tcp", "startup delay over TLS 1.3/TCP without loss",
+                 "`play tls1.3`: the same", "ms", 0.4),
+        Question("faster_start_loss5", "which starts playing sooner at 5 % loss?",
+                 "`link loss_pct=5`, then play both and compare their startups",
+                 choices=("quic", "tcp")),
+        Question("lower_quality_loss5", "which plays the lower mean quality at 5 % loss?",
+                 "compare the mean resolution the two playbacks print", choices=("quic", "tcp")),
+    ), measure_video),
 )}

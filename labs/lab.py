@@ -124,6 +124,7 @@ def first_commands(server_url: str) -> list[str]:
         f"client quic_perf --url {server_url} --cacert /etc/quicbed/pki/ca.pem -n 3",
         "link down.queue_ms=200    (change the path: any --set; `link` alone restores it)",
         "cc bbr                    (TCP congestion control of every host)",
+        "play quic                 (20 s of DASH video in headless Chromium: startup, stalls)",
     ]
 
 
@@ -214,6 +215,23 @@ def lab_cli_class(tb: Any) -> type:
                 return
             output("\n".join(topology_lines(tb, "", "")[3:]) + "\n")
 
+        def do_play(self, line: str) -> None:
+            """Play the DASH video in a fresh headless Chromium and print its QoE:
+            play quic|tls1.3|tls1.2 [SECONDS] (of media; default 20)."""
+            from quicbed.labs.exercises import PLAY_SECONDS, playback, playback_line
+
+            words = line.split()
+            if not words or words[0] not in ("quic", "tls1.3", "tls1.2") or len(words) > 2 \
+                    or (len(words) == 2 and not (words[1].isdigit() and 1 <= int(words[1]) <= 180)):
+                error("play: usage: play quic|tls1.3|tls1.2 [SECONDS of media, 1-180]\n")
+                return
+            try:
+                row = playback(tb, words[0], int(words[1]) if len(words) == 2 else PLAY_SECONDS)
+            except RuntimeError as exc:
+                error(f"play: {exc}\n")
+                return
+            output(playback_line(words[0], row) + "\n")
+
         def do_cc(self, line: str) -> None:
             """TCP congestion control of every host from now on: cc cubic|bbr|reno."""
             try:
@@ -232,8 +250,7 @@ def lab_path(profile: Any, *, lab_id: str | None = None, server: str = DEFAULT_S
              ) -> Iterator[Any]:
     """The lab's path and server, recorded for `quicbed clean --lab`; torn down on the way
     out, however it is left. Used by the CLI, the checker and the Containernet-style API."""
-    from quicbed.paths import CACHE
-    from quicbed.servers import content
+    from quicbed.servers import content, player
     from quicbed.servers.testbed import served_testbed
     from quicbed.topology.net import DEFAULT_IMAGE
 
@@ -244,9 +261,11 @@ def lab_path(profile: Any, *, lab_id: str | None = None, server: str = DEFAULT_S
                          f"end it or `quicbed clean --lab {lab_id}`")
     directory = lab_dir(lab_id)
     directory.mkdir(parents=True, exist_ok=True)
-    root = CACHE / "content"
-    content.ensure_content(root, {"web"})
+    # The experiments' content root: the video ladder is made once for both (minutes).
+    root = content.default_root()
+    content.ensure_content(root, {"web", "video"}, video_seconds=content.VIDEO_SECONDS)
     content.ensure_files(root, ["5KB", "1MB", "10MB"])
+    player.ensure_player(root)  # the DASH player page of the video exercise's `play`
     try:
         with served_testbed(profile, [server], log_root=directory / "logs",
                             pki_dir=directory / "pki", content_dir=root, backend=backend,

@@ -96,3 +96,19 @@ def test_solutions_output_is_an_answers_file_that_passes(name: str) -> None:
     text = "\n".join(solutions(exercise, ref)) + "\n"
     answers = parse_answers(exercise, parse_source(text, "reference.yaml"))
     assert all(v.passed for v in grade(exercise, answers, ref))
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_every_exercise_has_its_handout_example_and_row_in_the_readme(name: str) -> None:
+    from quicbed.paths import REPO
+
+    exercise = EXERCISES[name]
+    labs = REPO / "labs"
+    handout = (labs / exercise.handout).read_text()
+    assert f"quicbed lab check {name} answers.yaml" in handout
+    # every graded key is asked in the handout, and no answer is written there
+    assert all(f"`{q.key}`" in handout for q in exercise.questions)
+    number = exercise.handout[:2]
+    assert any(p.read_text().startswith(f'"""Lab {int(number)}.')
+               for p in (labs / "examples").glob("*.py")), f"no example script for lab {number}"
+    assert f"`{name}`" in (labs / "README.md").read_text()

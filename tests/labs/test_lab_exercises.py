@@ -21,13 +21,15 @@ from quicbed.yamlio import parse_source
 
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 FAILURES = re.compile(r"command not found|No such file|\*\*\* Unknown command|Traceback|"
-                      r'"error":"[^"]|^link: |^cc: |curl: \(\d+\)', re.MULTILINE)
+                      r'"error":"[^"]|^link: |^cc: |^play: |curl: \(\d+\)', re.MULTILINE)
 # What each handout's commands must show (beyond failing nowhere).
 SHOWS = {
     "round-trips": [r"Client Hello", r"Server Hello", r"\bQUIC\b|Initial", r"2 received|5 received"],
     "queues": [r'"throughput_mbps": ?\d', r"rtt min/avg/max/mdev"],
     "hol": [r"h2 mean \d+\.\d ms over 30 objects", r"h3 mean \d+\.\d ms over 30 objects"],
     "cc": [r'"throughput_mbps": ?\d', r"TCP congestion control: bbr"],
+    "video": [r"quic: startup \d+ ms, \d+ stalls", r"tls1\.3: startup \d+ ms, \d+ stalls",
+              r"loss_pct=5|5 % loss"],
 }
 
 
