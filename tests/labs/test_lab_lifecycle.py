@@ -47,6 +47,7 @@ def test_lab_starts_informs_and_every_end_tears_it_down(how: str) -> None:
         elif how == "sigterm":
             os.kill(lab.proc.pid, signal.SIGTERM)
         elif how == "ctrl-c":
+            time.sleep(1)  # at the prompt, as a student is: not while it is being printed
             os.write(lab.master, b"\x03")
         else:
             os.write(lab.master, b"exit\n")
