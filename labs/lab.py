@@ -77,8 +77,11 @@ def _close(signum: int, frame: object) -> None:
 
 @contextlib.contextmanager
 def closing_signals() -> Iterator[None]:
-    """SIGHUP and SIGTERM end the lab, even if inherited as ignored (see the module doc)."""
+    """SIGHUP and SIGTERM end the lab, even if inherited as ignored (see the module doc); so
+    does Ctrl-C at the prompt: Python leaves SIGINT ignored when it starts with it ignored
+    (nohup, some runners and test harnesses), so KeyboardInterrupt is put back here."""
     previous = {sig: signal.signal(sig, _close) for sig in CLOSING_SIGNALS}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
