@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 # commands the code runs and which package gives each; tests/base/test_doctor.py holds the two lists
 # together, and a throwaway container proves that this step alone gives them all.
 APT_PACKAGES := docker.io user-mode-linux kmod mount mininet iperf3 debootstrap iputils-ping ethtool \
-	tcpdump iproute2 net-tools python3-minimal python3-venv python3-pip openssl ca-certificates \
+	tcpdump iproute2 net-tools python3-minimal python3-venv python3-pip openssl ca-certificates curl iptables \
 	procps docker-compose gcc libc6-dev make git
 # Installed where the release has them: Debian 13 moved the docker command out of docker.io.
 APT_PACKAGES_IF_AVAILABLE := docker-cli
