@@ -22,8 +22,8 @@ START_TIMEOUT = 150.0  # bring-up with a UML router and the server, plus the sho
 
 
 class LabSession:
-    def __init__(self, profile: str, lab_id: str, *extra: str, sighup_ignored: bool = False
-                 ) -> None:
+    def __init__(self, profile: str, lab_id: str, *extra: str,
+                 ignored: tuple[signal.Signals, ...] = ()) -> None:
         self.lab_id = lab_id
         self.master, slave = pty.openpty()
         # A terminal 200 columns wide: the calibration table's rows stay one line each.
@@ -32,9 +32,11 @@ class LabSession:
         # stays the lab's (no fork: the child of Popen is no process-group leader).
         argv = ["setsid", "-c", sys.executable, "-m", "quicbed.cli", "lab", profile,
                 "--id", lab_id, *extra]
-        # sighup_ignored: as a lab inherits it from nohup or a runner that ignores SIGHUP
-        # (the backed-out first attempt then kept it ignored and never ended on a hang-up).
-        ignore = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if sighup_ignored else None
+        # ignored: signals the lab inherits as ignored, as from nohup (SIGHUP) or a runner
+        # that starts its jobs with SIGINT ignored; the lab must end on them all the same.
+        def ignore() -> None:
+            for sig in ignored:
+                signal.signal(sig, signal.SIG_IGN)
         self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave,
                                      preexec_fn=ignore,  # noqa: PLW1509 - only a signal disposition
                                      env={**os.environ, "PYTHONUNBUFFERED": "1",
