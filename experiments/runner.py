@@ -34,6 +34,7 @@ from rich.progress import (
 from quicbed import paths, rowschema
 from quicbed.analysis.expectations import statistic
 from quicbed.analysis.overhead import account, summary_lines
+from quicbed.topology.signals import STOP_SIGNALS
 
 from .matrix import Condition, Trial, conditions, count_per_condition, trials
 from .schema import Experiment
@@ -477,9 +478,6 @@ def _safe(fn) -> Any:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass

@@ -34,6 +34,7 @@ from quicbed.topology.backends import (
 from quicbed.topology.hosts import DockerHost, HostIntf, NsHost
 from quicbed.topology.linkspec import LinkSpec, rate_commands
 from quicbed.topology.profiles import Profile
+from quicbed.topology.signals import held_stop_signals
 
 CLIENT_NET, SERVER_NET = "10.77.1", "10.77.2"
 ROUTER_CLIENT_IP, ROUTER_SERVER_IP = f"{CLIENT_NET}.1", f"{SERVER_NET}.1"
@@ -179,16 +180,19 @@ class Testbed:
         self.apply_link(self.profile.down, self.profile.up)
 
     def stop(self) -> None:
-        if self.backend:
-            self.backend.stop()
-        if self.net:
-            for host in self.net.hosts:
-                try:
-                    host.terminate()
-                except Exception:  # noqa: BLE001 - teardown goes on whatever one host does
-                    pass
-        self.net = None
-        self.backend = None
+        # A Ctrl-C (or a second one) during the teardown waits for its end: raised inside,
+        # it would leave the router or a host behind.
+        with held_stop_signals():
+            if self.backend:
+                self.backend.stop()
+            if self.net:
+                for host in self.net.hosts:
+                    try:
+                        host.terminate()
+                    except Exception:  # noqa: BLE001 - teardown goes on whatever one host does
+                        pass
+            self.net = None
+            self.backend = None
 
     # -- wiring ------------------------------------------------------------------------
     def _add_host(self, name: str, spec: HostSpec) -> NsHost:

@@ -195,3 +195,38 @@ def test_clean_after_a_bring_up_that_failed_midway(monkeypatch):
         proc.wait(timeout=10)  # reaped: ended by clean, not by this test
     assert marked_processes() == []
     assert leftovers() == []
+
+
+@pytest.mark.path
+@pytest.mark.usefixtures("clean_slate")
+def test_a_signal_during_the_teardown_waits_for_its_end(monkeypatch):
+    """SIGTERM comes as the teardown starts (while the router's link backend stops): every
+    host is still removed, and the signal's exception comes after, from the caller's own
+    handler, as a run's or a lab's does."""
+    from quicbed.topology.clean import leftovers
+    from quicbed.topology.net import HostSpec, Testbed, TestbedConfig
+    from quicbed.topology.profiles import load_profile
+
+    class Stopped(Exception):
+        pass
+
+    def raise_stopped(_signum: int, _frame: object) -> None:
+        raise Stopped
+
+    image = os.environ.get("QUICBED_TEST_IMAGE", "debian:trixie-slim")
+    config = TestbedConfig(profile=load_profile("india"), client=HostSpec(image),
+                           servers=(HostSpec(image),))
+    previous = signal.signal(signal.SIGTERM, raise_stopped)
+    try:
+        with pytest.raises(Stopped), Testbed(config) as tb:
+            backend_stop = tb.backend.stop
+
+            def signalled_stop() -> None:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.1)  # the handler has had its chance to run, here, if not held
+                backend_stop()
+
+            monkeypatch.setattr(tb.backend, "stop", signalled_stop)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert leftovers() == []
