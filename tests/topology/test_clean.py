@@ -153,6 +153,15 @@ def _named_netns() -> set[str]:
     return {f"net:[{os.stat(path).st_ino}]" for path in Path("/run/netns").glob("*")}
 
 
+def _india_with_two_containers():  # noqa: ANN202 - a TestbedConfig; imported here, as the path tests do
+    from quicbed.topology.net import HostSpec, TestbedConfig
+    from quicbed.topology.profiles import load_profile
+
+    image = os.environ.get("QUICBED_TEST_IMAGE", "debian:trixie-slim")
+    return TestbedConfig(profile=load_profile("india"), client=HostSpec(image),
+                         servers=(HostSpec(image),))
+
+
 @pytest.mark.path
 @pytest.mark.usefixtures("clean_slate")
 def test_clean_after_a_bring_up_that_failed_midway(monkeypatch):
@@ -161,8 +170,7 @@ def test_clean_after_a_bring_up_that_failed_midway(monkeypatch):
     nothing names any more, and `quicbed clean` still finds and ends them."""
     from quicbed.topology import calibrate as calibration
     from quicbed.topology.clean import leftovers
-    from quicbed.topology.net import HostSpec, Testbed, TestbedConfig
-    from quicbed.topology.profiles import load_profile
+    from quicbed.topology.net import Testbed
 
     started: list[subprocess.Popen] = []
 
@@ -175,10 +183,7 @@ def test_clean_after_a_bring_up_that_failed_midway(monkeypatch):
         raise RuntimeError("bring-up failed midway (test)")
 
     monkeypatch.setattr(Testbed, "_measure_forwarding_latency", fail_midway)
-    image = os.environ.get("QUICBED_TEST_IMAGE", "debian:trixie-slim")
-    config = TestbedConfig(profile=load_profile("india"), client=HostSpec(image),
-                           servers=(HostSpec(image),))
-    with pytest.raises(RuntimeError, match="midway"), Testbed(config):
+    with pytest.raises(RuntimeError, match="midway"), Testbed(_india_with_two_containers()):
         pass
     alive = [p for p in started if p.poll() is None]
     assert alive, "the helpers died with the teardown; nothing left to test"
@@ -204,8 +209,7 @@ def test_a_signal_during_the_teardown_waits_for_its_end(monkeypatch):
     host is still removed, and the signal's exception comes after, from the caller's own
     handler, as a run's or a lab's does."""
     from quicbed.topology.clean import leftovers
-    from quicbed.topology.net import HostSpec, Testbed, TestbedConfig
-    from quicbed.topology.profiles import load_profile
+    from quicbed.topology.net import Testbed
 
     class Stopped(Exception):
         pass
@@ -213,12 +217,9 @@ def test_a_signal_during_the_teardown_waits_for_its_end(monkeypatch):
     def raise_stopped(_signum: int, _frame: object) -> None:
         raise Stopped
 
-    image = os.environ.get("QUICBED_TEST_IMAGE", "debian:trixie-slim")
-    config = TestbedConfig(profile=load_profile("india"), client=HostSpec(image),
-                           servers=(HostSpec(image),))
     previous = signal.signal(signal.SIGTERM, raise_stopped)
     try:
-        with pytest.raises(Stopped), Testbed(config) as tb:
+        with pytest.raises(Stopped), Testbed(_india_with_two_containers()) as tb:
             backend_stop = tb.backend.stop
 
             def signalled_stop() -> None:
