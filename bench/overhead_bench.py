@@ -36,14 +36,14 @@ from quicbed.topology.profiles import load_profile
 QUICK = REPO / "experiments" / "ci" / "handshake.yaml"
 
 
-def bringup(reps: int) -> tuple[list[float], list[float], float]:
+def bringup(reps: int, backend: str) -> tuple[list[float], list[float], float]:
     ups, downs, calibration = [], [], 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(reps):
             t0 = time.monotonic()
             with served_testbed(load_profile("india"), ["caddy", "nginx"], log_root=Path(tmp),
                                 pki_dir=STATE / "pki" / "overhead-bench",
-                                content_dir=CACHE / "content") as (tb, _):
+                                content_dir=CACHE / "content", backend=backend) as (tb, _):
                 ups.append(time.monotonic() - t0)
                 if i == 0:
                     t1 = time.monotonic()
@@ -54,12 +54,12 @@ def bringup(reps: int) -> tuple[list[float], list[float], float]:
     return ups, downs, calibration
 
 
-def quick_run() -> tuple[list[dict], dict]:
+def quick_run(backend: str) -> tuple[list[dict], dict]:
     exp = load_experiment(QUICK)
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         console = Console(stderr=True, quiet=True)
-        run_experiment(exp, TestbedExecutor(exp, run_dir, console=console), run_dir,
+        run_experiment(exp, TestbedExecutor(exp, run_dir, console=console, backend=backend), run_dir,
                        progress=False, console=console)
         rows = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()
                 if line.strip()]
@@ -107,14 +107,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=3, help="bring-ups to time")
     parser.add_argument("--runs", nargs="*", default=[], help="finished runs to account for")
+    parser.add_argument("--backend", default="auto", help="auto, netem, uml or delayline")
     args = parser.parse_args()
-    ups, downs, calibration = bringup(args.reps)
+    ups, downs, calibration = bringup(args.reps, args.backend)
     print("| step | median (s) | min | max |\n|---|---|---|---|")
     for name, values in (("bring-up (client, router, caddy + nginx)", ups),
                          ("teardown", downs), ("calibration (india)", [calibration])):
         print(f"| {name} | {statistics.median(values):.2f} | {min(values):.2f} | "
               f"{max(values):.2f} |")
-    rows, manifest = quick_run()
+    rows, manifest = quick_run(args.backend)
     per_tool(rows)
     print()
     for line in summary_lines(account(rows, manifest)):

@@ -38,11 +38,11 @@ VIDEO = REPO / "experiments" / "paper" / "video.yaml"
 QUICBED = REPO / ".venv" / "bin" / "quicbed"
 
 
-def run_sweep(file: Path) -> tuple[str, float]:
+def run_sweep(file: Path, backend: str) -> tuple[str, float]:
     """The quick sweep through the CLI, as a user runs it; its run id and wall time."""
     before = {p.name for p in RESULTS.glob("*")}
     t0 = time.monotonic()
-    subprocess.run([str(QUICBED), "run", str(file), "--quick"], check=False)
+    subprocess.run([str(QUICBED), "run", str(file), "--quick", "--backend", backend], check=False)
     wall = time.monotonic() - t0
     new = sorted({p.name for p in RESULTS.glob("*")} - before)
     if not new:
@@ -119,11 +119,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", help="a finished run id or directory instead of a new sweep")
     p.add_argument("--file", type=Path, default=VIDEO)
+    p.add_argument("--backend", default="auto", help="auto, netem, uml or delayline")
     args = p.parse_args()
     measured = None
     run = args.run
     if run is None:
-        run, measured = run_sweep(args.file)
+        run, measured = run_sweep(args.file, args.backend)
     run_dir = resolve_run_dir(run)
     df, _ = load_runs([str(run_dir)])
     wall = measured or wall_time(run_dir)

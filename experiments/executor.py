@@ -26,7 +26,7 @@ from quicbed.errors import PathMismatch
 from quicbed.paths import CACHE, STATE
 from quicbed.servers import pki
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
-from quicbed.topology.backends import choose_backend
+from quicbed.topology.backends import choose_backend, proofs
 from quicbed.topology.calibrate import calibrate
 from quicbed.topology.calibration_table import print_calibration
 from quicbed.topology.hosts import DockerHost
@@ -69,7 +69,10 @@ class TestbedExecutor:
 
     # -- Executor protocol ---------------------------------------------------------------
     def manifest_info(self) -> dict[str, Any]:
+        here = {name: ("runs: " if p.runs else "cannot run here: ") + p.reason
+                for name, p in proofs().items()}
         return {"link_backend": self.backend, "link_backend_per_condition": "calibration.backend",
+                "link_backends_here": here,
                 "kernel": platform.release(), "force": self.force,
                 "client_image": _image_info(self.client_image),
                 "server_images": {name: _image_info(spec.image)

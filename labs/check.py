@@ -146,14 +146,15 @@ def _to_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def measure(exercise: Exercise, say: Any = _to_stderr) -> Answers:
-    """Bring the exercise's path up as a lab does, measure every answer, tear down."""
+def measure(exercise: Exercise, say: Any = _to_stderr, backend: str = "auto") -> Answers:
+    """Bring the exercise's path up as a lab does (on `backend`, as `quicbed lab --backend`),
+    measure every answer, tear down."""
     from quicbed.labs.lab import lab_path
     from quicbed.topology.profiles import load_profile, parse_overrides
 
     profile = load_profile(exercise.profile, parse_overrides(list(exercise.overrides)))
     say(f"measuring {exercise.name} on {profile.name} ({profile.description}) ...")
-    with lab_path(profile) as tb:
+    with lab_path(profile, backend=backend) as tb:
         return exercise.measure(tb)
 
 
@@ -165,7 +166,7 @@ def main_check(args: argparse.Namespace) -> int:
     answers = None if args.solutions else parse_answers(exercise, load_source(Path(args.rest[1])))
     if os.geteuid() != 0:
         raise EnvironmentProblem("lab check measures the path: needs root (namespaces, tc, Docker)")
-    reference = measure(exercise)
+    reference = measure(exercise, backend=args.backend)
     if answers is None:
         print("\n".join(solutions(exercise, reference)))
         return 0

@@ -136,7 +136,8 @@ def topology_lines(tb: Any, lab_id: str, server: str) -> list[str]:
 
     p = tb.profile
     return [
-        f"quicbed lab {lab_id}: {p.name} ({p.description}); link backend {tb.backend.name}",
+        f"quicbed lab {lab_id}: {p.name} ({p.description}); link backend {tb.backend.name}"
+        + (f" ({tb.backend_choice.reason})" if tb.backend_choice else ""),
         f"  client {ADDRESSES['client']} ─┐                                   ┌─ server "
         f"{ADDRESSES['server']} ({server})",
         f"  cross  {ADDRESSES['cross']} ─┴─ {ROUTER_CLIENT_IP} router {ROUTER_SERVER_IP} ─┘",

@@ -106,8 +106,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from quicbed.doctor import run_doctor
+    from quicbed.topology.backends import backend_checks
 
-    return run_doctor(commands_only=args.commands_only)
+    return run_doctor(commands_only=args.commands_only, backends=backend_checks)
 
 
 def cmd_run(args: argparse.Namespace, on_run_dir: Callable[[Path], None] | None = None) -> int:

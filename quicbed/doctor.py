@@ -112,10 +112,10 @@ def require(*groups: str) -> None:
     message = (f"missing host command(s) {', '.join(c.name for c in missing)}: "
                f"apt-get install {' '.join(fixes)} (or make deps); `quicbed doctor` checks all")
     try:
-        from quicbed.errors import EnvironmentProblem
+        from quicbed.errors import HostProblem
     except ImportError:  # run as a bare script
         raise MissingRequirement(message) from None
-    raise EnvironmentProblem(message)
+    raise HostProblem(message)
 
 
 # -- checks ---------------------------------------------------------------------------------
@@ -231,12 +231,16 @@ def check_python() -> list[Check]:
     return out
 
 
-def all_checks(commands_only: bool) -> list[Check]:
+def all_checks(commands_only: bool, backends: Callable[[], list[Check]] | None = None
+               ) -> list[Check]:
+    """Every check; `backends` boots the link backends (topology's, given by the CLI: this
+    module stays below topology and runs as a bare script)."""
     checks = check_commands() + check_uml_modules()
     if commands_only:
         return checks
     steps: Iterable[Callable[[], list[Check]]] = (
-        check_kernel, check_sysctls, check_delayline, check_python, check_docker)
+        check_kernel, check_sysctls, check_delayline, check_python, *([backends] if backends else []),
+        check_docker)
     for step in steps:
         checks += step()
     return checks
@@ -256,12 +260,13 @@ def report(checks: list[Check], out=sys.stdout) -> int:  # noqa: ANN001 - a text
     return 0
 
 
-def run_doctor(commands_only: bool = False) -> int:
+def run_doctor(commands_only: bool = False, backends: Callable[[], list[Check]] | None = None
+               ) -> int:
     if not commands_only and os.geteuid() != 0:
         print("quicbed doctor: needs root for the kernel and Docker checks "
               "(--commands-only checks the rest)", file=sys.stderr)
         return 4
-    return report(all_checks(commands_only))
+    return report(all_checks(commands_only, backends))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,3 +34,9 @@ class EnvironmentProblem(QuicbedError):
     """Something on the machine is missing (Docker not running, no UML, not root)."""
 
     exit_code = 4
+
+
+class HostProblem(EnvironmentProblem):
+    """A problem of this host that no condition gets past (a link backend that cannot run here,
+    Docker down, an image not built): a run stops at once with one line, instead of failing
+    every condition and experiment in turn."""

@@ -8,6 +8,8 @@ import subprocess
 
 import pytest
 
+pytest_plugins = ["backends_plugin"]
+
 
 def _docker_ready() -> bool:
     if not shutil.which("docker"):

@@ -44,6 +44,7 @@ class Check:
 class Calibration:
     profile: str
     backend: str
+    backend_reason: str = ""  # why this backend runs the path here (backends.choose_backend)
     checks: list[Check] = field(default_factory=list)
     forced: bool = False
     started_at: float = field(default_factory=time.time)
@@ -72,7 +73,8 @@ def calibrate(tb: Testbed, rtt_samples: int = 30, udp_packets: int = 20000,
               ) -> Calibration:
     start = time.monotonic()
     assert tb.backend
-    cal = Calibration(profile=tb.profile.name, backend=tb.backend.name)
+    cal = Calibration(profile=tb.profile.name, backend=tb.backend.name,
+                      backend_reason=tb.backend_choice.reason if tb.backend_choice else "")
     progress("route")
     cal.checks += check_route(tb)
     down, up = tb.profile.down, tb.profile.up

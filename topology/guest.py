@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.doctor import require
-from quicbed.errors import EnvironmentProblem, QuicbedError
+from quicbed.errors import EnvironmentProblem, HostProblem, QuicbedError
 from quicbed.paths import REPO
-from quicbed.topology.backends import UML_BINARY, router_state_dir
+from quicbed.topology.backends import prove_uml, router_state_dir, uml_binary
 from quicbed.topology.profiles import load_profile, parse_overrides
 
 GUEST_INIT = REPO / "topology" / "uml_guest.sh"
@@ -69,6 +69,9 @@ def calibrate_in_guest(job: GuestJob, timeout_s: float = DEFAULT_TIMEOUT_S) -> G
     """Boot the guest, calibrate job's profile through the netem backend inside it, power off.
     Raises EnvironmentProblem (with the console and log tails) if the guest gives no result."""
     require("uml")
+    proof = prove_uml()
+    if not proof.runs:
+        raise HostProblem(f"the netem guest is a UML kernel: {proof.reason}")
     load_profile(job.profile, job.overrides)  # bad input fails here, not in the guest's log
     ctl = router_state_dir(uuid.uuid4().hex[:8]) / "guest"
     ctl.mkdir(parents=True)
@@ -96,7 +99,7 @@ def guest_argv(ctl: Path, umid: str, python: str = sys.executable) -> list[str]:
         if any(c.isspace() for c in value):
             raise EnvironmentProblem(f"the UML kernel command line cannot carry {value!r} "
                                      "(it contains whitespace)")
-    return [UML_BINARY, f"mem={GUEST_MEM}", "rootfstype=hostfs", "rootflags=/", "ro",
+    return [uml_binary(), f"mem={GUEST_MEM}", "rootfstype=hostfs", "rootflags=/", "ro",
             f"init={GUEST_INIT}", f"QUICBED_CTL={ctl}", f"QUICBED_PYTHON={python}",
             f"QUICBED_KEEP={keep}", "con=null", "con0=null,fd:1", f"umid={umid}"]
 

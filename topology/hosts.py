@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from mininet.link import Intf
 from mininet.node import Host
 
-from quicbed.errors import EnvironmentProblem
+from quicbed.errors import EnvironmentProblem, HostProblem
 from quicbed.topology.marker import marked_argv
 
 LABEL = "quicbed"  # every container the testbed makes carries this label, for `quicbed clean`
@@ -101,6 +101,8 @@ class DockerHost(NsHost):
                 "--hostname", self.name, "--label", LABEL, "--label", f"{LABEL}.run={self.run_id}",
                 "--init", *docker_args, self.image, "sleep", "infinity"]
         proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode != 0 and not image_present(self.image):
+            raise HostProblem(f"image {self.image} is not built on this host: make images")
         if proc.returncode != 0:
             raise EnvironmentProblem(f"cannot start container {self.container} from "
                                      f"{self.image}: {proc.stderr.strip()}")
@@ -152,3 +154,8 @@ class DockerHost(NsHost):
             if self.shell and self.shell.poll() is None:
                 self.shell.kill()
             self.shell = None
+
+
+def image_present(image: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", image], capture_output=True
+                          ).returncode == 0

@@ -22,10 +22,12 @@ from mininet.link import Link
 from mininet.net import Mininet
 
 from quicbed.doctor import require
-from quicbed.errors import EnvironmentProblem
+from quicbed.errors import EnvironmentProblem, HostProblem
 from quicbed.topology.backends import (
     Backend,
+    BackendChoice,
     Lan,
+    announce,
     choose_backend,
     make_backend,
     router_state_dir,
@@ -106,7 +108,7 @@ def require_docker() -> None:
     proc = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
                           capture_output=True, text=True)
     if proc.returncode != 0:
-        raise EnvironmentProblem(
+        raise HostProblem(
             "Docker is not running. Start it with `make docker` (or `dockerd "
             ">/var/log/dockerd.log 2>&1 &` as root; `systemctl start docker` where systemd runs)")
 
@@ -135,6 +137,7 @@ class Testbed:
         self.state_dir: Path = router_state_dir(config.run_id)
         self.net: Mininet | None = None
         self.backend: Backend | None = None
+        self.backend_choice: BackendChoice | None = None
         self.forwarding_rtt_ms = 0.0
         self.applied: dict[str, Any] = {}
 
@@ -155,7 +158,8 @@ class Testbed:
         cfg = self.config
         if any(spec.image for spec in (cfg.client, *cfg.servers)):
             require_docker()
-        backend_name = choose_backend(self.config.backend, self.profile.max_rate_mbit)
+        self.backend_choice = choose_backend(self.config.backend, self.profile.max_rate_mbit)
+        announce(self.backend_choice)
         net = Mininet(topo=None, build=False, controller=None, cleanup=False)
         self.net = net
         self.router = net.addHost("router", cls=NsHost, ip=None)
@@ -173,7 +177,7 @@ class Testbed:
         links = {host: net.addLink(self.router, host, cls=Link, intf=HostIntf, fast=True)
                  for host in addresses}
         self._wire(links, addresses)
-        self.backend = make_backend(backend_name, self.router, self.state_dir)
+        self.backend = make_backend(self.backend_choice.name, self.router, self.state_dir)
         self.backend.forward(Lan("lanc", f"{ROUTER_CLIENT_IP}/24"),
                              Lan("lans", f"{ROUTER_SERVER_IP}/24"))
         self._measure_forwarding_latency()
@@ -309,7 +313,8 @@ class Testbed:
 
     def describe(self) -> dict[str, Any]:
         assert self.backend
-        return {**self.backend.describe(), "tcp_cc": self.config.tcp_cc,
+        reason = self.backend_choice.reason if self.backend_choice else ""
+        return {**self.backend.describe(), "backend_reason": reason, "tcp_cc": self.config.tcp_cc,
                 "profile": self.profile.to_dict(), "applied": self.applied,
                 "addresses": ADDRESSES, "client_image": self.config.client.image,
                 "server_images": [spec.image for spec in self.config.servers]}

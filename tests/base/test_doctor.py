@@ -90,7 +90,7 @@ def test_every_host_command_the_code_runs_is_declared() -> None:
     assert {"ip", "tc", "nsenter", "docker", "iperf3", "ethtool", "make"} <= set(found)
 
 
-@pytest.mark.parametrize("init", ["uml_router.sh", "uml_guest.sh"])
+@pytest.mark.parametrize("init", ["uml_router.sh", "uml_guest.sh", "uml_probe.sh"])
 def test_the_uml_init_scripts_commands_are_declared_for_uml(init: str) -> None:
     from quicbed.topology.backends import UML_BINARY
 
@@ -115,7 +115,8 @@ def insmod_modules(script: Path) -> set[str]:
 
 def test_doctor_checks_every_module_the_uml_inits_load() -> None:
     loaded = insmod_modules(REPO / "topology" / "uml_router.sh") | \
-        insmod_modules(REPO / "topology" / "uml_guest.sh")
+        insmod_modules(REPO / "topology" / "uml_guest.sh") | \
+        insmod_modules(REPO / "topology" / "uml_probe.sh")
     assert {"net/sched/sch_netem", "drivers/net/veth", "lib/crc-ccitt"} <= loaded  # parser sees both
     assert sorted(doctor.UML_MODULES) == sorted(loaded)
 

@@ -122,6 +122,7 @@ def test_delayline_jitter_follows_netem_tables(distribution: str) -> None:
 DUPLICATE_CONFIDENCE = 1 - 0.001 / 2
 
 
+@pytest.mark.backend("uml")
 def test_delayline_reorders_and_duplicates_like_netem() -> None:
     """The same spec through real netem (the UML router) and through the delay line:
     duplicates inside the binomial CI of the configured rate, and as many datagrams arriving

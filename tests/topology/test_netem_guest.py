@@ -25,6 +25,7 @@ def _check(calibration: dict, metric: str, direction: str = "both") -> dict:
 
 
 @pytest.mark.path
+@pytest.mark.backend("uml")  # the guest is a UML kernel
 @pytest.mark.parametrize("overrides", [{}, {"loss_pct": "1"}], ids=["india", "india-loss1"])
 def test_netem_backend_calibrates_in_a_uml_guest(overrides: dict[str, str]) -> None:
     result = calibrate_in_guest(GuestJob("india", overrides))

@@ -81,7 +81,8 @@ def test_host_container_has_no_route_but_the_emulated_one() -> None:
         assert tb.server.defaultIntf().updateIP() == "10.77.2.10"
 
 
-@pytest.mark.parametrize("backend", ["auto", "delayline"])
+@pytest.mark.parametrize("backend", [pytest.param(b, marks=pytest.mark.backend(b))
+                                     for b in ("netem", "uml", "delayline")])
 def test_clean_leaves_nothing_after_kill_9(backend: str) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     run = subprocess.Popen([sys.executable, "-m", "quicbed.cli", "calibrate", "india",

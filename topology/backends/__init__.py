@@ -1,5 +1,8 @@
 """Where the emulated link's netem stage (delay, jitter, loss) runs.
 
+Which one runs on this host is proven, not assumed (proof.py): a netem qdisc in a scratch
+namespace, a boot of the UML kernel, a run of the delay line.
+
 - `netem` (netem.py): the router namespace forwards, and the host kernel's netem shapes its
   egress.
 - `uml` (uml.py): the host kernel has no sch_netem (this machine, CI, WSL2). A User-Mode Linux
@@ -19,9 +22,12 @@ re-exported here, so they import from `quicbed.topology.backends` alone.
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from quicbed.errors import EnvironmentProblem, InputError
+from quicbed.doctor import Check
+from quicbed.errors import HostProblem, InputError, QuicbedError
 from quicbed.topology.backends.base import (
     Backend,
     Impairment,
@@ -40,6 +46,14 @@ from quicbed.topology.backends.delayline import (
     jitter_table,
 )
 from quicbed.topology.backends.netem import NetemBackend, host_has_netem
+from quicbed.topology.backends.proof import (
+    Proof,
+    prove,
+    prove_delayline,
+    prove_netem,
+    prove_uml,
+    uml_binary,
+)
 from quicbed.topology.backends.uml import (
     UML_BINARY,
     UML_MARK,
@@ -51,28 +65,87 @@ from quicbed.topology.hosts import NsHost
 __all__ = [
     "BACKENDS", "DELAYLINE_BINARY", "DELAYLINE_DIR", "DELAYLINE_MARK", "UML_BINARY", "UML_MARK",
     "UML_MAX_RATE_MBIT", "Backend", "DelayLineBackend", "Impairment", "Lan", "NetemBackend",
-    "TcBackend", "UmlBackend", "build_delayline", "choose_backend", "delayline_config",
-    "host_has_netem", "jitter_table", "make_backend", "router_state_dir", "tc_script",
+    "BackendChoice", "Proof", "TcBackend", "UmlBackend", "announce", "backend_checks", "build_delayline",
+    "choose_backend", "delayline_config", "host_has_netem", "jitter_table", "make_backend",
+    "proofs", "prove", "router_state_dir", "tc_script", "uml_binary",
 ]
 
 BACKENDS: dict[str, type[Backend]] = {"netem": NetemBackend, "uml": UmlBackend,
                                       "delayline": DelayLineBackend}
+_announced: set[BackendChoice] = set()
 
 
-def choose_backend(requested: str | None, max_rate_mbit: float = 0.0) -> str:
-    """The backend named by the user; else netem if the kernel has it; else UML, or the delay
-    line for rates a UML router cannot forward."""
+@dataclass(frozen=True)
+class BackendChoice:
+    """The backend a path uses, and why: printed once, kept with every calibration."""
+
+    name: str
+    reason: str
+
+    def line(self) -> str:
+        return f"link backend: {self.name} ({self.reason})"
+
+
+def choose_backend(requested: str | None, max_rate_mbit: float = 0.0) -> BackendChoice:
+    """The backend named by the user, once it has proven that it runs here (HostProblem if not);
+    on auto: the host's netem where it works, else the UML router if it boots here and the rate
+    is one it forwards, else the delay line."""
     if requested and requested != "auto":
         if requested not in BACKENDS:
             raise InputError(f"unknown link backend {requested!r} "
                              f"(choose from auto, {', '.join(BACKENDS)})", field="--backend")
-        if requested == "netem" and not host_has_netem():
-            raise EnvironmentProblem("this kernel has no sch_netem (tc qdisc netem fails); "
-                                     "use --backend uml or leave it on auto")
-        return requested
-    if host_has_netem():
-        return "netem"
-    return "delayline" if max_rate_mbit > UML_MAX_RATE_MBIT else "uml"
+        proof = prove(requested)
+        if not proof.runs:
+            raise HostProblem(f"--backend {requested}: {proof.reason}; leave --backend on auto "
+                              "(`quicbed doctor` shows which backends run here)")
+        return BackendChoice(requested, f"--backend {requested}; {proof.reason}")
+    netem = prove_netem()
+    if netem.runs:
+        return BackendChoice("netem", netem.reason)
+    if max_rate_mbit > UML_MAX_RATE_MBIT:
+        why = (f"no sch_netem in this kernel, and {max_rate_mbit:g} Mbit/s is above what one UML "
+               f"vCPU forwards ({UML_MAX_RATE_MBIT:g})")
+    else:
+        uml = prove_uml()
+        if uml.runs:
+            return BackendChoice("uml", f"no sch_netem in this kernel; {uml.reason}")
+        why = uml.reason
+    delayline = prove_delayline()
+    if not delayline.runs:
+        raise HostProblem(f"no link backend runs on this host: {why}; {delayline.reason}")
+    return BackendChoice("delayline", why)
+
+
+def announce(choice: BackendChoice) -> None:
+    """Say which backend a path uses and why, once per process and choice."""
+    if choice not in _announced:
+        _announced.add(choice)
+        print(choice.line(), file=sys.stderr, flush=True)
+
+
+def proofs() -> dict[str, Proof]:
+    """Every backend's proof on this host (UML's from the cache when it has one)."""
+    return {name: prove(name) for name in BACKENDS}
+
+
+def backend_checks() -> list[Check]:
+    """`quicbed doctor` boots what a run would use: each backend proves that it runs here (UML
+    afresh), and the choice `auto` makes for a profile at up to 100 Mbit/s and above it is
+    named with its reason. No backend that can run: doctor fails."""
+    out = []
+    for name in BACKENDS:
+        proof = prove(name, fresh=True)
+        out.append(Check(f"link backend {name}", proof.runs,
+                         ("runs: " if proof.runs else "cannot run here: ") + proof.reason,
+                         optional=True))
+    for label, rate in (("link backend auto", 0.0),
+                        (f"link backend auto > {UML_MAX_RATE_MBIT:g} Mbit/s", 1000.0)):
+        try:
+            choice = choose_backend("auto", rate)
+            out.append(Check(label, True, f"{choice.name} ({choice.reason})"))
+        except QuicbedError as exc:
+            out.append(Check(label, False, str(exc)))
+    return out
 
 
 def make_backend(name: str, router: NsHost, state_dir: Path) -> Backend:

@@ -15,12 +15,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from quicbed.doctor import require
-from quicbed.errors import EnvironmentProblem, InputError
+from quicbed.errors import EnvironmentProblem, HostProblem, InputError
 from quicbed.paths import REPO
 from quicbed.topology.backends.base import Lan, TcBackend, frame_port_up, parse_counters, tc_script
+from quicbed.topology.backends.proof import forget_uml_proof, uml_binary, uml_failure
 from quicbed.topology.hosts import NsHost
 
-UML_BINARY = "linux.uml"
+UML_BINARY = "linux.uml"  # Debian's; $QUICBED_UML_BINARY may name another (proof.uml_binary)
 UML_MARK = "umid=quicbed-"  # `quicbed clean` finds UML routers (and netem guests) by this
 UML_SOCKET_BUFFER = 8 << 20
 RMEM_DEFAULT = Path("/proc/sys/net/core/rmem_default")
@@ -55,7 +56,7 @@ class UmlBackend(TcBackend):
 
     def _boot(self) -> None:
         init = REPO / "topology" / "uml_router.sh"
-        argv = [UML_BINARY, "mem=256M", "rootfstype=hostfs", "rootflags=/", "ro",
+        argv = [uml_binary(), "mem=256M", "rootfstype=hostfs", "rootflags=/", "ro",
                 f"init={init}", f"QUICBED_CTL={self.ctl}", "con=null", "con0=null,fd:1",
                 f"umid={self.umid}",
                 "vec0:transport=raw,ifname=uml0", "vec1:transport=raw,ifname=uml1"]
@@ -69,9 +70,12 @@ class UmlBackend(TcBackend):
                                             stderr=subprocess.STDOUT, start_new_session=True)
             deadline = time.monotonic() + self.BOOT_TIMEOUT
             while not (self.ctl / "ready").exists():
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    tail = (self.ctl / "console.log").read_text(errors="replace")[-1500:]
-                    raise EnvironmentProblem(f"the UML router did not come up:\n{tail}")
+                timed_out = time.monotonic() > deadline
+                if self.process.poll() is not None or timed_out:
+                    forget_uml_proof()  # it booted for the probe, not now: probe again next time
+                    console = (self.ctl / "console.log").read_text(errors="replace")
+                    raise HostProblem(f"the UML router did not come up: "
+                                      f"{uml_failure(console, timed_out)}")
                 time.sleep(0.05)
 
     def run(self, script: str) -> tuple[int, str]:

@@ -1,0 +1,207 @@
+"""Which link backends run on this host, proven rather than assumed from what is installed.
+
+A backend is chosen only after it has shown that it runs here:
+- `netem`: the host kernel takes a netem qdisc in a scratch namespace;
+- `uml`: Debian's User-Mode Linux kernel boots with `uml_probe.sh` as its init, loads the
+  router's qdisc modules, puts a netem qdisc on its loopback and answers, within seconds. On
+  Xeons with AVX-512/AMX it panics at boot (`ptrace set fp regs failed, errno = 14`) whatever
+  the package's version: only a boot tells;
+- `delayline`: the user-space delay line builds and runs.
+
+The UML boot is cached per host, CPU (model and flags), host kernel and UML binary, under
+$QUICBED_CACHE/probes; `quicbed doctor` boots it afresh and rewrites the cache. The UML
+binary may be replaced through $QUICBED_UML_BINARY (a stand-in kernel that panics, in tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from quicbed.paths import CACHE, REPO
+
+UML_PROBE_INIT = REPO / "topology" / "uml_probe.sh"
+UML_PROBE_TIMEOUT_S = 20.0
+UML_READY = "QUICBED-PROBE-OK"
+PROBE_CACHE = CACHE / "probes"
+# What a failed boot's console says, most telling first: the line shown as the reason.
+_FAILURE_LINES = (
+    re.compile(r"ptrace set fp regs failed, errno = \d+"),
+    re.compile(r"QUICBED-PROBE-FAILED: .*"),
+    re.compile(r"Kernel panic - not syncing: .*"),
+)
+_CPU_FAILURE = re.compile(r"ptrace set fp regs")
+
+
+@dataclass(frozen=True)
+class Proof:
+    """Whether a backend runs on this host, and the one-line reason."""
+
+    backend: str
+    runs: bool
+    reason: str
+    cached: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def uml_binary() -> str:
+    """The User-Mode Linux kernel the router and the netem guest boot."""
+    return os.environ.get("QUICBED_UML_BINARY") or "linux.uml"
+
+
+def prove_netem() -> Proof:
+    from quicbed.topology.backends.netem import host_has_netem
+
+    if host_has_netem():
+        return Proof("netem", True, "the host kernel has sch_netem")
+    return Proof("netem", False, "this kernel has no sch_netem: tc qdisc add ... netem fails")
+
+
+def prove_delayline() -> Proof:
+    from quicbed.errors import QuicbedError
+    from quicbed.topology.backends.delayline import build_delayline
+
+    try:
+        binary = build_delayline()
+    except QuicbedError as exc:
+        return Proof("delayline", False, str(exc).splitlines()[0])
+    # With no arguments it prints its usage and exits 2: the binary loads and runs here.
+    proc = subprocess.run([str(binary)], capture_output=True, text=True, timeout=10)
+    if proc.returncode != 2 or "usage" not in proc.stderr:
+        return Proof("delayline", False, f"the delay line does not run here (exit "
+                     f"{proc.returncode}): {proc.stderr.strip()[-200:]}")
+    return Proof("delayline", True, "the user-space delay line runs everywhere")
+
+
+def prove_uml(fresh: bool = False) -> Proof:
+    """Boot the UML kernel once (or read this host's cached result)."""
+    binary = shutil.which(uml_binary())
+    if binary is None:
+        return Proof("uml", False, f"{uml_binary()} is not installed (apt-get install "
+                     "user-mode-linux)")
+    cache = PROBE_CACHE / f"uml-{_host_key(binary)}.json"
+    if not fresh:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            data = json.loads(cache.read_text())
+            return Proof("uml", bool(data["runs"]), str(data["reason"]), cached=True)
+    proof = _boot_uml(binary)
+    with contextlib.suppress(OSError):
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"runs": proof.runs, "reason": proof.reason,
+                                   "host": _host_facts(binary)}, indent=1))
+        os.replace(tmp, cache)
+    return proof
+
+
+def forget_uml_proof() -> None:
+    """Drop this host's cached UML proof (a router that then failed to boot)."""
+    binary = shutil.which(uml_binary())
+    if binary:
+        (PROBE_CACHE / f"uml-{_host_key(binary)}.json").unlink(missing_ok=True)
+
+
+def prove(backend: str, fresh: bool = False) -> Proof:
+    if backend == "netem":
+        return prove_netem()
+    if backend == "uml":
+        return prove_uml(fresh)
+    if backend == "delayline":
+        return prove_delayline()
+    raise ValueError(f"unknown backend {backend!r}")
+
+
+def _boot_uml(binary: str) -> Proof:
+    umid = f"quicbed-probe-{os.getpid()}-{int(time.monotonic() * 1000) % 100000}"
+    with tempfile.TemporaryDirectory(prefix="quicbed-uml-probe-") as tmp:
+        console = Path(tmp) / "console.log"
+        argv = [binary, "mem=64M", "rootfstype=hostfs", "rootflags=/", "ro",
+                f"init={UML_PROBE_INIT}", "con=null", "con0=null,fd:1", f"umid={umid}"]
+        with open(console, "wb") as log:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                proc.wait(timeout=UML_PROBE_TIMEOUT_S)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        text = console.read_text(errors="replace")
+    shutil.rmtree(Path.home() / ".uml" / umid, ignore_errors=True)
+    found = re.search(rf"{UML_READY} (\S+)", text)
+    if found:
+        return Proof("uml", True, f"the UML router boots here: kernel {found.group(1)}, "
+                     "its netem loads")
+    return Proof("uml", False, uml_failure(text, timed_out))
+
+
+def uml_failure(console: str, timed_out: bool = False) -> str:
+    """One line on why a UML kernel did not come up, from its console."""
+    for pattern in _FAILURE_LINES:
+        found = pattern.search(console)
+        if found:
+            where = "this CPU" if _CPU_FAILURE.search(found.group(0)) else "this host"
+            return f"uml cannot run on {where}: {found.group(0).strip()}"
+    if timed_out:
+        return f"uml cannot run on this host: no answer within {UML_PROBE_TIMEOUT_S:.0f} s"
+    lines = [ln.strip() for ln in console.splitlines() if ln.strip()]
+    return f"uml cannot run on this host: {lines[-1] if lines else 'it exited without output'}"
+
+
+def _host_facts(binary: str) -> dict[str, object]:
+    stat = os.stat(binary)
+    return {"host": platform.node(), "kernel": platform.release(), "cpu": _cpu_identity(),
+            "binary": os.path.realpath(binary), "binary_size": stat.st_size,
+            "binary_mtime": int(stat.st_mtime),
+            # The init and this module: a changed probe or reason is probed again.
+            "probe": hashlib.sha256(UML_PROBE_INIT.read_bytes() + Path(__file__).read_bytes()
+                                    ).hexdigest()[:16]}
+
+
+def _host_key(binary: str) -> str:
+    facts = json.dumps(_host_facts(binary), sort_keys=True)
+    return hashlib.sha256(facts.encode()).hexdigest()[:16]
+
+
+def _cpu_identity() -> str:
+    """The CPU model and its flags: two machines called "AMD EPYC" may differ in both."""
+    model, flags = "", ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not model:
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = hashlib.sha256(value.strip().encode()).hexdigest()[:12]
+            if model and flags:
+                break
+    return f"{model or platform.processor()} flags:{flags}"
+
+
+def main() -> int:
+    """`python -m quicbed.topology.backends.proof`: every backend's proof, one line each."""
+    for backend in ("netem", "uml", "delayline"):
+        p = prove(backend, fresh="--fresh" in sys.argv)
+        print(f"{backend}: {'runs' if p.runs else 'cannot run here'}: {p.reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
