@@ -104,6 +104,10 @@ def cmd_run(
     if summary.interrupted:
         console.print(f"interrupted: resume with {resume_cmd}", markup=False)
         return 130
+    if summary.stopped:
+        console.print(f"error: {summary.stopped}", markup=False)
+        console.print(f"fix that, then resume with {resume_cmd}", markup=False)
+        return summary.exit_code
     _hint_retry(file, run_dir, console)
     if check_after:
         return max(summary.exit_code, check(exp, run_dir, console, junit))

@@ -3,7 +3,9 @@
 One Ctrl-C, SIGTERM (a CI cancel, `timeout`) or SIGHUP stops the whole command: the running
 experiment unwinds and tears its path down, no later experiment starts, no report is attempted,
 and every experiment is listed with the command that finishes it. Exit codes: the report's, else
-the worst run's; 1 when no run produced rows; 130 interrupted.
+the worst run's; 1 when no run produced rows; 130 interrupted; 4 at once when a run stopped on a
+problem of this host (a link backend that cannot run, Docker down, an image missing), which no
+later experiment would get past either.
 
 The network is behind `run_one` (the CLI runs `quicbed run`; tests a synthetic executor).
 """
@@ -15,12 +17,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from quicbed.errors import InputError
+from quicbed.errors import HostProblem, InputError
 
 from .runner import signals_interrupt
 from .store import MANIFEST, load_rows
 
 INTERRUPTED = 130
+HOST_PROBLEM = HostProblem.exit_code  # the same for every experiment: stop at the first
+
+
+class HostStopped(Exception):
+    """A run stopped on a problem of this host: no later experiment could run either."""
 # run_one(file, on_run_dir) runs one experiment and returns its exit code; it calls
 # on_run_dir(run_dir) once it knows where the run goes.
 RunOne = Callable[[Path, Callable[[Path], None]], int]
@@ -57,6 +64,8 @@ def reproduce(files: Sequence[Path], run_one: RunOne, report: Report, *, quick: 
             finished = _run_all(files, run_one, started, quick, say)
         except KeyboardInterrupt:
             finished = False
+        except HostStopped:
+            return HOST_PROBLEM
         if not finished:
             print_resume_hints(files, started, quick)
             return INTERRUPTED
@@ -83,6 +92,10 @@ def _run_all(files: Sequence[Path], run_one: RunOne, started: list[Started], qui
         entry.code = run_one(file, remember)
         if entry.code == INTERRUPTED:
             return False
+        if entry.code == HOST_PROBLEM:
+            say("reproduce: stopped: this host cannot run it (the line above says why and the "
+                "fix); no later experiment was started")
+            raise HostStopped
     return True
 
 

@@ -34,6 +34,7 @@ from rich.progress import (
 from quicbed import paths, rowschema
 from quicbed.analysis.expectations import statistic
 from quicbed.analysis.overhead import account, summary_lines
+from quicbed.errors import HostProblem
 from quicbed.topology.signals import STOP_SIGNALS
 
 from .matrix import Condition, Trial, conditions, count_per_condition, trials
@@ -90,11 +91,14 @@ class RunSummary:
     failed: int = 0
     skipped: list[str] = field(default_factory=list)  # condition ids that could not be set up
     interrupted: bool = False
+    stopped: str | None = None  # a HostProblem: no later condition could have run either
 
     @property
     def exit_code(self) -> int:
         if self.interrupted:
             return 130
+        if self.stopped:
+            return HostProblem.exit_code
         return 1 if self.failed or self.skipped else 0
 
 
@@ -142,6 +146,9 @@ def run_experiment(
                 dispatcher.run_conditions(work, Session(store, manifest, summary, bar, task, done))
         except KeyboardInterrupt:
             summary.interrupted = True
+        except HostProblem as exc:  # the same for every condition: stop, do not try each one
+            summary.stopped = str(exc)
+            manifest["stopped"] = summary.stopped
         except StoreError as exc:  # e.g. disk full: rows so far are intact, the run can resume
             raise RunAborted(str(exc)) from None
         _finish(store, manifest, summary, console)
@@ -255,6 +262,8 @@ def measure_condition(
     with contextlib.ExitStack() as stack:
         try:
             calib = stack.enter_context(executor.condition(cond)) or {}
+        except HostProblem:
+            raise
         except Exception as exc:  # calibration mismatch, path failure: skip, resume retries it
             raise ConditionSkipped(f"{type(exc).__name__}: {exc}") from exc
         on_calibrated(calib)
@@ -366,7 +375,8 @@ def condition_summary(cond: Condition, rows: list[dict[str, Any]]) -> str:
 
 def _finish(store: RunStore, manifest: dict, summary: RunSummary, console: Console) -> None:
     status = (
-        "interrupted" if summary.interrupted else "incomplete" if summary.skipped else "complete"
+        "interrupted" if summary.interrupted else "stopped" if summary.stopped
+        else "incomplete" if summary.skipped else "complete"
     )
     manifest.update(status=status, ended_at=_now())
     manifest["sessions"][-1].update(status=status, ended_at=manifest["ended_at"], ran=summary.ran)
