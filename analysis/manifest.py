@@ -89,9 +89,12 @@ def mixed_hosts(entries: list[dict[str, Any]]) -> list[str]:
 def runner_entry(run_id: str, cid: str, cond: dict[str, Any], host: dict[str, Any] | None = None
                  ) -> dict[str, Any]:
     link, cal = cond.get("link") or {}, cond.get("calibration") or {}
+    # The runner keeps the calibration's checks and backend one level down (the executor's
+    # summary holds rtt_ms/passed/forced and the full Calibration under "calibration").
+    full = cal.get("calibration") if isinstance(cal.get("calibration"), dict) else cal
     down, up = link.get("down") or {}, link.get("up") or {}
-    measured = check_values(cal.get("checks"))
-    failed = [c for c in cal.get("checks") or [] if not c.get("passed", True)]
+    measured = check_values(full.get("checks"))
+    failed = [c for c in full.get("checks") or [] if not c.get("passed", True)]
     return {
         "run": run_id, "condition": cid, "label": cond.get("label", cid),
         "profile": cond.get("profile", ""), "calibrated": bool(cal),
@@ -104,6 +107,7 @@ def runner_entry(run_id: str, cid: str, cond: dict[str, Any], host: dict[str, An
         "loss_pct": down.get("loss_pct"), "loss_down_pct": measured.get("loss_pct_down"),
         "loss_up_pct": measured.get("loss_pct_up"),
         "passed": cal.get("passed"), "forced": cal.get("forced", False),
+        "link_backend": full.get("backend"), "backend_reason": full.get("backend_reason"),
         "failed_checks": [f"{c.get('metric')} {c.get('direction')}: {c.get('measured')} "
                           f"(configured {c.get('configured')}, {c.get('tolerance', '')})"
                           for c in failed],

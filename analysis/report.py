@@ -183,7 +183,16 @@ def calibration_table(manifests: list[dict[str, Any]]) -> pd.DataFrame:
             e, "rate_up_mbit", "goodput_up_mbit"),
         "loss (%) configured / down / up": configured_vs_measured(
             e, "loss_pct", "loss_down_pct", "loss_up_pct"),
+        "link backend (why)": backend_shown(e),
         "calibration": calibration_status(e)} for e in calibration_entries(manifests)])
+
+
+def backend_shown(e: dict[str, Any]) -> str:
+    """The backend that carried the condition, and why it was chosen on that host."""
+    backend, reason = e.get("link_backend"), e.get("backend_reason")
+    if not backend:
+        return "–"
+    return f"{backend} ({reason})" if reason else str(backend)
 
 
 def overhead_table(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> pd.DataFrame:
