@@ -8,6 +8,8 @@ import subprocess
 
 import pytest
 
+pytest_plugins = ["skips_plugin"]  # a skip not on tests/allowed_skips.yaml fails the session
+
 
 def _docker_ready() -> bool:
     if not shutil.which("docker"):
