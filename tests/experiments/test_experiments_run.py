@@ -100,14 +100,14 @@ def tiny_tmpfs(path: Path, size: str = "64k"):
     if subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
     ).returncode:
-        pytest.skip("cannot mount tmpfs here")
+        pytest.fail(f"root cannot mount a tmpfs on {path}")
     try:
         yield path
     finally:
         subprocess.run(["umount", str(path)], check=True)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+@pytest.mark.skipif(os.geteuid() != 0, reason="as non-root: mounting a tmpfs needs root")
 def test_disk_full_leaves_last_row_whole_or_absent(tmp_path):
     with tiny_tmpfs(tmp_path / "mnt") as mnt, RunStore(mnt / "r").open() as store:
         row = {"trial_id": "", "pad": "x" * 3000}
@@ -121,7 +121,7 @@ def test_disk_full_leaves_last_row_whole_or_absent(tmp_path):
         assert (mnt / "r/rows.jsonl").read_bytes().endswith(b"\n")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+@pytest.mark.skipif(os.geteuid() != 0, reason="as non-root: mounting a tmpfs needs root")
 def test_run_on_full_disk_is_a_clean_error(tmp_path, exp_file, capsys):
     with tiny_tmpfs(tmp_path / "mnt", "32k") as mnt:
         code = cmd_run(exp_file, lambda e, d: SyntheticExecutor(), results=mnt, progress=False)
@@ -327,8 +327,6 @@ def test_rows_are_single_json_lines(tmp_path, exp_file):
 
 def test_ci_handshake_experiment_passes_on_synthetic_physics(tmp_path):
     ci = Path(__file__).resolve().parents[2] / "experiments/ci/handshake.yaml"
-    if not (ci.parents[2] / "topology/profiles/india.yaml").exists():
-        pytest.skip("topology/profiles/india.yaml not written yet")
     code = cmd_run(
         ci, lambda e, d: SyntheticExecutor(), check_after=True, results=tmp_path, progress=False
     )
