@@ -84,14 +84,39 @@ def test_unwritable_results_dir(tmp_path):
         RunStore(tmp_path / "file" / "run").open()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permission bits")
-def test_read_only_results_dir(tmp_path):
-    tmp_path.chmod(0o500)
+@contextlib.contextmanager
+def read_only(path: Path):
+    """`path` unwritable for this process: without write permission for a user; for root,
+    which ignores permission bits, a read-only bind mount of it onto itself (no namespace)."""
+    if os.geteuid() != 0:
+        path.chmod(0o500)
+        try:
+            yield "permission denied"
+        finally:
+            path.chmod(0o700)
+        return
+    for argv in (["mount", "--bind", str(path), str(path)],
+                 ["mount", "-o", "remount,bind,ro", str(path)]):
+        res = subprocess.run(argv, capture_output=True, text=True)
+        if res.returncode:
+            subprocess.run(["umount", str(path)], capture_output=True)
+            pytest.fail(f"root cannot make {path} read-only: {' '.join(argv)}: {res.stderr}")
     try:
-        with pytest.raises(StoreError, match="is not writable"):
-            RunStore(tmp_path / "run").open()
+        yield "read-only file system"
     finally:
-        tmp_path.chmod(0o700)
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_read_only_results_dir(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    with read_only(results) as why:
+        with pytest.raises(OSError):  # the set-up holds for this process, root included
+            (results / "probe").write_text("")
+        with pytest.raises(StoreError, match=f"(?i)is not writable: {why}"):
+            RunStore(results / "run").open()
+    assert not (results / "run").exists()
+    RunStore(results / "run").open().close()  # and writable again afterwards
 
 
 @contextlib.contextmanager
