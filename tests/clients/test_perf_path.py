@@ -13,7 +13,7 @@ import json
 import statistics
 
 import pytest
-from capture_shell import wirecheck
+from capture_shell import ARRIVING, ARRIVING_TLS12, attempt_line, tool_earlier_than_wire, wirecheck
 
 from quicbed.analysis.physics import connection_within, net_connection_rtts
 from quicbed.experiments.executor import TestbedExecutor
@@ -36,6 +36,9 @@ CLIENTS = {
     "quic-ngtcp2": ("quic_perf", ["--backend", "ngtcp2"], 1),
 }
 SERVERS = ["nginx", "caddy"]
+# How far a tool may put an arriving packet before its capture: the clock readings' and
+# curl's zero point's microseconds (capture_shell.py), far below the 1 ms bound.
+SIGN_SLACK_MS = 0.25
 CI_EXPERIMENT = REPO / "experiments" / "ci" / "handshake.yaml"
 
 
@@ -119,23 +122,29 @@ def test_10mb_download_follows_the_shaped_rate(path, client: str) -> None:  # no
 @pytest.mark.parametrize("client", list(CLIENTS))
 def test_tool_instants_match_the_wire(path, client: str) -> None:  # noqa: ANN001
     """A capture on the client's emulated interface puts handshake and first byte within
-    1 ms of what the tool reported (best of three: a busy host only makes the tool late)."""
+    1 ms of what the tool reported (best of three: a busy host only makes the tool late).
+    Every attempt is reported, and none puts an arriving packet (the first byte; TLS 1.2's
+    handshake) before the capture saw it."""
     tb, hosts, _, _ = path
     tool, options, _ = CLIENTS[client]
     address = server_address(tb.servers.index(hosts["nginx"]))
     command = " ".join([tool, "--url", f"https://{SERVER_NAME}/web/index.html", "--resolve",
                         f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem",
                         *options])
-    worst = []
-    for _ in range(3):
+    arriving = ARRIVING_TLS12 if client == "tls1.2" else ARRIVING
+    worst, report = [], []
+    for attempt in range(3):
         proc = tb.client.exec(["sh", "-c", wirecheck(command, "client-eth0", "/tmp/w")],
                               timeout=120)
         result = json.loads(proc.stdout.strip().splitlines()[-1])
+        report.append(attempt_line(attempt, result))
+        print(f"{client} {report[-1]}")
+        assert tool_earlier_than_wire(result, arriving, SIGN_SLACK_MS) == [], (result, report)
         deltas = [abs(result["events"][k]["delta_ms"]) for k in ("handshake", "first_byte")]
         worst.append(max(deltas))
         if worst[-1] <= 1.0:
             break
-    assert min(worst) <= 1.0, worst
+    assert min(worst) <= 1.0, report
 
 
 def test_runner_trials_time_only_the_connection(path) -> None:  # noqa: ANN001
