@@ -32,7 +32,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="module")
-def clean_slate():  # noqa: ANN201
+def clean_slate():
     """Nothing of an earlier run around before the module's tests, nothing left after."""
     from quicbed.topology.clean import clean
 

@@ -93,7 +93,7 @@ class SkipGate:
                                                    pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def pytest_terminal_summary(self, terminalreporter) -> None:  # noqa: ANN001
+    def pytest_terminal_summary(self, terminalreporter) -> None:
         tr = terminalreporter
         if self.allowed_hits:
             tr.section("skips allowed by " + self.source.name)

@@ -172,7 +172,7 @@ def _path_without(tmp_path: Path, *left_out: str) -> str:
     return str(bin_dir)
 
 
-def test_require_names_the_package_of_a_missing_command(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_require_names_the_package_of_a_missing_command(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", _path_without(tmp_path, "insmod", "linux.uml"))
     with pytest.raises(EnvironmentProblem) as err:
         doctor.require("uml")

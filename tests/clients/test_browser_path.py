@@ -56,7 +56,7 @@ class Path_:
 
 
 @pytest.fixture(scope="module")
-def path(tmp_path_factory, clean_slate):  # noqa: ANN001, ANN201
+def path(tmp_path_factory, clean_slate):
     root = content.ensure_content(CACHE / "content", {"web"})
     tmp = tmp_path_factory.mktemp("browser")
     with served_testbed(load_profile("india"), ["nginx", "caddy"], log_root=tmp / "logs",
@@ -85,7 +85,7 @@ def _run(path: Path_, argv: list[str], timeout: float = 120) -> tuple[list[dict]
     return rows, proc
 
 
-def _load(path: Path_, server: str, protocol: str, **kw) -> list[dict]:  # noqa: ANN003
+def _load(path: Path_, server: str, protocol: str, **kw) -> list[dict]:
     rows, proc = _run(path, _argv(path, server, protocol, **kw))
     assert proc.returncode == 0 and rows, (proc.returncode, proc.stderr[-800:], rows[-1:])
     assert all(r["error"] == "" for r in rows), rows
@@ -217,7 +217,7 @@ def test_each_landing_page_fetches_exactly_its_assets(path: Path_) -> None:
 # ------------------------------------------------------------------------------ errors
 
 @contextmanager
-def _paused(container: str):  # noqa: ANN202
+def _paused(container: str):
     subprocess.run(["docker", "pause", container], check=True, capture_output=True)
     try:
         yield

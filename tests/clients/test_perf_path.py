@@ -43,7 +43,7 @@ CI_EXPERIMENT = REPO / "experiments" / "ci" / "handshake.yaml"
 
 
 @pytest.fixture(scope="module")
-def path(tmp_path_factory, clean_slate):  # noqa: ANN001, ANN201
+def path(tmp_path_factory, clean_slate):
     root = CACHE / "content"
     content.ensure_content(root, {"web"})
     content.ensure_files(root, ["10MB"])
@@ -56,7 +56,7 @@ def path(tmp_path_factory, clean_slate):  # noqa: ANN001, ANN201
         yield tb, hosts, rtt.measured, profile
 
 
-def _fetch(path, server: str, client: str, obj: str = "web/index.html", reps: int = 7,  # noqa: ANN001
+def _fetch(path, server: str, client: str, obj: str = "web/index.html", reps: int = 7,
            extra: tuple[str, ...] = (), shell_prefix: str = "") -> list[dict]:
     tb, hosts, _, _ = path
     tool, options, _ = CLIENTS[client]
@@ -75,7 +75,7 @@ def _median(rows: list[dict], key: str) -> float:
 
 
 @pytest.mark.parametrize("client", list(CLIENTS))
-def test_fresh_connection_costs_its_rtts(path, client: str) -> None:  # noqa: ANN001
+def test_fresh_connection_costs_its_rtts(path, client: str) -> None:
     _, _, rtt, _ = path
     rows = _fetch(path, "nginx", client)
     expected = CLIENTS[client][2]
@@ -96,7 +96,7 @@ def test_fresh_connection_costs_its_rtts(path, client: str) -> None:  # noqa: AN
 
 @pytest.mark.parametrize(("server", "client", "expected"), [
     ("nginx", "tls1.2", 2), ("nginx", "tls1.3", 1), ("caddy", "quic-ngtcp2", 0)])
-def test_resumption_saves_rtts(path, server: str, client: str, expected: int) -> None:  # noqa: ANN001
+def test_resumption_saves_rtts(path, server: str, client: str, expected: int) -> None:
     """TLS 1.2 resumes in an abbreviated handshake; TLS 1.3 (nginx) and QUIC (Caddy) send the
     request as 0-RTT early data."""
     _, _, rtt, _ = path
@@ -112,7 +112,7 @@ def test_resumption_saves_rtts(path, server: str, client: str, expected: int) ->
 
 
 @pytest.mark.parametrize("client", ["tls1.3", "quic-ngtcp2"])
-def test_10mb_download_follows_the_shaped_rate(path, client: str) -> None:  # noqa: ANN001
+def test_10mb_download_follows_the_shaped_rate(path, client: str) -> None:
     _, _, _, profile = path
     rows = _fetch(path, "nginx", client, obj="cloud/10MB", reps=2)
     ratio = max(r["throughput_mbps"] for r in rows) / profile.down.rate_mbit
@@ -120,7 +120,7 @@ def test_10mb_download_follows_the_shaped_rate(path, client: str) -> None:  # no
 
 
 @pytest.mark.parametrize("client", list(CLIENTS))
-def test_tool_instants_match_the_wire(path, client: str) -> None:  # noqa: ANN001
+def test_tool_instants_match_the_wire(path, client: str) -> None:
     """A capture on the client's emulated interface puts handshake and first byte within
     1 ms of what the tool reported (best of three: a busy host only makes the tool late).
     Every attempt is reported, and none puts an arriving packet (the first byte; TLS 1.2's
@@ -147,7 +147,7 @@ def test_tool_instants_match_the_wire(path, client: str) -> None:  # noqa: ANN00
     assert min(worst) <= 1.0, report
 
 
-def test_runner_trials_time_only_the_connection(path) -> None:  # noqa: ANN001
+def test_runner_trials_time_only_the_connection(path) -> None:
     """The runner starts one tool process per trial; the bench makes all its connections in
     one process. Before the warm-up (warmup.c), each trial's connection also paid for the
     libraries' first use (3 ms for libcurl's QUIC, 14 % of germany's RTT). Now the client's
@@ -179,13 +179,13 @@ def test_runner_trials_time_only_the_connection(path) -> None:  # noqa: ANN001
     assert quic[5] - quic[3] >= 1.0, quic
 
 
-def _rows_of(tb, argv: list[str]) -> list[dict]:  # noqa: ANN001
+def _rows_of(tb, argv: list[str]) -> list[dict]:
     proc = tb.client.exec(argv, timeout=300)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert rows and all(r["error"] == "" for r in rows), (argv, proc.stderr[-500:], rows[-1:])
     return rows
 
 
-def _row(tb, argv: list[str]) -> dict:  # noqa: ANN001
+def _row(tb, argv: list[str]) -> dict:
     (row,) = _rows_of(tb, argv)
     return row

@@ -500,7 +500,7 @@ def test_wirecheck_loopback(bed: Bed, name: str) -> None:
 
 # ---- wirecheck.py event rules, on synthetic packets ----
 
-def _wirecheck():  # noqa: ANN202 - a module loaded from a file path
+def _wirecheck():  # a module loaded from a file path
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("wirecheck", REPO / "clients/perf/wirecheck.py")
@@ -516,7 +516,7 @@ ALIAS = {"syn": "tcp.flags.syn", "ack": "tcp.flags.ack", "tcp_len": "tcp.len",
          "h2len": "http2.length", "qtype": "quic.long.packet_type", "qform": "quic.header_form"}
 
 
-def _pk(wc, t: float, client: bool, **fields: str):  # noqa: ANN001, ANN202
+def _pk(wc, t: float, client: bool, **fields: str):
     return wc.Packet(t, client, {ALIAS[k]: v.split(",") for k, v in fields.items()})
 
 

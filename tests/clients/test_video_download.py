@@ -93,7 +93,7 @@ def client_image() -> None:
 
 
 @pytest.fixture(scope="module", params=["caddy", "nginx"])
-def bed(request, client_image: None, tmp_path_factory) -> Iterator[Bed]:  # noqa: ANN001
+def bed(request, client_image: None, tmp_path_factory) -> Iterator[Bed]:
     root = shared_content()
     tmp = tmp_path_factory.mktemp(f"video-{request.param}")
     pki.generate_pki(tmp / "other", "127.0.0.1")  # a CA that did not sign the server's

@@ -72,7 +72,7 @@ def test_bad_answers_files_are_located(text: str, message: str) -> None:
     assert str(info.value).startswith(message)
 
 
-def test_bad_file_through_the_cli_is_one_line(tmp_path, capsys) -> None:  # noqa: ANN001
+def test_bad_file_through_the_cli_is_one_line(tmp_path, capsys) -> None:
     bad = tmp_path / "answers.yaml"
     bad.write_text("rtt_ms: 160 ms\nquic_rtts: one\n")
     # Refused before anything is measured (so before the root check, too).
