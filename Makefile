@@ -56,8 +56,9 @@ lint:
 	for d in $(STAGES); do ln -s $(ROOT)/$$d $$tree/quicbed/$$d; done && \
 	echo "mypy -p quicbed" && (cd $$tree && $(VENV)/bin/mypy --config-file $(ROOT)/pyproject.toml -p quicbed); \
 	rc=$$?; rm -rf $$tree; exit $$rc
-	@scripts=$$(git -C $(ROOT) ls-files -z | (cd $(ROOT) && xargs -0 awk \
+	@set -o pipefail; scripts=$$(git -C $(ROOT) ls-files -z | (cd $(ROOT) && xargs -0 awk \
 	  'FNR == 1 && /^#!.*(bash|sh)$$/ { print FILENAME } { nextfile }')) && \
+	test -n "$$scripts" || { echo "make lint: no shell scripts found (git ls-files)"; exit 1; }; \
 	echo "shellcheck" $$scripts && cd $(ROOT) && shellcheck $$scripts
 
 # No stamp: asking dpkg about every package takes a fraction of a second, and a stamp would
