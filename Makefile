@@ -1,5 +1,7 @@
 # quicbed: one-command setup, tests and reproduction.
-#   make test       install what is missing (apt, Docker engine, Python env, Ray, images), run pytest
+#   make test       install what is missing (apt, Docker engine, Python env, Ray, images), lint, run pytest
+#   make unit       lint and the unit tier (no root, Docker or namespaces, once the set-up is done)
+#   make lint       ruff, mypy and shellcheck (no root)
 #   make lab        an interactive emulated topology (PROFILE=india)
 #   make reproduce  run experiments/paper (quick; FULL=1 for all repetitions) and write the report
 #   make images     build the container images (cached: a second run takes seconds)
@@ -26,37 +28,60 @@ APT_PACKAGES := docker.io user-mode-linux kmod mount mininet iperf3 debootstrap 
 	procps docker-compose gcc libc6-dev make git
 # Installed where the release has them: Debian 13 moved the docker command out of docker.io.
 APT_PACKAGES_IF_AVAILABLE := docker-cli
+# What `make lint` runs besides the venv's ruff and mypy; not a command of the testbed, so not
+# in APT_PACKAGES (nor in the doctor's list).
+LINT_APT_PACKAGES := shellcheck
+# The stages that install as quicbed.<stage> (pyproject.toml's package-dir).
+STAGES := topology servers clients experiments analysis workloads labs
 
-.PHONY: test unit deps docker venv cluster images delayline content lab clean bench reproduce doctor \
-	compose-prepare compose-up actionlint
+.PHONY: test unit lint deps docker venv cluster images delayline content lab clean bench reproduce \
+	doctor compose-prepare compose-up actionlint
 
-test: deps docker venv cluster images delayline actionlint doctor
-	$(VENV)/bin/ruff check quicbed topology servers clients experiments analysis workloads tests bench labs
-	$(VENV)/bin/pytest -v -rs $(PYTEST_ARGS)
+# --durations: the slowest tests, so a test that grows slow shows in every CI log.
+test: deps docker venv cluster images delayline actionlint doctor lint
+	$(VENV)/bin/pytest -v -rs --durations=25 $(PYTEST_ARGS)
 
-# The unit tier: pure logic, no root, Docker or namespaces; seconds.
-unit: venv
+# The unit tier: pure logic, no root, Docker or namespaces; under a minute.
+unit: venv lint
 	$(VENV)/bin/pytest -q -m "not path and not docker" $(PYTEST_ARGS)
 
+# No root: ruff (unused noqa markers included, RUF100); mypy on the stages as the quicbed.*
+# modules they install as, linked into a temporary tree (mypy cannot follow the editable
+# install's package-dir mapping); shellcheck on every tracked shell script (by its #! line).
+lint:
+	@test -x $(VENV)/bin/mypy || { echo "make lint: no $(VENV)/bin/mypy: make venv first"; exit 1; }
+	$(VENV)/bin/ruff check quicbed $(STAGES) tests bench
+	@tree=$$(mktemp -d) && mkdir $$tree/quicbed && \
+	for f in quicbed/*.py; do ln -s $(ROOT)/$$f $$tree/quicbed/; done && \
+	for d in $(STAGES); do ln -s $(ROOT)/$$d $$tree/quicbed/$$d; done && \
+	echo "mypy -p quicbed" && (cd $$tree && $(VENV)/bin/mypy --config-file $(ROOT)/pyproject.toml -p quicbed); \
+	rc=$$?; rm -rf $$tree; exit $$rc
+	@set -o pipefail; scripts=$$(git -C $(ROOT) ls-files -z | (cd $(ROOT) && xargs -0 awk \
+	  'FNR == 1 && /^#!.*(bash|sh)$$/ { print FILENAME } { nextfile }')) && \
+	test -n "$$scripts" || { echo "make lint: no shell scripts found (git ls-files)"; exit 1; }; \
+	echo "shellcheck" $$scripts && cd $(ROOT) && shellcheck $$scripts
+
 # No stamp: asking dpkg about every package takes a fraction of a second, and a stamp would
-# hide a package removed since (the machine is checked, not remembered).
+# hide a package removed since (the machine is checked, not remembered). Root only to install:
+# on a set-up machine `make unit` and `make lint` pass through here as any user.
 deps:
-	@test "$$(id -u)" = 0 || { echo "make: run as root (namespaces, tc and Docker need it)"; exit 1; }
-	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	@missing=$$(for p in $(APT_PACKAGES) $(LINT_APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
+	  test "$$(id -u)" = 0 || { echo "make: run as root to install" $$missing; exit 1; }; \
 	  echo "installing: $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 	@for p in $(APT_PACKAGES_IF_AVAILABLE); do \
 	  dpkg -s $$p >/dev/null 2>&1 || ! apt-cache show $$p >/dev/null 2>&1 || { echo "installing: $$p"; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$p >/dev/null; }; done
-	@mkdir -p $(QUICBED_CACHE)
+	@test -d $(QUICBED_CACHE) || mkdir -p $(QUICBED_CACHE)
 
 # Everything the testbed needs on this host, one line each; stops here with the fix on a gap.
 doctor: venv
 	@$(QUICBED) doctor
 
 docker: deps
+	@test "$$(id -u)" = 0 || { echo "make: run as root (namespaces, tc and Docker need it)"; exit 1; }
 	@# quic-go asks for ~7 MB UDP buffers; containers inherit the host's maximum.
 	@for k in net.core.rmem_max net.core.wmem_max; do \
 	  [ "$$(sysctl -n $$k)" -ge 8388608 ] || sysctl -qw $$k=8388608; done

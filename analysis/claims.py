@@ -163,7 +163,8 @@ def long_path_gap(df: pd.DataFrame) -> Verdict:
     rows = CONNECTION.rows(df)
     pair = longest_and_shortest(rows)
     found, ok = [], True
-    for baseline in ("tls1.2", "tls1.3") if pair else ():
+    for baseline in ("tls1.2", "tls1.3") if pair is not None else ():
+        assert pair is not None  # for mypy: the loop runs only with a pair
         long_rows, short_rows = (rows[rows["profile"] == name] for name in pair)
         gl, gs = handshake_gap(long_rows, baseline), handshake_gap(short_rows, baseline)
         if gl is None or gs is None or min(gl.a.n, gl.b.n, gs.a.n, gs.b.n) < MIN_N:
@@ -213,7 +214,7 @@ def throughput_cells(df: pd.DataFrame, small: bool) -> list[tuple[str, Compariso
     for facet, in_facet in by_facet(rows):
         for size, group in in_facet.groupby("object_bytes"):
             c = compare_protocols(group, CLOUD_THROUGHPUT, "quic", "tls1.2")
-            if enough(c):
+            if c is not None and enough(c):
                 cells.append((f"{facet} {size_label(size)}", c))
     return cells
 
@@ -242,7 +243,7 @@ def cpu_ratio(df: pd.DataFrame) -> Verdict:
     found, ok = [], True
     for facet, in_facet in by_facet(rows):
         c = compare_protocols(in_facet, CLOUD_CPU, "quic", "tls1.2")
-        if not enough(c):
+        if c is None or not enough(c):
             continue
         ratio = c.a.value / c.b.value if c.b.value else np.nan
         # "About 2×": at least 1.5× and significant.

@@ -243,7 +243,8 @@ def _cells(bok: pd.DataFrame, nok: pd.DataFrame, thresholds: dict[str, float]
             base, new = median_ci(b), median_ci(n)
             change = 100 * (new.value - base.value) / base.value if base.value else math.nan
             sign = -1 if metric in HIGHER_IS_BETTER else 1
-            cell = Cell(*map(str, key), metric, rowschema.unit(column), base, new,
+            condition, server, client, obj = map(str, key)
+            cell = Cell(condition, server, client, obj, metric, rowschema.unit(column), base, new,
                         median_diff_ci(n, b), change, sign * change, mwu_p(b, n),
                         thresholds.get(metric, DEFAULT_MAX_REGRESS_PCT), math.nan)
             out.append((cell, b, n))

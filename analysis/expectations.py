@@ -17,7 +17,7 @@ import ast
 import math
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -208,8 +208,8 @@ def _fmt(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:.4g}"
 
 
-def statistic(values: list[float], name: str) -> float:
-    """One of STATISTICS over finite values; NaN when there are none (so the check fails)."""
+def statistic(values: Sequence[float | None], name: str) -> float:
+    """One of STATISTICS over the finite values (gaps: None); NaN when there are none (so the check fails)."""
     xs = sorted(v for v in values if v is not None and not math.isnan(v))
     if name == "count":
         return float(len(xs))

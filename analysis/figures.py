@@ -15,13 +15,13 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")  # headless: reports are built on servers and in CI
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-from quicbed.workloads import ReportSection, report_sections  # noqa: E402
+from quicbed.workloads import ReportSection, report_sections
 
-from .model import (  # noqa: E402
+from .model import (
     PAGELOAD,
     STALL_TIME,
     STARTUP,
@@ -37,7 +37,7 @@ from .model import (  # noqa: E402
     protocol_label,
     size_label,
 )
-from .stats import median_ci  # noqa: E402
+from .stats import median_ci
 
 RTT_GUIDES = (1, 2, 3)
 X_SPAN = "The x axis spans about the 1st to the 99th percentile."

@@ -51,7 +51,7 @@ def manifest_differences(manifests: list[dict[str, Any]]) -> list[str]:
     return diffs
 
 
-def check_values(checks: list[dict[str, Any]]) -> dict[str, float | None]:
+def check_values(checks: list[dict[str, Any]] | None) -> dict[str, float | None]:
     """Measured values of the runner's calibration checks, keyed metric[_direction]."""
     out = {}
     for c in checks or []:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from collections.abc import Iterable
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -70,7 +72,7 @@ def listed(value: object) -> list:
             return []
     if value is None or isinstance(value, float | str | dict):
         return []
-    return list(value)
+    return list(cast(Iterable[Any], value))  # a list or an array; anything else raises
 
 
 def truthy(values: pd.Series) -> pd.Series:

@@ -21,7 +21,7 @@ from .figures import Figure, make_figures
 from .load import AnalysisError, load_runs, resolve_run_dir, results_root
 from .manifest import calibration_entries, flatten, mixed_hosts
 from .overhead import account
-from .render import Bullets, FigureBlock, Section, Table, Text, VerdictList
+from .render import Block, Bullets, FigureBlock, Section, Table, Text, VerdictList
 from .tables import (
     comparison_table,
     failures_table,
@@ -72,7 +72,7 @@ def summary_section(df: pd.DataFrame, manifests: list[dict[str, Any]], warnings:
     text = (f"Runs: {runs}. {len(df)} trials: {ok} analysed, {len(df) - ok} failed. "
             "Medians with 95% percentile-bootstrap CIs; n = trials (or samples) behind each "
             "number. RTT-normalised values divide by each trial's calibrated RTT.")
-    blocks = [Text(text)]
+    blocks: list[Block] = [Text(text)]
     if warnings:
         blocks.append(Bullets(warnings, warn=True))
     return Section("Summary", blocks)
@@ -214,7 +214,7 @@ def overhead_table(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> pd.Data
 
 
 def run_section(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> Section:
-    blocks = [Table(manifest_table(manifests), "Manifest"),
+    blocks: list[Block] = [Table(manifest_table(manifests), "Manifest"),
               Table(calibration_table(manifests), "Calibration: configured against measured")]
     overhead = overhead_table(df, manifests)
     if not overhead.empty:
@@ -226,7 +226,7 @@ def flagged_section(df: pd.DataFrame) -> Section | None:
     tables = [(failures_table(df), "Failed trials (excluded from statistics)"),
               (flag_table(df, "cpu_bound"), "CPU-bound trials (kept, but suspect)"),
               (flag_table(df, "calib_forced"), "Trials on a path whose calibration was forced")]
-    blocks = [Table(t, caption) for t, caption in tables if not t.empty]
+    blocks: list[Block] = [Table(t, caption) for t, caption in tables if not t.empty]
     return Section("Flagged trials", blocks) if blocks else None
 
 

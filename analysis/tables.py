@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -52,22 +53,25 @@ def group_frames(df: pd.DataFrame, keys: Sequence[str]) -> list[tuple[tuple, pd.
     """(key values, rows) in order of first appearance, protocols in canonical order."""
     if df.empty:
         return []
-    rank = {key: ({p: i for i, p in enumerate(ordered_protocols(df[key]))}
+    rank: dict[str, dict[Any, int] | None] = {key: ({p: i for i, p in enumerate(ordered_protocols(df[key]))}
                   if key == "protocol" else None if key in NUMERIC_KEYS
                   else {v: i for i, v in enumerate(dict.fromkeys(df[key]))})
             for key in keys}
     groups = [(k if isinstance(k, tuple) else (k,), rows)
               for k, rows in df.groupby(list(keys), sort=False, dropna=False)]
     # Sizes and loss rates sort by value, protocols canonically, the rest as they came.
-    groups.sort(key=lambda g: tuple(v if rank[k] is None else rank[k].get(v, 99)
-                                    for k, v in zip(keys, g[0], strict=True)))
+    def order(key: str, value: Any) -> Any:
+        ranks = rank[key]
+        return value if ranks is None else ranks.get(value, 99)
+
+    groups.sort(key=lambda g: tuple(order(k, v) for k, v in zip(keys, g[0], strict=True)))
     return groups
 
 
 def key_columns(keys: Sequence[str], values: tuple) -> dict[str, str]:
     names = {"facet": "condition", "protocol": "protocol", "object_bytes": "file size",
              "loss_pct": "loss (%)"}
-    shown = {"protocol": protocol_label, "object_bytes": size_label,
+    shown: dict[str, Callable[[Any], str]] = {"protocol": protocol_label, "object_bytes": size_label,
              "loss_pct": lambda v: f"{v:g}"}
     return {names.get(k, k): shown.get(k, str)(v) for k, v in zip(keys, values, strict=True)}
 
@@ -151,7 +155,7 @@ def lowest_quality(values: pd.Series) -> str:
     """The lowest resolution seen ('144p' < '240p' ...), by its number of lines."""
     heights = {str(v): float(str(v).rstrip("p")) for v in values.dropna()
                if str(v).rstrip("p").replace(".", "", 1).isdigit()}
-    return min(heights, key=heights.get) if heights else "–"
+    return min(heights, key=lambda k: heights[k]) if heights else "–"
 
 
 def streaming_table(df: pd.DataFrame) -> pd.DataFrame:

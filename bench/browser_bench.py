@@ -39,7 +39,7 @@ def argv(address: str, page: str, protocol: str, reps: int) -> list[str]:
             "-n", str(reps), "--cpu", "--timeout", "30", "--protocol", protocol]
 
 
-def loads(tb, command: list[str], reps: int) -> list[dict]:  # noqa: ANN001
+def loads(tb, command: list[str], reps: int) -> list[dict]:
     proc = tb.client.exec(command, timeout=60 + 20 * reps)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     bad = [r["error"] for r in rows if r["error"]]
@@ -48,7 +48,7 @@ def loads(tb, command: list[str], reps: int) -> list[dict]:  # noqa: ANN001
     return [r for r in rows if not r["error"]]
 
 
-def captured(tb, command: list[str]) -> dict | None:  # noqa: ANN001
+def captured(tb, command: list[str]) -> dict | None:
     """One load under tcpdump on the client's emulated interface, checked by wirecheck.py
     (tests/capture_shell.py's recipe): the row and the wire events."""
     stem = "/tmp/bb"

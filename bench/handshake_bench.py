@@ -60,7 +60,7 @@ CLIENTS = {
 }
 
 
-def fetch(tb, address: str, tool: str, options: list[str], path: str, reps: int,  # noqa: ANN001
+def fetch(tb, address: str, tool: str, options: list[str], path: str, reps: int,
           extra: list[str] = ()) -> list[dict]:
     argv = [tool, "--url", f"https://{SERVER_NAME}/{path}", "--resolve",
             f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem",
@@ -69,7 +69,7 @@ def fetch(tb, address: str, tool: str, options: list[str], path: str, reps: int,
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
-def fetch_per_process(tb, address: str, tool: str, options: list[str], reps: int,  # noqa: ANN001
+def fetch_per_process(tb, address: str, tool: str, options: list[str], reps: int,
                       extra: list[str] = ()) -> list[dict]:
     """One process per connection, as the runner starts one per trial."""
     return [row for _ in range(reps)
@@ -85,7 +85,7 @@ def excess_ms(rows: list[dict], rtts: int, rtt: float) -> float:
     return statistics.median(ok) - rtts * rtt if ok else float("nan")
 
 
-def process_table(tb, address: str, rtt: float, reps: int) -> None:  # noqa: ANN001
+def process_table(tb, address: str, rtt: float, reps: int) -> None:
     """Median excess over n RTT: one process for all connections (this bench), one process
     per connection (the runner), and the same without the warm-up (--cold: the first use of
     the libraries inside the timed connection, what runner rows carried before)."""
@@ -105,7 +105,7 @@ PACKET = re.compile(r"^(\d+\.\d+) .*?\.(\d+) > [\d.]+\.(\d+):")
 
 
 @contextlib.contextmanager
-def capture(host, pcap: Path) -> Iterator[None]:  # noqa: ANN001
+def capture(host, pcap: Path) -> Iterator[None]:
     """tcpdump (the host's) in a testbed host's network namespace, for the duration."""
     argv = ["tcpdump", "--immediate-mode", "-Z", "root", "-i", "any", "-w", str(pcap),
             "udp port 443"]
@@ -142,7 +142,7 @@ def quic_split(row: dict, at_client: list, at_server: list) -> dict[str, float]:
             "after": row["t_handshake"] - c_in[k]}
 
 
-def wire_table(tb, server, address: str, rtt: float, reps: int) -> None:  # noqa: ANN001
+def wire_table(tb, server, address: str, rtt: float, reps: int) -> None:
     print(f"{'fresh QUIC (ms)':<20}{'path÷RTT':>9}{'client before':>14}{'server':>8}"
           f"{'client after':>13}{'conn−RTT':>9}")
     for label, (tool, options, *_) in CLIENTS.items():

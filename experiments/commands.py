@@ -20,7 +20,7 @@ from . import cluster
 from .check import check
 from .merge import merge_runs
 from .plan import dry_run
-from .runner import Executor, RunAborted, run_experiment
+from .runner import Dispatcher, Executor, RunAborted, run_experiment
 from .schema import Experiment, load_experiment
 from .shard import parse_shard, plan
 from .store import load_rows, new_run_id, read_manifest
@@ -75,8 +75,9 @@ def cmd_run(
     except QuicbedError as exc:
         console.print(str(exc), markup=False)
         return exc.exit_code
+    make: Callable[[Experiment, Path], Executor | Dispatcher] = make_executor
     if ray:
-        make_executor = cluster.dispatcher(ray, make_executor, ray_retries)
+        make = cluster.dispatcher(ray, make_executor, ray_retries)
     results = results or paths.RESULTS
     name = f"{exp.name}-shard{part.index}of{part.count}" if part else exp.name
     run_dir = run_dir or results / new_run_id(name, results)
@@ -88,7 +89,7 @@ def cmd_run(
     try:
         summary = run_experiment(
             exp,
-            make_executor(exp, run_dir),
+            make(exp, run_dir),
             run_dir,
             resume=bool(resume),
             progress=progress,

@@ -56,7 +56,7 @@ def conditions(exp: Experiment) -> list[Condition]:
     """profiles x the cartesian product of the sweep axes, in file order."""
     axes = list(exp.sweep)
     points = list(itertools.product(*exp.sweep.values()))
-    out = []
+    out: list[Condition] = []
     for profile, point in itertools.product(exp.profiles, points):
         values = dict(zip(axes, point, strict=True))
         link_axes = {k: v for k, v in values.items() if is_link_axis(k)}
@@ -86,7 +86,7 @@ def trials(exp: Experiment, cond: Condition) -> list[Trial]:
             for (s, c), o in itertools.product(pairs, objects)
             for r in range(exp.repetitions)
         ]
-    out = []
+    out: list[Trial] = []
     for rep, obj in itertools.product(range(exp.repetitions), objects):
         block = list(pairs)
         if exp.order == "shuffled":

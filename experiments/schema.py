@@ -300,7 +300,7 @@ def _check_settings_are_taken(src: Source, workload: Workload,
 def _settings(src: Source, path: PathKey, value: Any, table: dict[str, Setting]
               ) -> tuple[tuple[str, Any], ...]:
     check_mapping(src, path, value, set(table), set())
-    out = []
+    out: list[tuple[str, Any]] = []
     for name, given in value.items():
         setting, where = table[name], (*path, name)
         if setting.kind == "number":

@@ -67,7 +67,7 @@ class SyntheticExecutor:
         return {"backend": "synthetic", "delay_s": self.delay_s}
 
 
-def _factory(delay_s: float):  # noqa: ANN202 - a plain closure: Ray ships it to workers
+def _factory(delay_s: float):  # a plain closure: Ray ships it to workers
     return lambda exp, run_dir: SyntheticExecutor(delay_s)
 
 

@@ -138,11 +138,11 @@ copy_sources() {
 # Versions the Dockerfile declares as ARG and versions.env defines, as --build-arg pairs.
 build_args() {
   local arg
-  for arg in $(awk 'toupper($1) == "ARG" { split($2, a, "="); print a[1] }' "$1" | sort -u); do
+  while read -r arg; do
     if [[ -n "${versions[$arg]+x}" ]]; then
       printf '%s\n' "--build-arg" "$arg=${versions[$arg]}"
     fi
-  done
+  done < <(awk 'toupper($1) == "ARG" { split($2, a, "="); print a[1] }' "$1" | sort -u)
 }
 
 # Every file that goes into the context, relative to the repository root, sorted.

@@ -77,10 +77,10 @@ class Containernet:
         self._stack = contextlib.ExitStack()
 
     # -- building ------------------------------------------------------------------------
-    def addDocker(self, name: str, dimage: str = DEFAULT_IMAGE, **_docker_args: Any) -> Node:  # noqa: N802
+    def addDocker(self, name: str, dimage: str = DEFAULT_IMAGE, **_docker_args: Any) -> Node:
         return self._add(Node(name, "", dimage, self))
 
-    def addHost(self, name: str, **_params: Any) -> Node:  # noqa: N802
+    def addHost(self, name: str, **_params: Any) -> Node:
         if any(n.role == "cross" for n in self.nodes.values()):
             raise InputError("one namespace host only (quicbed's cross-traffic host)",
                              field="addHost")
@@ -92,7 +92,7 @@ class Containernet:
         self.nodes[node.name] = node
         return node
 
-    def addLink(self, a: Node, b: Node, delay: str | float = 0, bw: float | None = None,  # noqa: N802
+    def addLink(self, a: Node, b: Node, delay: str | float = 0, bw: float | None = None,
                 loss: float = 0, jitter: str | float = 0, max_queue_size: int | None = None,
                 **_tc_args: Any) -> None:
         if self.link:
@@ -158,7 +158,7 @@ class Containernet:
         self.stop()
 
 
-def CLI(net: Containernet) -> None:  # noqa: N802 - Mininet's name
+def CLI(net: Containernet) -> None:  # Mininet's name
     """The lab's CLI (Mininet's, plus `link`, `cc` and `play`) on the running network."""
     from quicbed.labs.lab import lab_cli_class
 

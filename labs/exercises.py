@@ -124,13 +124,13 @@ def measure_queues(tb: Any) -> Answers:
     down = tb.profile.down
     answers: Answers = {"bdp_kbyte": round(down.rate_mbit * 1e6 * tb.profile.rtt_ms / 1e3 / 8 / 1e3,
                                            1)}
+    loaded_rtt = {}
     for queue in (20, 200):
         goodput, rtt = loaded(tb, queue)
         answers[f"goodput_mbit_q{queue}"] = round(goodput, 2)
-        answers[f"loaded_rtt_ms_q{queue}"] = round(rtt, 1)
+        loaded_rtt[queue] = answers[f"loaded_rtt_ms_q{queue}"] = round(rtt, 1)
     tb.apply_link(tb.profile.down, tb.profile.up)
-    answers["bufferbloat_queue"] = "200" if answers["loaded_rtt_ms_q200"] > answers[
-        "loaded_rtt_ms_q20"] else "20"
+    answers["bufferbloat_queue"] = "200" if loaded_rtt[200] > loaded_rtt[20] else "20"
     return answers
 
 
@@ -178,15 +178,16 @@ def measure_hol(tb: Any) -> Answers:
 
 def measure_cc(tb: Any) -> Answers:
     answers: Answers = {}
+    goodput = {}
     try:
         for cc in ("cubic", "bbr"):
             set_congestion_control(tb, cc)
             rows = perf_rows(tb, "tls_perf", "--url", f"{SERVER_URL}/cloud/1MB", "-n", "2",
                              timeout=180)
-            answers[f"{cc}_mbit"] = round(median_of(rows, "throughput_mbps"), 2)
+            goodput[cc] = answers[f"{cc}_mbit"] = round(median_of(rows, "throughput_mbps"), 2)
     finally:
         set_congestion_control(tb, "cubic")
-    answers["faster"] = "bbr" if answers["bbr_mbit"] > answers["cubic_mbit"] else "cubic"
+    answers["faster"] = "bbr" if goodput["bbr"] > goodput["cubic"] else "cubic"
     return answers
 
 

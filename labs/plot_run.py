@@ -18,10 +18,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files, no display (a notebook draws inline anyway)
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
-from quicbed.analysis import load_runs  # noqa: E402
+from quicbed.analysis import load_runs
 
 
 def connection_times(run: str) -> pd.DataFrame:

@@ -12,6 +12,13 @@ from .spec import ACCESS_LOG, HEALTH_PATH, ServerSpec
 _TLS_CODES = {769: "TLSv1.0", 770: "TLSv1.1", 771: "TLSv1.2", 772: "TLSv1.3"}
 
 
+def _tls_name(version: object) -> str | None:
+    """Caddy's numeric TLS version as its name; anything else as given, none as None."""
+    if isinstance(version, int) and version in _TLS_CODES:
+        return _TLS_CODES[version]
+    return str(version or "") or None
+
+
 def _caddy_json(entry: dict) -> dict | None:
     """Caddy's JSON access log (`log { format json }`)."""
     if "request" not in entry:
@@ -22,7 +29,7 @@ def _caddy_json(entry: dict) -> dict | None:
         "server": "caddy",
         "ts": entry.get("ts"),
         "proto": req.get("proto"),
-        "tls": _TLS_CODES.get(tls.get("version"), str(tls.get("version") or "")) or None,
+        "tls": _tls_name(tls.get("version")),
         "alpn": tls.get("proto"),
         "cipher": tls.get("cipher_suite"),
         "resumed": tls.get("resumed"),

@@ -156,7 +156,7 @@ def make_png(name: str, size: int) -> bytes:
 def make_pdf(name: str, size: int) -> bytes:
     """A valid one-page PDF with a text stream, padded to about size bytes."""
     w = _Words(name)
-    lines = []
+    lines: list[str] = []
     text_size = max(200, size - 700)
     while sum(len(x) for x in lines) < text_size:
         lines.append(f"({w.sentence(10)}) Tj T*\n")

@@ -8,7 +8,9 @@ import subprocess
 
 import pytest
 
-pytest_plugins = ["backends_plugin"]
+# skips_plugin: a skip not on tests/allowed_skips.yaml fails the session; backends_plugin:
+# backend-specific tests run where their link backend proved itself (one summary line each).
+pytest_plugins = ["skips_plugin", "backends_plugin"]
 
 
 def _docker_ready() -> bool:
@@ -32,7 +34,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="module")
-def clean_slate():  # noqa: ANN201
+def clean_slate():
     """Nothing of an earlier run around before the module's tests, nothing left after."""
     from quicbed.topology.clean import clean
 

@@ -38,7 +38,7 @@ class LabSession:
             for sig in ignored:
                 signal.signal(sig, signal.SIG_IGN)
         self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave,
-                                     preexec_fn=ignore,  # noqa: PLW1509 - only a signal disposition
+                                     preexec_fn=ignore,  # only a signal disposition
                                      env={**os.environ, "PYTHONUNBUFFERED": "1",
                                           # rich sizes a dumb terminal 80x25 unless both
                                           # COLUMNS and LINES are set

@@ -44,7 +44,7 @@ class HostIntf(Intf):
         proc = in_netns(self.node.pid, ["sh", "-c", command], check=False)
         return proc.stdout + proc.stderr
 
-    def updateIP(self) -> str | None:  # noqa: N802 - Mininet's name
+    def updateIP(self) -> str | None:  # Mininet's name
         """The address, read with the host's `ip`. Mininet's own runs ifconfig inside the
         node, which container images lack; its CLI then cannot turn `server` into an address
         (`mininet> client ping server` failed with "Temporary failure in name resolution")."""
@@ -89,6 +89,8 @@ class DockerHost(NsHost):
     (`client curl ...`) use the container's own tools.
     """
 
+    shell: subprocess.Popen[bytes] | None  # Mininet's: the node's shell, while it runs
+
     def __init__(self, name: str, image: str, run_id: str, docker_args: Sequence[str] = (),
                  **params: object) -> None:
         self.name, self.image, self.run_id = name, image, run_id
@@ -110,7 +112,7 @@ class DockerHost(NsHost):
                                capture_output=True, text=True, check=True)
         self.container_pid = int(json.loads(state.stdout)["Pid"])
 
-    def startShell(self, mnopts: object = None) -> None:  # noqa: N802 - Mininet's API
+    def startShell(self, mnopts: object = None) -> None:  # Mininet's API
         if self.shell:
             return
         cmd = ["docker", "exec", "-it", self.container, "env", "PS1=" + chr(127),
@@ -120,7 +122,7 @@ class DockerHost(NsHost):
         # terminal goes to the lab's process group, and must not kill the node's shell.
         self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave, stderr=self.slave,
                                  close_fds=False, start_new_session=True)
-        self.stdin = open(self.master, encoding="utf-8", errors="replace")  # noqa: SIM115
+        self.stdin = open(self.master, encoding="utf-8", errors="replace")
         self.stdout = self.stdin
         # Mininet moves interfaces into the namespace of self.pid: the container's init.
         self.pid = self.container_pid

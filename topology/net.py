@@ -193,7 +193,7 @@ class Testbed:
                 for host in self.net.hosts:
                     try:
                         host.terminate()
-                    except Exception:  # noqa: BLE001 - teardown goes on whatever one host does
+                    except Exception:  # teardown goes on whatever one host does
                         pass
             self.net = None
             self.backend = None

@@ -32,12 +32,12 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlencode, urlsplit
 
 # qoe.py lives beside this file (/opt/browser/src in the image, where the command is a link).
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
-import qoe  # noqa: E402
+import qoe
 
 VERSION = "1.0"
 # The binary itself, not Debian's /usr/bin/chromium wrapper (which adds Google API keys, remote
@@ -89,7 +89,7 @@ class Unsupported(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would print the whole usage
+    def error(self, message: str) -> NoReturn:  # argparse would print the whole usage
         raise UsageError(message)
 
 
@@ -955,7 +955,7 @@ def run_load(args: argparse.Namespace, rep: int, vers: dict[str, str]) -> dict[s
         load.run(vers)
     except LoadError as e:
         load.row["error"] = one_line(str(e))
-    except Exception as e:  # noqa: BLE001 - any failure of the browser is a row, not a crash
+    except Exception as e:  # any failure of the browser is a row, not a crash
         load.row["error"] = one_line(load.failure(f"{type(e).__name__}: {e}", None))
     finally:
         done.set()

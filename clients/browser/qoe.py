@@ -57,7 +57,7 @@ def summarize(qoe: dict[str, Any]) -> dict[str, Any]:
         "switches_up": up,
         "switches_down": len(switches) - up,
         "seconds_at_resolution": seconds_at,
-        "lowest_quality": min(heights, key=heights.get) if heights else None,
+        "lowest_quality": min(heights, key=lambda k: heights[k]) if heights else None,
         "mean_height": round(sum(heights[k] * t for k, t in seconds_at.items()) / played, 1)
         if played else None,
         "mean_bitrate_kbps": round(sum(played_rates) / len(played_rates), 1)

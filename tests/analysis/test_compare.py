@@ -46,7 +46,7 @@ expect:
 class Slowed(SyntheticExecutor):
     """The server answers 20 % later: TTFB and download time grow, the handshake does not."""
 
-    def run_trial(self, trial):  # noqa: ANN001, ANN201
+    def run_trial(self, trial):
         row = super().run_trial(trial)
         extra = 0.2 * (row["ttfb_ms"] - row["connection_time_ms"])
         row.update(ttfb_ms=row["ttfb_ms"] + extra, download_time_ms=row["download_time_ms"] + extra)

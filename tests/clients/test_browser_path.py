@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from capture_shell import wirecheck
+from capture_shell import ARRIVING, attempt_line, tool_earlier_than_wire, wirecheck
 
 from quicbed.paths import CACHE
 from quicbed.servers import content
@@ -38,6 +38,9 @@ HOP = {"quic": "h3", "tls1.3": "h2", "tls1.2": "h2"}
 PROTO = {"h3": "HTTP/3.0", "h2": "HTTP/2.0"}
 TLS = {"quic": "TLSv1.3", "tls1.3": "TLSv1.3", "tls1.2": "TLSv1.2"}
 FRESH_RTTS = {"quic": 1, "tls1.3": 2, "tls1.2": 2}  # TLS 1.2: False Start
+# How far the browser may put the first byte before its capture: its timing entries are
+# coarsened (100 us, with jitter) and made epoch through timeOrigin; far below the 3 ms bound.
+SIGN_SLACK_MS = 1.0
 ENDPOINT_MAX_RTT = 0.4  # the browser's own time in a handshake, measured ~5-25 ms at 80 ms
 
 
@@ -53,7 +56,7 @@ class Path_:
 
 
 @pytest.fixture(scope="module")
-def path(tmp_path_factory, clean_slate):  # noqa: ANN001, ANN201
+def path(tmp_path_factory, clean_slate):
     root = content.ensure_content(CACHE / "content", {"web"})
     tmp = tmp_path_factory.mktemp("browser")
     with served_testbed(load_profile("india"), ["nginx", "caddy"], log_root=tmp / "logs",
@@ -82,7 +85,7 @@ def _run(path: Path_, argv: list[str], timeout: float = 120) -> tuple[list[dict]
     return rows, proc
 
 
-def _load(path: Path_, server: str, protocol: str, **kw) -> list[dict]:  # noqa: ANN003
+def _load(path: Path_, server: str, protocol: str, **kw) -> list[dict]:
     rows, proc = _run(path, _argv(path, server, protocol, **kw))
     assert proc.returncode == 0 and rows, (proc.returncode, proc.stderr[-800:], rows[-1:])
     assert all(r["error"] == "" for r in rows), rows
@@ -167,23 +170,29 @@ def test_browser_packets_cross_the_emulated_link(path: Path_, protocol: str) -> 
     """A capture on the client's emulated interface, decrypted with the browser's key log:
     its first RTT is the path's, and the browser's handshake and first-byte instants are the
     wire's (TLS 1.2: the handshake ends one RTT before the server's Finished arrives, False
-    Start)."""
+    Start). Best of three within 3 ms (a busy host only makes the browser late); every
+    attempt is reported, decrypted, and none puts the first byte before the capture saw it
+    (the browser's handshake is its own Finished leaving, or with False Start an RTT early:
+    no sign)."""
     command = " ".join(_argv(path, "nginx", protocol))
-    tries = []
-    for _ in range(3):
+    tries, report = [], []
+    for attempt in range(3):
         proc = path.tb.client.exec(["sh", "-c", wirecheck(command, "client-eth0", "/tmp/bw")],
                                    timeout=120)
         result = json.loads(proc.stdout.strip().splitlines()[-1])
+        report.append(attempt_line(attempt, result))
+        print(f"{protocol} {report[-1]}")
+        assert result["decrypted"], (result, report)
+        assert tool_earlier_than_wire(result, ARRIVING, SIGN_SLACK_MS) == [], (result, report)
         events = {k: result["events"][k]["delta_ms"] for k in ("handshake", "first_byte")}
         false_start = path.rtt if protocol == "tls1.2" else 0.0
         worst = max(abs(events["handshake"] - false_start), abs(events["first_byte"]))
-        tries.append((worst, result["wire_first_rtt_ms"], events, result["decrypted"]))
+        tries.append((worst, result["wire_first_rtt_ms"], events))
         if worst <= 3.0:
             break
-    worst, first_rtt, _, decrypted = min(tries, key=lambda t: t[0])
-    assert decrypted
-    assert abs(first_rtt - path.rtt) <= 0.03 * path.rtt, tries
-    assert worst <= 3.0, tries
+    worst, first_rtt, _ = min(tries, key=lambda t: t[0])
+    assert abs(first_rtt - path.rtt) <= 0.03 * path.rtt, (tries, report)
+    assert worst <= 3.0, report
 
 
 # ------------------------------------------------------------------------------ pages
@@ -208,7 +217,7 @@ def test_each_landing_page_fetches_exactly_its_assets(path: Path_) -> None:
 # ------------------------------------------------------------------------------ errors
 
 @contextmanager
-def _paused(container: str):  # noqa: ANN202
+def _paused(container: str):
     subprocess.run(["docker", "pause", container], check=True, capture_output=True)
     try:
         yield

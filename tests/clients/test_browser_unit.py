@@ -19,7 +19,7 @@ from quicbed.servers import content
 from quicbed.workloads.kinds import object_bytes
 
 
-def _load_browser_perf():  # noqa: ANN202
+def _load_browser_perf():
     path = REPO / "clients" / "browser" / "browser_perf.py"
     spec = importlib.util.spec_from_file_location("browser_perf", path)
     module = importlib.util.module_from_spec(spec)
@@ -321,7 +321,7 @@ def test_a_cache_of_an_older_generator_is_remade(tmp_path: Path) -> None:
     assert page.read_bytes() == good
 
 
-def test_playback_opens_the_player_page_and_needs_time_for_it(ca: str, capsys) -> None:  # noqa: ANN001
+def test_playback_opens_the_player_page_and_needs_time_for_it(ca: str, capsys) -> None:
     args = bp.parse_args(_argv(ca) + ["--duration", "20", "--timeout", "60"])
     load = bp.Load(args, 0)
     assert load.page_url() == ("https://server.quicbed/player/index.html?"

@@ -13,7 +13,7 @@ import json
 import statistics
 
 import pytest
-from capture_shell import wirecheck
+from capture_shell import ARRIVING, ARRIVING_TLS12, attempt_line, tool_earlier_than_wire, wirecheck
 
 from quicbed.analysis.physics import connection_within, net_connection_rtts
 from quicbed.experiments.executor import TestbedExecutor
@@ -36,11 +36,14 @@ CLIENTS = {
     "quic-ngtcp2": ("quic_perf", ["--backend", "ngtcp2"], 1),
 }
 SERVERS = ["nginx", "caddy"]
+# How far a tool may put an arriving packet before its capture: the clock readings' and
+# curl's zero point's microseconds (capture_shell.py), far below the 1 ms bound.
+SIGN_SLACK_MS = 0.25
 CI_EXPERIMENT = REPO / "experiments" / "ci" / "handshake.yaml"
 
 
 @pytest.fixture(scope="module")
-def path(tmp_path_factory, clean_slate):  # noqa: ANN001, ANN201
+def path(tmp_path_factory, clean_slate):
     root = CACHE / "content"
     content.ensure_content(root, {"web"})
     content.ensure_files(root, ["10MB"])
@@ -53,7 +56,7 @@ def path(tmp_path_factory, clean_slate):  # noqa: ANN001, ANN201
         yield tb, hosts, rtt.measured, profile
 
 
-def _fetch(path, server: str, client: str, obj: str = "web/index.html", reps: int = 7,  # noqa: ANN001
+def _fetch(path, server: str, client: str, obj: str = "web/index.html", reps: int = 7,
            extra: tuple[str, ...] = (), shell_prefix: str = "") -> list[dict]:
     tb, hosts, _, _ = path
     tool, options, _ = CLIENTS[client]
@@ -72,7 +75,7 @@ def _median(rows: list[dict], key: str) -> float:
 
 
 @pytest.mark.parametrize("client", list(CLIENTS))
-def test_fresh_connection_costs_its_rtts(path, client: str) -> None:  # noqa: ANN001
+def test_fresh_connection_costs_its_rtts(path, client: str) -> None:
     _, _, rtt, _ = path
     rows = _fetch(path, "nginx", client)
     expected = CLIENTS[client][2]
@@ -93,7 +96,7 @@ def test_fresh_connection_costs_its_rtts(path, client: str) -> None:  # noqa: AN
 
 @pytest.mark.parametrize(("server", "client", "expected"), [
     ("nginx", "tls1.2", 2), ("nginx", "tls1.3", 1), ("caddy", "quic-ngtcp2", 0)])
-def test_resumption_saves_rtts(path, server: str, client: str, expected: int) -> None:  # noqa: ANN001
+def test_resumption_saves_rtts(path, server: str, client: str, expected: int) -> None:
     """TLS 1.2 resumes in an abbreviated handshake; TLS 1.3 (nginx) and QUIC (Caddy) send the
     request as 0-RTT early data."""
     _, _, rtt, _ = path
@@ -109,7 +112,7 @@ def test_resumption_saves_rtts(path, server: str, client: str, expected: int) ->
 
 
 @pytest.mark.parametrize("client", ["tls1.3", "quic-ngtcp2"])
-def test_10mb_download_follows_the_shaped_rate(path, client: str) -> None:  # noqa: ANN001
+def test_10mb_download_follows_the_shaped_rate(path, client: str) -> None:
     _, _, _, profile = path
     rows = _fetch(path, "nginx", client, obj="cloud/10MB", reps=2)
     ratio = max(r["throughput_mbps"] for r in rows) / profile.down.rate_mbit
@@ -117,28 +120,34 @@ def test_10mb_download_follows_the_shaped_rate(path, client: str) -> None:  # no
 
 
 @pytest.mark.parametrize("client", list(CLIENTS))
-def test_tool_instants_match_the_wire(path, client: str) -> None:  # noqa: ANN001
+def test_tool_instants_match_the_wire(path, client: str) -> None:
     """A capture on the client's emulated interface puts handshake and first byte within
-    1 ms of what the tool reported (best of three: a busy host only makes the tool late)."""
+    1 ms of what the tool reported (best of three: a busy host only makes the tool late).
+    Every attempt is reported, and none puts an arriving packet (the first byte; TLS 1.2's
+    handshake) before the capture saw it."""
     tb, hosts, _, _ = path
     tool, options, _ = CLIENTS[client]
     address = server_address(tb.servers.index(hosts["nginx"]))
     command = " ".join([tool, "--url", f"https://{SERVER_NAME}/web/index.html", "--resolve",
                         f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem",
                         *options])
-    worst = []
-    for _ in range(3):
+    arriving = ARRIVING_TLS12 if client == "tls1.2" else ARRIVING
+    worst, report = [], []
+    for attempt in range(3):
         proc = tb.client.exec(["sh", "-c", wirecheck(command, "client-eth0", "/tmp/w")],
                               timeout=120)
         result = json.loads(proc.stdout.strip().splitlines()[-1])
+        report.append(attempt_line(attempt, result))
+        print(f"{client} {report[-1]}")
+        assert tool_earlier_than_wire(result, arriving, SIGN_SLACK_MS) == [], (result, report)
         deltas = [abs(result["events"][k]["delta_ms"]) for k in ("handshake", "first_byte")]
         worst.append(max(deltas))
         if worst[-1] <= 1.0:
             break
-    assert min(worst) <= 1.0, worst
+    assert min(worst) <= 1.0, report
 
 
-def test_runner_trials_time_only_the_connection(path) -> None:  # noqa: ANN001
+def test_runner_trials_time_only_the_connection(path) -> None:
     """The runner starts one tool process per trial; the bench makes all its connections in
     one process. Before the warm-up (warmup.c), each trial's connection also paid for the
     libraries' first use (3 ms for libcurl's QUIC, 14 % of germany's RTT). Now the client's
@@ -170,13 +179,13 @@ def test_runner_trials_time_only_the_connection(path) -> None:  # noqa: ANN001
     assert quic[5] - quic[3] >= 1.0, quic
 
 
-def _rows_of(tb, argv: list[str]) -> list[dict]:  # noqa: ANN001
+def _rows_of(tb, argv: list[str]) -> list[dict]:
     proc = tb.client.exec(argv, timeout=300)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert rows and all(r["error"] == "" for r in rows), (argv, proc.stderr[-500:], rows[-1:])
     return rows
 
 
-def _row(tb, argv: list[str]) -> dict:  # noqa: ANN001
+def _row(tb, argv: list[str]) -> dict:
     (row,) = _rows_of(tb, argv)
     return row

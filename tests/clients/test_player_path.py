@@ -28,7 +28,7 @@ TOP, BOTTOM = content.LADDER[-1][0], content.LADDER[0][0]
 LOWEST_KBPS = content.LADDER[0][3] + content.AUDIO_KBPS
 
 
-def _content():  # noqa: ANN202
+def _content():
     root = CACHE / "content"
     content.ensure_content(root, {"video"}, video_seconds=content.VIDEO_SECONDS)
     player.ensure_player(root)
@@ -36,19 +36,19 @@ def _content():  # noqa: ANN202
 
 
 @pytest.fixture(scope="module")
-def testbed(tmp_path_factory, clean_slate):  # noqa: ANN001, ANN201
+def testbed(tmp_path_factory, clean_slate):
     """A path factory: one profile at a time, nginx serving the ladder and the player."""
     root = _content()
     tmp = tmp_path_factory.mktemp("player")
 
-    def up(profile):  # noqa: ANN001, ANN202
+    def up(profile):
         return served_testbed(profile, ["nginx"], log_root=tmp / profile.name / "logs",
                               pki_dir=tmp / "pki", content_dir=root, start=True)
 
     return up, tmp
 
 
-def _play(tb, hosts, protocol: str, url: str = MPD, timeout: int = PLAY_S + 40,  # noqa: ANN001
+def _play(tb, hosts, protocol: str, url: str = MPD, timeout: int = PLAY_S + 40,
           extra: tuple[str, ...] = ()) -> dict:
     address = server_address(tb.servers.index(hosts["nginx"]))
     argv = ["browser_perf", "--url", url, "--resolve", f"{SERVER_NAME}:443:{address}",
@@ -60,7 +60,7 @@ def _play(tb, hosts, protocol: str, url: str = MPD, timeout: int = PLAY_S + 40, 
     return rows[0]
 
 
-def _nothing_left(tb) -> None:  # noqa: ANN001
+def _nothing_left(tb) -> None:
     """No browser process (Chromium, its crash handler, Playwright's driver), no temp dir."""
     procs = tb.client.exec(["ps", "-eo", "args="]).stdout.splitlines()
     dirs = tb.client.exec(["sh", "-c", "ls -d /tmp/quicbed-browser-* 2>/dev/null"]).stdout

@@ -31,26 +31,26 @@ PROTOCOLS = {
 MEDIA_S, BUFFER_S = 8, 4
 
 
-def _content():  # noqa: ANN202
+def _content():
     root = CACHE / "content"
     content.ensure_content(root, {"video"}, video_seconds=content.VIDEO_SECONDS)
     return root
 
 
 @pytest.fixture(scope="module")
-def testbed(tmp_path_factory, clean_slate):  # noqa: ANN001, ANN201
+def testbed(tmp_path_factory, clean_slate):
     """A path factory: one profile at a time, nginx serving the ladder."""
     root = _content()
     tmp = tmp_path_factory.mktemp("video")
 
-    def up(profile):  # noqa: ANN001, ANN202
+    def up(profile):
         return served_testbed(profile, ["nginx"], log_root=tmp / profile.name / "logs",
                               pki_dir=tmp / "pki", content_dir=root, start=True)
 
     return up
 
 
-def _download(tb, hosts, args: list[str], reps: int, duration: float = MEDIA_S) -> list[dict]:  # noqa: ANN001
+def _download(tb, hosts, args: list[str], reps: int, duration: float = MEDIA_S) -> list[dict]:
     address = server_address(tb.servers.index(hosts["nginx"]))
     argv = ["video_download", "--url", f"https://{SERVER_NAME}/video/dash/manifest.mpd",
             "--resolve", f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem",
@@ -62,7 +62,7 @@ def _download(tb, hosts, args: list[str], reps: int, duration: float = MEDIA_S) 
     return rows
 
 
-def test_handshakes_cost_their_rtts_and_playout_never_stalls(testbed):  # noqa: ANN001
+def test_handshakes_cost_their_rtts_and_playout_never_stalls(testbed):
     with testbed(load_profile("india")) as (tb, hosts):
         rtt = check_rtt(tb, 30)
         assert rtt.passed, rtt
@@ -89,7 +89,7 @@ def test_handshakes_cost_their_rtts_and_playout_never_stalls(testbed):  # noqa: 
                 assert r["video_rate_mbps"] > r["audio_rate_mbps"] > 0
 
 
-def test_a_path_slower_than_the_rendition_stalls(testbed):  # noqa: ANN001
+def test_a_path_slower_than_the_rendition_stalls(testbed):
     # 2 Mbit/s: below the top rendition (2.5 Mbit/s) and its audio
     with testbed(load_profile("india", {"down.rate_mbit": "2"})) as (tb, hosts):
         row = _download(tb, hosts, PROTOCOLS["quic-ngtcp2"][0], reps=1, duration=12)[0]

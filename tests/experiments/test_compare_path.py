@@ -39,7 +39,7 @@ def _quicbed(*args: str, results: Path | None = None, dirs: Path | None = None
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:  # noqa: ANN001
+def runs(tmp_path_factory) -> dict[str, Path]:
     """base, again (the same image) and slow, each one run of the experiment."""
     built = subprocess.run(["docker", "build", "-q", "-t", SLOW_IMAGE,
                             str(FIXTURES / "slow" / "team-nginx")],

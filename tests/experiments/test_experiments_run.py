@@ -84,14 +84,39 @@ def test_unwritable_results_dir(tmp_path):
         RunStore(tmp_path / "file" / "run").open()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permission bits")
-def test_read_only_results_dir(tmp_path):
-    tmp_path.chmod(0o500)
+@contextlib.contextmanager
+def read_only(path: Path):
+    """`path` unwritable for this process: without write permission for a user; for root,
+    which ignores permission bits, a read-only bind mount of it onto itself (no namespace)."""
+    if os.geteuid() != 0:
+        path.chmod(0o500)
+        try:
+            yield "permission denied"
+        finally:
+            path.chmod(0o700)
+        return
+    for argv in (["mount", "--bind", str(path), str(path)],
+                 ["mount", "-o", "remount,bind,ro", str(path)]):
+        res = subprocess.run(argv, capture_output=True, text=True)
+        if res.returncode:
+            subprocess.run(["umount", str(path)], capture_output=True)
+            pytest.fail(f"root cannot make {path} read-only: {' '.join(argv)}: {res.stderr}")
     try:
-        with pytest.raises(StoreError, match="is not writable"):
-            RunStore(tmp_path / "run").open()
+        yield "read-only file system"
     finally:
-        tmp_path.chmod(0o700)
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_read_only_results_dir(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    with read_only(results) as why:
+        with pytest.raises(OSError):  # the set-up holds for this process, root included
+            (results / "probe").write_text("")
+        with pytest.raises(StoreError, match=f"(?i)is not writable: {why}"):
+            RunStore(results / "run").open()
+    assert not (results / "run").exists()
+    RunStore(results / "run").open().close()  # and writable again afterwards
 
 
 @contextlib.contextmanager
@@ -100,14 +125,14 @@ def tiny_tmpfs(path: Path, size: str = "64k"):
     if subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
     ).returncode:
-        pytest.skip("cannot mount tmpfs here")
+        pytest.fail(f"root cannot mount a tmpfs on {path}")
     try:
         yield path
     finally:
         subprocess.run(["umount", str(path)], check=True)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+@pytest.mark.skipif(os.geteuid() != 0, reason="as non-root: mounting a tmpfs needs root")
 def test_disk_full_leaves_last_row_whole_or_absent(tmp_path):
     with tiny_tmpfs(tmp_path / "mnt") as mnt, RunStore(mnt / "r").open() as store:
         row = {"trial_id": "", "pad": "x" * 3000}
@@ -121,7 +146,7 @@ def test_disk_full_leaves_last_row_whole_or_absent(tmp_path):
         assert (mnt / "r/rows.jsonl").read_bytes().endswith(b"\n")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+@pytest.mark.skipif(os.geteuid() != 0, reason="as non-root: mounting a tmpfs needs root")
 def test_run_on_full_disk_is_a_clean_error(tmp_path, exp_file, capsys):
     with tiny_tmpfs(tmp_path / "mnt", "32k") as mnt:
         code = cmd_run(exp_file, lambda e, d: SyntheticExecutor(), results=mnt, progress=False)
@@ -327,8 +352,6 @@ def test_rows_are_single_json_lines(tmp_path, exp_file):
 
 def test_ci_handshake_experiment_passes_on_synthetic_physics(tmp_path):
     ci = Path(__file__).resolve().parents[2] / "experiments/ci/handshake.yaml"
-    if not (ci.parents[2] / "topology/profiles/india.yaml").exists():
-        pytest.skip("topology/profiles/india.yaml not written yet")
     code = cmd_run(
         ci, lambda e, d: SyntheticExecutor(), check_after=True, results=tmp_path, progress=False
     )

@@ -209,7 +209,7 @@ def test_cli_reproduce_runs_the_experiments_directory(tmp_path, experiments, mon
     results = tmp_path / "results"
     seen: list[argparse.Namespace] = []
 
-    def fake_cmd_run(args: argparse.Namespace, on_run_dir=None) -> int:  # noqa: ANN001
+    def fake_cmd_run(args: argparse.Namespace, on_run_dir=None) -> int:
         seen.append(args)
         return cmd_run(args.file, lambda e, d: SyntheticExecutor(), quick=args.quick,
                        resume=args.resume, retry_failed=args.retry_failed, results=results,

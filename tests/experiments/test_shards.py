@@ -34,7 +34,7 @@ def _file(tmp: Path, seed: int = 1, extra: str = "") -> Path:
     return path
 
 
-def _run(file: Path, results: Path, **kw) -> Path:  # noqa: ANN003
+def _run(file: Path, results: Path, **kw) -> Path:
     before = set(results.iterdir()) if results.exists() else set()
     code = cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), results=results,
                    progress=False, **kw)

@@ -4,6 +4,7 @@ against a reference with the stated tolerances. The measuring side runs on the p
 
 from __future__ import annotations
 
+import lab_physics
 import pytest
 
 from quicbed.cli import main
@@ -71,7 +72,7 @@ def test_bad_answers_files_are_located(text: str, message: str) -> None:
     assert str(info.value).startswith(message)
 
 
-def test_bad_file_through_the_cli_is_one_line(tmp_path, capsys) -> None:  # noqa: ANN001
+def test_bad_file_through_the_cli_is_one_line(tmp_path, capsys) -> None:
     bad = tmp_path / "answers.yaml"
     bad.write_text("rtt_ms: 160 ms\nquic_rtts: one\n")
     # Refused before anything is measured (so before the root check, too).
@@ -112,3 +113,81 @@ def test_every_exercise_has_its_handout_example_and_row_in_the_readme(name: str)
     assert any(p.read_text().startswith(f'"""Lab {int(number)}.')
                for p in (labs / "examples").glob("*.py")), f"no example script for lab {number}"
     assert f"`{name}`" in (labs / "README.md").read_text()
+
+
+# --- the references against the physics the labs teach (tests/lab_physics.py) -----------------
+
+# Stand-ins for what the checker measures on india: physics-consistent, with a path's noise.
+MEASURED = {
+    "round-trips": [REFERENCE, {"rtt_ms": 79.3, "tls12_rtts": 3, "tls13_rtts": 2, "quic_rtts": 1,
+                                "quic_connection_ms": 88.1}],
+    "queues": [{"bdp_kbyte": 200.0, "goodput_mbit_q20": 18.7, "loaded_rtt_ms_q20": 99.5,
+                "goodput_mbit_q200": 19.1, "loaded_rtt_ms_q200": 268.0, "bufferbloat_queue": "200"}],
+}
+
+
+def test_the_physics_holds_for_india() -> None:
+    india = lab_physics.exercise_profile("round-trips")
+    assert india.rtt_ms == 80 and india.down.rate_mbit == 20
+    assert lab_physics.bdp_kbyte(india) == 200  # 20 Mbit/s x 80 ms = 1.6 Mbit = 200 kB
+    for name, refs in MEASURED.items():
+        profile = lab_physics.exercise_profile(name)
+        for ref in refs:
+            assert lab_physics.physics_violations(name, profile, ref) == [], (name, ref)
+
+
+@pytest.mark.parametrize(("name", "change", "named"), [
+    ("round-trips", {"tls12_rtts": 2}, "tls12_rtts = 2, the handshake takes 3"),
+    ("round-trips", {"tls13_rtts": 3}, "tls13_rtts = 3, the handshake takes 2"),
+    ("round-trips", {"quic_rtts": 2}, "quic_rtts = 2, the handshake takes 1"),
+    ("round-trips", {"rtt_ms": 81.0}, "rtt_ms = 81.0, the physics says 80 (±1%)"),
+    ("round-trips", {"rtt_ms": 79.1}, "rtt_ms = 79.1, the physics says 80 (±1%)"),
+    ("round-trips", {"quic_connection_ms": 165.0}, "quic_connection_ms = 165.0"),
+    ("queues", {"bdp_kbyte": 1600.0}, "bdp_kbyte = 1600.0, the physics says 200 (±1%)"),
+    ("queues", {"bdp_kbyte": 100.0}, "bdp_kbyte = 100.0"),
+    ("queues", {"goodput_mbit_q200": 25.0}, "goodput_mbit_q200 = 25.0 above the link's 20"),
+    ("queues", {"loaded_rtt_ms_q20": 60.0}, "loaded_rtt_ms_q20 = 60.0 below the idle RTT 80"),
+    ("queues", {"bufferbloat_queue": "20"}, "bufferbloat_queue = 20"),
+])
+def test_a_reference_against_the_physics_is_caught(name: str, change: dict, named: str) -> None:
+    ref = MEASURED[name][0] | change
+    problems = lab_physics.physics_violations(name, lab_physics.exercise_profile(name), ref)
+    assert len(problems) == 1 and problems[0].startswith(named), problems
+
+
+def test_the_known_wrong_answers_cover_the_lessons() -> None:
+    wrong = lab_physics.known_wrong()
+    by_key = {(w.exercise, w.key, str(w.answer)) for w in wrong}
+    assert ("round-trips", "tls12_rtts", "2") in by_key  # TLS 1.2 as 2 RTT
+    assert ("round-trips", "rtt_ms", "96 ms") in by_key  # the RTT 20 % off
+    assert ("round-trips", "tls13_rtts", "1") in by_key  # another protocol's count
+    assert {w.exercise for w in wrong} == {"round-trips", "queues"}
+
+
+@pytest.mark.parametrize("name", list(MEASURED))
+def test_known_wrong_answers_fail_with_their_hint(name: str) -> None:
+    for ref in MEASURED[name]:
+        wrong = [w for w in lab_physics.known_wrong() if w.exercise == name]
+        assert wrong
+        problems = [p for w in wrong if (p := lab_physics.wrong_graded_right(w, ref))]
+        assert problems == [], problems
+
+
+@pytest.mark.parametrize("name", list(MEASURED))
+def test_the_textbook_answers_pass(name: str) -> None:
+    text = lab_physics.physics_answers(name, lab_physics.exercise_profile(name))
+    for ref in MEASURED[name]:
+        keys = [line.split(":")[0] for line in text.splitlines()]
+        assert keys
+        for key in keys:
+            passed, line = lab_physics.graded_line(name, text, ref, key)
+            assert passed and line.startswith(f"pass  {key}: "), line
+
+
+def test_a_grader_that_passes_everything_is_caught() -> None:
+    """The check is not a no-op: a reference equal to the wrong answers grades them pass."""
+    w = next(w for w in lab_physics.known_wrong() if w.key == "tls12_rtts")
+    assert lab_physics.wrong_graded_right(w, REFERENCE | {"tls12_rtts": 2}) is not None
+    w = next(w for w in lab_physics.known_wrong() if w.side == "too high")
+    assert "not 'too high'" in (lab_physics.wrong_graded_right(w, REFERENCE | {"rtt_ms": 200.0})
+                                or "")

@@ -3,7 +3,11 @@
 For each exercise: a lab started as the handout says (its ```sh `quicbed lab` line) runs every
 line of the handout's ```lab block at the prompt, and nothing fails; then the checker measures
 the exercise's path (one more bring-up) and grades the reference answers (all pass) and wrong
-ones (every one fails, with a hint). About 2 minutes per exercise."""
+ones (every one fails, with a hint). The reference is then held against the physics the lab
+teaches (tests/lab_physics.py: 3/2/1 handshake round trips, the RTT within 1 % of the
+profile's, BDP = rate x RTT), textbook answers pass against it, and a fixed set of wrong
+answers not derived from it (TLS 1.2 as 2 RTT, an RTT 20 % off, another protocol's count)
+fails with its hint. About 2 minutes per exercise."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import os
 import re
 import shlex
 
+import lab_physics
 import pytest
 from lab_session import LabSession
 
@@ -83,3 +88,14 @@ def test_handout_walks_and_checker_grades(name: str) -> None:
     assert not any(v.passed for v in verdicts), report(verdicts)
     assert all("hint: " in line for line in report(verdicts)[:-1])
     print(name, reference)
+
+    # Against physics, not against itself.
+    profile = lab_physics.exercise_profile(name)
+    assert lab_physics.physics_violations(name, profile, reference) == [], reference
+    textbook = lab_physics.physics_answers(name, profile)
+    for key in [line.split(":")[0] for line in textbook.splitlines()]:
+        passed, line = lab_physics.graded_line(name, textbook, reference, key)
+        assert passed, (line, reference)
+    fixed_wrong = [w for w in lab_physics.known_wrong() if w.exercise == name]
+    problems = [p for w in fixed_wrong if (p := lab_physics.wrong_graded_right(w, reference))]
+    assert problems == [], (problems, reference)

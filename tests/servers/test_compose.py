@@ -4,7 +4,6 @@ committed file agrees with the server descriptors (servers/<name>/server.yaml)."
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -45,7 +44,6 @@ def _fetch_h3(pki: Path, port: int) -> str:
 
 
 @pytest.mark.docker
-@pytest.mark.skipif(not shutil.which("docker-compose"), reason="needs docker-compose")
 def test_compose_stack_serves_http3(tmp_path: Path) -> None:
     out = tmp_path / "compose"
     prepare(out, {"web"}, [])

@@ -407,7 +407,7 @@ def test_fixture_server_starts_and_answers_h2_h3(tmp_path: Path, monkeypatch: py
     all it takes: images/build.sh checks the image, the server starts, answers h2 and h3."""
     base = servers.get_server("caddy").image
     if _docker("image", "inspect", base, check=False).returncode != 0:
-        pytest.skip(f"{base} not built (images/build.sh caddy)")
+        pytest.fail(f"{base} not built (images/build.sh caddy)")
     spec = descriptors.load_descriptor(FIXTURES / OWN / "server.yaml")
     monkeypatch.setitem(servers.SERVERS, OWN, spec)  # what QUICBED_SERVER_DIRS does at import
     env = {**os.environ, descriptors.ENV_DIRS: str(FIXTURES)}

@@ -26,7 +26,7 @@ MODES = {
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, clean_slate):  # noqa: ANN001, ANN201
+def served(tmp_path_factory, clean_slate):
     root = CACHE / "content"
     content.ensure_content(root, {"web", "video"})
     content.ensure_files(root, ["1MB"])
@@ -42,7 +42,7 @@ def served(tmp_path_factory, clean_slate):  # noqa: ANN001, ANN201
 
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("server", SERVERS)
-def test_server_serves_each_protocol_over_the_path(served, server: str, mode: str) -> None:  # noqa: ANN001
+def test_server_serves_each_protocol_over_the_path(served, server: str, mode: str) -> None:
     tb, hosts, objects, logs, rtt = served
     tool, options, log_proto, tls, rtts = MODES[mode]
     address = server_address(tb.servers.index(hosts[server]))

@@ -55,7 +55,7 @@ def test_every_command_sent_into_a_namespace_is_marked(monkeypatch):
         "nsenter", "-t", "42", "-n", "--", "env", mark, "iperf3", "-s"]
     seen: list[list[str]] = []
 
-    def fake_run(argv, **kwargs):  # noqa: ANN001, ANN202
+    def fake_run(argv, **kwargs):
         seen.append(argv)
         return subprocess.CompletedProcess(argv, 0, "", "")
 
@@ -65,7 +65,7 @@ def test_every_command_sent_into_a_namespace_is_marked(monkeypatch):
 
 
 @pytest.fixture
-def sleepers():  # noqa: ANN201
+def sleepers():
     """A marked and an unmarked `sleep` in the host's namespace; both gone afterwards."""
     marked = subprocess.Popen(marked_argv(["sleep", "300"]))
     plain = subprocess.Popen(["sleep", "300"])
@@ -115,7 +115,7 @@ class LeavesAHelper(SyntheticExecutor):
         self.helper: subprocess.Popen | None = None
 
     @contextlib.contextmanager
-    def condition(self, cond):  # noqa: ANN001, ANN201
+    def condition(self, cond):
         if self.helper is None:
             self.helper = subprocess.Popen(marked_argv(["sleep", "300"]))
         with super().condition(cond) as calib:
@@ -153,7 +153,7 @@ def _named_netns() -> set[str]:
     return {f"net:[{os.stat(path).st_ino}]" for path in Path("/run/netns").glob("*")}
 
 
-def _india_with_two_containers():  # noqa: ANN202 - a TestbedConfig; imported here, as the path tests do
+def _india_with_two_containers():  # a TestbedConfig; imported here, as the path tests do
     from quicbed.topology.net import HostSpec, TestbedConfig
     from quicbed.topology.profiles import load_profile
 

@@ -45,7 +45,7 @@ def test_netem_backend_calibrates_in_a_uml_guest(overrides: dict[str, str]) -> N
             assert loss == 0.0, (direction, loss)
 
 
-def test_guest_command_line_carries_the_clean_mark_and_refuses_spaces(tmp_path) -> None:  # noqa: ANN001
+def test_guest_command_line_carries_the_clean_mark_and_refuses_spaces(tmp_path) -> None:
     argv = guest_argv(tmp_path, "quicbed-guest-x", python="/usr/bin/python3")
     assert "umid=quicbed-guest-x" in argv  # `quicbed clean` finds it by umid=quicbed-
     assert f"init={GUEST_INIT}" in argv and GUEST_INIT.stat().st_mode & 0o111

@@ -31,7 +31,7 @@ def _config(profile: str, **overrides: str) -> TestbedConfig:
                          servers=(HostSpec(TOPOLOGY_IMAGE),))
 
 
-def _by_metric(cal, metric: str, direction: str = "both"):  # noqa: ANN001, ANN202
+def _by_metric(cal, metric: str, direction: str = "both"):
     return next(c for c in cal.checks if c.metric == metric and c.direction == direction)
 
 

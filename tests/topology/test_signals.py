@@ -31,7 +31,7 @@ def raising_handlers() -> Iterator[list[int]]:
         signal.signal(sig, old)
 
 
-def test_a_signal_during_the_block_is_raised_after_the_whole_block(raising_handlers) -> None:  # noqa: ANN001
+def test_a_signal_during_the_block_is_raised_after_the_whole_block(raising_handlers) -> None:
     steps = []
     with pytest.raises(Stopped, match="SIGTERM"), held_stop_signals():
         os.kill(os.getpid(), signal.SIGTERM)
@@ -45,7 +45,7 @@ def test_a_signal_during_the_block_is_raised_after_the_whole_block(raising_handl
                for sig in STOP_SIGNALS)
 
 
-def test_no_signal_no_exception_and_handlers_restored(raising_handlers) -> None:  # noqa: ANN001
+def test_no_signal_no_exception_and_handlers_restored(raising_handlers) -> None:
     before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     with held_stop_signals():
         pass
@@ -63,7 +63,7 @@ def test_a_signal_the_caller_ignores_stays_ignored() -> None:
         signal.signal(signal.SIGHUP, previous)
 
 
-def test_an_exception_in_the_block_still_restores_and_delivers(raising_handlers) -> None:  # noqa: ANN001
+def test_an_exception_in_the_block_still_restores_and_delivers(raising_handlers) -> None:
     # The signal's exception replaces the block's own, as a Ctrl-C during any cleanup does;
     # the teardown itself had run to where it failed.
     with pytest.raises(Stopped), held_stop_signals():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -167,12 +168,32 @@ def test_set_rtt_ms_is_half_the_delay_each_way() -> None:
 
 
 def test_set_takes_every_sweep_axis_of_experiment_files() -> None:
+    """Every axis, in both directions and in each alone, is applied where it says and nowhere
+    else: the other direction and every other parameter keep the profile's values."""
     india = load_profile("india")
+    given = {"jitter_distribution": ("uniform", "uniform"), "queue_packets": ("50", 50)}
+    applied = 0
     for axis in LINK_AXES:
-        value = {"jitter_distribution": "uniform", "queue_packets": "50"}.get(axis, "1")
-        keys = [axis] if axis == "rtt_ms" else [axis, f"down.{axis}", f"up.{axis}"]
-        for key in keys:
-            apply_overrides(india, parse_overrides([f"{key}={value}"]))
+        text, value = given.get(axis, ("1", 1.0))
+        if axis == "rtt_ms":
+            out = apply_overrides(india, parse_overrides([f"rtt_ms={text}"]))
+            assert india.rtt_ms != value and out.rtt_ms == value
+            assert out.down == replace(india.down, delay_ms=value / 2)
+            assert out.up == replace(india.up, delay_ms=value / 2)
+            applied += 1
+            continue
+        assert getattr(india.down, axis) != value and getattr(india.up, axis) != value, axis
+        for key, directions in ((axis, ("down", "up")), (f"down.{axis}", ("down",)),
+                                (f"up.{axis}", ("up",))):
+            out = apply_overrides(india, parse_overrides([f"{key}={text}"]))
+            for direction in ("down", "up"):
+                spec, before = getattr(out, direction), getattr(india, direction)
+                want = value if direction in directions else getattr(before, axis)
+                assert getattr(spec, axis) == want and type(getattr(spec, axis)) is type(want), \
+                    (key, direction)
+                assert replace(spec, **{axis: getattr(before, axis)}) == before, (key, direction)
+            applied += 1
+    assert applied == 3 * len(LINK_AXES) - 2
 
 
 @pytest.mark.parametrize(("pairs", "message"), [
