@@ -91,7 +91,8 @@ def runner_entry(run_id: str, cid: str, cond: dict[str, Any], host: dict[str, An
     link, cal = cond.get("link") or {}, cond.get("calibration") or {}
     # The runner keeps the calibration's checks and backend one level down (the executor's
     # summary holds rtt_ms/passed/forced and the full Calibration under "calibration").
-    full = cal.get("calibration") if isinstance(cal.get("calibration"), dict) else cal
+    inner = cal.get("calibration")
+    full: dict[str, Any] = inner if isinstance(inner, dict) else cal
     down, up = link.get("down") or {}, link.get("up") or {}
     measured = check_values(full.get("checks"))
     failed = [c for c in full.get("checks") or [] if not c.get("passed", True)]

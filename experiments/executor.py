@@ -92,6 +92,7 @@ class TestbedExecutor:
                             tcp_cc=str(cond.params.get("server.tcp_cc", "cubic"))) as (tb, hosts):
             timing["bringup_s"], clock = time.monotonic() - clock, time.monotonic()
             self.tb, self.hosts, self.started = tb, hosts, set()
+            assert tb.backend  # up once served_testbed has yielded
             self.console.print(f"{cond.id}: calibrating {cond.label} via {tb.backend.name}")
             cal = calibrate(tb)
             timing["calibration_s"], clock = time.monotonic() - clock, time.monotonic()
@@ -192,7 +193,7 @@ class TestbedExecutor:
         for key, fn in (("version", servers.server_version), ("settings", servers.server_settings)):
             try:
                 facts[key] = fn(container, name)
-            except Exception as exc:  # noqa: BLE001 - facts are best effort, recorded as such
+            except Exception as exc:  # facts are best effort, recorded as such
                 facts[key] = f"unavailable: {exc}"
         return facts
 

@@ -237,11 +237,12 @@ class Local:
         run_id, host, info = session.manifest["run_id"], host_facts(), _safe(self.manifest_info)
         for cond, todo in work:
             session.started(cond)
+
+            def calibrated(calib: dict[str, Any], cond_id: str = cond.id) -> None:
+                session.calibrated(cond_id, calib, ran_on(host, info, calib))
+
             try:
-                measure_condition(
-                    cond, todo, self.executor, run_id,
-                    lambda calib, c=cond: session.calibrated(c.id, calib, ran_on(host, info, calib)),
-                    session.record)
+                measure_condition(cond, todo, self.executor, run_id, calibrated, session.record)
             except ConditionSkipped as exc:
                 session.skipped(cond, len(todo), str(exc))
                 continue

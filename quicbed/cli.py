@@ -44,7 +44,7 @@ def _lab_args(p: argparse.ArgumentParser) -> None:
                    help="with `check`: measure and print the reference answers")
 
 
-def _testbed_config(args: argparse.Namespace):  # noqa: ANN202 - lazy import keeps --help fast
+def _testbed_config(args: argparse.Namespace):  # lazy import keeps --help fast
     from quicbed.topology.net import DEFAULT_IMAGE, HostSpec, TestbedConfig
     from quicbed.topology.profiles import load_profile, parse_overrides
 
@@ -116,7 +116,7 @@ def cmd_run(args: argparse.Namespace, on_run_dir: Callable[[Path], None] | None 
     from quicbed.experiments.runner import signals_interrupt
     from quicbed.topology.marker import kill_own_helpers
 
-    def factory(exp, run_dir):  # noqa: ANN001, ANN202 - lazy: a dry run never builds it
+    def factory(exp, run_dir):  # lazy: a dry run never builds it
         from quicbed.experiments.executor import TestbedExecutor
 
         return TestbedExecutor(exp, run_dir, force=args.force, backend=args.backend,
@@ -284,6 +284,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _validate_profile(args: argparse.Namespace) -> None:
+    if args.command in ("calibrate", "lab"):
+        from quicbed.topology.profiles import load_profile, parse_overrides
+
+        load_profile(args.profile, parse_overrides(args.set))
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -295,6 +302,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     needs_root = (args.command in ("calibrate", "lab", "reproduce") and not lab_check) or (
         args.command == "run" and not args.dry_run)
     if needs_root and os.geteuid() != 0:
+        try:  # bad input is said first: it needs no root to find, and root would not fix it
+            _validate_profile(args)
+        except InputError as exc:
+            print(f"quicbed: {exc}", file=sys.stderr)
+            return exc.exit_code
         print("quicbed: needs root (namespaces, tc, Docker)", file=sys.stderr)
         return 4
     signal.signal(signal.SIGTERM, _on_sigterm)

@@ -194,8 +194,9 @@ def check_sysctls() -> list[Check]:
 def check_docker() -> list[Check]:
     proc = _run(["docker", "info", "--format", "{{.ServerVersion}}"]) if shutil.which(
         "docker") else None
-    running = proc is not None and proc.returncode == 0
-    out = [Check("Docker engine", running, f"running, {proc.stdout.strip()}" if running
+    version = proc.stdout.strip() if proc is not None and proc.returncode == 0 else None
+    running = version is not None
+    out = [Check("Docker engine", running, f"running, {version}" if running
                  else "not running: make docker")]
     if not running:
         return out
@@ -246,7 +247,7 @@ def all_checks(commands_only: bool, backends: Callable[[], list[Check]] | None =
     return checks
 
 
-def report(checks: list[Check], out=sys.stdout) -> int:  # noqa: ANN001 - a text stream
+def report(checks: list[Check], out=sys.stdout) -> int:  # a text stream
     width = max(len(c.item) for c in checks)
     failed = [c for c in checks if not c.ok and not c.optional]
     for c in checks:

@@ -163,11 +163,13 @@ def test_the_makefile_installs_the_package_of_every_declared_command() -> None:
 
 
 def _path_without(tmp_path: Path, *left_out: str) -> str:
-    """A PATH of links to every declared command except `left_out`."""
+    """A PATH of links to every declared command except `left_out` (sbin's too: a non-root
+    user's PATH has no /usr/sbin, where tc and insmod live)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    search = f"{os.environ.get('PATH', '')}:/usr/local/sbin:/usr/sbin:/sbin"
     for cmd in doctor.HOST_COMMANDS:
-        real = shutil.which(cmd.name)
+        real = shutil.which(cmd.name, path=search)
         if real and cmd.name not in left_out:
             (bin_dir / cmd.name).symlink_to(real)
     return str(bin_dir)

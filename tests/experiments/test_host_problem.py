@@ -39,7 +39,7 @@ class Failing(SyntheticExecutor):
         self.error, self.attempts = error, 0
 
     @contextlib.contextmanager
-    def condition(self, cond):  # noqa: ANN001, ANN201 - the Executor protocol's
+    def condition(self, cond):  # the Executor protocol's
         self.attempts += 1
         raise self.error
         yield {}
@@ -59,7 +59,7 @@ def _run(file: Path, executor: SyntheticExecutor, results: Path,
                    on_run_dir=on_run_dir)
 
 
-def test_a_host_problem_stops_the_run_at_its_first_condition(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+def test_a_host_problem_stops_the_run_at_its_first_condition(tmp_path: Path, capsys) -> None:
     executor = Failing(HostProblem(REASON))
     code = _run(_experiments(tmp_path)[0], executor, tmp_path / "results")
     out = capsys.readouterr().out
@@ -72,7 +72,7 @@ def test_a_host_problem_stops_the_run_at_its_first_condition(tmp_path: Path, cap
     assert manifest["status"] == "stopped" and manifest["stopped"] == REASON
 
 
-def test_a_refused_calibration_still_skips_only_its_condition(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+def test_a_refused_calibration_still_skips_only_its_condition(tmp_path: Path, capsys) -> None:
     executor = Failing(PathMismatch("calibration failed (rtt_median_ms/both)"))
     code = _run(_experiments(tmp_path)[0], executor, tmp_path / "results")
     assert code == 1 and executor.attempts == 3  # every condition was tried
@@ -80,7 +80,7 @@ def test_a_refused_calibration_still_skips_only_its_condition(tmp_path: Path, ca
 
 
 def test_reproduce_stops_at_the_first_experiment_a_host_problem_stops(tmp_path: Path,
-                                                                      capsys) -> None:  # noqa: ANN001
+                                                                      capsys) -> None:
     files = _experiments(tmp_path, ("alpha", "bravo", "charlie"))
     started: list[str] = []
 

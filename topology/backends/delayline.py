@@ -65,7 +65,7 @@ class DelayLineBackend(Backend):
             argv = [str(binary), "--a", f"dlr{side}x", "--b", f"dlb{side}x",
                     "--config", str(self.dir / f"{direction}.conf"),
                     "--applied", str(self.dir / f"{direction}.applied")]
-            log = open(self.dir / f"{direction}.log", "wb")  # noqa: SIM115 - written until stop
+            log = open(self.dir / f"{direction}.log", "wb")  # written until stop
             self.processes[direction] = subprocess.Popen(
                 self.router.popen_argv(argv), stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True)

@@ -60,7 +60,7 @@ class UmlBackend(TcBackend):
                 f"init={init}", f"QUICBED_CTL={self.ctl}", "con=null", "con0=null,fd:1",
                 f"umid={self.umid}",
                 "vec0:transport=raw,ifname=uml0", "vec1:transport=raw,ifname=uml1"]
-        log = open(self.ctl / "console.log", "wb")  # noqa: SIM115 - UML writes it until stop
+        log = open(self.ctl / "console.log", "wb")  # UML writes it until stop
         # UML's packet sockets take the host's default receive buffer when its init brings
         # vec0/vec1 up; 208 KB overflowed whenever UML waited for the CPU (hundreds of drops
         # a second at 100 Mbit/s), so the default is raised for the boot only.
