@@ -24,7 +24,7 @@ from quicbed.topology.calibrate import (
     start_iperf,
 )
 from quicbed.topology.net import HostSpec, Testbed, TestbedConfig
-from quicbed.topology.profiles import load_profile
+from quicbed.topology.profiles import apply_overrides, load_profile
 
 IDEAL = 1448 / 1514  # TCP payload share of a full frame: the best goodput ÷ rate can be
 
@@ -57,13 +57,46 @@ def bench_profile(name: str, image: str, seconds: int, backend: str
                 "rtt_p95_load_ms": sorted(loaded)[int(0.95 * len(loaded)) - 1]}
 
 
+# The RTT's interquartile range per σ of one direction's jitter (tests/topology/
+# test_delayline_path.py holds the physics; the tight figure lives here, beside the steal).
+IQR_PER_SIGMA = {"normal": 1.349 * 2 ** 0.5, "uniform": 4 * (1 - 2 ** -0.5)}
+
+
+def bench_jitter(image: str, backend: str, sigma: float = 4.0) -> None:
+    print(f"\njitter on india, σ {sigma:g} ms per direction, 2000 pings at 5 ms")
+    print(f"{'table':<9}{'backend':<10}{'IQR':>7}{'expected':>10}{'÷':>7}{'median':>8}"
+          f"{'2.5 %':>8}{'cpu':>6}{'steal':>6}")
+    for distribution, per_sigma in IQR_PER_SIGMA.items():
+        profile = apply_overrides(load_profile("india"), {
+            "jitter_ms": str(sigma), "jitter_distribution": distribution})
+        cfg = TestbedConfig(profile=profile, backend=backend, client=HostSpec(image),
+                            servers=(HostSpec(image),))
+        with Testbed(cfg) as tb:
+            before = cpu_times()
+            samples = tb.ping(count=2000, interval=0.005)
+            cpu = host_cpu_between(before, cpu_times())
+            name = tb.backend.name if tb.backend else "?"
+        q = statistics.quantiles(samples, n=4)
+        iqr, expected = q[2] - q[0], per_sigma * sigma
+        print(f"{distribution:<9}{name:<10}{iqr:>7.2f}{expected:>10.2f}{iqr / expected:>7.3f}"
+              f"{q[1]:>8.2f}{statistics.quantiles(samples, n=40)[0]:>8.2f}{cpu.busy:>6.0%}"
+              f"{cpu.steal:>6.0%}")
+    print("(÷: measured IQR ÷ the table's; within ±15 % for a faithful backend on an idle "
+          "host: a user-space delay line keeps time only while it has the CPU, see steal)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--profiles", nargs="+", default=["india", "germany", "germany-lab"])
     parser.add_argument("--image", default="debian:trixie-slim")
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--backend", default="auto", help="auto, netem, uml or delayline")
+    parser.add_argument("--jitter", action="store_true",
+                        help="only the jitter tables' IQR (normal, uniform) on india")
     args = parser.parse_args()
+    if args.jitter:
+        bench_jitter(args.image, args.backend)
+        return 0
     rows = [bench_profile(p, args.image, args.seconds, args.backend) for p in args.profiles]
     kernel = subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout.strip()
     print(f"\nlink benchmark, kernel {kernel}, backend {args.backend}")

@@ -80,17 +80,20 @@ def test_delayline_gilbert_elliott_loss_has_bursts() -> None:
 
 # Interquartile range of the RTT per σ of one direction: the sum of two draws from netem's
 # normal table is normal with √2·σ (IQR 1.349·√2·σ); of two uniform ±σ draws, triangular on
-# ±2σ (quartiles at ±2σ·(1 − 1/√2)).
-STEAL_LIMIT = 0.02  # of the CPU taken by the hypervisor during a timing measurement
+# ±2σ (quartiles at ±2σ·(1 − 1/√2)). bench/link_bench.py --jitter prints the measured IQR ÷
+# this with the host's CPU steal: the tight figure (±15 %) is a benchmark's, not a test's.
 IQR_PER_SIGMA = {"normal": 1.349 * 2 ** 0.5, "uniform": 4 * (1 - 2 ** -0.5)}
+JITTER_SIGMA_MS = 4.0
 
 
 @pytest.mark.parametrize("distribution", list(IQR_PER_SIGMA))
 def test_delayline_jitter_follows_netem_tables(distribution: str) -> None:
-    """Jitter σ per direction, judged by the RTT's interquartile range (normal 1.91σ, uniform
-    1.17σ). Quartiles, not the standard deviation: a user-space delay line that the host
-    schedules late adds a few far RTTs (3 of 7 CI runs), which would dominate a stdev."""
-    sigma = 4.0
+    """Jitter σ per direction, by physics a broken delay line crosses and a late-scheduled one
+    cannot fake. A host that runs the delay line late only adds delay, so the low tail is its
+    own: a uniform draw never goes below 80 − 2σ, the normal table's 2.5 % quantile lies
+    1.96·√2·σ below 80 (2.6 ms under the uniform bound at σ = 4 ms; its standard error here is
+    0.3 ms). The IQR must be the table's within a factor (no jitter, or σ doubled, fail)."""
+    sigma = JITTER_SIGMA_MS
     profile = apply_overrides(load_profile("india"),
                               {"jitter_ms": str(sigma), "jitter_distribution": distribution})
     with Testbed(_delayline(profile)) as tb:
@@ -99,21 +102,17 @@ def test_delayline_jitter_follows_netem_tables(distribution: str) -> None:
         cpu = host_cpu_between(before, cpu_times())
     assert len(samples) >= 1980
     quartiles = statistics.quantiles(samples, n=4)
+    low_tail = statistics.quantiles(samples, n=40)[0]
     iqr, expected = quartiles[2] - quartiles[0], IQR_PER_SIGMA[distribution] * sigma
-    # 15%: the IQR of 2000 samples varies by ~3% (4 standard errors); the other table is 39%
-    # away
-    failed = [f"IQR {iqr:.2f} ms, expected {expected:.2f}"] if abs(iqr - expected) >= 0.15 * expected else []
-    if abs(quartiles[1] - 80.0) >= 1.0:
-        failed.append(f"median {quartiles[1]:.2f} ms")
-    if distribution == "uniform":  # bounded: 95% of the RTTs within ±2σ (host delays aside)
-        low, high = statistics.quantiles(samples, n=40)[0], statistics.quantiles(samples, n=40)[-1]
-        if not (80 - 2 * sigma - 0.5 <= low and high <= 80 + 2 * sigma + 0.5):
-            failed.append(f"2.5/97.5 % at {low:.2f}/{high:.2f} ms")
-    # A user-space delay line keeps time only while it has a CPU: when the hypervisor took the
-    # vCPU away (steal), the RTTs measure the host, not the delay line; say so, do not judge.
-    if failed and cpu.steal >= STEAL_LIMIT:
-        pytest.skip(f"{', '.join(failed)} while the hypervisor stole {cpu.steal:.0%} of the CPU")
-    assert not failed, (failed, quartiles, cpu)
+    seen = (f"IQR {iqr:.2f} ms (table {expected:.2f}), quartiles {quartiles}, 2.5 % at "
+            f"{low_tail:.2f} ms, {cpu}")
+    assert 0.6 * expected <= iqr <= 1.6 * expected, seen
+    assert abs(quartiles[1] - 80.0) < 2.0, seen
+    uniform_floor = 80 - 2 * sigma - 0.5
+    if distribution == "uniform":
+        assert low_tail >= uniform_floor, seen
+    else:
+        assert low_tail < uniform_floor - 1.0, seen
 
 
 # Two directions judged on a random seed: at 99 % each, one run in 50 fails a correct delay
