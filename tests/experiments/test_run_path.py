@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -66,10 +67,12 @@ def test_ci_experiment_passes_its_expectations(ci_run: CiRun) -> None:
     rows = _rows(run_dir)
     assert len(rows) == TRIALS and all(r["error"] is None for r in rows)
     # The testbed's own cost per trial (tool start, docker exec, bookkeeping) stays small: a
-    # trial is its transfer, not a DNS timeout (5 s before) or a server start.
+    # trial is its transfer, not a DNS timeout (5 s before) or a server start (seconds). The
+    # figure itself (about 0.1 s) is bench/overhead_bench.py's: a 2-core VM's scheduler moves
+    # one trial's maximum, not the typical one.
     for client in {r["client"] for r in rows}:
         overhead = [r["wall_s"] - r["transfer_s"] for r in rows if r["client"] == client]
-        assert max(overhead) < 0.5, (client, overhead)
+        assert statistics.median(overhead) < 0.5 and max(overhead) < 2.0, (client, overhead)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     calibration = manifest["conditions"]["c0"]["calibration"]
     assert calibration["passed"] and not calibration["forced"]
