@@ -34,7 +34,7 @@ from rich.progress import (
 from quicbed import paths, rowschema
 from quicbed.analysis.expectations import statistic
 from quicbed.analysis.overhead import account, summary_lines
-from quicbed.errors import HostProblem
+from quicbed.errors import HostProblem, PathMismatch
 from quicbed.topology.signals import STOP_SIGNALS
 
 from .matrix import Condition, Trial, conditions, count_per_condition, trials
@@ -92,6 +92,8 @@ class RunSummary:
     skipped: list[str] = field(default_factory=list)  # condition ids that could not be set up
     interrupted: bool = False
     stopped: str | None = None  # a HostProblem: no later condition could have run either
+    # Conditions whose path failed calibration: refused, or measured anyway with --force.
+    mismatched: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -99,6 +101,8 @@ class RunSummary:
             return 130
         if self.stopped:
             return HostProblem.exit_code
+        if self.mismatched:  # as `quicbed calibrate`: forced or not, the path was not the profile's
+            return PathMismatch.exit_code
         return 1 if self.failed or self.skipped else 0
 
 
@@ -186,6 +190,8 @@ class Session:
         self.bar.update(self.task, description=f"{cond.id} {cond.label}")
 
     def calibrated(self, cond_id: str, calib: dict[str, Any], ran_on: dict[str, Any]) -> None:
+        if calib.get("forced"):
+            self.summary.mismatched.append(cond_id)
         entry = self.manifest["conditions"][cond_id]
         entry.pop("error", None)
         entry.update(calibration=calib, ran_on=ran_on)
@@ -203,6 +209,8 @@ class Session:
         return True
 
     def skipped(self, cond: Condition, left: int, reason: str) -> None:
+        if reason.startswith(f"{PathMismatch.__name__}:"):
+            self.summary.mismatched.append(cond.id)
         self.manifest["conditions"][cond.id]["error"] = reason
         self.summary.skipped.append(cond.id)
         self.bar.console.print(f"{cond.id} {cond.label}: skipped: {reason}", style="red",

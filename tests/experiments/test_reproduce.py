@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -246,48 +247,92 @@ repetitions: 20
 """
 
 
-def _start_reproduce(directory: Path, results: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "QUICBED_RESULTS": str(results), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "quicbed.cli", "reproduce", "--experiments", str(directory),
-         "--full", "--no-progress", "--out", str(results / "report")],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _start_reproduce(directory: Path, results: Path, terminal: bool = False) -> Started:
+    """`quicbed reproduce` as a child (signalled by the test), or as a terminal runs it: the
+    session leader on a pty whose ^C the kernel sends as SIGINT to the whole foreground
+    process group (docker exec, iperf3 and every helper), not to the parent alone."""
+    env = {**os.environ, "QUICBED_RESULTS": str(results), "PYTHONUNBUFFERED": "1",
+           "COLUMNS": "200", "LINES": "50", "TERM": "dumb"}
+    argv = [sys.executable, "-m", "quicbed.cli", "reproduce", "--experiments", str(directory),
+            "--full", "--no-progress", "--out", str(results / "report")]
+    if not terminal:
+        return Started(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True))
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(["setsid", "-c", *argv], env=env, stdin=slave, stdout=slave,
+                            stderr=slave)
+    os.close(slave)
+    return Started(proc, master)
 
 
-class Output:
-    """The merged output of a process, read by a thread so waiting never blocks on it."""
+class Started:
+    """The process and its merged output, read by a thread so waiting never blocks on it."""
 
-    def __init__(self, proc: subprocess.Popen[str]):
-        self.lines: list[str] = []
-        assert proc.stdout
-        self.thread = threading.Thread(target=lambda: self.lines.extend(proc.stdout), daemon=True)
+    def __init__(self, proc: subprocess.Popen, master: int | None = None):
+        self.proc, self.master, self.chunks = proc, master, []
+        self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
+
+    def _read(self) -> None:
+        if self.master is None:
+            assert self.proc.stdout
+            self.chunks.extend(self.proc.stdout)
+            return
+        while True:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:  # EIO: the session ended
+                return
+            if not chunk:
+                return
+            self.chunks.append(chunk.decode(errors="replace"))
 
     @property
     def text(self) -> str:
-        return "".join(self.lines)
+        return "".join(self.chunks)
+
+    def interrupt(self, sig: int) -> None:
+        if self.master is not None and sig == signal.SIGINT:
+            os.write(self.master, b"\x03")  # Ctrl-C at the terminal
+        else:
+            self.proc.send_signal(sig)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                if self.master is not None:  # the session leader's group: every child too
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                else:
+                    self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.thread.join(timeout=10)
+        if self.master is not None:
+            os.close(self.master)
+            self.master = None
 
 
-def _wait_for(proc: subprocess.Popen[str], out: Output, phase: str, results: Path,
-              timeout: float = 300) -> None:
+def _wait_for(run: Started, phase: str, results: Path, timeout: float = 300) -> None:
     """Until the run is calibrating, or has written 3 rows."""
+    proc = run.proc
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        if phase == "calibrating" and "calibrating" in out.text:
+        if phase == "calibrating" and "calibrating" in run.text:
             return
         rows = list(results.glob("*/rows.jsonl"))
         if phase == "trials" and rows and rows[0].read_text().count("\n") >= 3:
             return
         time.sleep(0.1)
-    proc.kill()
-    pytest.fail(f"reproduce never reached {phase}: {out.text[-3000:]}")
+    run.close()
+    pytest.fail(f"reproduce never reached {phase}: {run.text[-3000:]}")
 
 
 @pytest.mark.path
 @pytest.mark.usefixtures("clean_slate")
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-@pytest.mark.parametrize("phase", ["calibrating", "trials"])
-def test_real_reproduce_stops_on_one_signal(tmp_path, sig, phase):
+@pytest.mark.parametrize(("how", "phase"), [("ctrl-c", "calibrating"), ("ctrl-c", "trials"),
+                                            ("sigterm", "trials")])
+def test_real_reproduce_stops_on_one_signal(tmp_path, how, phase):
+    """Ctrl-C typed at reproduce's terminal (the whole process group gets SIGINT), or a
+    SIGTERM to the process (a CI cancel, `timeout`): one stops everything, nothing is left."""
     from quicbed.topology.clean import leftovers
     from quicbed.topology.marker import marked_processes
 
@@ -295,16 +340,18 @@ def test_real_reproduce_stops_on_one_signal(tmp_path, sig, phase):
     directory.mkdir()
     for name in ("first", "second"):
         (directory / f"{name}.yaml").write_text(REAL_EXPERIMENT.format(name=name))
-    proc = _start_reproduce(directory, results)
-    output = Output(proc)
-    _wait_for(proc, output, phase, results)
-    proc.send_signal(sig)
-    start = time.monotonic()
-    proc.wait(timeout=90)
-    output.thread.join(timeout=10)
-    out = output.text
-    assert proc.returncode == 130, out[-3000:]
-    assert time.monotonic() - start < 60, f"took {time.monotonic() - start:.0f} s to stop"
+    run = _start_reproduce(directory, results, terminal=how == "ctrl-c")
+    try:
+        _wait_for(run, phase, results)
+        run.interrupt(signal.SIGINT if how == "ctrl-c" else signal.SIGTERM)
+        start = time.monotonic()
+        run.proc.wait(timeout=90)
+        stopped_in = time.monotonic() - start
+    finally:
+        run.close()
+    out = run.text.replace("\r\n", "\n")
+    assert run.proc.returncode == 130, out[-3000:]
+    assert stopped_in < 60, f"took {stopped_in:.0f} s to stop"
     (run_dir,) = [p for p in results.iterdir() if p.is_dir()]  # the second never started
     assert run_dir.name.startswith("first-")
     assert f"resume with: quicbed run {directory / 'first.yaml'} --resume {run_dir.name}" in out

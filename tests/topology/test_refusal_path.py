@@ -1,0 +1,76 @@
+"""The headline guarantee on a real path: a path that is not its profile's is refused. The
+router's bottleneck is set to half the profile's rate behind the testbed's back (its htb, the
+one stage every backend shares, is given half the rate); calibration must find it and
+`quicbed calibrate` and `quicbed run` exit 3. Without --force nothing is measured; with it
+every row is measured, marked, and the run still exits 3."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from quicbed import cli, paths
+from quicbed.topology import net
+from quicbed.topology.linkspec import LinkSpec, rate_commands
+
+pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
+
+TOPOLOGY_IMAGE = os.environ.get("QUICBED_TEST_IMAGE", "debian:trixie-slim")
+EXPERIMENT = """\
+name: wrong-path
+profiles: [india]
+servers: [caddy]
+clients: [{tool: quic_perf, backend: ngtcp2}]
+workload: {kind: web, objects: [index.html]}
+repetitions: 2
+"""
+
+
+@pytest.fixture
+def half_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    def halved(dev: str, spec: LinkSpec, rtt_ms: float) -> list[list[str]]:
+        return rate_commands(dev, replace(spec, rate_mbit=spec.rate_mbit / 2), rtt_ms)
+
+    monkeypatch.setattr(net, "rate_commands", halved)
+
+
+@pytest.mark.usefixtures("half_rate")
+def test_calibrate_refuses_a_path_at_half_its_rate(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "cal.json"
+    code = cli.main(["calibrate", "india", "--samples", "20", "--udp-packets", "2000",
+                     "--seconds", "3", "--client-image", TOPOLOGY_IMAGE, "--json", str(out)])
+    printed = capsys.readouterr()
+    assert code == 3, (printed.out + printed.err)[-3000:]
+    cal = json.loads(out.read_text())
+    failed = {(c["metric"], c["direction"]): c["measured"] for c in cal["checks"]
+              if not c["passed"]}
+    assert set(failed) == {("goodput_mbit", "down"), ("goodput_mbit", "up")}, failed
+    assert all(0.4 * 20 <= mbit <= 0.5 * 20 for mbit in failed.values()), failed
+
+
+@pytest.mark.usefixtures("half_rate")
+@pytest.mark.parametrize("force", [False, True], ids=["refused", "forced"])
+def test_run_on_a_wrong_path_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     force: bool) -> None:
+    monkeypatch.setattr(paths, "RESULTS", tmp_path / "results")
+    file = tmp_path / "wrong-path.yaml"
+    file.write_text(EXPERIMENT)
+    code = cli.main(["run", str(file), "--no-progress", *(["--force"] if force else [])])
+    assert code == 3
+    (run_dir,) = (tmp_path / "results").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (condition,) = manifest["conditions"].values()
+    rows_file = run_dir / "rows.jsonl"
+    rows = [json.loads(ln) for ln in rows_file.read_text().splitlines()] if rows_file.exists() else []
+    if not force:
+        assert rows == [] and condition["error"].startswith("PathMismatch: calibration failed")
+        assert manifest["status"] == "incomplete"
+        return
+    calibration = condition["calibration"]
+    assert calibration["forced"] and not calibration["passed"]
+    assert len(rows) == 2 and all(r["calib_forced"] and not r["calib_passed"] for r in rows)
