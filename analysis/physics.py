@@ -38,6 +38,11 @@ PATH_TOLERANCE = 0.01
 # `client_cpu_ms`) is at most 3 % above n RTT: the server's time and the flights'
 # transmission are what may remain. The raw ratio is always shown beside it.
 CONNECTION_EXCESS = 0.03
+# In a run's rows (no captures: the server's time cannot be taken out), the connection time
+# net of the client's CPU may exceed n RTT by max(3 %, ROW_EXCESS_MS).
+ROW_EXCESS_MS = 1.5
+# Runner and bench must agree on the client's own time within this (bench/handshake_bench.py).
+RUNNER_CPU_MS = 0.5
 # TLS 1.2's 10 MB goodput ÷ the TCP model of the link (tcp_download_s).
 GOODPUT_OF_MODEL = 0.97
 
@@ -50,6 +55,16 @@ def net_connection_rtts(connection_ms: float, client_ms: float | None, rtt_ms: f
 
 def connection_within(rtts: int, net_ratio: float) -> bool:
     return rtts * (1 - PATH_TOLERANCE) <= net_ratio <= rtts * (1 + CONNECTION_EXCESS)
+
+
+def row_connection_within(rtts: int, net_ratio: float, rtt_ms: float) -> bool:
+    """A row's connection ÷ RTT net of the client's CPU only (no capture, so the server's time
+    stays in): within max(+3 %, +1.5 ms) of n RTT."""
+    return rtts * (1 - PATH_TOLERANCE) <= net_ratio <= row_upper_rtts(rtts, rtt_ms)
+
+
+def row_upper_rtts(rtts: int, rtt_ms: float) -> float:
+    return rtts + max(CONNECTION_EXCESS * rtts, ROW_EXCESS_MS / rtt_ms)
 
 
 def path_within(path_ratio: float) -> bool:

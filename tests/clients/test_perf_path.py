@@ -15,7 +15,7 @@ import statistics
 import pytest
 from capture_shell import ARRIVING, ARRIVING_TLS12, attempt_line, tool_earlier_than_wire, wirecheck
 
-from quicbed.analysis.physics import connection_within, net_connection_rtts
+from quicbed.analysis.physics import net_connection_rtts, row_connection_within
 from quicbed.experiments.executor import TestbedExecutor
 from quicbed.experiments.matrix import conditions, trials
 from quicbed.experiments.schema import load_experiment
@@ -79,13 +79,14 @@ def test_fresh_connection_costs_its_rtts(path, client: str) -> None:
     _, _, rtt, _ = path
     rows = _fetch(path, "nginx", client)
     expected = CLIENTS[client][2]
-    # The decided criterion (analysis/physics.py): net of the client's own measured time, at
-    # most 3 % above n RTT (the server's time and the flights' transmission); raw beside it.
+    # The decided criterion for rows (analysis/physics.py): net of the client's own measured
+    # time, at most max(3 %, 1.5 ms) above n RTT (the server's time and the flights'
+    # transmission stay in; the bench takes the server's out from captures); raw beside it.
     assert all(0 < r["client_cpu_ms"] < r["connection_time_ms"] for r in rows), rows[0]
     net = statistics.median(net_connection_rtts(r["connection_time_ms"], r["client_cpu_ms"], rtt)
                             for r in rows)
     raw = _median(rows, "connection_time_ms") / rtt
-    assert connection_within(expected, net), (net, raw)
+    assert row_connection_within(expected, net, rtt), (net, raw)
     # The request goes after the handshake: the first byte comes at least 1 RTT later.
     gaps = [(r["ttfb_ms"] - r["connection_time_ms"]) / rtt for r in rows]
     assert statistics.median(gaps) >= 0.98, gaps
