@@ -23,8 +23,9 @@ def _link_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a link parameter (loss_pct=1, down.rate_mbit=50)")
     p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
-                   help="where the netem stage runs (auto: the host kernel if it has netem, else a UML "
-                   "router, or the delay line above 100 Mbit/s)")
+                   help="where the netem stage runs (auto: the host kernel's netem if it works, "
+                   "else a UML router if it boots here and the rate is <= 100 Mbit/s, else the "
+                   "delay line; `quicbed doctor` shows which run here)")
     p.add_argument("--tcp-cc", default="cubic", help="TCP congestion control in every host")
     p.add_argument("--client-image", default=None, help="client container image")
     p.add_argument("--server-image", default=None, help="server container image")
