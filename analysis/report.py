@@ -15,7 +15,7 @@ import yaml
 from quicbed.workloads import ReportSection, report_sections
 
 from . import render
-from .claims import Direction, Verdict, evaluate, expectation_claim
+from .claims import NO_DATA, Direction, Verdict, evaluate, expectation_claim
 from .expectations import compile_expectation
 from .figures import Figure, make_figures
 from .load import AnalysisError, load_runs, resolve_run_dir, results_root
@@ -78,12 +78,26 @@ def summary_section(df: pd.DataFrame, manifests: list[dict[str, Any]], warnings:
     return Section("Summary", blocks)
 
 
-def directions_section(ok: pd.DataFrame) -> Section:
-    return Section("Against the paper", [
+NEEDS_FULL = "needs FULL=1"
+
+
+def directions_section(ok: pd.DataFrame, quick: bool = False) -> Section:
+    """The paper's findings against the rows. From a quick run, a finding that has not the
+    samples a verdict needs is marked as needing the full run, not left as a bare "not enough
+    data": the quick slice is chosen for time, and says which claims it cannot judge."""
+    verdicts = evaluate(ok)
+    blocks: list[Block] = [
         Text("Each finding of the paper (as a direction), what this run found, and whether "
              "it holds. Significance: Welch's t-test and Mann–Whitney U both at p < 0.01 "
-             "with ≥ 10 trials per side."),
-        VerdictList(evaluate(ok))])
+             "with ≥ 10 trials per side.")]
+    if quick:
+        verdicts = [(d, Verdict(NEEDS_FULL, v.found) if v.status == NO_DATA else v)
+                    for d, v in verdicts]
+        judged = sum(v.status != NEEDS_FULL for _, v in verdicts)
+        blocks.append(Text(f"A quick run: it judges {judged} of {len(verdicts)} findings; "
+                           f"those marked '{NEEDS_FULL}' need the paper's repetitions "
+                           "(`make reproduce FULL=1`)."))
+    return Section("Against the paper", [*blocks, VerdictList(verdicts)])
 
 
 def expect_lines(experiment_text: object) -> list[str]:
@@ -235,7 +249,7 @@ def build_sections(df: pd.DataFrame, manifests: list[dict[str, Any]],
     ok = df[~df["failed"]]
     sections = [
         summary_section(df, manifests, warnings),
-        directions_section(ok),
+        directions_section(ok, quick=any(m.get("quick") for m in manifests)),
         expectations_section(ok, manifests),
         *(workload_section(spec, ok, figures) for spec in report_sections()),
         run_section(df, manifests),

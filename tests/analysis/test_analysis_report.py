@@ -185,3 +185,20 @@ def test_a_protocol_above_144p_is_judged_only_with_enough_sessions(sessions: int
     judged = lowest_144p(pd.DataFrame(rows))
     assert judged.status == status
     assert f"QUIC 480p (n={sessions})" in judged.found[0]
+
+
+def test_a_quick_run_marks_the_findings_it_cannot_judge(tmp_path: Path) -> None:
+    """Three repetitions judge none of the paper's significance-tested findings: a quick run's
+    report says they need the full run; a full run with as few says only 'not enough data'."""
+    import json
+
+    run_dir = write_run(tmp_path, "quick", Model(repetitions=3))
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "quick": True}))
+    text = write_report([str(run_dir)]).with_suffix(".md").read_text()
+    section = text.split("## Against the paper", 1)[1].split("\n## ", 1)[0]
+    assert "A quick run: it judges" in section and "`make reproduce FULL=1`" in section
+    assert "needs FULL=1" in section and NO_DATA not in section
+    full_dir = write_run(tmp_path, "few", Model(repetitions=3))
+    full = write_report([str(full_dir)]).with_suffix(".md").read_text()
+    assert "needs FULL=1" not in full and NO_DATA in full
