@@ -190,8 +190,12 @@ def test_browser_packets_cross_the_emulated_link(path: Path_, protocol: str) -> 
         tries.append((worst, result["wire_first_rtt_ms"], events))
         if worst <= 3.0:
             break
-    worst, first_rtt, _ = min(tries, key=lambda t: t[0])
-    assert abs(first_rtt - path.rtt) <= 0.03 * path.rtt, (tries, report)
+    worst, _, _ = min(tries, key=lambda t: t[0])
+    # The first round trip on the wire is the emulated path's: never shorter than the
+    # calibrated RTT (a path around the link takes well under 1 ms), and longer only by what a
+    # UML router's timers or a busy host add to one sample (3.6 ms once in CI, at 80 ms).
+    for _, first_rtt, _ in tries:
+        assert 0.99 * path.rtt <= first_rtt <= 1.1 * path.rtt, (tries, report)
     assert worst <= 3.0, report
 
 
