@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quicbed.labs.exercises import EXERCISES, Answers
+from quicbed.topology.calibrate import GOODPUT_CEILING
 from quicbed.topology.profiles import Profile, load_profile, parse_overrides
 
 # Round trips before the request can leave: TCP's handshake (1) plus TLS 1.2's two flights,
@@ -48,7 +49,7 @@ def physics_violations(name: str, profile: Profile, ref: Answers) -> list[str]:
         near("bdp_kbyte", bdp_kbyte(profile), RTT_TOLERANCE)
         for queue in (20, 200):
             goodput, loaded = float(ref[f"goodput_mbit_q{queue}"]), float(ref[f"loaded_rtt_ms_q{queue}"])
-            if goodput > profile.down.rate_mbit * 1.02:
+            if goodput > profile.down.rate_mbit * GOODPUT_CEILING:
                 out.append(f"goodput_mbit_q{queue} = {goodput} above the link's "
                            f"{profile.down.rate_mbit:g} Mbit/s")
             if loaded < rtt * (1 - RTT_TOLERANCE):

@@ -120,6 +120,13 @@ def check_rtt(tb: Testbed, samples: int) -> Check:
                  f"min {min(rtts):.2f} ms over {len(rtts)} samples")
 
 
+TCP_PAYLOAD_SHARE = 1448 / FRAME_BYTES  # a full frame's TCP payload (timestamps on): 0.956
+# The receiver's per-second rates on an idle calibrated path agree within 0.2 %; half a percent
+# is the stated measurement error on top of the payload share.
+GOODPUT_ERROR = 0.005
+GOODPUT_CEILING = TCP_PAYLOAD_SHARE * (1 + GOODPUT_ERROR)  # no link carries more: 0.961
+
+
 def goodput_floor(rate_mbit: float) -> float:
     return 0.94 if rate_mbit <= 100 else 0.90
 
@@ -176,21 +183,24 @@ def check_goodput(tb: Testbed, direction: str, spec: LinkSpec, seconds: float) -
     attempts: list[GoodputAttempt] = []
     for _ in range(GOODPUT_ATTEMPTS):
         attempts.append(_goodput_once(tb, direction, seconds))
-        if floor <= attempts[-1].mbit / spec.rate_mbit <= 1.02:
+        if floor <= attempts[-1].mbit / spec.rate_mbit <= GOODPUT_CEILING:
             break
-    best = max(attempts, key=lambda a: a.mbit)
+    # The best attempt within physics; one above the ceiling counts something the path did not
+    # carry, and is judged as it is only when no attempt is within it.
+    within = [a for a in attempts if a.mbit / spec.rate_mbit <= GOODPUT_CEILING]
+    best = max(within or attempts, key=lambda a: a.mbit)
     ratio = best.mbit / spec.rate_mbit
-    passed = floor <= ratio <= 1.02
+    passed = floor <= ratio <= GOODPUT_CEILING
     tried = ", ".join(f"{a.mbit:.1f} ({a.cpu.describe()})" for a in attempts)
     detail = (f"{ratio:.3f} of rate (attempts: {tried}); ideal TCP payload share "
-              f"{1448 / FRAME_BYTES:.3f}")
+              f"{TCP_PAYLOAD_SHARE:.3f}")
     if not passed and ratio < floor and all(a.cpu.saturated for a in attempts):
         detail += ("; the host's CPU was saturated in every attempt: this host cannot carry "
                    "this rate now (stop other work, or calibrate a lower rate)")
     egress = f"router egress {_egress(tb, direction)}"
     return [
         Check("goodput_mbit", direction, spec.rate_mbit, round(best.mbit, 3),
-              f"{floor:.0%}..102% of rate", passed, detail),
+              f"{floor:.0%}..{GOODPUT_CEILING:.1%} of rate", passed, detail),
         Check("router_bytes", direction, best.received, best.crossed, ">= bytes received",
               best.crossed >= best.received,
               f"{egress} sent {best.crossed} B while the receiver got {best.received} B"),
@@ -398,13 +408,14 @@ def _receiver_intervals(result: dict[str, Any], direction: str) -> list[dict[str
 
 
 def receiver_goodput_mbit(result: dict[str, Any], direction: str) -> float:
-    """Mean of the receiver's full intervals (a trailing partial interval is left out)."""
-    intervals = [i for i in _receiver_intervals(result, direction) if i["seconds"] >= 0.9]
-    if not intervals:
-        return 0.0
-    total_bytes = sum(i["bytes"] for i in intervals)
-    total_seconds = sum(i["seconds"] for i in intervals)
-    return total_bytes * 8 / total_seconds / 1e6
+    """Median of the receiver's full one-second rates (a trailing partial interval is left
+    out). Not the mean: the receiver counts what iperf3 reads, and a reader that fell behind
+    while the omitted slow start ran reads that backlog in the first measured second (0.968 to
+    0.979 of the rate in one reproduce, above the 0.956 a link can carry; 19.4 against 19.13
+    Mbit/s in the other seconds here)."""
+    rates = [i["bytes"] * 8 / i["seconds"] / 1e6
+             for i in _receiver_intervals(result, direction) if i["seconds"] >= 0.9]
+    return statistics.median(rates) if rates else 0.0
 
 
 def _received_bytes(result: dict[str, Any], direction: str) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from quicbed.errors import EnvironmentProblem
+from quicbed.topology.calibrate import GOODPUT_CEILING
 from quicbed.topology.guest import GUEST_INIT, GuestJob, calibrate_in_guest, guest_argv
 
 
@@ -36,7 +37,7 @@ def test_netem_backend_calibrates_in_a_uml_guest(overrides: dict[str, str]) -> N
     assert not _failed(cal), _failed(cal)
     assert abs(_check(cal, "rtt_median_ms")["measured"] - 80.0) <= 0.8
     for direction in ("down", "up"):
-        assert 0.94 * 20 <= _check(cal, "goodput_mbit", direction)["measured"] <= 1.02 * 20
+        assert 0.94 * 20 <= _check(cal, "goodput_mbit", direction)["measured"] <= GOODPUT_CEILING * 20
         loss = _check(cal, "loss_pct", direction)["measured"]
         if overrides:
             assert abs(loss - 1.0) < 0.4, (direction, loss)

@@ -326,3 +326,26 @@ def test_loss_check_holds_a_sweep_to_a_small_false_alarm_rate_and_still_refuses_
         assert not _loss_check("down", 5.0, lost, 20000, bursty=False).passed
     assert not _loss_check("up", 1.0, 260, 20000, bursty=False).passed  # 1.3 % at 1 %
     assert _loss_check("up", 1.0, 200, 20000, bursty=False).passed
+
+
+def test_goodput_is_the_median_second_and_the_ceiling_is_the_payload_share() -> None:
+    """A receiver that fell behind during the omitted slow start reads its backlog in the
+    first measured second: the mean of the seconds would exceed what the link can carry."""
+    from quicbed.topology.calibrate import (
+        GOODPUT_CEILING,
+        TCP_PAYLOAD_SHARE,
+        receiver_goodput_mbit,
+    )
+
+    def second(mbit: float, omitted: bool = False, seconds: float = 1.0) -> dict:
+        return {"sum": {"bytes": mbit * 1e6 / 8 * seconds, "seconds": seconds,
+                        "omitted": omitted}}
+
+    rates = [24.0, 19.13, 19.12, 19.13, 19.14]  # 0.985 of 20 Mbit/s as a mean
+    result = {"intervals": [second(14.5, True), second(19.1, True), *map(second, rates),
+                            second(30.0, seconds=0.4)]}
+    assert receiver_goodput_mbit(result, "down") == pytest.approx(19.13)
+    upload = {"server_output_json": result}
+    assert receiver_goodput_mbit(upload, "up") == pytest.approx(19.13)
+    assert TCP_PAYLOAD_SHARE == pytest.approx(1448 / 1514)
+    assert 0.956 < GOODPUT_CEILING < 0.962  # 0.968 of the rate, seen in a reproduce, fails
