@@ -130,7 +130,7 @@ compose-up: compose-prepare images
 lab: deps docker venv images delayline doctor
 	$(QUICBED) lab $(PROFILE)
 
-# Quick by default (about 5½ minutes on 2 cores); FULL=1 runs the paper's repetitions.
+# Quick by default (about 12½ minutes on 2 cores); FULL=1 runs the paper's repetitions.
 reproduce: deps docker venv images delayline doctor
 	$(QUICBED) reproduce $(if $(FULL),--full,)
 
