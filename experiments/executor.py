@@ -27,7 +27,7 @@ from quicbed.paths import CACHE, STATE
 from quicbed.servers import pki
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.topology.backends import choose_backend, proofs
-from quicbed.topology.calibrate import calibrate
+from quicbed.topology.calibration_reuse import calibrate_or_reuse
 from quicbed.topology.calibration_table import print_calibration
 from quicbed.topology.hosts import DockerHost
 from quicbed.topology.net import (
@@ -94,7 +94,7 @@ class TestbedExecutor:
             self.tb, self.hosts, self.started = tb, hosts, set()
             assert tb.backend  # up once served_testbed has yielded
             self.console.print(f"{cond.id}: calibrating {cond.label} via {tb.backend.name}")
-            cal = calibrate(tb)
+            cal = calibrate_or_reuse(tb)
             timing["calibration_s"], clock = time.monotonic() - clock, time.monotonic()
             print_calibration(cal, self.console)
             if not cal.passed and not self.force:

@@ -198,9 +198,11 @@ PLAY_SECONDS = 20  # of media; the experiments play 60 (quick) or 180 (the paper
 PLAYED = {"quic": "quic", "tcp": "tls1.3"}  # the handout's two protocols
 
 
-def playback(tb: Any, protocol: str, seconds: int = PLAY_SECONDS) -> dict[str, Any]:
+def playback(tb: Any, protocol: str, seconds: int | None = None) -> dict[str, Any]:
     """One DASH playback in a fresh headless Chromium: browser_perf with the arguments the
-    experiments give it (clients/tools.py), so the lab plays what a run measures."""
+    experiments give it (clients/tools.py), so the lab plays what a run measures. The media
+    time is PLAY_SECONDS unless given (read at the call: the suite plays shorter)."""
+    seconds = seconds or PLAY_SECONDS
     from quicbed.clients.tools import TOOLS
     from quicbed.topology.net import server_address
 

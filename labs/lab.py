@@ -222,7 +222,7 @@ def lab_cli_class(tb: Any) -> type:
         def do_play(self, line: str) -> None:
             """Play the DASH video in a fresh headless Chromium and print its QoE:
             play quic|tls1.3|tls1.2 [SECONDS] (of media; default 20)."""
-            from quicbed.labs.exercises import PLAY_SECONDS, playback, playback_line
+            from quicbed.labs.exercises import playback, playback_line
 
             words = line.split()
             if not words or words[0] not in ("quic", "tls1.3", "tls1.2") or len(words) > 2 \
@@ -230,7 +230,7 @@ def lab_cli_class(tb: Any) -> type:
                 error("play: usage: play quic|tls1.3|tls1.2 [SECONDS of media, 1-180]\n")
                 return
             try:
-                row = playback(tb, words[0], int(words[1]) if len(words) == 2 else PLAY_SECONDS)
+                row = playback(tb, words[0], int(words[1]) if len(words) == 2 else None)
             except RuntimeError as exc:
                 error(f"play: {exc}\n")
                 return

@@ -33,6 +33,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def calibrations_of_this_session(tmp_path_factory: pytest.TempPathFactory):
+    """Runs started by tests prove route and RTT on every bring-up and reuse goodput and loss
+    from the session's first calibration of the same path (topology/calibration_reuse.py).
+    Tests about calibration itself call calibrate() directly or unset the variable."""
+    from quicbed.topology.calibration_reuse import REUSE_ENV
+
+    before = os.environ.get(REUSE_ENV)
+    os.environ[REUSE_ENV] = str(tmp_path_factory.mktemp("calibrations"))
+    yield
+    if before is None:
+        os.environ.pop(REUSE_ENV, None)
+    else:
+        os.environ[REUSE_ENV] = before
+
+
 @pytest.fixture(scope="module")
 def clean_slate():
     """Nothing of an earlier run around before the module's tests, nothing left after."""

@@ -50,6 +50,9 @@ class Calibration:
     started_at: float = field(default_factory=time.time)
     duration_s: float = 0.0
     link: dict[str, Any] = field(default_factory=dict)
+    # set when goodput and loss come from an earlier calibration of this path in the same
+    # session (calibration_reuse.py): the time of that calibration
+    reused_from: str = ""
 
     @property
     def passed(self) -> bool:

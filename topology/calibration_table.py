@@ -43,6 +43,9 @@ def print_calibration(cal: Calibration, console: Console | None = None) -> None:
     console.print(table)
     summary = "[green]path matches the profile[/green]" if cal.passed else \
         "[red]path does NOT match the profile: refusing to measure through it[/red]"
+    if cal.reused_from:
+        summary += (f" (route and RTT proven now; goodput and loss as calibrated at "
+                    f"{cal.reused_from} on this path)")
     console.print(summary)
 
 

@@ -60,6 +60,19 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
+def test_later_runs_prove_route_and_rtt_and_reuse_the_rest(runs: dict[str, Path]) -> None:
+    """The suite's calibration reuse (topology/calibration_reuse.py) on the same path: each
+    later run measured route and RTT itself and says which checks it took from the record."""
+    for name in ("again", "slow"):
+        manifest = json.loads((runs[name] / "manifest.json").read_text())
+        (condition,) = manifest["conditions"].values()
+        cal = condition["calibration"]["calibration"]
+        assert cal["reused_from"] and cal["passed"], cal
+        fresh = {c["metric"] for c in cal["checks"] if not c["detail"].startswith("recorded ")}
+        assert fresh == {"client_interfaces", "route_via_router", "rtt_median_ms"}, cal
+        assert {"goodput_mbit", "loss_pct"} <= {c["metric"] for c in cal["checks"]}, cal
+
+
 def _compare(runs: dict[str, Path], new: str, tmp: Path) -> tuple[subprocess.CompletedProcess,
                                                                   dict, Path]:
     junit, report = tmp / f"{new}.xml", tmp / f"{new}.json"

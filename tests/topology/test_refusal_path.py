@@ -1,8 +1,12 @@
-"""The headline guarantee on a real path: a path that is not its profile's is refused. The
-router's bottleneck is set to half the profile's rate behind the testbed's back (its htb, the
-one stage every backend shares, is given half the rate); calibration must find it and
-`quicbed calibrate` and `quicbed run` exit 3. Without --force nothing is measured; with it
-every row is measured, marked, and the run still exits 3."""
+"""The headline guarantee on a real path: a path that is not its profile's is refused. Two
+paths are wrong behind the testbed's back, in the stages every backend shares:
+- half the rate (the router's htb is given half the profile's rate): `quicbed calibrate`
+  finds both goodputs low and exits 3;
+- 10 ms more RTT (the forwarding latency the testbed subtracts from each direction's delay is
+  taken 10 ms too low): `quicbed run` exits 3, without --force measuring nothing, with it
+  measuring every row, marked.
+A calibration of india recorded earlier in the session (topology/calibration_reuse.py) does
+not hide the longer path: every bring-up proves its RTT afresh."""
 
 from __future__ import annotations
 
@@ -31,6 +35,17 @@ repetitions: 2
 
 
 @pytest.fixture
+def ten_ms_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    measure = net.Testbed._measure_forwarding_latency
+
+    def ten_ms_low(tb: net.Testbed) -> None:
+        measure(tb)
+        tb.forwarding_rtt_ms -= 10.0
+
+    monkeypatch.setattr(net.Testbed, "_measure_forwarding_latency", ten_ms_low)
+
+
+@pytest.fixture
 def half_rate(monkeypatch: pytest.MonkeyPatch) -> None:
     def halved(dev: str, spec: LinkSpec, rtt_ms: float) -> list[list[str]]:
         return rate_commands(dev, replace(spec, rate_mbit=spec.rate_mbit / 2), rtt_ms)
@@ -53,7 +68,7 @@ def test_calibrate_refuses_a_path_at_half_its_rate(tmp_path: Path,
     assert all(0.4 * 20 <= mbit <= 0.5 * 20 for mbit in failed.values()), failed
 
 
-@pytest.mark.usefixtures("half_rate")
+@pytest.mark.usefixtures("ten_ms_long")
 @pytest.mark.parametrize("force", [False, True], ids=["refused", "forced"])
 def test_run_on_a_wrong_path_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                      force: bool) -> None:
@@ -73,4 +88,7 @@ def test_run_on_a_wrong_path_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyP
         return
     calibration = condition["calibration"]
     assert calibration["forced"] and not calibration["passed"]
+    failed = [c for c in calibration["calibration"]["checks"] if not c["passed"]]
+    assert [c["metric"] for c in failed] == ["rtt_median_ms"], failed
+    assert 89 <= failed[0]["measured"] <= 91, failed
     assert len(rows) == 2 and all(r["calib_forced"] and not r["calib_passed"] for r in rows)

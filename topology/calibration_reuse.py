@@ -1,0 +1,100 @@
+"""A calibration recorded once and reused by later bring-ups of the same path in one session.
+
+Set QUICBED_CALIBRATION_REUSE=DIR (the test suite sets it to a directory of its own session)
+and a run's condition on a path already calibrated in DIR is proven again only where a wrong
+path would show at once: the route (the client reaches the server through the router only) and
+the RTT, measured afresh on every bring-up. Goodput and loss are taken from the record, which
+is keyed by the link's specification, the backend, this boot of this host and the calibration
+code, and marked as recorded in the calibration (`reused_from`) and its printed table.
+
+Nothing is reused without the variable: a user's run calibrates in full, every time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from quicbed.topology import calibrate as cal_mod
+from quicbed.topology.calibrate import Calibration, Check, Progress, check_route, check_rtt
+from quicbed.topology.net import Testbed
+
+REUSE_ENV = "QUICBED_CALIBRATION_REUSE"
+REPROVEN = ("client_interfaces", "route_via_router", "rtt_median_ms")
+
+
+def calibrate_or_reuse(tb: Testbed, progress: Progress = lambda _m: None) -> Calibration:
+    """calibrate(tb), or, with REUSE_ENV set and this path recorded there, the route and RTT
+    proven afresh beside the recorded goodput and loss."""
+    store = os.environ.get(REUSE_ENV)
+    if not store:
+        return cal_mod.calibrate(tb, progress=progress)
+    record = Path(store) / f"{path_key(tb)}.json"
+    recorded = _load(record)
+    if recorded is not None:
+        cal = reprove(tb, recorded, progress)
+        if cal.passed:
+            return cal
+    cal = cal_mod.calibrate(tb, progress=progress)
+    if cal.passed:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        partial = record.with_suffix(".part")
+        partial.write_text(json.dumps(cal.to_dict()))
+        partial.replace(record)
+    return cal
+
+
+def reprove(tb: Testbed, recorded: Calibration, progress: Progress) -> Calibration:
+    start = time.monotonic()
+    assert tb.backend
+    cal = Calibration(profile=tb.profile.name, backend=tb.backend.name,
+                      backend_reason=tb.backend_choice.reason if tb.backend_choice else "",
+                      reused_from=time.strftime("%Y-%m-%dT%H:%M:%S",
+                                                time.localtime(recorded.started_at)))
+    progress("route")
+    cal.checks += check_route(tb)
+    tb.apply_link(*tb.without_loss())
+    progress("rtt")
+    cal.checks.append(check_rtt(tb, 30))
+    tb.apply_link(tb.profile.down, tb.profile.up)
+    cal.checks += [replace(c, detail=f"recorded {cal.reused_from}: {c.detail}")
+                   for c in recorded.checks if c.metric not in REPROVEN]
+    cal.link = tb.describe()
+    cal.duration_s = round(time.monotonic() - start, 1)
+    return cal
+
+
+def path_key(tb: Testbed) -> str:
+    """What makes two bring-ups the same path to calibration: the links, the backend, the
+    host's boot and the code that calibrates."""
+    assert tb.backend
+    facts = {"down": tb.profile.down, "up": tb.profile.up, "backend": tb.backend.name,
+             "boot": _boot_id(), "code": _code_digest()}
+    text = json.dumps(facts, default=repr, sort_keys=True)
+    return f"{tb.profile.name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def _load(record: Path) -> Calibration | None:
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        data: dict[str, Any] = json.loads(record.read_text())
+        data.pop("passed", None)
+        checks = [Check(**c) for c in data.pop("checks")]
+        return Calibration(**data, checks=checks)
+    return None
+
+
+def _boot_id() -> str:
+    with contextlib.suppress(OSError):
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return ""
+
+
+def _code_digest() -> str:
+    sources = [Path(cal_mod.__file__), Path(__file__)]
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:16]
