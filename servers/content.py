@@ -358,8 +358,10 @@ def ensure_files(root: Path, names: Iterable[str]) -> list[Path]:
     return [root / "cloud" / n for n in names]
 
 
-def ensure_content(root: Path, workloads: set[str], video_seconds: int = 30) -> Path:
-    """Make the content of these workloads under root (idempotent; fast when already there)."""
+def ensure_content(root: Path, workloads: set[str], video_seconds: int | None = None) -> Path:
+    """Make the content of these workloads under root (idempotent; fast when already there).
+    The video is VIDEO_SECONDS long unless asked otherwise: one length for every caller, since
+    a cache remade at another length costs every later caller an encode (80 s here)."""
     root = Path(root)
     bad = set(workloads) - set(WORKLOADS)
     if bad:
@@ -370,7 +372,7 @@ def ensure_content(root: Path, workloads: set[str], video_seconds: int = 30) -> 
     if "cloud" in workloads:
         ensure_files(root, CLOUD_DEFAULT)
     if "video" in workloads:
-        ensure_video(root, video_seconds)
+        ensure_video(root, video_seconds or VIDEO_SECONDS)
     return root
 
 
@@ -448,7 +450,7 @@ def _dash_args(seconds: int, out: str) -> list[str]:
     return args
 
 
-def ensure_video(root: Path, seconds: int = 30) -> None:
+def ensure_video(root: Path, seconds: int = VIDEO_SECONDS) -> None:
     """DASH ladder (video/dash) and progressive MP4s (video/progressive), remade only when
     the parameters (length, ladder, rates) change; manifest.json lists every file."""
     root = Path(root)
@@ -510,7 +512,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="default: the shared cache, " + str(CACHE / "content"))
     ap.add_argument("--workloads", default="web,cloud,video")
     ap.add_argument("--files", default="", help="extra cloud files, e.g. 200MB,1GB")
-    ap.add_argument("--video-seconds", type=int, default=30)
+    ap.add_argument("--video-seconds", type=int, default=VIDEO_SECONDS)
     ap.add_argument("--verify", action="store_true", help="re-hash every file against the manifest")
     args = ap.parse_args(argv)
     root = args.root or default_root()

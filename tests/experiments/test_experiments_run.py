@@ -495,10 +495,10 @@ profiles: [india]
 servers: [caddy]
 clients: [{tool: tls_perf, tls: ["1.3"], http: "2"}, quic_perf]
 workload: {kind: cloud, files: [10MB]}
-repetitions: 5
+repetitions: 3
 timeout_s: 60
 """
-KILL_TRIALS = 2 * 5
+KILL_TRIALS = 2 * 3
 
 
 def _containers() -> dict[str, str]:
