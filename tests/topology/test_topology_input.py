@@ -330,7 +330,8 @@ def test_loss_check_holds_a_sweep_to_a_small_false_alarm_rate_and_still_refuses_
 
 def test_goodput_is_the_median_second_and_the_ceiling_is_the_payload_share() -> None:
     """A receiver that fell behind during the omitted slow start reads its backlog in the
-    first measured second: the mean of the seconds would exceed what the link can carry."""
+    first measured second: the mean of the seconds would exceed what the link can carry, and
+    so would the median of two."""
     from quicbed.topology.calibrate import (
         GOODPUT_CEILING,
         TCP_PAYLOAD_SHARE,
@@ -347,5 +348,8 @@ def test_goodput_is_the_median_second_and_the_ceiling_is_the_payload_share() -> 
     assert receiver_goodput_mbit(result, "down") == pytest.approx(19.13)
     upload = {"server_output_json": result}
     assert receiver_goodput_mbit(upload, "up") == pytest.approx(19.13)
+    # Two seconds (a 2 s calibration): the backlog second is not counted at all.
+    short = {"intervals": [second(14.5, True), second(19.9), second(19.13)]}
+    assert receiver_goodput_mbit(short, "down") == pytest.approx(19.13)
     assert TCP_PAYLOAD_SHARE == pytest.approx(1448 / 1514)
     assert 0.956 < GOODPUT_CEILING < 0.962  # 0.968 of the rate, seen in a reproduce, fails
