@@ -34,6 +34,7 @@ from typing import Any
 
 from quicbed.errors import InputError, QuicbedError
 from quicbed.paths import STATE
+from quicbed.topology.marker import mark_scope
 
 LABS = STATE / "labs"
 LAB_ID = re.compile(r"^[a-z0-9]{1,12}$")
@@ -265,6 +266,7 @@ def lab_path(profile: Any, *, lab_id: str | None = None, server: str = DEFAULT_S
                          f"end it or `quicbed clean --lab {lab_id}`")
     directory = lab_dir(lab_id)
     directory.mkdir(parents=True, exist_ok=True)
+    mark_scope(directory)
     # The experiments' content root: the video ladder is made once for both (minutes).
     root = content.default_root()
     content.ensure_content(root, {"web", "video"}, video_seconds=content.VIDEO_SECONDS)

@@ -5,12 +5,21 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
 # skips_plugin: a skip not on tests/allowed_skips.yaml fails the session; backends_plugin:
 # backend-specific tests run where their link backend proved itself (one summary line each).
 pytest_plugins = ["skips_plugin", "backends_plugin"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One scope per session (topology/marker.py): what the suite starts carries it, and the
+    suite's clean-ups remove only that, never a user's lab or run on the same host."""
+    from quicbed.topology.marker import SCOPE
+
+    os.environ.setdefault(SCOPE, f"pytest-{os.getpid()}-{time.time_ns()}")
 
 
 def _docker_ready() -> bool:
@@ -51,7 +60,8 @@ def calibrations_of_this_session(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def clean_slate():
-    """Nothing of an earlier run around before the module's tests, nothing left after."""
+    """Nothing of the session's earlier tests around before the module's tests, nothing left
+    after (the session's scope only: a user's lab on this host stays up)."""
     from quicbed.topology.clean import clean
 
     clean()

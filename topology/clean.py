@@ -6,6 +6,10 @@ alive, Mininet shells, processes started inside those namespaces, veths half-mad
 namespace, and probe namespaces. Every command the testbed sends into a namespace carries the
 QUICBED_TESTBED mark in its environment (topology/marker.py), so a helper is found even in a
 namespace that has no name and no other process left.
+
+With QUICBED_SCOPE set (the test suite sets one per session; topology/marker.py), clean and
+leftovers see only what was started under that scope: a user's lab or run on the same host is
+left alone. Probe namespaces, which live for a moment and carry no scope, are then left too.
 """
 
 from __future__ import annotations
@@ -20,7 +24,13 @@ from pathlib import Path
 from quicbed.paths import STATE
 from quicbed.topology.backends import DELAYLINE_MARK, UML_MARK
 from quicbed.topology.hosts import LABEL
-from quicbed.topology.marker import marked_processes, this_process_and_ancestors
+from quicbed.topology.marker import (
+    dir_in_scope,
+    in_scope,
+    marked_processes,
+    scope,
+    this_process_and_ancestors,
+)
 
 NODE_NAMES = ("client", "cross", "router", r"server\d*")
 _VETH = re.compile(rf"^({'|'.join(NODE_NAMES)})-eth\d+$")
@@ -56,30 +66,43 @@ def testbed_processes() -> list[int]:
     # it. PID 1's link is not readable everywhere (a Firecracker init here), so ours counts too.
     # A marked process in the host's namespace is ours, but its neighbours there are not.
     host_namespaces = {None, _netns(1), _netns("self")}
-    pids = _pids()
-    ours = {pid for pid in pids if _is_testbed_process(_cmdline(pid))} | set(marked_processes())
+    pids, wanted = _pids(), scope()
+    ours = {pid for pid in pids
+            if _is_testbed_process(_cmdline(pid)) and in_scope(pid, wanted)}
+    ours |= set(marked_processes())
     namespaces = {_netns(pid) for pid in ours} - host_namespaces
     in_ns = {pid for pid in pids if _netns(pid) in namespaces}
     return sorted((ours | in_ns) - this_process_and_ancestors())
 
 
 def clean() -> list[str]:
+    wanted = scope()
     removed: list[str] = []
-    removed += _remove_containers()
+    removed += _remove_containers(_container_label(wanted))
+    umids = set()
     for pid in testbed_processes():
-        what = _cmdline(pid)[:60] or "?"  # before the kill: afterwards it is gone
+        what = _cmdline(pid)  # before the kill: afterwards it is gone
+        umids.update(re.findall(r"umid=(quicbed-\S+)", what))
         try:
             os.kill(pid, signal.SIGKILL)
-            removed.append(f"process {pid} ({what})")
+            removed.append(f"process {pid} ({what[:60] or '?'})")
         except ProcessLookupError:
             pass
     removed += _remove_root_veths()
-    removed += _remove_netns()
-    for path in (Path.home() / ".uml").glob("quicbed-*"):
-        shutil.rmtree(path, ignore_errors=True)
+    if wanted is None:
+        removed += _remove_netns()
+        umids.update(p.name for p in (Path.home() / ".uml").glob("quicbed-*"))
+    for umid in umids:
+        shutil.rmtree(Path.home() / ".uml" / umid, ignore_errors=True)
     for state in ("runs", "labs"):
-        shutil.rmtree(STATE / state, ignore_errors=True)
+        for directory in (STATE / state).glob("*"):
+            if dir_in_scope(directory, wanted):
+                shutil.rmtree(directory, ignore_errors=True)
     return removed
+
+
+def _container_label(wanted: str | None) -> str:
+    return f"{LABEL}.scope={wanted}" if wanted is not None else LABEL
 
 
 def clean_testbed(run_id: str, owner: int | None = None, netns: tuple[str, ...] = ()
@@ -148,15 +171,17 @@ def leftovers() -> list[str]:
     """What clean would remove now (for tests and the before-exit check)."""
     found = [f"process {pid}" for pid in testbed_processes()
              if Path(f"/proc/{pid}/stat").exists() and _state(pid) != "Z"]
-    proc = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={LABEL}"],
+    wanted = scope()
+    proc = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={_container_label(wanted)}"],
                           capture_output=True, text=True)
     found += [f"container {cid}" for cid in proc.stdout.split()]
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     found += [f"link {ln.split(':')[1].strip()}" for ln in links.splitlines()
               if _VETH.match(ln.split(":")[1].strip().split("@")[0])]
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    found += [f"netns {ln.split()[0]}" for ln in netns.splitlines()
-              if ln.startswith("quicbed-")]
+    if wanted is None:
+        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        found += [f"netns {ln.split()[0]}" for ln in netns.splitlines()
+                  if ln.startswith("quicbed-")]
     return found
 
 

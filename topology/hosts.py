@@ -18,7 +18,7 @@ from mininet.link import Intf
 from mininet.node import Host
 
 from quicbed.errors import EnvironmentProblem, HostProblem
-from quicbed.topology.marker import marked_argv
+from quicbed.topology.marker import marked_argv, scope
 
 LABEL = "quicbed"  # every container the testbed makes carries this label, for `quicbed clean`
 
@@ -101,6 +101,7 @@ class DockerHost(NsHost):
     def _start_container(self, docker_args: list[str]) -> None:
         argv = ["docker", "run", "-d", "--network", "none", "--name", self.container,
                 "--hostname", self.name, "--label", LABEL, "--label", f"{LABEL}.run={self.run_id}",
+                *(["--label", f"{LABEL}.scope={owner}"] if (owner := scope()) else []),
                 "--init", *docker_args, self.image, "sleep", "infinity"]
         proc = subprocess.run(argv, capture_output=True, text=True)
         if proc.returncode != 0 and not image_present(self.image):

@@ -19,7 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 MARK = "QUICBED_TESTBED"
-_ENTRY = MARK.encode() + b"="
+# Whoever sets QUICBED_SCOPE (the test suite: one value per session) owns what is started
+# under it: processes inherit the variable, containers carry it as a label, state directories
+# as a file, and `clean` and `leftovers` then see only that scope (topology/clean.py).
+SCOPE = "QUICBED_SCOPE"
+SCOPE_FILE = "scope"
 
 
 def marked_argv(argv: Sequence[str], owner: int | None = None) -> list[str]:
@@ -29,15 +33,45 @@ def marked_argv(argv: Sequence[str], owner: int | None = None) -> list[str]:
 
 def mark_of(pid: int | str, environ: bytes | None = None) -> str | None:
     """The owner a process is marked with ("" if the value is empty), or None if unmarked."""
+    return environ_value(pid, MARK, environ)
+
+
+def environ_value(pid: int | str, name: str, environ: bytes | None = None) -> str | None:
+    """A variable of a process's environment, or None if it has none (or is gone)."""
     if environ is None:
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:  # gone, a kernel thread, or not ours to read
             return None
+    entry_start = name.encode() + b"="
     for entry in environ.split(b"\0"):
-        if entry.startswith(_ENTRY):
-            return entry[len(_ENTRY):].decode(errors="replace")
+        if entry.startswith(entry_start):
+            return entry[len(entry_start):].decode(errors="replace")
     return None
+
+
+def scope() -> str | None:
+    """This process's scope (QUICBED_SCOPE), or None: then clean sees everything."""
+    return os.environ.get(SCOPE) or None
+
+
+def in_scope(pid: int | str, wanted: str | None) -> bool:
+    return wanted is None or environ_value(pid, SCOPE) == wanted
+
+
+def mark_scope(directory: Path) -> None:
+    """Say which scope a state directory belongs to (nothing to say without one)."""
+    if (wanted := scope()) is not None:
+        (directory / SCOPE_FILE).write_text(wanted)
+
+
+def dir_in_scope(directory: Path, wanted: str | None) -> bool:
+    if wanted is None:
+        return True
+    try:
+        return (directory / SCOPE_FILE).read_text() == wanted
+    except OSError:
+        return False
 
 
 def _parent(pid: int) -> int:
@@ -58,14 +92,15 @@ def this_process_and_ancestors() -> set[int]:
 
 
 def marked_processes(owner: int | None = None) -> list[int]:
-    """Every marked process, or only those `owner` started; never this one or its ancestors."""
-    spared = this_process_and_ancestors()
+    """Every marked process of this scope, or only those `owner` started; never this one or
+    its ancestors."""
+    spared, wanted = this_process_and_ancestors(), scope()
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) in spared:
             continue
         mark = mark_of(name)
-        if mark is not None and (owner is None or mark == str(owner)):
+        if mark is not None and (owner is None or mark == str(owner)) and in_scope(name, wanted):
             found.append(int(name))
     return sorted(found)
 

@@ -231,3 +231,36 @@ def test_a_signal_during_the_teardown_waits_for_its_end(monkeypatch):
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert leftovers() == []
+
+
+@pytest.mark.path
+def test_clean_in_a_scope_leaves_what_others_started_alone(tmp_path, monkeypatch):
+    """The suite's clean-up (QUICBED_SCOPE) ends its own testbed processes and state, and
+    leaves a user's UML router and lab state (no scope) as they were."""
+    from quicbed.topology.marker import SCOPE, SCOPE_FILE
+
+    monkeypatch.setattr(cleaning, "STATE", tmp_path)
+    monkeypatch.setattr(cleaning, "_remove_root_veths", list)  # half-made links: not the subject
+    ours_dir, users_dir = tmp_path / "runs" / "ours", tmp_path / "labs" / "user"
+    for directory in (ours_dir, users_dir):
+        directory.mkdir(parents=True)
+    (ours_dir / SCOPE_FILE).write_text(os.environ[SCOPE])
+    sleep = [sys.executable, "-c", "import time; time.sleep(300)", "umid=quicbed-scopetest"]
+    user_env = {k: v for k, v in os.environ.items() if k != SCOPE}
+    users = subprocess.Popen(sleep, env=user_env)
+    ours = subprocess.Popen(sleep)
+    try:
+        deadline = time.monotonic() + 5
+        while "umid=" not in cleaning._cmdline(ours.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        found = cleaning.testbed_processes()
+        assert ours.pid in found and users.pid not in found
+        removed = cleaning.clean()
+        assert any(line.startswith(f"process {ours.pid} ") for line in removed), removed
+        assert ours.wait(timeout=5) == -signal.SIGKILL
+        assert users.poll() is None and users_dir.exists() and not ours_dir.exists()
+    finally:
+        for proc in (users, ours):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()

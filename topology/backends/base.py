@@ -13,6 +13,7 @@ from pathlib import Path
 from quicbed.paths import STATE
 from quicbed.topology.hosts import NsHost
 from quicbed.topology.linkspec import LinkSpec, netem_commands
+from quicbed.topology.marker import mark_scope
 
 # One direction of the netem stage: the spec and the delay netem should add (the spec's delay
 # minus what the path itself adds).
@@ -104,4 +105,5 @@ def parse_counters(ip_json: str) -> dict[str, int]:
 def router_state_dir(run_id: str) -> Path:
     path = STATE / "runs" / run_id
     path.mkdir(parents=True, exist_ok=True)
+    mark_scope(path)
     return path
