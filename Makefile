@@ -1,7 +1,7 @@
 # quicbed: one-command setup, tests and reproduction.
 #   make test       install what is missing (apt, Docker engine, Python env, Ray, images), lint, run pytest
 #   make unit       lint and the unit tier (no root, Docker or namespaces, once the set-up is done)
-#   make lint       ruff, mypy and shellcheck (no root)
+#   make lint       ruff (check, and format as is: one layout), mypy and shellcheck (no root)
 #   make lab        an interactive emulated topology (PROFILE=india)
 #   make reproduce  run experiments/paper (quick; FULL=1 for all repetitions) and write the report
 #   make images     build the container images (cached: a second run takes seconds)
@@ -51,6 +51,7 @@ unit: venv lint
 lint:
 	@test -x $(VENV)/bin/mypy || { echo "make lint: no $(VENV)/bin/mypy: make venv first"; exit 1; }
 	$(VENV)/bin/ruff check quicbed $(STAGES) tests bench
+	$(VENV)/bin/ruff format --check quicbed $(STAGES) tests bench
 	@tree=$$(mktemp -d) && mkdir $$tree/quicbed && \
 	for f in quicbed/*.py; do ln -s $(ROOT)/$$f $$tree/quicbed/; done && \
 	for d in $(STAGES); do ln -s $(ROOT)/$$d $$tree/quicbed/$$d; done && \

@@ -9,8 +9,9 @@ from .report import main_report
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m quicbed.analysis",
-                                     description="Write the report of one or more runs.")
+    parser = argparse.ArgumentParser(
+        prog="python -m quicbed.analysis", description="Write the report of one or more runs."
+    )
     parser.add_argument("runs", nargs="+", help="run ids (under the results root) or paths")
     parser.add_argument("--out", help="output directory (default: <run>/report)")
     args = parser.parse_args()

@@ -117,14 +117,15 @@ def handshake_rtts(df: pd.DataFrame) -> Verdict:
             net = median_ci((mine["connection_time_ms"] - own) / mine["rtt_ref_ms"])
             rtt = float(mine["rtt_ref_ms"].median())
             ok &= row_connection_within(expected, net.value, rtt)
-            parts.append(f"{protocol_label(protocol)} {fmt(net.value)} net of client time, "
-                         f"{fmt(raw.value)} raw (expected {expected} to "
-                         f"{row_upper_rtts(expected, rtt):.3g}, n={net.n})")
+            parts.append(
+                f"{protocol_label(protocol)} {fmt(net.value)} net of client time, "
+                f"{fmt(raw.value)} raw (expected {expected} to "
+                f"{row_upper_rtts(expected, rtt):.3g}, n={net.n})"
+            )
         if parts:
             found.append(f"{facet}: " + ", ".join(parts) + " RTT")
     if not found:
-        return no_data(f"no condition with ≥{MIN_N} handshakes per protocol "
-                       "and a calibrated RTT ≥ 1 ms")
+        return no_data(f"no condition with ≥{MIN_N} handshakes per protocol " "and a calibrated RTT ≥ 1 ms")
     return verdict(ok, found)
 
 
@@ -135,13 +136,19 @@ def connection_order(df: pd.DataFrame) -> Verdict:
         present = [p for p in order if (rows["protocol"] == p).sum() >= MIN_N]
         if len(present) < 2:
             continue
-        pairs = [compare_protocols(rows, CONNECTION, a, b)
-                 for a, b in zip(present, present[1:], strict=False)]
+        pairs = [
+            compare_protocols(rows, CONNECTION, a, b) for a, b in zip(present, present[1:], strict=False)
+        ]
         ok &= all(lower(c) for c in pairs)
         values = [protocol_values(rows, CONNECTION, p) for p in present]
         medians = [f"{protocol_label(p)} {fmt(v.median())}" for p, v in zip(present, values, strict=True)]
-        found.append(f"{facet}: " + " < ".join(medians) + " ms (medians; n="
-                     + "/".join(str(len(v)) for v in values) + ")")
+        found.append(
+            f"{facet}: "
+            + " < ".join(medians)
+            + " ms (medians; n="
+            + "/".join(str(len(v)) for v in values)
+            + ")"
+        )
     if not found:
         return no_data(f"no condition with ≥{MIN_N} trials of two protocols")
     return verdict(ok, found)
@@ -173,11 +180,15 @@ def long_path_gap(df: pd.DataFrame) -> Verdict:
             continue
         # Holds only if the CIs don't overlap, not merely the point estimates.
         ok &= gl.diff.lo > gs.diff.hi
-        found.append(f"QUIC faster than {protocol_label(baseline)} by {fmt_est(gl.diff)} ms on "
-                     f"{pair[0]} against {fmt_est(gs.diff)} ms on {pair[1]}")
+        found.append(
+            f"QUIC faster than {protocol_label(baseline)} by {fmt_est(gl.diff)} ms on "
+            f"{pair[0]} against {fmt_est(gs.diff)} ms on {pair[1]}"
+        )
     if not found:
-        return no_data(f"needs ≥{MIN_N} connection times from two profiles of different RTT, "
-                       "for QUIC and a TLS baseline")
+        return no_data(
+            f"needs ≥{MIN_N} connection times from two profiles of different RTT, "
+            "for QUIC and a TLS baseline"
+        )
     return verdict(ok, found)
 
 
@@ -196,12 +207,13 @@ def gain_shrinks(df: pd.DataFrame) -> Verdict:
                 continue
             # NaN (no significant difference) means QUIC did not win there.
             ok &= bool(np.all(np.nan_to_num(gains) > 0) and gains[0] >= gains[1] >= gains[2])
-            found.append(f"{facet}, vs {protocol_label(baseline)}: QUIC's median gain "
-                         + " → ".join("n.s." if not np.isfinite(g) else f"{100 * g:.0f}%"
-                                      for g in gains)
-                         + " (connection → TTFB → download; n="
-                         + "/".join(str(len(protocol_values(rows, TTFB, p)))
-                                    for p in ("quic", baseline)) + ")")
+            found.append(
+                f"{facet}, vs {protocol_label(baseline)}: QUIC's median gain "
+                + " → ".join("n.s." if not np.isfinite(g) else f"{100 * g:.0f}%" for g in gains)
+                + " (connection → TTFB → download; n="
+                + "/".join(str(len(protocol_values(rows, TTFB, p))) for p in ("quic", baseline))
+                + ")"
+            )
     if not found:
         return no_data(f"needs web rows of QUIC and a TLS baseline (≥{MIN_N} each)")
     return verdict(ok, found)
@@ -210,8 +222,7 @@ def gain_shrinks(df: pd.DataFrame) -> Verdict:
 def throughput_cells(df: pd.DataFrame, small: bool) -> list[tuple[str, Comparison]]:
     rows = CLOUD_THROUGHPUT.rows(df)
     # "≤ 20 MB" includes a 20 MB file however its megabytes were counted.
-    rows = rows[((rows["object_bytes"] <= SMALL_FILE) | near(rows["object_bytes"], SMALL_FILE))
-                == small]
+    rows = rows[((rows["object_bytes"] <= SMALL_FILE) | near(rows["object_bytes"], SMALL_FILE)) == small]
     cells = []
     for facet, in_facet in by_facet(rows):
         for size, group in in_facet.groupby("object_bytes"):
@@ -227,15 +238,17 @@ def throughput_direction(small: bool) -> Callable[[pd.DataFrame], Verdict]:
     def check(df: pd.DataFrame) -> Verdict:
         cells = throughput_cells(df, small)
         if not cells:
-            return no_data(f"no cloud file {'≤' if small else '>'} 20 MB with "
-                           f"≥{MIN_N} QUIC and TLS 1.2 trials")
-        wins = [(name, c) for name, c in cells
-                if c.significant and (c.diff.value > 0) == small]
-        found = [f"{winner} significantly higher in {len(wins)} of {len(cells)} "
-                 "condition × size cells"]
-        found += [f"{name}: QUIC {fmt(c.a.value)} vs TLS 1.2 {fmt(c.b.value)} Mbit/s "
-                  f"(n={c.a.n}/{c.b.n})" for name, c in cells]
+            return no_data(
+                f"no cloud file {'≤' if small else '>'} 20 MB with " f"≥{MIN_N} QUIC and TLS 1.2 trials"
+            )
+        wins = [(name, c) for name, c in cells if c.significant and (c.diff.value > 0) == small]
+        found = [f"{winner} significantly higher in {len(wins)} of {len(cells)} " "condition × size cells"]
+        found += [
+            f"{name}: QUIC {fmt(c.a.value)} vs TLS 1.2 {fmt(c.b.value)} Mbit/s " f"(n={c.a.n}/{c.b.n})"
+            for name, c in cells
+        ]
         return verdict(2 * len(wins) > len(cells), found)
+
     return check
 
 
@@ -250,11 +263,12 @@ def cpu_ratio(df: pd.DataFrame) -> Verdict:
         ratio = c.a.value / c.b.value if c.b.value else np.nan
         # "About 2×": at least 1.5× and significant.
         ok &= c.significant and ratio >= 1.5
-        found.append(f"{facet}: QUIC {fmt(c.a.value)}% vs TLS 1.2 {fmt(c.b.value)}% "
-                     f"(×{fmt(ratio)}, n={c.a.n}/{c.b.n})")
+        found.append(
+            f"{facet}: QUIC {fmt(c.a.value)}% vs TLS 1.2 {fmt(c.b.value)}% "
+            f"(×{fmt(ratio)}, n={c.a.n}/{c.b.n})"
+        )
     if not found:
-        return no_data(f"needs client CPU of ≥{MIN_N} 200 MB cloud downloads over QUIC "
-                       "and TLS 1.2")
+        return no_data(f"needs client CPU of ≥{MIN_N} 200 MB cloud downloads over QUIC " "and TLS 1.2")
     return verdict(ok, found)
 
 
@@ -268,8 +282,7 @@ def quic_vs_tcp(rows: pd.DataFrame, column: str) -> tuple[Comparison, str] | Non
     return compare(xa, xb), f"TLS/TCP ({names})"
 
 
-def video_direction(column: str, quic_lower: bool, unit: str
-                    ) -> Callable[[pd.DataFrame], Verdict]:
+def video_direction(column: str, quic_lower: bool, unit: str) -> Callable[[pd.DataFrame], Verdict]:
     def check(df: pd.DataFrame) -> Verdict:
         video = df[(df["workload"] == "video") & df[column].notna()]
         found, statuses = [], []
@@ -279,11 +292,14 @@ def video_direction(column: str, quic_lower: bool, unit: str
                 continue
             c, tcp = result
             statuses.append(judge(c, quic_lower))
-            found.append(f"{facet}: QUIC {fmt(c.a.value)} vs {tcp} {fmt(c.b.value)} {unit} "
-                         f"(Δ {fmt_est(c.diff)}, n={c.a.n}/{c.b.n}){significance_note(c)}")
+            found.append(
+                f"{facet}: QUIC {fmt(c.a.value)} vs {tcp} {fmt(c.b.value)} {unit} "
+                f"(Δ {fmt_est(c.diff)}, n={c.a.n}/{c.b.n}){significance_note(c)}"
+            )
         if not found:
             return no_data(f"needs ≥{MIN_N} video rows over QUIC and TLS/TCP")
         return combined(statuses, found)
+
     return check
 
 
@@ -305,15 +321,16 @@ def too_few(found: list[str]) -> Verdict:
 
 
 def startup_line(loss: float, c: Comparison, tcp: str) -> str:
-    return (f"{loss:g}% loss: QUIC {fmt(c.a.value)} vs {tcp} {fmt(c.b.value)} ms "
-            f"({fmt(100 * c.relative)}%, n={c.a.n}/{c.b.n})")
+    return (
+        f"{loss:g}% loss: QUIC {fmt(c.a.value)} vs {tcp} {fmt(c.b.value)} ms "
+        f"({fmt(100 * c.relative)}%, n={c.a.n}/{c.b.n})"
+    )
 
 
 def startup_no_loss(df: pd.DataFrame) -> Verdict:
     cells = [cell for cell in streaming_by_loss(df, "startup_delay_ms") if cell[0] == 0]
     if not cells:
-        return no_data(f"needs ≥{MIN_N} streaming sessions without loss over both "
-                       "transports")
+        return no_data(f"needs ≥{MIN_N} streaming sessions without loss over both " "transports")
     _, c, tcp = cells[0]
     if not enough(c):
         return too_few([startup_line(*cells[0])])
@@ -347,8 +364,10 @@ def stalls_longer(df: pd.DataFrame) -> Verdict:
         return no_data(f"needs ≥{MIN_N} stalls over each transport at the highest loss")
     c, tcp = result
     loss = stalls["loss_pct"].iloc[0]
-    line = (f"{loss:g}% loss: median stall {tcp} {fmt(c.b.value)} ms vs QUIC {fmt(c.a.value)} "
-            f"ms (TCP {fmt(-100 * c.diff.value / c.a.value)}% longer, stalls n={c.b.n}/{c.a.n})")
+    line = (
+        f"{loss:g}% loss: median stall {tcp} {fmt(c.b.value)} ms vs QUIC {fmt(c.a.value)} "
+        f"ms (TCP {fmt(-100 * c.diff.value / c.a.value)}% longer, stalls n={c.b.n}/{c.a.n})"
+    )
     if not enough(c):
         return too_few([line])
     return combined([judge(c, quic_lower=True)], [line + significance_note(c)])
@@ -364,12 +383,12 @@ def switches_rise(df: pd.DataFrame) -> Verdict:
             continue
         ok &= stats["mean"].iloc[-1] > stats["mean"].iloc[0]
         few |= bool((stats["size"] < MIN_N).any())
-        found.append(f"{protocol_label(protocol)}: mean switches " + ", ".join(
-            f"{fmt(s['mean'])} at {loss:g}% (n={int(s['size'])})"
-            for loss, s in stats.iterrows()))
+        found.append(
+            f"{protocol_label(protocol)}: mean switches "
+            + ", ".join(f"{fmt(s['mean'])} at {loss:g}% (n={int(s['size'])})" for loss, s in stats.iterrows())
+        )
     if not found:
-        return no_data(f"needs quality switches of ≥{MIN_N} sessions at two or more loss "
-                       "rates")
+        return no_data(f"needs quality switches of ≥{MIN_N} sessions at two or more loss " "rates")
     return too_few(found) if few else verdict(ok, found)
 
 
@@ -380,9 +399,12 @@ def lowest_144p(df: pd.DataFrame) -> Verdict:
         return no_data("needs streaming sessions at 5% loss or more")
     groups = dict(iter(rows.groupby("protocol")))
     lowest = {protocol_label(p): lowest_quality(g["lowest_quality"]) for p, g in groups.items()}
-    found = ["lowest quality at ≥5% loss: "
-             + ", ".join(f"{protocol_label(p)} {lowest[protocol_label(p)]} (n={len(g)})"
-                         for p, g in groups.items())]
+    found = [
+        "lowest quality at ≥5% loss: "
+        + ", ".join(
+            f"{protocol_label(p)} {lowest[protocol_label(p)]} (n={len(g)})" for p, g in groups.items()
+        )
+    ]
     reached = all(q == "144p" for q in lowest.values())
     # A minimum only falls with more sessions: 144p everywhere holds at any n, but a protocol
     # that never fell that far may yet, so "does not hold" needs the sessions of a verdict.
@@ -392,28 +414,41 @@ def lowest_144p(df: pd.DataFrame) -> Verdict:
 
 
 DIRECTIONS: list[Direction] = [
-    Direction("Handshake arithmetic (first connection): QUIC 1 RTT, TLS 1.3 2 RTT, "
-              "TLS 1.2 3 RTT", handshake_rtts),
+    Direction(
+        "Handshake arithmetic (first connection): QUIC 1 RTT, TLS 1.3 2 RTT, " "TLS 1.2 3 RTT", handshake_rtts
+    ),
     Direction("Connection time: QUIC < TLS 1.3 < TLS 1.2", connection_order),
-    Direction("The connection-time gap is much larger on the longest-RTT path than on the "
-              "shortest (paper: QUIC faster by 445/409 ms vs TLS 1.2/1.3 from India, 270/300 ms "
-              "from Germany)", long_path_gap),
-    Direction("TTFB and download time of small pages: QUIC still wins, but the relative "
-              "gain shrinks as the connection proceeds", gain_shrinks),
-    Direction("Cloud storage: QUIC has the higher throughput for files ≤ 20 MB",
-              throughput_direction(small=True)),
-    Direction("Cloud storage: TLS 1.2 has the higher throughput for files > 20 MB",
-              throughput_direction(small=False)),
+    Direction(
+        "The connection-time gap is much larger on the longest-RTT path than on the "
+        "shortest (paper: QUIC faster by 445/409 ms vs TLS 1.2/1.3 from India, 270/300 ms "
+        "from Germany)",
+        long_path_gap,
+    ),
+    Direction(
+        "TTFB and download time of small pages: QUIC still wins, but the relative "
+        "gain shrinks as the connection proceeds",
+        gain_shrinks,
+    ),
+    Direction(
+        "Cloud storage: QUIC has the higher throughput for files ≤ 20 MB", throughput_direction(small=True)
+    ),
+    Direction(
+        "Cloud storage: TLS 1.2 has the higher throughput for files > 20 MB",
+        throughput_direction(small=False),
+    ),
     Direction("QUIC uses about 2× the CPU on a 200 MB download (≈90% vs ≈50%)", cpu_ratio),
-    Direction("Video: handshakes to the media servers are faster over QUIC "
-              "(534 ms from India, 406 ms from Germany)",
-              video_direction("connection_time_ms", quic_lower=True, unit="ms")),
-    Direction("Video: the overall download rate is higher over TLS/TCP",
-              video_direction("throughput_mbps", quic_lower=True, unit="Mbit/s")),
+    Direction(
+        "Video: handshakes to the media servers are faster over QUIC "
+        "(534 ms from India, 406 ms from Germany)",
+        video_direction("connection_time_ms", quic_lower=True, unit="ms"),
+    ),
+    Direction(
+        "Video: the overall download rate is higher over TLS/TCP",
+        video_direction("throughput_mbps", quic_lower=True, unit="Mbit/s"),
+    ),
     Direction("Streaming: startup delay is similar without loss", startup_no_loss),
     Direction("Streaming: with loss QUIC starts faster (≈40% at 5% loss)", startup_with_loss),
-    Direction("Streaming: TLS/TCP stalls last longer at high loss (up to 50% at 10%)",
-              stalls_longer),
+    Direction("Streaming: TLS/TCP stalls last longer at high loss (up to 50% at 10%)", stalls_longer),
     Direction("Streaming: quality switches rise with loss for both protocols", switches_rise),
     Direction("Streaming: the lowest quality falls to 144p at 5–10% loss", lowest_144p),
 ]
@@ -434,17 +469,19 @@ def condition_outcomes(exp: Expectation, ok: pd.DataFrame) -> list[tuple[str, Ou
 
 def expectation_claim(exp: Expectation) -> Direction:
     """An experiment's `expect:` line as a claim: it holds if it passes in every condition."""
+
     def check(ok: pd.DataFrame) -> Verdict:
         outcomes = condition_outcomes(exp, ok)
         if not outcomes:
             return no_data("no successful trials")
-        return verdict(all(o.passed for _, o in outcomes),
-                       [f"{name}: {o.detail}" + ("" if o.passed else " (fails)")
-                        for name, o in outcomes])
+        return verdict(
+            all(o.passed for _, o in outcomes),
+            [f"{name}: {o.detail}" + ("" if o.passed else " (fails)") for name, o in outcomes],
+        )
+
     return Direction(f"expect: {exp.text}", check)
 
 
-def evaluate(ok: pd.DataFrame, claims: list[Direction] | None = None
-             ) -> list[tuple[Direction, Verdict]]:
+def evaluate(ok: pd.DataFrame, claims: list[Direction] | None = None) -> list[tuple[Direction, Verdict]]:
     """Every claim against the successful rows (default: the paper's findings)."""
     return [(d, d.check(ok)) for d in (DIRECTIONS if claims is None else claims)]

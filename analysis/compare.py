@@ -97,8 +97,10 @@ def parse_thresholds(items: Iterable[str]) -> dict[str, float]:
         metric, sep, value = item.partition("=")
         metric = metric.strip()
         if not sep or metric not in rowschema.METRICS:
-            raise InputError(f"--max-regress {item!r}: expected METRIC=PCT%, metric one of "
-                             f"{', '.join(rowschema.METRICS)}")
+            raise InputError(
+                f"--max-regress {item!r}: expected METRIC=PCT%, metric one of "
+                f"{', '.join(rowschema.METRICS)}"
+            )
         try:
             pct = float(value.strip().removesuffix("%"))
         except ValueError:
@@ -113,12 +115,13 @@ def comparability(base: tuple[pd.DataFrame, dict], new: tuple[pd.DataFrame, dict
     """Why the two runs cannot be compared (empty: they can)."""
     (bdf, bman), (ndf, nman) = base, new
     problems = []
-    if (bman.get("experiment"), bman.get("matrix_hash")) != (nman.get("experiment"),
-                                                              nman.get("matrix_hash")):
-        problems.append(f"different experiments ({bman.get('experiment')} "
-                        f"{bman.get('matrix_hash')} against {nman.get('experiment')} "
-                        f"{nman.get('matrix_hash')}: profiles, sweep, servers, clients, "
-                        "workload or repetitions differ)")
+    if (bman.get("experiment"), bman.get("matrix_hash")) != (nman.get("experiment"), nman.get("matrix_hash")):
+        problems.append(
+            f"different experiments ({bman.get('experiment')} "
+            f"{bman.get('matrix_hash')} against {nman.get('experiment')} "
+            f"{nman.get('matrix_hash')}: profiles, sweep, servers, clients, "
+            "workload or repetitions differ)"
+        )
     bkernel, nkernel = (m.get("host", {}).get("kernel") for m in (bman, nman))
     if bkernel != nkernel:
         problems.append(f"kernel {bkernel} against {nkernel}")
@@ -140,19 +143,22 @@ def comparability(base: tuple[pd.DataFrame, dict], new: tuple[pd.DataFrame, dict
     differ = [k for k in common if bcount[k] != ncount[k]]
     if differ:
         k = differ[0]
-        problems.append(f"repetitions differ ({' · '.join(map(str, k))}: {bcount[k]} trials "
-                        f"against {ncount[k]}, and {len(differ) - 1} more cells)")
+        problems.append(
+            f"repetitions differ ({' · '.join(map(str, k))}: {bcount[k]} trials "
+            f"against {ncount[k]}, and {len(differ) - 1} more cells)"
+        )
     return problems
 
 
-def _calibration_differences(label: str, b: dict, n: dict, bconds: dict, nconds: dict
-                             ) -> list[str]:
+def _calibration_differences(label: str, b: dict, n: dict, bconds: dict, nconds: dict) -> list[str]:
     out = []
     if not (b.get("calibrated") and n.get("calibrated")):
         return [f"condition {label}: not calibrated in both runs"]
     if not (b.get("passed") and n.get("passed")):
-        out.append(f"condition {label}: calibration failed in "
-                   + ("the base run" if not b.get("passed") else "the new run"))
+        out.append(
+            f"condition {label}: calibration failed in "
+            + ("the base run" if not b.get("passed") else "the new run")
+        )
     brtt, nrtt = (e.get("rtt_median_ms") or e.get("rtt_min_ms") for e in (b, n))
     if isinstance(brtt, int | float) and isinstance(nrtt, int | float):
         if abs(brtt - nrtt) > max(1.0, RTT_AGREEMENT * brtt):
@@ -201,15 +207,18 @@ def holm(pvalues: list[float]) -> list[float]:
     return adjusted
 
 
-def compare_runs(base: str, new: str, thresholds: dict[str, float] | None = None,
-                 alpha: float = ALPHA) -> Comparison:
+def compare_runs(
+    base: str, new: str, thresholds: dict[str, float] | None = None, alpha: float = ALPHA
+) -> Comparison:
     """Load both runs, refuse them if they are not comparable, compare every common cell."""
     runs = [load_runs([run]) for run in (base, new)]
     (bdf, (bman,)), (ndf, (nman,)) = runs
     problems = comparability((bdf, bman), (ndf, nman))
     if problems:
-        raise NotComparable(f"runs {bman.get('run_id')} and {nman.get('run_id')} are not "
-                            "comparable: " + "; ".join(problems))
+        raise NotComparable(
+            f"runs {bman.get('run_id')} and {nman.get('run_id')} are not "
+            "comparable: " + "; ".join(problems)
+        )
     result = Comparison(str(bman.get("run_id")), str(nman.get("run_id")), alpha)
     measured = _cells(_labelled(bdf), _labelled(ndf), thresholds or {})
     m = sum(np.isfinite(cell.p) for cell, _, _ in measured)
@@ -227,8 +236,9 @@ def _labelled(df: pd.DataFrame) -> pd.DataFrame:
     return ok.assign(condition_label=ok["condition_label"].fillna(ok["condition"]).astype(str))
 
 
-def _cells(bok: pd.DataFrame, nok: pd.DataFrame, thresholds: dict[str, float]
-           ) -> list[tuple[Cell, np.ndarray, np.ndarray]]:
+def _cells(
+    bok: pd.DataFrame, nok: pd.DataFrame, thresholds: dict[str, float]
+) -> list[tuple[Cell, np.ndarray, np.ndarray]]:
     """Every cell both runs measured, with its two samples (base, new)."""
     out = []
     ngroups = dict(list(nok.groupby(CELL_KEYS, sort=False)))
@@ -244,9 +254,22 @@ def _cells(bok: pd.DataFrame, nok: pd.DataFrame, thresholds: dict[str, float]
             change = 100 * (new.value - base.value) / base.value if base.value else math.nan
             sign = -1 if metric in HIGHER_IS_BETTER else 1
             condition, server, client, obj = map(str, key)
-            cell = Cell(condition, server, client, obj, metric, rowschema.unit(column), base, new,
-                        median_diff_ci(n, b), change, sign * change, mwu_p(b, n),
-                        thresholds.get(metric, DEFAULT_MAX_REGRESS_PCT), math.nan)
+            cell = Cell(
+                condition,
+                server,
+                client,
+                obj,
+                metric,
+                rowschema.unit(column),
+                base,
+                new,
+                median_diff_ci(n, b),
+                change,
+                sign * change,
+                mwu_p(b, n),
+                thresholds.get(metric, DEFAULT_MAX_REGRESS_PCT),
+                math.nan,
+            )
             out.append((cell, b, n))
     return out
 
@@ -273,21 +296,27 @@ def fmt_pct(value: float) -> str:
 def markdown(result: Comparison) -> str:
     """A table ready for a pull-request comment, regressions first."""
     order = {REGRESSED: 0, INCONCLUSIVE: 1, IMPROVED: 2, NO_CHANGE: 3}
-    lines = [f"### quicbed compare: {result.base} → {result.new}", "",
-             f"{len(result.cells)} comparisons; Mann–Whitney U, Holm-corrected, family-wise "
-             f"α = {result.alpha:g}; MDE: the smallest change of the median the repetitions "
-             f"could detect at that level with {POWER:.0%} power.", "",
-             "| verdict | condition | server | client | object | metric | base median [95% CI] "
-             "| new median [95% CI] | change | threshold | p (Holm) | MDE |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"### quicbed compare: {result.base} → {result.new}",
+        "",
+        f"{len(result.cells)} comparisons; Mann–Whitney U, Holm-corrected, family-wise "
+        f"α = {result.alpha:g}; MDE: the smallest change of the median the repetitions "
+        f"could detect at that level with {POWER:.0%} power.",
+        "",
+        "| verdict | condition | server | client | object | metric | base median [95% CI] "
+        "| new median [95% CI] | change | threshold | p (Holm) | MDE |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in sorted(result.cells, key=lambda c: order[c.verdict]):
         mark = {REGRESSED: "❌ regressed", IMPROVED: "✅ improved"}.get(c.verdict, c.verdict)
         unit = f" {c.unit}" if c.unit else ""
-        lines.append(f"| {mark} | {c.condition} | {c.server} | {c.client} | {c.object} | "
-                     f"{c.metric} | "
-                     f"{_est(c.base)}{unit} | {_est(c.new)}{unit} | {fmt_pct(c.change_pct)} | "
-                     f"{c.threshold_pct:g}% | {_p(c.p_adjusted)} | "
-                     f"{fmt_pct(c.mde_pct).lstrip('+')} |")
+        lines.append(
+            f"| {mark} | {c.condition} | {c.server} | {c.client} | {c.object} | "
+            f"{c.metric} | "
+            f"{_est(c.base)}{unit} | {_est(c.new)}{unit} | {fmt_pct(c.change_pct)} | "
+            f"{c.threshold_pct:g}% | {_p(c.p_adjusted)} | "
+            f"{fmt_pct(c.mde_pct).lstrip('+')} |"
+        )
     counts = {v: sum(c.verdict == v for c in result.cells) for v in order}
     lines += ["", ", ".join(f"{n} {v}" for v, n in counts.items() if n) or "nothing to compare"]
     return "\n".join(lines) + "\n"
@@ -309,10 +338,19 @@ def to_json(result: Comparison) -> dict[str, Any]:
     cells = []
     for c in result.cells:
         d = asdict(c)
-        cells.append({k: ({kk: clean_value(vv) for kk, vv in v.items()} if isinstance(v, dict)
-                          else clean_value(v)) for k, v in d.items()})
-    return {"base": result.base, "new": result.new, "alpha": result.alpha,
-            "regressed": len(result.regressed), "cells": cells}
+        cells.append(
+            {
+                k: ({kk: clean_value(vv) for kk, vv in v.items()} if isinstance(v, dict) else clean_value(v))
+                for k, v in d.items()
+            }
+        )
+    return {
+        "base": result.base,
+        "new": result.new,
+        "alpha": result.alpha,
+        "regressed": len(result.regressed),
+        "cells": cells,
+    }
 
 
 def write_json(result: Comparison, path: Path) -> None:
@@ -322,20 +360,35 @@ def write_json(result: Comparison, path: Path) -> None:
 def junit_cases(result: Comparison) -> list[Case]:
     cases = []
     for c in result.cells:
-        numbers = (f"median {fmt(c.base.value)} -> {fmt(c.new.value)} {c.unit} "
-                   f"({fmt_pct(c.change_pct)}; threshold {c.threshold_pct:g}%, Holm p "
-                   f"{_p(c.p_adjusted)}, n {c.base.n}/{c.new.n}, MDE "
-                   f"{fmt_pct(c.mde_pct).lstrip('+')})")
+        numbers = (
+            f"median {fmt(c.base.value)} -> {fmt(c.new.value)} {c.unit} "
+            f"({fmt_pct(c.change_pct)}; threshold {c.threshold_pct:g}%, Holm p "
+            f"{_p(c.p_adjusted)}, n {c.base.n}/{c.new.n}, MDE "
+            f"{fmt_pct(c.mde_pct).lstrip('+')})"
+        )
         failure = f"{c.verdict}: {numbers}" if c.verdict == REGRESSED else ""
         skipped = f"inconclusive: {numbers}" if c.verdict == INCONCLUSIVE else ""
-        cases.append(Case(f"{c.condition}.{c.server}.{c.client}.{c.object}", c.metric,
-                          failure, skipped,
-                          f"{c.verdict}: {numbers}"))
+        cases.append(
+            Case(
+                f"{c.condition}.{c.server}.{c.client}.{c.object}",
+                c.metric,
+                failure,
+                skipped,
+                f"{c.verdict}: {numbers}",
+            )
+        )
     return cases
 
 
-def main_compare(base: str, new: str, max_regress: list[str], *, alpha: float = ALPHA,
-                 json_path: str | None = None, junit_path: str | None = None) -> int:
+def main_compare(
+    base: str,
+    new: str,
+    max_regress: list[str],
+    *,
+    alpha: float = ALPHA,
+    json_path: str | None = None,
+    junit_path: str | None = None,
+) -> int:
     """CLI: the Markdown table on stdout; 0 no regression, 1 a regression, 2 bad input or runs
     that are not comparable."""
     try:
@@ -345,8 +398,7 @@ def main_compare(base: str, new: str, max_regress: list[str], *, alpha: float = 
         if json_path:
             write_json(result, Path(json_path))
         if junit_path:
-            write_junit(junit_path, f"quicbed compare {result.base} {result.new}",
-                        junit_cases(result))
+            write_junit(junit_path, f"quicbed compare {result.base} {result.new}", junit_cases(result))
     except (InputError, AnalysisError) as exc:
         print(f"quicbed compare: {exc}", file=sys.stderr)
         return 2

@@ -28,8 +28,7 @@ from quicbed.servers import SERVERS
 
 # What a line may name: the timing metrics and the protocol checks.
 MEASURES: dict[str, str] = {**METRICS, **CHECKS}
-STATISTICS: tuple[str, ...] = ("median", "mean", "p25", "p75", "p90", "p95", "min", "max",
-                               "count")
+STATISTICS: tuple[str, ...] = ("median", "mean", "p25", "p75", "p90", "p95", "min", "max", "count")
 
 _BINOPS: dict[type, Callable[[float, float], float]] = {
     ast.Add: operator.add,
@@ -122,8 +121,7 @@ def _check_node(node: ast.AST, groups: dict, servers: dict, refs: list[Ref]) -> 
     ops = [getattr(node, "op", None), *getattr(node, "ops", [])]
     if not isinstance(node, _ALLOWED) or any(op and not isinstance(op, _ALLOWED) for op in ops):
         raise ValueError(
-            f"'{ast.unparse(node)}' is not allowed (only + - * /, comparisons, "
-            "numbers and metric names)"
+            f"'{ast.unparse(node)}' is not allowed (only + - * /, comparisons, " "numbers and metric names)"
         )
     if isinstance(node, ast.Constant) and (
         isinstance(node.value, bool) or not isinstance(node.value, int | float)
@@ -196,9 +194,7 @@ def evaluate(exp: Expectation, lookup: Callable[[Ref], float], rtt: float, rate:
     tree = exp.tree
     sides = [value(tree.left), *(value(c) for c in tree.comparators)]
     passed, detail = True, _fmt(sides[0])
-    for (symbol, fn), a, b in zip(
-        (_CMPOPS[type(o)] for o in tree.ops), sides[:-1], sides[1:], strict=True
-    ):
+    for (symbol, fn), a, b in zip((_CMPOPS[type(o)] for o in tree.ops), sides[:-1], sides[1:], strict=True):
         passed &= not (math.isnan(a) or math.isnan(b)) and fn(a, b)
         detail += f" {symbol} {_fmt(b)}"
     return Outcome(passed, detail)

@@ -63,21 +63,27 @@ def ordered_unique(values: pd.Series) -> list:
     return list(dict.fromkeys(values.dropna()))
 
 
-def panel_grid(count: int, columns: int = MAX_COLUMNS, sharex: bool = False
-               ) -> tuple[plt.Figure, list[plt.Axes]]:
+def panel_grid(
+    count: int, columns: int = MAX_COLUMNS, sharex: bool = False
+) -> tuple[plt.Figure, list[plt.Axes]]:
     rows = -(-count // columns)
     columns = -(-count // rows)  # balance the grid: 4 panels as 2×2, not 3 + 1
     width = min(4.6, 15 / columns)  # keep wide grids legible once scaled to a page
-    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, 3.4 * rows),
-                             squeeze=False, layout="constrained", sharex=sharex)
+    fig, axes = plt.subplots(
+        rows,
+        columns,
+        figsize=(width * columns, 3.4 * rows),
+        squeeze=False,
+        layout="constrained",
+        sharex=sharex,
+    )
     flat = list(axes.ravel())
     for extra in flat[count:]:
         extra.set_visible(False)
     return fig, flat[:count]
 
 
-def save(fig: plt.Figure, out_dir: Path, name: str, section: str, title: str,
-         caption: str) -> Figure:
+def save(fig: plt.Figure, out_dir: Path, name: str, section: str, title: str, caption: str) -> Figure:
     out_dir.mkdir(parents=True, exist_ok=True)
     png, svg = out_dir / f"{name}.png", out_dir / f"{name}.svg"
     fig.suptitle(title)
@@ -89,13 +95,11 @@ def save(fig: plt.Figure, out_dir: Path, name: str, section: str, title: str,
     return Figure(name, section, title, caption, png, svg)
 
 
-def panels_by(df: pd.DataFrame, panel: pd.Series, value: Callable[[pd.DataFrame], np.ndarray]
-              ) -> Panels:
+def panels_by(df: pd.DataFrame, panel: pd.Series, value: Callable[[pd.DataFrame], np.ndarray]) -> Panels:
     out: Panels = {}
     for key in ordered_unique(panel):
         rows = df[panel == key]
-        by_protocol = {p: value(rows[rows["protocol"] == p])
-                       for p in ordered_protocols(rows["protocol"])}
+        by_protocol = {p: value(rows[rows["protocol"] == p]) for p in ordered_protocols(rows["protocol"])}
         by_protocol = {p: v for p, v in by_protocol.items() if len(v)}
         if by_protocol:
             out[str(key)] = by_protocol
@@ -106,12 +110,17 @@ def draw_cdf(ax: plt.Axes, values: np.ndarray, protocol: str) -> None:
     x = np.sort(values)
     y = np.arange(1, len(x) + 1) / len(x)
     # Start the curve at 0 so the first step is drawn, not implied.
-    ax.step(np.r_[x[0], x], np.r_[0, y], where="post", color=protocol_color(protocol),
-            linewidth=1.8, label=f"{protocol_label(protocol)} (n={len(x)})")
+    ax.step(
+        np.r_[x[0], x],
+        np.r_[0, y],
+        where="post",
+        color=protocol_color(protocol),
+        linewidth=1.8,
+        label=f"{protocol_label(protocol)} (n={len(x)})",
+    )
 
 
-def x_range(panels: Iterable[dict[str, np.ndarray]], guides: Iterable[float]
-            ) -> tuple[float, float]:
+def x_range(panels: Iterable[dict[str, np.ndarray]], guides: Iterable[float]) -> tuple[float, float]:
     """1st to 99th percentile (the long tail would squash the body of every curve),
     widened to show the guides; from 0 when that costs little space."""
     values = [v for by_protocol in panels for v in by_protocol.values()]
@@ -122,9 +131,14 @@ def x_range(panels: Iterable[dict[str, np.ndarray]], guides: Iterable[float]
     return (0.0 if lo < 0.5 * hi else lo - pad), hi + pad
 
 
-def cdf_figure(panels: Panels, xlabel: str, guides: Iterable[float] = (),
-               columns: int = MAX_COLUMNS, sharex: bool = False,
-               ylabel: str = "CDF (fraction of trials)") -> plt.Figure:
+def cdf_figure(
+    panels: Panels,
+    xlabel: str,
+    guides: Iterable[float] = (),
+    columns: int = MAX_COLUMNS,
+    sharex: bool = False,
+    ylabel: str = "CDF (fraction of trials)",
+) -> plt.Figure:
     guides = tuple(guides)
     fig, axes = panel_grid(len(panels), columns, sharex)
     shared = x_range(panels.values(), guides) if sharex else None
@@ -133,8 +147,16 @@ def cdf_figure(panels: Panels, xlabel: str, guides: Iterable[float] = (),
             draw_cdf(ax, values, protocol)
         for guide in guides:
             ax.axvline(guide, color="0.6", linestyle=":", linewidth=1)
-            ax.text(guide, 1.01, f"{guide:g} RTT", ha="center", va="bottom", fontsize=8,
-                    color="0.35", transform=ax.get_xaxis_transform())
+            ax.text(
+                guide,
+                1.01,
+                f"{guide:g} RTT",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                color="0.35",
+                transform=ax.get_xaxis_transform(),
+            )
         ax.set_xlim(*(shared or x_range([by_protocol], guides)))
         ax.set_ylim(0, 1)
         ax.set_title(title, fontsize=10, pad=14 if guides else 6)
@@ -147,26 +169,24 @@ def cdf_figure(panels: Panels, xlabel: str, guides: Iterable[float] = (),
     return fig
 
 
-def column_values(column: str, scale: pd.Series | None = None
-                  ) -> Callable[[pd.DataFrame], np.ndarray]:
+def column_values(column: str, scale: pd.Series | None = None) -> Callable[[pd.DataFrame], np.ndarray]:
     def values(rows: pd.DataFrame) -> np.ndarray:
         x = pd.to_numeric(rows[column], errors="coerce")
         if scale is not None:
             x = x / scale.loc[rows.index]
         return x[np.isfinite(x)].to_numpy(dtype=float)
+
     return values
 
 
-def metric_cdf(df: pd.DataFrame, out_dir: Path, metric: Metric, section: str,
-               per_rtt: bool) -> list[Figure]:
+def metric_cdf(df: pd.DataFrame, out_dir: Path, metric: Metric, section: str, per_rtt: bool) -> list[Figure]:
     rows = metric.rows(df)
     dropped = ""
     if per_rtt:
         short = rows.loc[rows["rtt_ref_ms"].isna(), "facet"].unique()
         rows = rows[rows["rtt_ref_ms"].notna()]
         if len(short):
-            dropped = (" Left out (no calibrated RTT of 1 ms or more): "
-                       f"{', '.join(map(str, short))}.")
+            dropped = " Left out (no calibrated RTT of 1 ms or more): " f"{', '.join(map(str, short))}."
     if rows.empty:
         return []
     scale = rows["rtt_ref_ms"] if per_rtt else None
@@ -174,16 +194,17 @@ def metric_cdf(df: pd.DataFrame, out_dir: Path, metric: Metric, section: str,
     where = "" if metric.workloads is None else f" ({', '.join(metric.workloads)} rows)"
     if per_rtt:
         fig = cdf_figure(panels, f"{metric.label} (RTTs, calibrated RTT)", RTT_GUIDES)
-        caption = (f"{metric.label}{where} divided by each trial's calibrated RTT; dotted "
-                   "lines mark 1, 2 and 3 RTT (first-connection handshakes: QUIC 1, "
-                   f"TLS 1.3 2, TLS 1.2 3). {X_SPAN}{dropped}")
+        caption = (
+            f"{metric.label}{where} divided by each trial's calibrated RTT; dotted "
+            "lines mark 1, 2 and 3 RTT (first-connection handshakes: QUIC 1, "
+            f"TLS 1.3 2, TLS 1.2 3). {X_SPAN}{dropped}"
+        )
         name = f"cdf_{metric.column.removesuffix('_ms')}_{section}_rtt"
         title = f"{metric.label} in RTTs"
     else:
         fig = cdf_figure(panels, f"{metric.label} ({metric.unit})")
         name_in_text = metric.label if metric.label.isupper() else metric.label.lower()
-        caption = (f"CDF of {name_in_text}{where} per protocol and condition; "
-                   f"n = trials. {X_SPAN}")
+        caption = f"CDF of {name_in_text}{where} per protocol and condition; " f"n = trials. {X_SPAN}"
         name = f"cdf_{metric.column.removesuffix('_ms')}_{section}_ms"
         title = metric.label
     return [save(fig, out_dir, name, section, title, caption)]
@@ -206,8 +227,7 @@ def throughput_vs_size(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
             draw_throughput(ax, in_facet[in_facet["protocol"] == protocol], protocol)
         rates = pd.to_numeric(in_facet["rate_down_mbit"], errors="coerce").dropna()
         if len(rates):
-            ax.axhline(rates.median(), color="0.5", linestyle="--", linewidth=1,
-                       label="link rate")
+            ax.axhline(rates.median(), color="0.5", linestyle="--", linewidth=1, label="link rate")
         ax.set_xscale("log")
         sizes = sorted(in_facet["object_bytes"].unique())
         ax.set_xticks(sizes, [size_label(s) for s in sizes], rotation=45, fontsize=8)
@@ -218,24 +238,41 @@ def throughput_vs_size(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    caption = ("Median throughput (size / total download time) per file size, with 95% "
-               "bootstrap CIs as error bars; n = trials per size (range over sizes).")
-    return [save(fig, out_dir, "cloud_throughput_vs_size", "cloud",
-                 "Cloud storage: throughput against file size", caption)]
+    caption = (
+        "Median throughput (size / total download time) per file size, with 95% "
+        "bootstrap CIs as error bars; n = trials per size (range over sizes)."
+    )
+    return [
+        save(
+            fig,
+            out_dir,
+            "cloud_throughput_vs_size",
+            "cloud",
+            "Cloud storage: throughput against file size",
+            caption,
+        )
+    ]
 
 
 def draw_throughput(ax: plt.Axes, rows: pd.DataFrame, protocol: str) -> None:
-    points = [(size, median_ci(group["throughput_mbps"]))
-              for size, group in rows.groupby("object_bytes")]
+    points = [(size, median_ci(group["throughput_mbps"])) for size, group in rows.groupby("object_bytes")]
     sizes = np.array([s for s, _ in points])
     est = [e for _, e in points]
     value = np.array([e.value for e in est])
     err = np.array([[e.value - e.lo, e.hi - e.value] for e in est]).T
     ns = [e.n for e in est]
     n_text = f"n={min(ns)}" if min(ns) == max(ns) else f"n={min(ns)}–{max(ns)}"
-    ax.errorbar(sizes, value, yerr=np.nan_to_num(err), color=protocol_color(protocol),
-                marker="o", markersize=4, capsize=3, linewidth=1.6,
-                label=f"{protocol_label(protocol)} ({n_text} per size)")
+    ax.errorbar(
+        sizes,
+        value,
+        yerr=np.nan_to_num(err),
+        color=protocol_color(protocol),
+        marker="o",
+        markersize=4,
+        capsize=3,
+        linewidth=1.6,
+        label=f"{protocol_label(protocol)} ({n_text} per size)",
+    )
 
 
 def cpu_samples(rows: pd.DataFrame) -> pd.DataFrame:
@@ -245,8 +282,10 @@ def cpu_samples(rows: pd.DataFrame) -> pd.DataFrame:
         samples = [s for s in listed(row.cpu) if s is not None and s.get("proc_pct") is not None]
         # Time from the trial's first sample, whether t is relative or a wall-clock stamp.
         t0 = min((float(s.get("t", 0)) for s in samples), default=0.0)
-        records += [(row.trial_id, row.protocol, row.facet, float(s.get("t", 0)) - t0,
-                     float(s["proc_pct"])) for s in samples]
+        records += [
+            (row.trial_id, row.protocol, row.facet, float(s.get("t", 0)) - t0, float(s["proc_pct"]))
+            for s in samples
+        ]
     return pd.DataFrame(records, columns=["trial_id", "protocol", "facet", "t", "proc_pct"])
 
 
@@ -276,10 +315,13 @@ def cpu_over_time(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    caption = (f"CPU of the client process while downloading {obj}, sampled every 500 ms: "
-               "thin lines are single trials, thick lines the median across trials.")
-    return [save(fig, out_dir, "cloud_cpu_over_time", "cloud",
-                 f"Cloud storage: CPU over time ({obj})", caption)]
+    caption = (
+        f"CPU of the client process while downloading {obj}, sampled every 500 ms: "
+        "thin lines are single trials, thick lines the median across trials."
+    )
+    return [
+        save(fig, out_dir, "cloud_cpu_over_time", "cloud", f"Cloud storage: CPU over time ({obj})", caption)
+    ]
 
 
 def draw_cpu(ax: plt.Axes, samples: pd.DataFrame) -> None:
@@ -290,8 +332,13 @@ def draw_cpu(ax: plt.Axes, samples: pd.DataFrame) -> None:
             ax.plot(trial["t"], trial["proc_pct"], color=color, alpha=0.2, linewidth=0.8)
         # Median across trials on the 500 ms sampling grid.
         median = mine.groupby((mine["t"] * 2).round() / 2)["proc_pct"].median()
-        ax.plot(median.index, median.to_numpy(), color=color, linewidth=2.2,
-                label=f"{protocol_label(protocol)} (n={mine['trial_id'].nunique()} trials)")
+        ax.plot(
+            median.index,
+            median.to_numpy(),
+            color=color,
+            linewidth=2.2,
+            label=f"{protocol_label(protocol)} (n={mine['trial_id'].nunique()} trials)",
+        )
 
 
 def streaming_panel(rows: pd.DataFrame) -> pd.Series:
@@ -305,15 +352,12 @@ def streaming_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Streaming rows ordered profile by profile, by loss within one (one grid row each)."""
     rows = df[df["workload"] == STREAMING].assign(loss_pct=lambda d: d["loss_pct"].fillna(0))
     first = {p: i for i, p in enumerate(dict.fromkeys(rows["profile"]))}
-    return rows.sort_values(["profile", "loss_pct"], key=lambda c: c.map(first)
-                            if c.name == "profile" else c)
+    return rows.sort_values(["profile", "loss_pct"], key=lambda c: c.map(first) if c.name == "profile" else c)
 
 
-def streaming_cdf(panels: Panels, rows: pd.DataFrame, xlabel: str, ylabel: str
-                  ) -> plt.Figure:
+def streaming_cdf(panels: Panels, rows: pd.DataFrame, xlabel: str, ylabel: str) -> plt.Figure:
     # One column per loss rate and a shared x axis, so loss reads left to right.
-    return cdf_figure(panels, xlabel, columns=max(1, rows["loss_pct"].nunique()), sharex=True,
-                      ylabel=ylabel)
+    return cdf_figure(panels, xlabel, columns=max(1, rows["loss_pct"].nunique()), sharex=True, ylabel=ylabel)
 
 
 def has_items(cells: pd.Series) -> pd.Series:
@@ -334,24 +378,36 @@ def streaming_cdfs(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
     startup = rows[rows["startup_delay_ms"].notna()]
     if not startup.empty:
         panels = panels_by(startup, streaming_panel(startup), column_values("startup_delay_ms"))
-        figures.append(save(streaming_cdf(panels, startup, "startup delay (ms)",
-                                          "CDF (fraction of sessions)"), out_dir,
-                            "streaming_startup_delay", "streaming", "Streaming: startup delay",
-                            "CDF of the video startup delay per loss rate; n = sessions."))
+        figures.append(
+            save(
+                streaming_cdf(panels, startup, "startup delay (ms)", "CDF (fraction of sessions)"),
+                out_dir,
+                "streaming_startup_delay",
+                "streaming",
+                "Streaming: startup delay",
+                "CDF of the video startup delay per loss rate; n = sessions.",
+            )
+        )
     stalled = rows[has_items(rows["stall_durations_ms"])]
     panels = panels_by(stalled, streaming_panel(stalled), stall_durations)
     if panels:
-        figures.append(save(streaming_cdf(panels, stalled, "stall duration (ms)",
-                                          "CDF (fraction of stalls)"), out_dir,
-                            "streaming_stall_durations", "streaming",
-                            "Streaming: stall durations",
-                            "CDF of the durations of single stalls per loss rate; "
-                            "n = stalls (sessions without stalls add none)."))
+        figures.append(
+            save(
+                streaming_cdf(panels, stalled, "stall duration (ms)", "CDF (fraction of stalls)"),
+                out_dir,
+                "streaming_stall_durations",
+                "streaming",
+                "Streaming: stall durations",
+                "CDF of the durations of single stalls per loss rate; "
+                "n = stalls (sessions without stalls add none).",
+            )
+        )
     return figures
 
 
-def against_loss(df: pd.DataFrame, out_dir: Path, kind: str, metrics: list[Metric],
-                 name: str, title: str) -> list[Figure]:
+def against_loss(
+    df: pd.DataFrame, out_dir: Path, kind: str, metrics: list[Metric], name: str, title: str
+) -> list[Figure]:
     """One row of panels per profile, one column per metric: the median against the loss
     rate per protocol, with 95% bootstrap CIs (the paper's streaming figures)."""
     rows = df[df["workload"] == kind].assign(loss_pct=lambda d: d["loss_pct"].fillna(0))
@@ -363,8 +419,10 @@ def against_loss(df: pd.DataFrame, out_dir: Path, kind: str, metrics: list[Metri
     for i, (profile, metric) in enumerate((p, m) for p in profiles for m in metrics):
         ax, mine = axes[i], rows[rows["profile"] == profile]
         for protocol in ordered_protocols(mine["protocol"]):
-            points = [(loss, median_ci(pd.to_numeric(g[metric.column], errors="coerce")))
-                      for loss, g in mine[mine["protocol"] == protocol].groupby("loss_pct")]
+            points = [
+                (loss, median_ci(pd.to_numeric(g[metric.column], errors="coerce")))
+                for loss, g in mine[mine["protocol"] == protocol].groupby("loss_pct")
+            ]
             points = [(x, e) for x, e in points if e.n]
             if not points:
                 continue
@@ -373,9 +431,17 @@ def against_loss(df: pd.DataFrame, out_dir: Path, kind: str, metrics: list[Metri
             err = np.nan_to_num(np.array([[e.value - e.lo, e.hi - e.value] for _, e in points]).T)
             ns = [e.n for _, e in points]
             n_text = f"n={min(ns)}" if min(ns) == max(ns) else f"n={min(ns)}–{max(ns)}"
-            ax.errorbar(x, y, yerr=err, color=protocol_color(protocol), marker="o",
-                        markersize=4, capsize=3, linewidth=1.6,
-                        label=f"{protocol_label(protocol)} ({n_text})")
+            ax.errorbar(
+                x,
+                y,
+                yerr=err,
+                color=protocol_color(protocol),
+                marker="o",
+                markersize=4,
+                capsize=3,
+                linewidth=1.6,
+                label=f"{protocol_label(protocol)} ({n_text})",
+            )
         ax.set_xticks(sorted(mine["loss_pct"].unique()))
         ax.set_title(f"{profile}: {metric.label}", fontsize=10)
         ax.set_xlabel("loss (%)")
@@ -383,20 +449,33 @@ def against_loss(df: pd.DataFrame, out_dir: Path, kind: str, metrics: list[Metri
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    caption = ("Median per loss rate and protocol with 95% bootstrap CIs; n = trials per "
-               "point (range over loss rates).")
+    caption = (
+        "Median per loss rate and protocol with 95% bootstrap CIs; n = trials per "
+        "point (range over loss rates)."
+    )
     return [save(fig, out_dir, name, kind, title, caption)]
 
 
 def video_against_loss(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
-    return against_loss(df, out_dir, "video", [VIDEO_CONNECTION, VIDEO_THROUGHPUT, VIDEO_STALL],
-                        "video_against_loss", "Video download against loss")
+    return against_loss(
+        df,
+        out_dir,
+        "video",
+        [VIDEO_CONNECTION, VIDEO_THROUGHPUT, VIDEO_STALL],
+        "video_against_loss",
+        "Video download against loss",
+    )
 
 
 def streaming_against_loss(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
-    return against_loss(df, out_dir, STREAMING, [STARTUP, STALL_TIME, SWITCHES],
-                        "streaming_against_loss", "Streaming: startup, stalls and switches "
-                        "against loss")
+    return against_loss(
+        df,
+        out_dir,
+        STREAMING,
+        [STARTUP, STALL_TIME, SWITCHES],
+        "streaming_against_loss",
+        "Streaming: startup, stalls and switches " "against loss",
+    )
 
 
 EXAMPLE_LOSS_PCT = 5.0  # the paper's example condition for a playback trace
@@ -432,12 +511,10 @@ def streaming_example_traces(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
         mine = rows[rows["profile"] == profile]
         loss = min(mine["loss_pct"].unique(), key=lambda v: (abs(v - EXAMPLE_LOSS_PCT), -v))
         for protocol in ordered_protocols(mine["protocol"]):
-            session = example_session(mine[(mine["loss_pct"] == loss)
-                                           & (mine["protocol"] == protocol)])
+            session = example_session(mine[(mine["loss_pct"] == loss) & (mine["protocol"] == protocol)])
             trace = read_trace(session["trace_path"]) if session is not None else pd.DataFrame()
             if {"t_s", "buffer_s", "stalled"} <= set(trace.columns):
-                examples.append((f"{profile} · {loss:g}% loss · {protocol_label(protocol)}",
-                                 protocol, trace))
+                examples.append((f"{profile} · {loss:g}% loss · {protocol_label(protocol)}", protocol, trace))
     if not examples:
         return []
     fig, axes = panel_grid(len(examples), columns=3)
@@ -446,15 +523,17 @@ def streaming_example_traces(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
     for ax, (title, protocol, trace) in zip(axes, examples, strict=False):
         draw_trace(ax, trace, protocol, 1.1 * top if top > 0 else None)
         ax.set_title(title, fontsize=10)
-    caption = ("One playback per protocol at the loss rate nearest 5% (the session with the "
-               "median stall time): buffer level (line), stalls (shaded), and the bitrate of "
-               "the rendition played (dashed, right axis).")
-    return [save(fig, out_dir, "streaming_example_traces", STREAMING,
-                 "Streaming: example playbacks", caption)]
+    caption = (
+        "One playback per protocol at the loss rate nearest 5% (the session with the "
+        "median stall time): buffer level (line), stalls (shaded), and the bitrate of "
+        "the rendition played (dashed, right axis)."
+    )
+    return [
+        save(fig, out_dir, "streaming_example_traces", STREAMING, "Streaming: example playbacks", caption)
+    ]
 
 
-def draw_trace(ax: plt.Axes, trace: pd.DataFrame, protocol: str, bitrate_top: float | None
-               ) -> None:
+def draw_trace(ax: plt.Axes, trace: pd.DataFrame, protocol: str, bitrate_top: float | None) -> None:
     t = trace["t_s"].astype(float).to_numpy()
     color = protocol_color(protocol)
     ax.plot(t, pd.to_numeric(trace["buffer_s"], errors="coerce"), color=color, linewidth=1.6)
@@ -467,8 +546,15 @@ def draw_trace(ax: plt.Axes, trace: pd.DataFrame, protocol: str, bitrate_top: fl
     ax.grid(alpha=0.3)
     if "bitrate_kbps" in trace:
         right = ax.twinx()
-        right.step(t, pd.to_numeric(trace["bitrate_kbps"], errors="coerce"), where="post",
-                   color=color, linestyle="--", linewidth=1.0, alpha=0.8)
+        right.step(
+            t,
+            pd.to_numeric(trace["bitrate_kbps"], errors="coerce"),
+            where="post",
+            color=color,
+            linestyle="--",
+            linewidth=1.0,
+            alpha=0.8,
+        )
         right.set_ylabel("bitrate (kbit/s)")
         right.set_ylim(0, bitrate_top)
 
@@ -484,36 +570,74 @@ def pageload_vs_download(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
     for ax, facet in zip(axes, facets, strict=True):
         mine = pages[pages["facet"] == facet]
         protocols = ordered_protocols(mine["protocol"])
-        perf = df[(df["workload"] == "web") & (df["facet"] == facet)
-                  & df["object"].isin(mine["object"].unique())]
+        perf = df[
+            (df["workload"] == "web") & (df["facet"] == facet) & df["object"].isin(mine["object"].unique())
+        ]
         for i, protocol in enumerate(protocols):
-            for offset, rows, column, marker in ((-0.15, perf, "download_time_ms", "s"),
-                                                 (0.15, mine, "page_load_time_ms", "o")):
+            for offset, rows, column, marker in (
+                (-0.15, perf, "download_time_ms", "s"),
+                (0.15, mine, "page_load_time_ms", "o"),
+            ):
                 est = median_ci(rows.loc[rows["protocol"] == protocol, column])
                 if est.n == 0:
                     continue
                 err = np.nan_to_num([[est.value - est.lo], [est.hi - est.value]])
-                ax.errorbar([i + offset], [est.value], yerr=err, color=protocol_color(protocol),
-                            marker=marker, markersize=7, capsize=3,
-                            mfc="white" if marker == "s" else protocol_color(protocol))
-                ax.annotate(f"n={est.n}", (i + offset, est.value), xytext=(0, -14),
-                            textcoords="offset points", ha="center", fontsize=7, color="0.35")
+                ax.errorbar(
+                    [i + offset],
+                    [est.value],
+                    yerr=err,
+                    color=protocol_color(protocol),
+                    marker=marker,
+                    markersize=7,
+                    capsize=3,
+                    mfc="white" if marker == "s" else protocol_color(protocol),
+                )
+                ax.annotate(
+                    f"n={est.n}",
+                    (i + offset, est.value),
+                    xytext=(0, -14),
+                    textcoords="offset points",
+                    ha="center",
+                    fontsize=7,
+                    color="0.35",
+                )
         ax.set_xticks(range(len(protocols)), [protocol_label(p) for p in protocols])
         ax.set_xlim(-0.6, len(protocols) - 0.4)
         ax.set_title(str(facet), fontsize=10)
         ax.set_ylabel("time (ms)")
         ax.set_ylim(0, ax.get_ylim()[1] * 1.12)
         ax.grid(alpha=0.3, axis="y")
-        ax.legend(handles=[
-            plt.Line2D([], [], color="0.3", marker="s", mfc="white", linestyle="",
-                       label="perf-tool download (HTML)"),
-            plt.Line2D([], [], color="0.3", marker="o", linestyle="",
-                       label="browser page load")], fontsize=8, loc="upper left")
-    caption = ("Median page load time in headless Chromium (filled circles) beside the perf "
-               "tools' download of the same page's HTML (open squares), per protocol, with "
-               "95% bootstrap CIs; n = trials.")
-    return [save(fig, out_dir, "pageload_vs_download", "pageload",
-                 "Page load in a browser against a perf-tool download", caption)]
+        ax.legend(
+            handles=[
+                plt.Line2D(
+                    [],
+                    [],
+                    color="0.3",
+                    marker="s",
+                    mfc="white",
+                    linestyle="",
+                    label="perf-tool download (HTML)",
+                ),
+                plt.Line2D([], [], color="0.3", marker="o", linestyle="", label="browser page load"),
+            ],
+            fontsize=8,
+            loc="upper left",
+        )
+    caption = (
+        "Median page load time in headless Chromium (filled circles) beside the perf "
+        "tools' download of the same page's HTML (open squares), per protocol, with "
+        "95% bootstrap CIs; n = trials."
+    )
+    return [
+        save(
+            fig,
+            out_dir,
+            "pageload_vs_download",
+            "pageload",
+            "Page load in a browser against a perf-tool download",
+            caption,
+        )
+    ]
 
 
 # Figures of their own that a workload's report section names (workloads/kinds.py).

@@ -25,17 +25,32 @@ class Case:
 def junit_xml(suite: str, cases: list[Case]) -> str:
     failures = sum(bool(c.failure) for c in cases)
     skipped = sum(bool(c.skipped) and not c.failure for c in cases)
-    root = ET.Element("testsuites", name="quicbed", tests=str(len(cases)),
-                      failures=str(failures), errors="0", skipped=str(skipped))
-    ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(cases)),
-                       failures=str(failures), errors="0", skipped=str(skipped), time="0",
-                       timestamp=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S"),
-                       hostname=socket.gethostname())
+    root = ET.Element(
+        "testsuites",
+        name="quicbed",
+        tests=str(len(cases)),
+        failures=str(failures),
+        errors="0",
+        skipped=str(skipped),
+    )
+    ts = ET.SubElement(
+        root,
+        "testsuite",
+        name=suite,
+        tests=str(len(cases)),
+        failures=str(failures),
+        errors="0",
+        skipped=str(skipped),
+        time="0",
+        timestamp=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S"),
+        hostname=socket.gethostname(),
+    )
     for case in cases:
         tc = ET.SubElement(ts, "testcase", classname=case.classname, name=case.name, time="0")
         if case.failure:
             ET.SubElement(tc, "failure", message=case.failure, type="quicbed").text = (
-                case.detail or case.failure)
+                case.detail or case.failure
+            )
         elif case.skipped:
             ET.SubElement(tc, "skipped", message=case.skipped)
         elif case.detail:

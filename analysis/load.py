@@ -49,8 +49,11 @@ def available_runs(root: Path | None = None) -> list[str]:
     root = root or results_root()
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / rowschema.MANIFEST_FILE).is_file()
-                  or (p / rowschema.ROWS_FILE).is_file())
+    return sorted(
+        p.name
+        for p in root.iterdir()
+        if (p / rowschema.MANIFEST_FILE).is_file() or (p / rowschema.ROWS_FILE).is_file()
+    )
 
 
 def resolve_run_dir(run: str | Path) -> Path:
@@ -80,17 +83,20 @@ def read_manifest(run_dir: Path, notes: list[str]) -> dict[str, Any]:
         raise AnalysisError(f"{where}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
     problem = manifest_problem(manifest)
     if problem:
-        raise AnalysisError(f"{path}: {problem} (written by another version of quicbed, "
-                            "or edited?)")
+        raise AnalysisError(f"{path}: {problem} (written by another version of quicbed, " "or edited?)")
     manifest.setdefault("run_id", run_dir.name)
     if not manifest.get("conditions") and not manifest.get("calibration"):
         # Another version's (or a hand-written) manifest: usable, but say what it lacks.
-        notes.append(f"run {run_dir.name}: manifest.json records no calibration (neither "
-                     "conditions nor calibration); configured RTTs are used")
+        notes.append(
+            f"run {run_dir.name}: manifest.json records no calibration (neither "
+            "conditions nor calibration); configured RTTs are used"
+        )
     status = manifest.get("status", "complete")
     if status != "complete":
-        notes.append(f"run {run_dir.name} has status '{status}' (not complete): "
-                     "this report covers the rows written so far")
+        notes.append(
+            f"run {run_dir.name} has status '{status}' (not complete): "
+            "this report covers the rows written so far"
+        )
     return manifest
 
 
@@ -98,11 +104,18 @@ def read_manifest(run_dir: Path, notes: list[str]) -> dict[str, Any]:
 # or empty is fine (older runs have less), another shape would end in an AttributeError deep
 # in the report. An entry (`*`) must be there as the container itself.
 _MANIFEST_SHAPES: tuple[tuple[str, type], ...] = (
-    ("conditions", dict), ("conditions.*", dict), ("conditions.*.link", dict),
-    ("conditions.*.link.down", dict), ("conditions.*.link.up", dict),
-    ("conditions.*.calibration", dict), ("conditions.*.calibration.checks", list),
-    ("conditions.*.calibration.checks.*", dict), ("conditions.*.calibration.timing", dict),
-    ("calibration", list), ("calibration.*", dict), ("calibration.*.configured", dict),
+    ("conditions", dict),
+    ("conditions.*", dict),
+    ("conditions.*.link", dict),
+    ("conditions.*.link.down", dict),
+    ("conditions.*.link.up", dict),
+    ("conditions.*.calibration", dict),
+    ("conditions.*.calibration.checks", list),
+    ("conditions.*.calibration.checks.*", dict),
+    ("conditions.*.calibration.timing", dict),
+    ("calibration", list),
+    ("calibration.*", dict),
+    ("calibration.*.configured", dict),
     ("calibration.*.measured", dict),
 )
 
@@ -150,14 +163,17 @@ def read_jsonl(path: Path, notes: list[str]) -> pd.DataFrame:
             # one, cut before its newline (as experiments.store reads it too); damage
             # anywhere else is an edit, which the report must not silently paper over.
             if number == len(lines):
-                notes.append(f"{path.parent.name}/rows.jsonl: last line torn (a crash while "
-                             "writing it), ignored")
+                notes.append(
+                    f"{path.parent.name}/rows.jsonl: last line torn (a crash while " "writing it), ignored"
+                )
                 continue
-            raise AnalysisError(f"{path}:{number}: not a JSON row "
-                                f"({getattr(exc, 'msg', 'nested too deeply')})") from None
+            raise AnalysisError(
+                f"{path}:{number}: not a JSON row " f"({getattr(exc, 'msg', 'nested too deeply')})"
+            ) from None
         if not isinstance(record, dict):
-            raise AnalysisError(f"{path}:{number}: a row must be a JSON object, not "
-                                f"{type(record).__name__}")
+            raise AnalysisError(
+                f"{path}:{number}: a row must be a JSON object, not " f"{type(record).__name__}"
+            )
         records.append(record)
     return pd.DataFrame.from_records(records)
 
@@ -170,10 +186,13 @@ def read_rows(run_dir: Path, notes: list[str]) -> pd.DataFrame:
         except Exception as exc:  # pyarrow raises several types for a damaged file
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
             if not jsonl.is_file():
-                raise AnalysisError(f"run {run_dir.name}: rows.parquet is corrupt ({reason}) "
-                                    "and there is no rows.jsonl to fall back to") from None
-            notes.append(f"run {run_dir.name}: rows.parquet is corrupt ({reason}); "
-                         "read rows.jsonl instead")
+                raise AnalysisError(
+                    f"run {run_dir.name}: rows.parquet is corrupt ({reason}) "
+                    "and there is no rows.jsonl to fall back to"
+                ) from None
+            notes.append(
+                f"run {run_dir.name}: rows.parquet is corrupt ({reason}); " "read rows.jsonl instead"
+            )
     if jsonl.is_file():
         return read_jsonl(jsonl, notes)
     return pd.DataFrame()
@@ -192,7 +211,8 @@ def load_run(run: str | Path, notes: list[str]) -> tuple[pd.DataFrame, dict[str,
         rows["run_id"] = manifest["run_id"]
     if "trace_file" in rows:  # a player's per-second trace, beside the rows of its run
         rows["trace_path"] = rows["trace_file"].map(
-            lambda rel: str(run_dir / rel) if isinstance(rel, str) and rel else None)
+            lambda rel: str(run_dir / rel) if isinstance(rel, str) and rel else None
+        )
     return latest_attempts(rows, run_dir.name, notes), manifest
 
 
@@ -208,8 +228,9 @@ def latest_attempts(rows: pd.DataFrame, run: str, notes: list[str]) -> pd.DataFr
     attempts = pd.to_numeric(rows["attempt"], errors="coerce") if "attempt" in rows else None
     retried = 0 if attempts is None else int((attempts > 1).sum())
     if retried:
-        notes.append(f"run {run}: {retried} trial(s) retried after failing; each counts once, "
-                     "by its last attempt")
+        notes.append(
+            f"run {run}: {retried} trial(s) retried after failing; each counts once, " "by its last attempt"
+        )
     return rows
 
 
@@ -261,8 +282,7 @@ def load_runs(runs: Iterable[str | Path]) -> tuple[pd.DataFrame, list[dict[str, 
     """
     runs = list(dict.fromkeys(str(r) for r in runs))
     if not runs:
-        raise AnalysisError("no run given (available runs: "
-                            f"{', '.join(available_runs()) or 'none'})")
+        raise AnalysisError("no run given (available runs: " f"{', '.join(available_runs()) or 'none'})")
     notes: list[str] = []
     frames, manifests = [], []
     for run in runs:

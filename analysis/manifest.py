@@ -14,9 +14,24 @@ from typing import Any
 # Manifest fields that legitimately differ between runs of one setup (bookkeeping, what was
 # run, when); every other field is setup (versions, kernel, backend, commit, TCP/QUIC settings).
 PER_RUN_KEYS = {
-    "run_id", "calibration", "conditions", "seed", "started_at", "ended_at", "notes",
-    "sessions", "status", "trials_total", "experiment", "experiment_text", "description",
-    "file", "file_sha256", "matrix_hash", "quick", "order",
+    "run_id",
+    "calibration",
+    "conditions",
+    "seed",
+    "started_at",
+    "ended_at",
+    "notes",
+    "sessions",
+    "status",
+    "trials_total",
+    "experiment",
+    "experiment_text",
+    "description",
+    "file",
+    "file_sha256",
+    "matrix_hash",
+    "quick",
+    "order",
 }
 SHOWN_CHARS = 60
 
@@ -45,8 +60,9 @@ def manifest_differences(manifests: list[dict[str, Any]]) -> list[str]:
     for key in keys:
         values = [f.get(key, "(missing)") for f in flat]
         if len({json.dumps(v, sort_keys=True, default=str) for v in values}) > 1:
-            per_run = "; ".join(f"{m.get('run_id', '?')}={short(v)}"
-                                for m, v in zip(manifests, values, strict=True))
+            per_run = "; ".join(
+                f"{m.get('run_id', '?')}={short(v)}" for m, v in zip(manifests, values, strict=True)
+            )
             diffs.append(f"{key}: {per_run}")
     return diffs
 
@@ -65,10 +81,13 @@ def host_kind(host: dict[str, Any] | None) -> str:
     """What decides whether two hosts' timings compare: CPU, kernel and images (not the name)."""
     if not host:
         return "unrecorded"
-    images = ", ".join(f"{k} {str(v).removeprefix('sha256:')[:12]}"
-                       for k, v in sorted((host.get("images") or {}).items()))
-    kind = (f"{host.get('cpu_model', '?')} x{host.get('cpus', '?')} {host.get('machine', '?')}, "
-            f"kernel {host.get('kernel', '?')}")
+    images = ", ".join(
+        f"{k} {str(v).removeprefix('sha256:')[:12]}" for k, v in sorted((host.get("images") or {}).items())
+    )
+    kind = (
+        f"{host.get('cpu_model', '?')} x{host.get('cpus', '?')} {host.get('machine', '?')}, "
+        f"kernel {host.get('kernel', '?')}"
+    )
     return kind + (f", images {images}" if images else "")
 
 
@@ -80,14 +99,18 @@ def mixed_hosts(entries: list[dict[str, Any]]) -> list[str]:
         if e["calibrated"]:
             kind = e.get("host_kind", "unrecorded")
             runs.setdefault(e["run"], {}).setdefault(kind, []).append(str(e["label"]))
-    return [f"Run {run}: its conditions ran on {len(kinds)} kinds of host, so comparing "
-            "conditions across them also compares hosts: "
-            + "; ".join(f"{', '.join(labels)} on {kind}" for kind, labels in kinds.items())
-            for run, kinds in runs.items() if len(kinds) > 1]
+    return [
+        f"Run {run}: its conditions ran on {len(kinds)} kinds of host, so comparing "
+        "conditions across them also compares hosts: "
+        + "; ".join(f"{', '.join(labels)} on {kind}" for kind, labels in kinds.items())
+        for run, kinds in runs.items()
+        if len(kinds) > 1
+    ]
 
 
-def runner_entry(run_id: str, cid: str, cond: dict[str, Any], host: dict[str, Any] | None = None
-                 ) -> dict[str, Any]:
+def runner_entry(
+    run_id: str, cid: str, cond: dict[str, Any], host: dict[str, Any] | None = None
+) -> dict[str, Any]:
     link, cal = cond.get("link") or {}, cond.get("calibration") or {}
     # The runner keeps the calibration's checks and backend one level down (the executor's
     # summary holds rtt_ms/passed/forced and the full Calibration under "calibration").
@@ -97,30 +120,48 @@ def runner_entry(run_id: str, cid: str, cond: dict[str, Any], host: dict[str, An
     measured = check_values(full.get("checks"))
     failed = [c for c in full.get("checks") or [] if not c.get("passed", True)]
     return {
-        "run": run_id, "condition": cid, "label": cond.get("label", cid),
-        "profile": cond.get("profile", ""), "calibrated": bool(cal),
+        "run": run_id,
+        "condition": cid,
+        "label": cond.get("label", cid),
+        "profile": cond.get("profile", ""),
+        "calibrated": bool(cal),
         "host_kind": host_kind(cond.get("ran_on") or host),
-        "rtt_ms": link.get("rtt_ms"), "rtt_min_ms": cal.get("rtt_ms"),
+        "rtt_ms": link.get("rtt_ms"),
+        "rtt_min_ms": cal.get("rtt_ms"),
         "rtt_median_ms": measured.get("rtt_median_ms"),
-        "rate_down_mbit": down.get("rate_mbit"), "goodput_down_mbit": measured.get(
-            "goodput_mbit_down"),
-        "rate_up_mbit": up.get("rate_mbit"), "goodput_up_mbit": measured.get("goodput_mbit_up"),
-        "loss_pct": down.get("loss_pct"), "loss_down_pct": measured.get("loss_pct_down"),
+        "rate_down_mbit": down.get("rate_mbit"),
+        "goodput_down_mbit": measured.get("goodput_mbit_down"),
+        "rate_up_mbit": up.get("rate_mbit"),
+        "goodput_up_mbit": measured.get("goodput_mbit_up"),
+        "loss_pct": down.get("loss_pct"),
+        "loss_down_pct": measured.get("loss_pct_down"),
         "loss_up_pct": measured.get("loss_pct_up"),
-        "passed": cal.get("passed"), "forced": cal.get("forced", False),
-        "link_backend": full.get("backend"), "backend_reason": full.get("backend_reason"),
-        "failed_checks": [f"{c.get('metric')} {c.get('direction')}: {c.get('measured')} "
-                          f"(configured {c.get('configured')}, {c.get('tolerance', '')})"
-                          for c in failed],
+        "passed": cal.get("passed"),
+        "forced": cal.get("forced", False),
+        "link_backend": full.get("backend"),
+        "backend_reason": full.get("backend_reason"),
+        "failed_checks": [
+            f"{c.get('metric')} {c.get('direction')}: {c.get('measured')} "
+            f"(configured {c.get('configured')}, {c.get('tolerance', '')})"
+            for c in failed
+        ],
     }
 
 
 def flat_entry(run_id: str, cal: dict[str, Any]) -> dict[str, Any]:
     conf, meas = cal.get("configured") or {}, cal.get("measured") or {}
-    return {"run": run_id, "condition": cal.get("condition"),
-            "label": cal.get("label", cal.get("condition")), "profile": cal.get("profile", ""),
-            "calibrated": True, **conf, **meas, "passed": cal.get("passed"),
-            "forced": cal.get("forced", False), "failed_checks": []}
+    return {
+        "run": run_id,
+        "condition": cal.get("condition"),
+        "label": cal.get("label", cal.get("condition")),
+        "profile": cal.get("profile", ""),
+        "calibrated": True,
+        **conf,
+        **meas,
+        "passed": cal.get("passed"),
+        "forced": cal.get("forced", False),
+        "failed_checks": [],
+    }
 
 
 def calibration_entries(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -128,13 +169,18 @@ def calibration_entries(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]
     entries = []
     for m in manifests:
         run_id = str(m.get("run_id"))
-        entries += [runner_entry(run_id, cid, cond, m.get("host"))
-                    for cid, cond in (m.get("conditions") or {}).items()]
+        entries += [
+            runner_entry(run_id, cid, cond, m.get("host"))
+            for cid, cond in (m.get("conditions") or {}).items()
+        ]
         entries += [flat_entry(run_id, cal) for cal in m.get("calibration") or []]
     return entries
 
 
 def calibrated_rtt(manifests: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
     """(run_id, condition) -> the calibrated (minimum) RTT, where the manifest has one."""
-    return {(e["run"], e["condition"]): float(e["rtt_min_ms"])
-            for e in calibration_entries(manifests) if e.get("rtt_min_ms") is not None}
+    return {
+        (e["run"], e["condition"]): float(e["rtt_min_ms"])
+        for e in calibration_entries(manifests)
+        if e.get("rtt_min_ms") is not None
+    }

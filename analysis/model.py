@@ -77,8 +77,7 @@ def listed(value: object) -> list:
 
 def truthy(values: pd.Series) -> pd.Series:
     """A flag column as bools; missing (None/NaN) counts as not set."""
-    return values.map(lambda v: isinstance(v, bool | int | np.bool_ | np.integer) and bool(v)
-                      ).astype(bool)
+    return values.map(lambda v: isinstance(v, bool | int | np.bool_ | np.integer) and bool(v)).astype(bool)
 
 
 def is_failed(error: object) -> bool:
@@ -89,8 +88,19 @@ def is_failed(error: object) -> bool:
 
 KB, MB, GB = 2**10, 2**20, 2**30
 # Binary, as the testbed's content server makes its files ("1MB" is 1 MiB, servers/content.py).
-UNITS = {"": 1, "B": 1, "K": KB, "KB": KB, "KIB": KB, "M": MB, "MB": MB, "MIB": MB,
-         "G": GB, "GB": GB, "GIB": GB}
+UNITS = {
+    "": 1,
+    "B": 1,
+    "K": KB,
+    "KB": KB,
+    "KIB": KB,
+    "M": MB,
+    "MB": MB,
+    "MIB": MB,
+    "G": GB,
+    "GB": GB,
+    "GIB": GB,
+}
 
 
 def parse_size(name: object) -> float:
@@ -105,8 +115,7 @@ def object_size_bytes(df: pd.DataFrame) -> pd.Series:
     """Size of each row's object: the name if it states a size, else the median bytes
     received for that object (so a failed trial still gets its object's size)."""
     named = df["object"].map(parse_size)
-    measured = pd.to_numeric(df["bytes"], errors="coerce").groupby(df["object"]).transform(
-        "median")
+    measured = pd.to_numeric(df["bytes"], errors="coerce").groupby(df["object"]).transform("median")
     return named.fillna(measured)
 
 

@@ -79,11 +79,11 @@ def summary_lines(accounts: list[Overhead]) -> list[str]:
     for acc in accounts:
         if acc.ratio is None:
             continue
-        parts = ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.1f} s"
-                          for k, v in acc.setup.items())
+        parts = ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.1f} s" for k, v in acc.setup.items())
         lines.append(
             f"{acc.condition}: wall {acc.total_s:.1f} s = {acc.ratio:.2f}× its transfers "
             f"({acc.transfer_s:.1f} s over {acc.trials} trials); {parts}; tool start/exit "
             f"{acc.tool_s:.1f} s, runner {acc.runner_s:.1f} s; median per-trial overhead "
-            f"{acc.median_trial_overhead_s:.3f} s")
+            f"{acc.median_trial_overhead_s:.3f} s"
+        )
     return lines

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-FRAME_BYTES = 1514   # MTU-sized Ethernet frame: what the bottleneck counts
-TCP_PAYLOAD = 1448   # its TCP payload with timestamps
+FRAME_BYTES = 1514  # MTU-sized Ethernet frame: what the bottleneck counts
+TCP_PAYLOAD = 1448  # its TCP payload with timestamps
 INITIAL_WINDOW = 10  # segments (RFC 6928, Linux's default)
 
 
@@ -16,11 +16,10 @@ def slow_start_deficit_s(rate_mbit: float, rtt_ms: float, iw: int = INITIAL_WIND
     frame_s = FRAME_BYTES * 8 / (rate_mbit * 1e6)
     bdp = rate_mbit * 1e6 * rtt_ms / 1e3 / (FRAME_BYTES * 8)
     rounds = max(0, math.ceil(math.log2(bdp / iw))) if bdp > iw else 0
-    return sum(bdp - iw * 2 ** k for k in range(rounds)) * frame_s
+    return sum(bdp - iw * 2**k for k in range(rounds)) * frame_s
 
 
-def tcp_download_s(size_bytes: float, rate_mbit: float, rtt_ms: float,
-                   setup_rtts: int) -> float:
+def tcp_download_s(size_bytes: float, rate_mbit: float, rtt_ms: float, setup_rtts: int) -> float:
     """Fresh connection, one GET, by the paper's definition (start to last byte): the
     setup RTTs (TCP + TLS), the request's RTT, slow start, then the payload at line rate.
     Ignores TLS record and HTTP/2 framing (~0.3%) and losses from slow-start overshoot."""

@@ -77,21 +77,28 @@ def status_class(status: str) -> str:
 
 def html_table(frame: pd.DataFrame, caption: str) -> str:
     head = "".join(f"<th>{h.escape(str(c))}</th>" for c in frame.columns)
-    body = "".join("<tr>" + "".join(f"<td>{h.escape(cell(v))}</td>" for v in row) + "</tr>"
-                   for row in frame.itertuples(index=False))
+    body = "".join(
+        "<tr>" + "".join(f"<td>{h.escape(cell(v))}</td>" for v in row) + "</tr>"
+        for row in frame.itertuples(index=False)
+    )
     # Wide tables scroll sideways instead of squeezing numbers onto two lines.
     # The caption sits above the table, not in it, so a narrow table doesn't wrap it.
-    return (f"<p class='cap'>{h.escape(caption)}</p><div class='wide'><table><thead><tr>"
-            f"{head}</tr></thead><tbody>{body}</tbody></table></div>")
+    return (
+        f"<p class='cap'>{h.escape(caption)}</p><div class='wide'><table><thead><tr>"
+        f"{head}</tr></thead><tbody>{body}</tbody></table></div>"
+    )
 
 
 def html_verdicts(items: list[tuple[Direction, Verdict]]) -> str:
     rows = "".join(
         f"<tr><td>{h.escape(d.claim)}</td><td class='{status_class(v.status)}'>"
         f"{h.escape(v.status)}</td><td>{'<br>'.join(h.escape(f) for f in v.found)}</td></tr>"
-        for d, v in items)
-    return ("<table class='verdicts'><thead><tr><th>claim</th><th>verdict</th>"
-            f"<th>this run</th></tr></thead><tbody>{rows}</tbody></table>")
+        for d, v in items
+    )
+    return (
+        "<table class='verdicts'><thead><tr><th>claim</th><th>verdict</th>"
+        f"<th>this run</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
 
 
 def html_block(block: Block, base: Path) -> str:
@@ -104,10 +111,12 @@ def html_block(block: Block, base: Path) -> str:
         case Table(frame, caption):
             return html_table(frame, caption)
         case FigureBlock(f):
-            return (f"<figure><a href='{relative(f.svg, base)}'><img src='"
-                    f"{relative(f.png, base)}' alt='{h.escape(f.title)}'></a><figcaption>"
-                    f"<b>{h.escape(f.title)}.</b> {h.escape(f.caption)} (click for SVG)"
-                    "</figcaption></figure>")
+            return (
+                f"<figure><a href='{relative(f.svg, base)}'><img src='"
+                f"{relative(f.png, base)}' alt='{h.escape(f.title)}'></a><figcaption>"
+                f"<b>{h.escape(f.title)}.</b> {h.escape(f.caption)} (click for SVG)"
+                "</figcaption></figure>"
+            )
         case VerdictList(items):
             return html_verdicts(items)
     raise TypeError(f"unknown block {block!r}")
@@ -119,11 +128,16 @@ def anchor(title: str) -> str:
 
 def html(title: str, stamp: str, sections: list[Section], base: Path) -> str:
     nav = "".join(f"<a href='#{anchor(s.title)}'>{h.escape(s.title)}</a>" for s in sections)
-    body = "".join(f"<h2 id='{anchor(s.title)}'>{h.escape(s.title)}</h2>"
-                   + "".join(html_block(b, base) for b in s.blocks) for s in sections)
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>"
-            f"{h.escape(title)}</title><style>{CSS}</style></head><body><h1>{h.escape(title)}"
-            f"</h1><p class='stamp'>generated {stamp}</p><nav>{nav}</nav>{body}</body></html>\n")
+    body = "".join(
+        f"<h2 id='{anchor(s.title)}'>{h.escape(s.title)}</h2>"
+        + "".join(html_block(b, base) for b in s.blocks)
+        for s in sections
+    )
+    return (
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>"
+        f"{h.escape(title)}</title><style>{CSS}</style></head><body><h1>{h.escape(title)}"
+        f"</h1><p class='stamp'>generated {stamp}</p><nav>{nav}</nav>{body}</body></html>\n"
+    )
 
 
 def cell(value: object) -> str:
@@ -139,8 +153,7 @@ def md_table(frame: pd.DataFrame, caption: str = "") -> str:
     lines = [f"**{caption}**", ""] if caption else []
     lines.append("| " + " | ".join(md_cell(c) for c in frame.columns) + " |")
     lines.append("|" + "---|" * len(frame.columns))
-    lines += ["| " + " | ".join(md_cell(v) for v in row) + " |"
-              for row in frame.itertuples(index=False)]
+    lines += ["| " + " | ".join(md_cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join(lines)
 
 
@@ -153,11 +166,14 @@ def md_block(block: Block, base: Path) -> str:
         case Table(frame, caption):
             return md_table(frame, caption)
         case FigureBlock(f):
-            return (f"![{f.title}]({relative(f.png, base)})\n\n*{f.title}.* {f.caption} "
-                    f"([SVG]({relative(f.svg, base)}))")
+            return (
+                f"![{f.title}]({relative(f.png, base)})\n\n*{f.title}.* {f.caption} "
+                f"([SVG]({relative(f.svg, base)}))"
+            )
         case VerdictList(items):
-            frame = pd.DataFrame([{"claim": d.claim, "verdict": v.status,
-                                   "this run": "; ".join(v.found)} for d, v in items])
+            frame = pd.DataFrame(
+                [{"claim": d.claim, "verdict": v.status, "this run": "; ".join(v.found)} for d, v in items]
+            )
             return md_table(frame)
     raise TypeError(f"unknown block {block!r}")
 

@@ -42,36 +42,50 @@ def figure_blocks(figures: list[Figure], section: str) -> list[FigureBlock]:
 
 def flags(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> list[str]:
     """Everything a reader must know before trusting the numbers."""
-    out = [f"Setups differ (runs analysed apart, not pooled): {d}"
-           for d in df.attrs.get("manifest_differences", [])]
+    out = [
+        f"Setups differ (runs analysed apart, not pooled): {d}"
+        for d in df.attrs.get("manifest_differences", [])
+    ]
     out += df.attrs.get("notes", [])
     clients = df.dropna(subset=["client"]).groupby("protocol")["client"].unique()
-    out += [f"Protocol {p} was measured by several clients ({', '.join(map(str, c))}); "
-            "their trials are pooled." for p, c in clients.items() if len(c) > 1]
-    out += [f"Calibration of {e['label']} (run {e['run']}) failed"
-            + (" and the run went on (forced)" if e.get("forced") else "")
-            + ": " + ("; ".join(e["failed_checks"]) or "see Run")
-            for e in calibration_entries(manifests) if e["calibrated"] and not e.get("passed")]
+    out += [
+        f"Protocol {p} was measured by several clients ({', '.join(map(str, c))}); "
+        "their trials are pooled."
+        for p, c in clients.items()
+        if len(c) > 1
+    ]
+    out += [
+        f"Calibration of {e['label']} (run {e['run']}) failed"
+        + (" and the run went on (forced)" if e.get("forced") else "")
+        + ": "
+        + ("; ".join(e["failed_checks"]) or "see Run")
+        for e in calibration_entries(manifests)
+        if e["calibrated"] and not e.get("passed")
+    ]
     out += mixed_hosts(calibration_entries(manifests))
-    counts = [("failed", df["failed"], "excluded from statistics"),
-              ("CPU-bound", df["cpu_bound"],
-               "a host's CPU, not the path, may have limited them"),
-              ("forced-calibration", df["calib_forced"],
-               "their path failed calibration and the run went on anyway")]
+    counts = [
+        ("failed", df["failed"], "excluded from statistics"),
+        ("CPU-bound", df["cpu_bound"], "a host's CPU, not the path, may have limited them"),
+        (
+            "forced-calibration",
+            df["calib_forced"],
+            "their path failed calibration and the run went on anyway",
+        ),
+    ]
     for name, mask, why in counts:
         if mask.any():
-            out.append(f"{int(mask.sum())} of {len(df)} trials are {name}: {why} "
-                       "(see Flagged trials).")
+            out.append(f"{int(mask.sum())} of {len(df)} trials are {name}: {why} " "(see Flagged trials).")
     return out
 
 
-def summary_section(df: pd.DataFrame, manifests: list[dict[str, Any]], warnings: list[str]
-                    ) -> Section:
+def summary_section(df: pd.DataFrame, manifests: list[dict[str, Any]], warnings: list[str]) -> Section:
     runs = ", ".join(str(m.get("run_id")) for m in manifests)
     ok = int((~df["failed"]).sum())
-    text = (f"Runs: {runs}. {len(df)} trials: {ok} analysed, {len(df) - ok} failed. "
-            "Medians with 95% percentile-bootstrap CIs; n = trials (or samples) behind each "
-            "number. RTT-normalised values divide by each trial's calibrated RTT.")
+    text = (
+        f"Runs: {runs}. {len(df)} trials: {ok} analysed, {len(df) - ok} failed. "
+        "Medians with 95% percentile-bootstrap CIs; n = trials (or samples) behind each "
+        "number. RTT-normalised values divide by each trial's calibrated RTT."
+    )
     blocks: list[Block] = [Text(text)]
     if warnings:
         blocks.append(Bullets(warnings, warn=True))
@@ -87,16 +101,22 @@ def directions_section(ok: pd.DataFrame, quick: bool = False) -> Section:
     data": the quick slice is chosen for time, and says which claims it cannot judge."""
     verdicts = evaluate(ok)
     blocks: list[Block] = [
-        Text("Each finding of the paper (as a direction), what this run found, and whether "
-             "it holds. Significance: Welch's t-test and Mann–Whitney U both at p < 0.01 "
-             "with ≥ 10 trials per side.")]
+        Text(
+            "Each finding of the paper (as a direction), what this run found, and whether "
+            "it holds. Significance: Welch's t-test and Mann–Whitney U both at p < 0.01 "
+            "with ≥ 10 trials per side."
+        )
+    ]
     if quick:
-        verdicts = [(d, Verdict(NEEDS_FULL, v.found) if v.status == NO_DATA else v)
-                    for d, v in verdicts]
+        verdicts = [(d, Verdict(NEEDS_FULL, v.found) if v.status == NO_DATA else v) for d, v in verdicts]
         judged = sum(v.status != NEEDS_FULL for _, v in verdicts)
-        blocks.append(Text(f"A quick run: it judges {judged} of {len(verdicts)} findings; "
-                           f"those marked '{NEEDS_FULL}' need the paper's repetitions "
-                           "(`make reproduce FULL=1`)."))
+        blocks.append(
+            Text(
+                f"A quick run: it judges {judged} of {len(verdicts)} findings; "
+                f"those marked '{NEEDS_FULL}' need the paper's repetitions "
+                "(`make reproduce FULL=1`)."
+            )
+        )
     return Section("Against the paper", [*blocks, VerdictList(verdicts)])
 
 
@@ -128,8 +148,12 @@ def expectations_section(ok: pd.DataFrame, manifests: list[dict[str, Any]]) -> S
             items += evaluate(rows, [claim])
     if not items and not problems:
         return None
-    blocks: list[Any] = [Text("The experiment file's own expectations (`quicbed check`), per "
-                              "condition: calibrated RTT, configured downlink rate.")]
+    blocks: list[Any] = [
+        Text(
+            "The experiment file's own expectations (`quicbed check`), per "
+            "condition: calibrated RTT, configured downlink rate."
+        )
+    ]
     if problems:
         blocks.append(Bullets(problems, warn=True))
     return Section("Expectations", [*blocks, VerdictList(items)])
@@ -142,8 +166,7 @@ TABLES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
 }
 
 
-def workload_section(spec: ReportSection, ok: pd.DataFrame, figures: list[Figure]
-                     ) -> Section | None:
+def workload_section(spec: ReportSection, ok: pd.DataFrame, figures: list[Figure]) -> Section | None:
     """One of a workload's sections: medians of its metrics per group, QUIC against TLS on
     the compared ones, its own table, and its figures; None when the run has no such rows."""
     rows = ok[ok["workload"].isin(spec.kinds)]
@@ -152,13 +175,19 @@ def workload_section(spec: ReportSection, ok: pd.DataFrame, figures: list[Figure
     keys = list(spec.keys)
     blocks: list[Any] = [Text(spec.intro)] if spec.intro else []
     if spec.metrics:
-        blocks.append(Table(summary_table(rows, keys, list(spec.metrics)),
-                            "Medians per condition and protocol"))
-        comparisons = comparison_table(rows, [k for k in keys if k != "protocol"],
-                                       list(spec.compared or spec.metrics))
+        blocks.append(
+            Table(summary_table(rows, keys, list(spec.metrics)), "Medians per condition and protocol")
+        )
+        comparisons = comparison_table(
+            rows, [k for k in keys if k != "protocol"], list(spec.compared or spec.metrics)
+        )
         if not comparisons.empty:
-            blocks.append(Table(comparisons, "QUIC against TLS 1.2 and TLS 1.3 "
-                                             "(Δ = QUIC − other; negative = QUIC lower)"))
+            blocks.append(
+                Table(
+                    comparisons,
+                    "QUIC against TLS 1.2 and TLS 1.3 " "(Δ = QUIC − other; negative = QUIC lower)",
+                )
+            )
     if spec.table:
         table = TABLES[spec.table](ok)
         if not table.empty:
@@ -169,9 +198,18 @@ def workload_section(spec: ReportSection, ok: pd.DataFrame, figures: list[Figure
 def manifest_table(manifests: list[dict[str, Any]]) -> pd.DataFrame:
     flat = [flatten({k: v for k, v in m.items() if k not in MANIFEST_SKIP}) for m in manifests]
     keys = list(dict.fromkeys(k for f in flat for k in f))
-    return pd.DataFrame([{"field": k, **{str(m.get("run_id")): str(f.get(k, "–"))[:160]
-                                         for m, f in zip(manifests, flat, strict=True)}}
-                         for k in keys])
+    return pd.DataFrame(
+        [
+            {
+                "field": k,
+                **{
+                    str(m.get("run_id")): str(f.get(k, "–"))[:160]
+                    for m, f in zip(manifests, flat, strict=True)
+                },
+            }
+            for k in keys
+        ]
+    )
 
 
 def calibration_status(e: dict[str, Any]) -> str:
@@ -187,18 +225,30 @@ def configured_vs_measured(e: dict[str, Any], configured: str, *measured: str) -
 
 
 def calibration_table(manifests: list[dict[str, Any]]) -> pd.DataFrame:
-    return pd.DataFrame([{
-        "run": e["run"], "condition": str(e["label"]), "profile": str(e["profile"]),
-        "RTT (ms) configured / min / median": configured_vs_measured(
-            e, "rtt_ms", "rtt_min_ms", "rtt_median_ms"),
-        "down (Mbit/s) configured / goodput": configured_vs_measured(
-            e, "rate_down_mbit", "goodput_down_mbit"),
-        "up (Mbit/s) configured / goodput": configured_vs_measured(
-            e, "rate_up_mbit", "goodput_up_mbit"),
-        "loss (%) configured / down / up": configured_vs_measured(
-            e, "loss_pct", "loss_down_pct", "loss_up_pct"),
-        "link backend (why)": backend_shown(e),
-        "calibration": calibration_status(e)} for e in calibration_entries(manifests)])
+    return pd.DataFrame(
+        [
+            {
+                "run": e["run"],
+                "condition": str(e["label"]),
+                "profile": str(e["profile"]),
+                "RTT (ms) configured / min / median": configured_vs_measured(
+                    e, "rtt_ms", "rtt_min_ms", "rtt_median_ms"
+                ),
+                "down (Mbit/s) configured / goodput": configured_vs_measured(
+                    e, "rate_down_mbit", "goodput_down_mbit"
+                ),
+                "up (Mbit/s) configured / goodput": configured_vs_measured(
+                    e, "rate_up_mbit", "goodput_up_mbit"
+                ),
+                "loss (%) configured / down / up": configured_vs_measured(
+                    e, "loss_pct", "loss_down_pct", "loss_up_pct"
+                ),
+                "link backend (why)": backend_shown(e),
+                "calibration": calibration_status(e),
+            }
+            for e in calibration_entries(manifests)
+        ]
+    )
 
 
 def backend_shown(e: dict[str, Any]) -> str:
@@ -217,19 +267,30 @@ def overhead_table(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> pd.Data
         for acc in account(rows.to_dict("records"), manifest):
             if acc.ratio is None:
                 continue
-            out.append({"run": manifest.get("run_id"), "condition": acc.condition,
-                        "trials": acc.trials, "transfers (s)": round(acc.transfer_s, 1),
-                        "wall (s)": round(acc.total_s, 1), "wall ÷ transfers": round(acc.ratio, 2),
-                        **{k.removesuffix("_s").replace("_", " ") + " (s)": round(v, 1)
-                           for k, v in acc.setup.items()},
-                        "tool start/exit (s)": round(acc.tool_s, 1),
-                        "median per-trial overhead (s)": round(acc.median_trial_overhead_s or 0, 3)})
+            out.append(
+                {
+                    "run": manifest.get("run_id"),
+                    "condition": acc.condition,
+                    "trials": acc.trials,
+                    "transfers (s)": round(acc.transfer_s, 1),
+                    "wall (s)": round(acc.total_s, 1),
+                    "wall ÷ transfers": round(acc.ratio, 2),
+                    **{
+                        k.removesuffix("_s").replace("_", " ") + " (s)": round(v, 1)
+                        for k, v in acc.setup.items()
+                    },
+                    "tool start/exit (s)": round(acc.tool_s, 1),
+                    "median per-trial overhead (s)": round(acc.median_trial_overhead_s or 0, 3),
+                }
+            )
     return pd.DataFrame(out)
 
 
 def run_section(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> Section:
-    blocks: list[Block] = [Table(manifest_table(manifests), "Manifest"),
-              Table(calibration_table(manifests), "Calibration: configured against measured")]
+    blocks: list[Block] = [
+        Table(manifest_table(manifests), "Manifest"),
+        Table(calibration_table(manifests), "Calibration: configured against measured"),
+    ]
     overhead = overhead_table(df, manifests)
     if not overhead.empty:
         blocks.append(Table(overhead, "The testbed's own time: wall time against transfers"))
@@ -237,15 +298,18 @@ def run_section(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> Section:
 
 
 def flagged_section(df: pd.DataFrame) -> Section | None:
-    tables = [(failures_table(df), "Failed trials (excluded from statistics)"),
-              (flag_table(df, "cpu_bound"), "CPU-bound trials (kept, but suspect)"),
-              (flag_table(df, "calib_forced"), "Trials on a path whose calibration was forced")]
+    tables = [
+        (failures_table(df), "Failed trials (excluded from statistics)"),
+        (flag_table(df, "cpu_bound"), "CPU-bound trials (kept, but suspect)"),
+        (flag_table(df, "calib_forced"), "Trials on a path whose calibration was forced"),
+    ]
     blocks: list[Block] = [Table(t, caption) for t, caption in tables if not t.empty]
     return Section("Flagged trials", blocks) if blocks else None
 
 
-def build_sections(df: pd.DataFrame, manifests: list[dict[str, Any]],
-                   figures: list[Figure], warnings: list[str]) -> list[Section]:
+def build_sections(
+    df: pd.DataFrame, manifests: list[dict[str, Any]], figures: list[Figure], warnings: list[str]
+) -> list[Section]:
     ok = df[~df["failed"]]
     sections = [
         summary_section(df, manifests, warnings),
@@ -264,8 +328,7 @@ def default_out_dir(runs: Sequence[str], manifests: list[dict[str, Any]]) -> Pat
     return results_root() / "reports" / "+".join(str(m.get("run_id")) for m in manifests)
 
 
-def build_report(run_ids: Sequence[str | Path], out_dir: str | Path | None = None
-                 ) -> tuple[Path, list[str]]:
+def build_report(run_ids: Sequence[str | Path], out_dir: str | Path | None = None) -> tuple[Path, list[str]]:
     """Analyse the runs, write report.html and report.md; (report.html, flags)."""
     runs = [str(r) for r in run_ids]
     df, manifests = load_runs(runs)
@@ -274,12 +337,10 @@ def build_report(run_ids: Sequence[str | Path], out_dir: str | Path | None = Non
     try:
         return write_files(df, manifests, out, warnings), warnings
     except OSError as exc:
-        raise AnalysisError(f"cannot write the report to {out}: "
-                            f"{exc.strerror or exc}") from None
+        raise AnalysisError(f"cannot write the report to {out}: " f"{exc.strerror or exc}") from None
 
 
-def write_files(df: pd.DataFrame, manifests: list[dict[str, Any]], out: Path,
-                warnings: list[str]) -> Path:
+def write_files(df: pd.DataFrame, manifests: list[dict[str, Any]], out: Path, warnings: list[str]) -> Path:
     figure_dir = out / "figures"
     out.mkdir(parents=True, exist_ok=True)
     # Figures of an earlier report of the same runs would linger unreferenced.

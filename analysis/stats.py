@@ -48,8 +48,7 @@ class Comparison:
 
     @property
     def significant(self) -> bool:
-        return (min(self.a.n, self.b.n) >= MIN_N and self.welch_p < ALPHA
-                and self.mwu_p < ALPHA)
+        return min(self.a.n, self.b.n) >= MIN_N and self.welch_p < ALPHA and self.mwu_p < ALPHA
 
     @property
     def relative(self) -> float:
@@ -66,8 +65,9 @@ def quantile_stat(q: float) -> Statistic:
     return lambda samples: np.quantile(samples, q, axis=-1)
 
 
-def bootstrap_distribution(x: np.ndarray, stat: Statistic, n_boot: int,
-                           rng: np.random.Generator) -> np.ndarray:
+def bootstrap_distribution(
+    x: np.ndarray, stat: Statistic, n_boot: int, rng: np.random.Generator
+) -> np.ndarray:
     chunk = max(1, MAX_CELLS // max(len(x), 1))
     parts = []
     for start in range(0, n_boot, chunk):
@@ -82,8 +82,9 @@ def interval(dist: np.ndarray, level: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def percentile_ci(values: object, q: float = 0.5, n_boot: int = N_BOOT, level: float = LEVEL,
-                  seed: int = SEED) -> Estimate:
+def percentile_ci(
+    values: object, q: float = 0.5, n_boot: int = N_BOOT, level: float = LEVEL, seed: int = SEED
+) -> Estimate:
     """The q-quantile of the sample and its percentile-bootstrap CI."""
     x = clean(values)
     if len(x) == 0:
@@ -95,13 +96,13 @@ def percentile_ci(values: object, q: float = 0.5, n_boot: int = N_BOOT, level: f
     return Estimate(len(x), value, *interval(dist, level))
 
 
-def median_ci(values: object, n_boot: int = N_BOOT, level: float = LEVEL,
-              seed: int = SEED) -> Estimate:
+def median_ci(values: object, n_boot: int = N_BOOT, level: float = LEVEL, seed: int = SEED) -> Estimate:
     return percentile_ci(values, 0.5, n_boot, level, seed)
 
 
-def median_diff_ci(a: object, b: object, n_boot: int = N_BOOT, level: float = LEVEL,
-                   seed: int = SEED) -> Estimate:
+def median_diff_ci(
+    a: object, b: object, n_boot: int = N_BOOT, level: float = LEVEL, seed: int = SEED
+) -> Estimate:
     """median(a) - median(b), with a CI from resampling a and b independently."""
     xa, xb = clean(a), clean(b)
     if len(xa) == 0 or len(xb) == 0:
@@ -111,8 +112,7 @@ def median_diff_ci(a: object, b: object, n_boot: int = N_BOOT, level: float = LE
         return Estimate(min(len(xa), len(xb)), value, np.nan, np.nan)
     rng = np.random.default_rng(seed)
     median = quantile_stat(0.5)
-    dist = (bootstrap_distribution(xa, median, n_boot, rng)
-            - bootstrap_distribution(xb, median, n_boot, rng))
+    dist = bootstrap_distribution(xa, median, n_boot, rng) - bootstrap_distribution(xb, median, n_boot, rng)
     return Estimate(min(len(xa), len(xb)), value, *interval(dist, level))
 
 
@@ -135,6 +135,10 @@ def mwu_p(xa: np.ndarray, xb: np.ndarray) -> float:
 
 def compare(a: object, b: object, seed: int = SEED) -> Comparison:
     xa, xb = clean(a), clean(b)
-    return Comparison(a=median_ci(xa, seed=seed), b=median_ci(xb, seed=seed),
-                      diff=median_diff_ci(xa, xb, seed=seed),
-                      welch_p=welch_p(xa, xb), mwu_p=mwu_p(xa, xb))
+    return Comparison(
+        a=median_ci(xa, seed=seed),
+        b=median_ci(xb, seed=seed),
+        diff=median_diff_ci(xa, xb, seed=seed),
+        welch_p=welch_p(xa, xb),
+        mwu_p=mwu_p(xa, xb),
+    )

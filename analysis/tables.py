@@ -53,12 +53,21 @@ def group_frames(df: pd.DataFrame, keys: Sequence[str]) -> list[tuple[tuple, pd.
     """(key values, rows) in order of first appearance, protocols in canonical order."""
     if df.empty:
         return []
-    rank: dict[str, dict[Any, int] | None] = {key: ({p: i for i, p in enumerate(ordered_protocols(df[key]))}
-                  if key == "protocol" else None if key in NUMERIC_KEYS
-                  else {v: i for i, v in enumerate(dict.fromkeys(df[key]))})
-            for key in keys}
-    groups = [(k if isinstance(k, tuple) else (k,), rows)
-              for k, rows in df.groupby(list(keys), sort=False, dropna=False)]
+    rank: dict[str, dict[Any, int] | None] = {
+        key: (
+            {p: i for i, p in enumerate(ordered_protocols(df[key]))}
+            if key == "protocol"
+            else None
+            if key in NUMERIC_KEYS
+            else {v: i for i, v in enumerate(dict.fromkeys(df[key]))}
+        )
+        for key in keys
+    }
+    groups = [
+        (k if isinstance(k, tuple) else (k,), rows)
+        for k, rows in df.groupby(list(keys), sort=False, dropna=False)
+    ]
+
     # Sizes and loss rates sort by value, protocols canonically, the rest as they came.
     def order(key: str, value: Any) -> Any:
         ranks = rank[key]
@@ -69,26 +78,31 @@ def group_frames(df: pd.DataFrame, keys: Sequence[str]) -> list[tuple[tuple, pd.
 
 
 def key_columns(keys: Sequence[str], values: tuple) -> dict[str, str]:
-    names = {"facet": "condition", "protocol": "protocol", "object_bytes": "file size",
-             "loss_pct": "loss (%)"}
-    shown: dict[str, Callable[[Any], str]] = {"protocol": protocol_label, "object_bytes": size_label,
-             "loss_pct": lambda v: f"{v:g}"}
+    names = {
+        "facet": "condition",
+        "protocol": "protocol",
+        "object_bytes": "file size",
+        "loss_pct": "loss (%)",
+    }
+    shown: dict[str, Callable[[Any], str]] = {
+        "protocol": protocol_label,
+        "object_bytes": size_label,
+        "loss_pct": lambda v: f"{v:g}",
+    }
     return {names.get(k, k): shown.get(k, str)(v) for k, v in zip(keys, values, strict=True)}
 
 
 def metric_cells(rows: pd.DataFrame, metric: Metric) -> dict[str, str]:
     values = metric.rows(rows)
     est = median_ci(values[metric.column])
-    cells = {f"{metric.label} n": str(est.n),
-             f"{metric.label} median ({metric.unit}) [95% CI]": fmt_est(est)}
+    cells = {f"{metric.label} n": str(est.n), f"{metric.label} median ({metric.unit}) [95% CI]": fmt_est(est)}
     if metric.per_rtt:
         per_rtt = median_ci(values[metric.column] / values["rtt_ref_ms"])
         cells[f"{metric.label} (RTTs)"] = fmt_est(per_rtt)
     return cells
 
 
-def summary_table(df: pd.DataFrame, keys: Sequence[str], metrics: Sequence[Metric]
-                  ) -> pd.DataFrame:
+def summary_table(df: pd.DataFrame, keys: Sequence[str], metrics: Sequence[Metric]) -> pd.DataFrame:
     """One line per group: n, median with CI (and in RTTs) for every metric."""
     lines = []
     for values, rows in group_frames(df, keys):
@@ -104,8 +118,9 @@ def protocol_values(rows: pd.DataFrame, metric: Metric, protocol: str) -> pd.Ser
     return values.loc[values["protocol"] == protocol, metric.column]
 
 
-def compare_protocols(rows: pd.DataFrame, metric: Metric, a: str = "quic",
-                      b: str = "tls1.2") -> Comparison | None:
+def compare_protocols(
+    rows: pd.DataFrame, metric: Metric, a: str = "quic", b: str = "tls1.2"
+) -> Comparison | None:
     xa, xb = protocol_values(rows, metric, a), protocol_values(rows, metric, b)
     if xa.empty or xb.empty:
         return None
@@ -119,23 +134,31 @@ PAIR_KEY = ["run_id", "condition", "server", "object", "repetition"]
 
 def back_to_back_pairs(rows: pd.DataFrame, metric: Metric, a: str, b: str) -> int:
     values = metric.rows(rows)
-    keys = [set(map(tuple, values.loc[values["protocol"] == p, PAIR_KEY].astype(str).to_numpy()))
-            for p in (a, b)]
+    keys = [
+        set(map(tuple, values.loc[values["protocol"] == p, PAIR_KEY].astype(str).to_numpy())) for p in (a, b)
+    ]
     return len(keys[0] & keys[1])
 
 
 def comparison_cells(c: Comparison, unit: str, pairs: int) -> dict[str, str]:
     # Units go in their own column so metrics with different units share one table.
     verdict = "yes" if c.significant else ("n<10" if min(c.a.n, c.b.n) < MIN_N else "no")
-    return {"unit": unit, "n QUIC / other (pairs)": f"{c.a.n} / {c.b.n} ({pairs})",
-            "median QUIC": fmt(c.a.value), "median other": fmt(c.b.value),
-            "Δ median [95% CI]": fmt_est(c.diff),
-            "Δ (%)": fmt(100 * c.relative), "Welch p": fmt_p(c.welch_p),
-            "MWU p": fmt_p(c.mwu_p), f"significant (p<{ALPHA:g})": verdict}
+    return {
+        "unit": unit,
+        "n QUIC / other (pairs)": f"{c.a.n} / {c.b.n} ({pairs})",
+        "median QUIC": fmt(c.a.value),
+        "median other": fmt(c.b.value),
+        "Δ median [95% CI]": fmt_est(c.diff),
+        "Δ (%)": fmt(100 * c.relative),
+        "Welch p": fmt_p(c.welch_p),
+        "MWU p": fmt_p(c.mwu_p),
+        f"significant (p<{ALPHA:g})": verdict,
+    }
 
 
-def comparison_table(df: pd.DataFrame, keys: Sequence[str], metrics: Sequence[Metric],
-                     baselines: Sequence[str] = BASELINES) -> pd.DataFrame:
+def comparison_table(
+    df: pd.DataFrame, keys: Sequence[str], metrics: Sequence[Metric], baselines: Sequence[str] = BASELINES
+) -> pd.DataFrame:
     """QUIC against each TCP baseline, per group and metric: Δ = QUIC − baseline."""
     lines = []
     for values, rows in group_frames(df, keys):
@@ -144,17 +167,26 @@ def comparison_table(df: pd.DataFrame, keys: Sequence[str], metrics: Sequence[Me
                 c = compare_protocols(rows, metric, "quic", baseline)
                 if c is None:
                     continue
-                lines.append({**key_columns(keys, values), "metric": metric.label,
-                              "QUIC vs": protocol_label(baseline),
-                              **comparison_cells(c, metric.unit, back_to_back_pairs(
-                                  rows, metric, "quic", baseline))})
+                lines.append(
+                    {
+                        **key_columns(keys, values),
+                        "metric": metric.label,
+                        "QUIC vs": protocol_label(baseline),
+                        **comparison_cells(
+                            c, metric.unit, back_to_back_pairs(rows, metric, "quic", baseline)
+                        ),
+                    }
+                )
     return pd.DataFrame(lines)
 
 
 def lowest_quality(values: pd.Series) -> str:
     """The lowest resolution seen ('144p' < '240p' ...), by its number of lines."""
-    heights = {str(v): float(str(v).rstrip("p")) for v in values.dropna()
-               if str(v).rstrip("p").replace(".", "", 1).isdigit()}
+    heights = {
+        str(v): float(str(v).rstrip("p"))
+        for v in values.dropna()
+        if str(v).rstrip("p").replace(".", "", 1).isdigit()
+    }
     return min(heights, key=lambda k: heights[k]) if heights else "–"
 
 
@@ -165,17 +197,19 @@ def streaming_table(df: pd.DataFrame) -> pd.DataFrame:
     for values, group in group_frames(rows, ["loss_pct", "protocol"]):
         stalls = group["stall_durations_ms"].map(listed)
         durations = [d for ds in stalls for d in ds]
-        lines.append({**key_columns(["loss_pct", "protocol"], values),
-                      "sessions n": str(len(group)),
-                      "startup delay median (ms) [95% CI]": fmt_est(
-                          median_ci(group["startup_delay_ms"])),
-                      "stalls per session (mean)": fmt(group["stall_count"].mean()),
-                      "stalls n": str(len(durations)),
-                      "stall duration median (ms) [95% CI]": fmt_est(median_ci(durations)),
-                      "stall time per session (mean, ms)": fmt(
-                          stalls.map(lambda ds: float(np.sum(ds))).mean()),
-                      "quality switches (median)": fmt(group["quality_switches"].median()),
-                      "lowest quality": lowest_quality(group["lowest_quality"])})
+        lines.append(
+            {
+                **key_columns(["loss_pct", "protocol"], values),
+                "sessions n": str(len(group)),
+                "startup delay median (ms) [95% CI]": fmt_est(median_ci(group["startup_delay_ms"])),
+                "stalls per session (mean)": fmt(group["stall_count"].mean()),
+                "stalls n": str(len(durations)),
+                "stall duration median (ms) [95% CI]": fmt_est(median_ci(durations)),
+                "stall time per session (mean, ms)": fmt(stalls.map(lambda ds: float(np.sum(ds))).mean()),
+                "quality switches (median)": fmt(group["quality_switches"].median()),
+                "lowest quality": lowest_quality(group["lowest_quality"]),
+            }
+        )
     return pd.DataFrame(lines)
 
 
@@ -187,17 +221,19 @@ def pageload_vs_download_table(df: pd.DataFrame) -> pd.DataFrame:
     lines = []
     for values, group in group_frames(pages, ["facet", "object", "protocol"]):
         facet, obj, protocol = values
-        same = perf[(perf["facet"] == facet) & (perf["object"] == obj)
-                    & (perf["protocol"] == protocol)]
+        same = perf[(perf["facet"] == facet) & (perf["object"] == obj) & (perf["protocol"] == protocol)]
         load, download = median_ci(group["page_load_time_ms"]), median_ci(same["download_time_ms"])
-        lines.append({**key_columns(["facet", "object", "protocol"], values),
-                      "page load median (ms) [95% CI]": fmt_est(load), "loads n": str(load.n),
-                      "perf-tool download median (ms) [95% CI]": fmt_est(download),
-                      "downloads n": str(download.n),
-                      "page load ÷ download": fmt(load.value / download.value)
-                      if download.n else "–",
-                      "connections (median)": fmt(pd.to_numeric(group["connections"],
-                                                                errors="coerce").median())})
+        lines.append(
+            {
+                **key_columns(["facet", "object", "protocol"], values),
+                "page load median (ms) [95% CI]": fmt_est(load),
+                "loads n": str(load.n),
+                "perf-tool download median (ms) [95% CI]": fmt_est(download),
+                "downloads n": str(download.n),
+                "page load ÷ download": fmt(load.value / download.value) if download.n else "–",
+                "connections (median)": fmt(pd.to_numeric(group["connections"], errors="coerce").median()),
+            }
+        )
     return pd.DataFrame(lines)
 
 
@@ -206,8 +242,12 @@ def failures_table(df: pd.DataFrame) -> pd.DataFrame:
     if failed.empty:
         return pd.DataFrame()
     counts = failed.groupby(["facet", "protocol", "workload", "error"], sort=False).size()
-    return pd.DataFrame([{**key_columns(["facet", "protocol"], k[:2]), "workload": k[2],
-                          "error": k[3], "trials": str(n)} for k, n in counts.items()])
+    return pd.DataFrame(
+        [
+            {**key_columns(["facet", "protocol"], k[:2]), "workload": k[2], "error": k[3], "trials": str(n)}
+            for k, n in counts.items()
+        ]
+    )
 
 
 def flag_table(df: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -219,6 +259,7 @@ def flag_table(df: pd.DataFrame, column: str) -> pd.DataFrame:
     for values, rows in group_frames(df, ["facet", "protocol"]):
         count = int(flagged.loc[rows.index].sum())
         if count:
-            lines.append({**key_columns(["facet", "protocol"], values),
-                          "flagged trials": f"{count} of {len(rows)}"})
+            lines.append(
+                {**key_columns(["facet", "protocol"], values), "flagged trials": f"{count} of {len(rows)}"}
+            )
     return pd.DataFrame(lines)

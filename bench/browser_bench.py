@@ -34,9 +34,22 @@ PROTOCOLS = {"quic": 1, "tls1.3": 2, "tls1.2": 2}  # fresh connection's RTTs in 
 
 
 def argv(address: str, page: str, protocol: str, reps: int) -> list[str]:
-    return ["browser_perf", "--url", f"https://{SERVER_NAME}/web/{page}/index.html",
-            "--resolve", f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem",
-            "-n", str(reps), "--cpu", "--timeout", "30", "--protocol", protocol]
+    return [
+        "browser_perf",
+        "--url",
+        f"https://{SERVER_NAME}/web/{page}/index.html",
+        "--resolve",
+        f"{SERVER_NAME}:443:{address}",
+        "--cacert",
+        f"{CLIENT_PKI}/ca.pem",
+        "-n",
+        str(reps),
+        "--cpu",
+        "--timeout",
+        "30",
+        "--protocol",
+        protocol,
+    ]
 
 
 def loads(tb, command: list[str], reps: int) -> list[dict]:
@@ -93,43 +106,65 @@ def main() -> int:
     args = parser.parse_args()
     root = content.ensure_content(CACHE / "content", {"web"})
     profile = load_profile(args.profile)
-    with tempfile.TemporaryDirectory() as tmp, served_testbed(
-            profile, [args.server], log_root=Path(tmp) / "logs", pki_dir=Path(tmp) / "pki",
-            content_dir=root, start=True, backend=args.backend) as (tb, hosts):
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        served_testbed(
+            profile,
+            [args.server],
+            log_root=Path(tmp) / "logs",
+            pki_dir=Path(tmp) / "pki",
+            content_dir=root,
+            start=True,
+            backend=args.backend,
+        ) as (tb, hosts),
+    ):
         calibration = check_rtt(tb, 30)
         rtt = calibration.measured
         address = server_address(tb.servers.index(hosts[args.server]))
         results = {}
         for protocol in PROTOCOLS:
             rows = loads(tb, argv(address, args.page, protocol, args.reps), args.reps)
-            wires = [c for c in (captured(tb, argv(address, args.page, protocol, 1))
-                                 for _ in range(args.captures)) if c]
+            wires = [
+                c
+                for c in (captured(tb, argv(address, args.page, protocol, 1)) for _ in range(args.captures))
+                if c
+            ]
             results[protocol] = rows, wires
-        print(f"\n{args.profile} via {tb.backend.name}: configured RTT {profile.rtt_ms:g} ms, "
-              f"calibrated {rtt:.2f} ms ({'passed' if calibration.passed else 'FAILED'}); "
-              f"{args.server}, web/{args.page}, {args.reps} loads per protocol, each in a fresh "
-              f"Chromium; {args.captures} more captured. Median [IQR].\n")
-        print("| protocol | loads | page load ms | FCP ms | connection ÷ RTT (theory) | "
-              "endpoint ms (conn − n·RTT) | endpoint ms, wire | before 1st packet ms | "
-              "browser CPU s/load | CPU % of a core | CPU-bound |")
+        print(
+            f"\n{args.profile} via {tb.backend.name}: configured RTT {profile.rtt_ms:g} ms, "
+            f"calibrated {rtt:.2f} ms ({'passed' if calibration.passed else 'FAILED'}); "
+            f"{args.server}, web/{args.page}, {args.reps} loads per protocol, each in a fresh "
+            f"Chromium; {args.captures} more captured. Median [IQR].\n"
+        )
+        print(
+            "| protocol | loads | page load ms | FCP ms | connection ÷ RTT (theory) | "
+            "endpoint ms (conn − n·RTT) | endpoint ms, wire | before 1st packet ms | "
+            "browser CPU s/load | CPU % of a core | CPU-bound |"
+        )
         print("|---|---|---|---|---|---|---|---|---|---|---|")
         for protocol, (rows, wires) in results.items():
             n = PROTOCOLS[protocol]
             wire_endpoint = [
                 (w["row"]["t_handshake"] - w["wire"]["events"]["start"]["wire"]) * 1e3
-                - n * w["wire"]["wire_first_rtt_ms"] for w in wires]
+                - n * w["wire"]["wire_first_rtt_ms"]
+                for w in wires
+            ]
             before = [
                 (w["wire"]["events"]["start"]["wire"] - w["row"]["t_handshake"]) * 1e3
-                + w["row"]["connection_time_ms"] for w in wires]
-            print(f"| {protocol} | {len(rows)} "
-                  f"| {cell([r['page_load_time_ms'] for r in rows])} "
-                  f"| {cell([r['fcp_ms'] for r in rows if r['fcp_ms'] is not None])} "
-                  f"| {cell([r['connection_time_ms'] / rtt for r in rows], '.2f')} ({n}) "
-                  f"| {cell([r['connection_time_ms'] - n * rtt for r in rows], '.1f')} "
-                  f"| {cell(wire_endpoint, '.1f')} | {cell(before, '.1f')} "
-                  f"| {cell([r['browser_cpu_ms'] / 1e3 for r in rows], '.2f')} "
-                  f"| {cell([r['browser_cpu_pct'] for r in rows])} "
-                  f"| {sum(bool(r['cpu_bound']) for r in rows)}/{len(rows)} |")
+                + w["row"]["connection_time_ms"]
+                for w in wires
+            ]
+            print(
+                f"| {protocol} | {len(rows)} "
+                f"| {cell([r['page_load_time_ms'] for r in rows])} "
+                f"| {cell([r['fcp_ms'] for r in rows if r['fcp_ms'] is not None])} "
+                f"| {cell([r['connection_time_ms'] / rtt for r in rows], '.2f')} ({n}) "
+                f"| {cell([r['connection_time_ms'] - n * rtt for r in rows], '.1f')} "
+                f"| {cell(wire_endpoint, '.1f')} | {cell(before, '.1f')} "
+                f"| {cell([r['browser_cpu_ms'] / 1e3 for r in rows], '.2f')} "
+                f"| {cell([r['browser_cpu_pct'] for r in rows])} "
+                f"| {sum(bool(r['cpu_bound']) for r in rows)}/{len(rows)} |"
+            )
     return 0
 
 

@@ -64,20 +64,35 @@ CLIENTS = {
 }
 
 
-def fetch(tb, address: str, tool: str, options: list[str], path: str, reps: int,
-          extra: list[str] = ()) -> list[dict]:
-    argv = [tool, "--url", f"https://{SERVER_NAME}/{path}", "--resolve",
-            f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem",
-            "-n", str(reps), "--pause", "100", "--timeout", "60", *options, *extra]
+def fetch(
+    tb, address: str, tool: str, options: list[str], path: str, reps: int, extra: list[str] = ()
+) -> list[dict]:
+    argv = [
+        tool,
+        "--url",
+        f"https://{SERVER_NAME}/{path}",
+        "--resolve",
+        f"{SERVER_NAME}:443:{address}",
+        "--cacert",
+        f"{CLIENT_PKI}/ca.pem",
+        "-n",
+        str(reps),
+        "--pause",
+        "100",
+        "--timeout",
+        "60",
+        *options,
+        *extra,
+    ]
     proc = tb.client.exec(argv, timeout=120 + reps * 10)
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
-def fetch_per_process(tb, address: str, tool: str, options: list[str], reps: int,
-                      extra: list[str] = ()) -> list[dict]:
+def fetch_per_process(
+    tb, address: str, tool: str, options: list[str], reps: int, extra: list[str] = ()
+) -> list[dict]:
     """One process per connection, as the runner starts one per trial."""
-    return [row for _ in range(reps)
-            for row in fetch(tb, address, tool, options, "web/index.html", 1, extra)]
+    return [row for _ in range(reps) for row in fetch(tb, address, tool, options, "web/index.html", 1, extra)]
 
 
 def verdict(passed: bool) -> str:
@@ -95,17 +110,21 @@ def process_table(tb, address: str, rtt: float, reps: int) -> None:
     without the warm-up (--cold: the libraries' first use inside the timed connection, what
     runner rows carried before). Runner and bench must agree within 0.5 ms (issue 13's
     decision); the excess over n RTT is shown beside it."""
-    print(f"{'client CPU (ms)':<22}{'one process':>12}{'runner':>9}{'cold':>8}"
-          f"{'runner−bench':>14}{'excess bench':>14}{'excess runner':>15}")
+    print(
+        f"{'client CPU (ms)':<22}{'one process':>12}{'runner':>9}{'cold':>8}"
+        f"{'runner−bench':>14}{'excess bench':>14}{'excess runner':>15}"
+    )
     for label, (tool, options, fresh, *_) in CLIENTS.items():
         same = fetch(tb, address, tool, options, "web/index.html", reps)
         runner = fetch_per_process(tb, address, tool, options, reps)
         cold = fetch_per_process(tb, address, tool, options, reps, ["--cold"])
         cpu = [median_of(rows, "client_cpu_ms") for rows in (same, runner, cold)]
         excess = [median_of(rows, "connection_time_ms") - fresh * rtt for rows in (same, runner)]
-        print(f"{label:<22}{cpu[0]:>12.2f}{cpu[1]:>9.2f}{cpu[2]:>8.2f}{cpu[1] - cpu[0]:>+10.2f} "
-              f"{verdict(abs(cpu[1] - cpu[0]) <= RUNNER_CPU_MS)}{excess[0]:>14.2f}"
-              f"{excess[1]:>15.2f}")
+        print(
+            f"{label:<22}{cpu[0]:>12.2f}{cpu[1]:>9.2f}{cpu[2]:>8.2f}{cpu[1] - cpu[0]:>+10.2f} "
+            f"{verdict(abs(cpu[1] - cpu[0]) <= RUNNER_CPU_MS)}{excess[0]:>14.2f}"
+            f"{excess[1]:>15.2f}"
+        )
     print(f"(runner − bench client CPU within {RUNNER_CPU_MS} ms: pass)")
 
 
@@ -116,8 +135,7 @@ LENGTH = re.compile(r"length (\d+)")
 @contextlib.contextmanager
 def capture(host, pcap: Path) -> Iterator[None]:
     """tcpdump (the host's) in a testbed host's network namespace, for the duration."""
-    argv = ["tcpdump", "--immediate-mode", "-Z", "root", "-i", "any", "-w", str(pcap),
-            "port 443"]
+    argv = ["tcpdump", "--immediate-mode", "-Z", "root", "-i", "any", "-w", str(pcap), "port 443"]
     proc = subprocess.Popen(host.popen_argv(argv), stderr=subprocess.PIPE, text=True)
     try:
         while "listening" not in (proc.stderr.readline() or "listening"):
@@ -132,14 +150,16 @@ def capture(host, pcap: Path) -> Iterator[None]:
 def packets(pcap: Path) -> list[tuple[float, int, int, bool]]:
     """(time, source port, destination port, carries something to answer) of each packet:
     a payload, or a SYN (a bare ACK the kernel sends at once is no server turn)."""
-    text = subprocess.run(["tcpdump", "-r", str(pcap), "-tt", "-n"], capture_output=True,
-                          text=True, check=True).stdout
+    text = subprocess.run(
+        ["tcpdump", "-r", str(pcap), "-tt", "-n"], capture_output=True, text=True, check=True
+    ).stdout
     out = []
     for m in map(PACKET.match, text.splitlines()):
         if m:
             length = LENGTH.search(m[4])
-            out.append((float(m[1]), int(m[2]), int(m[3]),
-                        "Flags [S" in m[4] or bool(length and int(length[1]) > 0)))
+            out.append(
+                (float(m[1]), int(m[2]), int(m[3]), "Flags [S" in m[4] or bool(length and int(length[1]) > 0))
+            )
     return out
 
 
@@ -168,9 +188,13 @@ def quic_split(row: dict, at_client: list, at_server: list) -> dict[str, float]:
     s_in = [t for t, src, _, _ in at_server if src == port]
     s_out = [t for t, _, dst, _ in at_server if dst == port]
     k = sum(t <= row["t_handshake"] for t in c_in) - 1
-    return {"up": s_in[0] - c_out[0], "down": c_in[k] - s_out[k],
-            "before": c_out[0] - row["t_start"], "server": s_out[k] - s_in[0],
-            "after": row["t_handshake"] - c_in[k]}
+    return {
+        "up": s_in[0] - c_out[0],
+        "down": c_in[k] - s_out[k],
+        "before": c_out[0] - row["t_start"],
+        "server": s_out[k] - s_in[0],
+        "after": row["t_handshake"] - c_in[k],
+    }
 
 
 def wire_table(tb, server, address: str, rtt: float, reps: int) -> None:
@@ -178,19 +202,23 @@ def wire_table(tb, server, address: str, rtt: float, reps: int) -> None:
     net of the client's own time (its CPU, client_cpu_ms) and of the server's (its turns in
     the server's capture), ÷ RTT, within −1 %/+3 % of n; and for QUIC where the time went:
     the path (Initial up, the server's flight down) ÷ RTT within 1 %."""
-    print(f"{'fresh connection':<20}{'conn÷RTT':>9}{'client ms':>10}{'server ms':>10}"
-          f"{'net÷RTT':>8}{'theory':>7}{'path÷RTT':>9}  verdicts")
+    print(
+        f"{'fresh connection':<20}{'conn÷RTT':>9}{'client ms':>10}{'server ms':>10}"
+        f"{'net÷RTT':>8}{'theory':>7}{'path÷RTT':>9}  verdicts"
+    )
     for label, (tool, options, fresh, *_) in CLIENTS.items():
         with tempfile.TemporaryDirectory() as tmp:
             pcaps = Path(tmp) / "client.pcap", Path(tmp) / "server.pcap"
             with capture(tb.client, pcaps[0]), capture(server, pcaps[1]):
-                rows = [r for r in fetch(tb, address, tool, options, "web/index.html", reps)
-                        if not r["error"]]
+                rows = [
+                    r for r in fetch(tb, address, tool, options, "web/index.html", reps) if not r["error"]
+                ]
             at_client, at_server = packets(pcaps[0]), packets(pcaps[1])
         server_ms = [server_turns_s(r, at_server) * 1e3 for r in rows]
         net = statistics.median(
             net_connection_rtts(r["connection_time_ms"] - s, r["client_cpu_ms"], rtt)
-            for r, s in zip(rows, server_ms, strict=True))
+            for r, s in zip(rows, server_ms, strict=True)
+        )
         conn = statistics.median(r["connection_time_ms"] for r in rows) / rtt
         verdicts = [f"connection {verdict(connection_within(fresh, net))}"]
         path_text = "-"
@@ -199,51 +227,71 @@ def wire_table(tb, server, address: str, rtt: float, reps: int) -> None:
             path = statistics.median(s["up"] + s["down"] for s in splits) * 1e3 / rtt
             path_text = f"{path:.3f}"
             verdicts.append(f"path {verdict(path_within(path))}")
-        print(f"{label:<20}{conn:>9.3f}{median_of(rows, 'client_cpu_ms'):>10.2f}"
-              f"{statistics.median(server_ms):>10.2f}{net:>8.3f}{fresh:>7}{path_text:>9}  "
-              f"{', '.join(verdicts)}")
-    print(f"(connection: net of client and server time, within −{PATH_TOLERANCE:.0%}/+"
-          f"{CONNECTION_EXCESS:.0%} of n RTT; path: within {PATH_TOLERANCE:.0%} of 1 RTT)")
+        print(
+            f"{label:<20}{conn:>9.3f}{median_of(rows, 'client_cpu_ms'):>10.2f}"
+            f"{statistics.median(server_ms):>10.2f}{net:>8.3f}{fresh:>7}{path_text:>9}  "
+            f"{', '.join(verdicts)}"
+        )
+    print(
+        f"(connection: net of client and server time, within −{PATH_TOLERANCE:.0%}/+"
+        f"{CONNECTION_EXCESS:.0%} of n RTT; path: within {PATH_TOLERANCE:.0%} of 1 RTT)"
+    )
 
 
-def bench(profile_name: str, overrides: dict[str, str], server: str, reps: int,
-          backend: str = "auto") -> None:
+def bench(
+    profile_name: str, overrides: dict[str, str], server: str, reps: int, backend: str = "auto"
+) -> None:
     names = list(dict.fromkeys([server, "nginx", "caddy"]))
     profile = apply_overrides(load_profile(profile_name), overrides)
     root = CACHE / "content"
     content.ensure_content(root, {"web"})
     content.ensure_files(root, ["10MB"])
     with tempfile.TemporaryDirectory() as tmp:
-        with served_testbed(profile, names, log_root=Path(tmp) / "logs",
-                            pki_dir=Path(tmp) / "pki", content_dir=root, start=True,
-                            backend=backend) as (tb, hosts):
+        with served_testbed(
+            profile,
+            names,
+            log_root=Path(tmp) / "logs",
+            pki_dir=Path(tmp) / "pki",
+            content_dir=root,
+            start=True,
+            backend=backend,
+        ) as (tb, hosts):
             rtt = check_rtt(tb, 30).measured
             address_of = {n: server_address(tb.servers.index(hosts[n])) for n in names}
             address = address_of[server]
-            print(f"\n{profile_name} {overrides or ''} via {tb.backend.name}, server {server}: "
-                  f"configured RTT {profile.rtt_ms:g} ms, calibrated {rtt:.2f} ms, n={reps}")
-            print(f"{'client':<20}{'conn/RTT':>9}{'cpu ms':>7}{'net cpu':>8}{'theory':>7}"
-                  f"{'ttfb-conn':>10}{'resumed':>9}{'theory':>7}{'10MB ÷ rate':>12}"
-                  f"{'model':>7}{'÷ model':>8}  verdicts")
+            print(
+                f"\n{profile_name} {overrides or ''} via {tb.backend.name}, server {server}: "
+                f"configured RTT {profile.rtt_ms:g} ms, calibrated {rtt:.2f} ms, n={reps}"
+            )
+            print(
+                f"{'client':<20}{'conn/RTT':>9}{'cpu ms':>7}{'net cpu':>8}{'theory':>7}"
+                f"{'ttfb-conn':>10}{'resumed':>9}{'theory':>7}{'10MB ÷ rate':>12}"
+                f"{'model':>7}{'÷ model':>8}  verdicts"
+            )
             for label, (tool, options, fresh, resumed, resumer) in CLIENTS.items():
-                rows = [r for r in fetch(tb, address, tool, options, "web/index.html", reps)
-                        if not r["error"]]
+                rows = [
+                    r for r in fetch(tb, address, tool, options, "web/index.html", reps) if not r["error"]
+                ]
                 conn = statistics.median(r["connection_time_ms"] for r in rows) / rtt
                 cpu = statistics.median(r["client_cpu_ms"] for r in rows)
-                net = statistics.median(net_connection_rtts(r["connection_time_ms"],
-                                                            r["client_cpu_ms"], rtt) for r in rows)
+                net = statistics.median(
+                    net_connection_rtts(r["connection_time_ms"], r["client_cpu_ms"], rtt) for r in rows
+                )
                 verdicts = []
                 gap = statistics.median(r["ttfb_ms"] - r["connection_time_ms"] for r in rows) / rtt
                 res_text = "-"
                 if resumer is not None:
-                    again = [r for r in fetch(tb, address_of[resumer], tool, options,
-                                              "web/index.html", reps, ["--resume"])
-                             if not r["error"] and r["resumed"]]
+                    again = [
+                        r
+                        for r in fetch(
+                            tb, address_of[resumer], tool, options, "web/index.html", reps, ["--resume"]
+                        )
+                        if not r["error"] and r["resumed"]
+                    ]
                     if again:
                         res = statistics.median(r["ttfb_ms"] for r in again) / rtt - 1
                         res_text = f"{res:.3f}"
-                big = [r for r in fetch(tb, address, tool, options, "cloud/10MB", 1)
-                       if not r["error"]]
+                big = [r for r in fetch(tb, address, tool, options, "cloud/10MB", 1) if not r["error"]]
                 goodput = big[0]["throughput_mbps"] / profile.down.rate_mbit if big else float("nan")
                 model_text = "      -       -"
                 if tool == "tls_perf":  # the TCP arithmetic: setup + request RTTs, slow start
@@ -252,12 +300,16 @@ def bench(profile_name: str, overrides: dict[str, str], server: str, reps: int,
                     model = size * 8 / model_s / 1e6 / profile.down.rate_mbit
                     model_text = f"{model:>7.3f}{goodput / model:>8.3f}"
                     verdicts.append(f"goodput {verdict(goodput / model >= GOODPUT_OF_MODEL)}")
-                print(f"{label:<20}{conn:>9.3f}{cpu:>7.2f}{net:>8.3f}{fresh:>7}{gap:>10.2f}"
-                      f"{res_text:>9}{resumed if resumed is not None else '-':>7}{goodput:>12.3f}"
-                      f"{model_text}  {', '.join(verdicts) or '-'}")
-            print(f"(net cpu: connection less the client's CPU time, ÷ RTT; the connection "
-                  f"verdict is the wire table's below; goodput: ÷ the TCP model ≥ "
-                  f"{GOODPUT_OF_MODEL})")
+                print(
+                    f"{label:<20}{conn:>9.3f}{cpu:>7.2f}{net:>8.3f}{fresh:>7}{gap:>10.2f}"
+                    f"{res_text:>9}{resumed if resumed is not None else '-':>7}{goodput:>12.3f}"
+                    f"{model_text}  {', '.join(verdicts) or '-'}"
+                )
+            print(
+                f"(net cpu: connection less the client's CPU time, ÷ RTT; the connection "
+                f"verdict is the wire table's below; goodput: ÷ the TCP model ≥ "
+                f"{GOODPUT_OF_MODEL})"
+            )
             process_table(tb, address, rtt, reps)
             wire_table(tb, hosts[server], address, rtt, reps)
 
@@ -267,10 +319,12 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--server", default="nginx", help="server of the fresh connections")
     parser.add_argument("--backend", default="auto", help="auto, netem, uml or delayline")
-    parser.add_argument("--rtts", nargs="+", type=float, default=[80, 200],
-                        help="RTTs (ms) of the india link to measure at")
-    parser.add_argument("--profiles", nargs="*", default=["germany"],
-                        help="other profiles to measure at, as they are")
+    parser.add_argument(
+        "--rtts", nargs="+", type=float, default=[80, 200], help="RTTs (ms) of the india link to measure at"
+    )
+    parser.add_argument(
+        "--profiles", nargs="*", default=["germany"], help="other profiles to measure at, as they are"
+    )
     args = parser.parse_args()
     require("bench")  # the host's tcpdump captures in the namespaces
     for rtt in args.rtts:

@@ -29,11 +29,9 @@ from quicbed.topology.profiles import apply_overrides, load_profile
 IDEAL = 1448 / 1514  # TCP payload share of a full frame: the best goodput ÷ rate can be
 
 
-def bench_profile(name: str, image: str, seconds: int, backend: str
-                  ) -> dict[str, float | str]:
+def bench_profile(name: str, image: str, seconds: int, backend: str) -> dict[str, float | str]:
     profile = load_profile(name)
-    cfg = TestbedConfig(profile=profile, backend=backend, client=HostSpec(image),
-                        servers=(HostSpec(image),))
+    cfg = TestbedConfig(profile=profile, backend=backend, client=HostSpec(image), servers=(HostSpec(image),))
     with Testbed(cfg) as tb:
         rate = profile.down.rate_mbit
         before = cpu_times()
@@ -43,34 +41,48 @@ def bench_profile(name: str, image: str, seconds: int, backend: str
         retransmits = result["end"].get("sum_sent", {}).get("retransmits", -1)
         idle = tb.ping(count=40, interval=0.05)
         load_bps = 0.9 * rate * 1e6 * 1470 / 1512
-        server, client = start_iperf(tb, 5202, ["-u", "-R", "-b", f"{load_bps:.0f}",
-                                                 "-l", "1470", "-t", "8"], timeout=60)
+        server, client = start_iperf(
+            tb, 5202, ["-u", "-R", "-b", f"{load_bps:.0f}", "-l", "1470", "-t", "8"], timeout=60
+        )
         loaded = tb.ping(count=80, interval=0.05)
         finish_iperf(server, client)
-        return {"profile": name, "backend": tb.backend.name, "rate_mbit": rate,
-                "rtt_ms": profile.rtt_ms, "goodput_mbit": goodput, "ratio": goodput / rate,
-                "ratio_of_ideal": goodput / rate / IDEAL, "retransmits": retransmits,
-                "cpu_busy": cpu.busy, "cpu_steal": cpu.steal,
-                "verdict": "pass" if goodput / rate >= goodput_floor(rate) else "FAIL",
-                "rtt_idle_ms": statistics.median(idle), "rtt_load_ms": statistics.median(loaded),
-                "rtt_error_load_ms": statistics.median(loaded) - profile.rtt_ms,
-                "rtt_p95_load_ms": sorted(loaded)[int(0.95 * len(loaded)) - 1]}
+        return {
+            "profile": name,
+            "backend": tb.backend.name,
+            "rate_mbit": rate,
+            "rtt_ms": profile.rtt_ms,
+            "goodput_mbit": goodput,
+            "ratio": goodput / rate,
+            "ratio_of_ideal": goodput / rate / IDEAL,
+            "retransmits": retransmits,
+            "cpu_busy": cpu.busy,
+            "cpu_steal": cpu.steal,
+            "verdict": "pass" if goodput / rate >= goodput_floor(rate) else "FAIL",
+            "rtt_idle_ms": statistics.median(idle),
+            "rtt_load_ms": statistics.median(loaded),
+            "rtt_error_load_ms": statistics.median(loaded) - profile.rtt_ms,
+            "rtt_p95_load_ms": sorted(loaded)[int(0.95 * len(loaded)) - 1],
+        }
 
 
 # The RTT's interquartile range per σ of one direction's jitter (tests/topology/
 # test_delayline_path.py holds the physics; the tight figure lives here, beside the steal).
-IQR_PER_SIGMA = {"normal": 1.349 * 2 ** 0.5, "uniform": 4 * (1 - 2 ** -0.5)}
+IQR_PER_SIGMA = {"normal": 1.349 * 2**0.5, "uniform": 4 * (1 - 2**-0.5)}
 
 
 def bench_jitter(image: str, backend: str, sigma: float = 4.0) -> None:
     print(f"\njitter on india, σ {sigma:g} ms per direction, 2000 pings at 5 ms")
-    print(f"{'table':<9}{'backend':<10}{'IQR':>7}{'expected':>10}{'÷':>7}{'median':>8}"
-          f"{'2.5 %':>8}{'cpu':>6}{'steal':>6}")
+    print(
+        f"{'table':<9}{'backend':<10}{'IQR':>7}{'expected':>10}{'÷':>7}{'median':>8}"
+        f"{'2.5 %':>8}{'cpu':>6}{'steal':>6}"
+    )
     for distribution, per_sigma in IQR_PER_SIGMA.items():
-        profile = apply_overrides(load_profile("india"), {
-            "jitter_ms": str(sigma), "jitter_distribution": distribution})
-        cfg = TestbedConfig(profile=profile, backend=backend, client=HostSpec(image),
-                            servers=(HostSpec(image),))
+        profile = apply_overrides(
+            load_profile("india"), {"jitter_ms": str(sigma), "jitter_distribution": distribution}
+        )
+        cfg = TestbedConfig(
+            profile=profile, backend=backend, client=HostSpec(image), servers=(HostSpec(image),)
+        )
         with Testbed(cfg) as tb:
             before = cpu_times()
             samples = tb.ping(count=2000, interval=0.005)
@@ -78,11 +90,15 @@ def bench_jitter(image: str, backend: str, sigma: float = 4.0) -> None:
             name = tb.backend.name if tb.backend else "?"
         q = statistics.quantiles(samples, n=4)
         iqr, expected = q[2] - q[0], per_sigma * sigma
-        print(f"{distribution:<9}{name:<10}{iqr:>7.2f}{expected:>10.2f}{iqr / expected:>7.3f}"
-              f"{q[1]:>8.2f}{statistics.quantiles(samples, n=40)[0]:>8.2f}{cpu.busy:>6.0%}"
-              f"{cpu.steal:>6.0%}")
-    print("(÷: measured IQR ÷ the table's; within ±15 % for a faithful backend on an idle "
-          "host: a user-space delay line keeps time only while it has the CPU, see steal)")
+        print(
+            f"{distribution:<9}{name:<10}{iqr:>7.2f}{expected:>10.2f}{iqr / expected:>7.3f}"
+            f"{q[1]:>8.2f}{statistics.quantiles(samples, n=40)[0]:>8.2f}{cpu.busy:>6.0%}"
+            f"{cpu.steal:>6.0%}"
+        )
+    print(
+        "(÷: measured IQR ÷ the table's; within ±15 % for a faithful backend on an idle "
+        "host: a user-space delay line keeps time only while it has the CPU, see steal)"
+    )
 
 
 def main() -> int:
@@ -91,8 +107,9 @@ def main() -> int:
     parser.add_argument("--image", default="debian:trixie-slim")
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--backend", default="auto", help="auto, netem, uml or delayline")
-    parser.add_argument("--jitter", action="store_true",
-                        help="only the jitter tables' IQR (normal, uniform) on india")
+    parser.add_argument(
+        "--jitter", action="store_true", help="only the jitter tables' IQR (normal, uniform) on india"
+    )
     args = parser.parse_args()
     if args.jitter:
         bench_jitter(args.image, args.backend)
@@ -100,19 +117,25 @@ def main() -> int:
     rows = [bench_profile(p, args.image, args.seconds, args.backend) for p in args.profiles]
     kernel = subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout.strip()
     print(f"\nlink benchmark, kernel {kernel}, backend {args.backend}")
-    print(f"{'profile':<12}{'backend':<10}{'rate':>6}{'rtt':>6}{'goodput':>9}{'÷rate':>7}"
-          f"{'÷ideal':>8}{'retx':>6}{'rtt idle':>10}{'rtt load':>10}{'err load':>10}"
-          f"{'p95 load':>10}{'cpu':>6}{'steal':>6}  calibration")
+    print(
+        f"{'profile':<12}{'backend':<10}{'rate':>6}{'rtt':>6}{'goodput':>9}{'÷rate':>7}"
+        f"{'÷ideal':>8}{'retx':>6}{'rtt idle':>10}{'rtt load':>10}{'err load':>10}"
+        f"{'p95 load':>10}{'cpu':>6}{'steal':>6}  calibration"
+    )
     for r in rows:
-        print(f"{r['profile']:<12}{r['backend']:<10}{r['rate_mbit']:>6g}{r['rtt_ms']:>6g}"
-              f"{r['goodput_mbit']:>9.1f}"
-              f"{r['ratio']:>7.3f}{r['ratio_of_ideal']:>8.3f}{r['retransmits']:>6}"
-              f"{r['rtt_idle_ms']:>10.2f}{r['rtt_load_ms']:>10.2f}{r['rtt_error_load_ms']:>+10.2f}"
-              f"{r['rtt_p95_load_ms']:>10.2f}{r['cpu_busy']:>6.0%}{r['cpu_steal']:>6.0%}"
-              f"  {r['verdict']}")
-    print(f"(÷ideal: goodput ÷ (rate × {IDEAL:.3f}), the TCP payload share of a 1514-byte frame;"
-          " cpu/steal: the host's CPU during the TCP flow; calibration: the goodput floor"
-          " `quicbed calibrate` applies, 0.94 of the rate up to 100 Mbit/s, 0.90 above)")
+        print(
+            f"{r['profile']:<12}{r['backend']:<10}{r['rate_mbit']:>6g}{r['rtt_ms']:>6g}"
+            f"{r['goodput_mbit']:>9.1f}"
+            f"{r['ratio']:>7.3f}{r['ratio_of_ideal']:>8.3f}{r['retransmits']:>6}"
+            f"{r['rtt_idle_ms']:>10.2f}{r['rtt_load_ms']:>10.2f}{r['rtt_error_load_ms']:>+10.2f}"
+            f"{r['rtt_p95_load_ms']:>10.2f}{r['cpu_busy']:>6.0%}{r['cpu_steal']:>6.0%}"
+            f"  {r['verdict']}"
+        )
+    print(
+        f"(÷ideal: goodput ÷ (rate × {IDEAL:.3f}), the TCP payload share of a 1514-byte frame;"
+        " cpu/steal: the host's CPU during the TCP flow; calibration: the goodput floor"
+        " `quicbed calibrate` applies, 0.94 of the rate up to 100 Mbit/s, 0.90 above)"
+    )
     return 0
 
 

@@ -41,9 +41,14 @@ def bringup(reps: int, backend: str) -> tuple[list[float], list[float], float]:
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(reps):
             t0 = time.monotonic()
-            with served_testbed(load_profile("india"), ["caddy", "nginx"], log_root=Path(tmp),
-                                pki_dir=STATE / "pki" / "overhead-bench",
-                                content_dir=CACHE / "content", backend=backend) as (tb, _):
+            with served_testbed(
+                load_profile("india"),
+                ["caddy", "nginx"],
+                log_root=Path(tmp),
+                pki_dir=STATE / "pki" / "overhead-bench",
+                content_dir=CACHE / "content",
+                backend=backend,
+            ) as (tb, _):
                 ups.append(time.monotonic() - t0)
                 if i == 0:
                     t1 = time.monotonic()
@@ -59,10 +64,16 @@ def quick_run(backend: str) -> tuple[list[dict], dict]:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         console = Console(stderr=True, quiet=True)
-        run_experiment(exp, TestbedExecutor(exp, run_dir, console=console, backend=backend), run_dir,
-                       progress=False, console=console)
-        rows = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()
-                if line.strip()]
+        run_experiment(
+            exp,
+            TestbedExecutor(exp, run_dir, console=console, backend=backend),
+            run_dir,
+            progress=False,
+            console=console,
+        )
+        rows = [
+            json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines() if line.strip()
+        ]
         return rows, json.loads((run_dir / "manifest.json").read_text())
 
 
@@ -76,27 +87,35 @@ def per_tool(rows: list[dict]) -> None:
         over = [r["wall_s"] - r["transfer_s"] for r in group if r.get("transfer_s") is not None]
         transfer = [r["transfer_s"] for r in group if r.get("transfer_s") is not None]
         if over:
-            print(f"| {client} | {len(group)} | {statistics.median(over):.3f} | {max(over):.3f} "
-                  f"| {statistics.median(transfer):.3f} |")
+            print(
+                f"| {client} | {len(group)} | {statistics.median(over):.3f} | {max(over):.3f} "
+                f"| {statistics.median(transfer):.3f} |"
+            )
 
 
 def finished_runs(run_ids: list[str]) -> None:
-    print("\n| run | wall (s) | Σ transfers (s) | Σ calibrations (s) | wall ÷ (transfers + "
-          "calibrations) |")
+    print(
+        "\n| run | wall (s) | Σ transfers (s) | Σ calibrations (s) | wall ÷ (transfers + " "calibrations) |"
+    )
     print("|---|---|---|---|---|")
     for run_id in run_ids:
         run_dir = Path(run_id) if Path(run_id).is_dir() else RESULTS / run_id
         manifest = json.loads((run_dir / "manifest.json").read_text())
-        rows = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()
-                if line.strip()]
+        rows = [
+            json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines() if line.strip()
+        ]
         accounts = account(rows, manifest)
-        wall = sum(_seconds(s["started_at"], s["ended_at"]) for s in manifest["sessions"]
-                   if s.get("ended_at"))
+        wall = sum(
+            _seconds(s["started_at"], s["ended_at"]) for s in manifest["sessions"] if s.get("ended_at")
+        )
         transfers = sum(a.transfer_s for a in accounts)
         calibrations = sum(a.setup.get("calibration_s", 0.0) for a in accounts)
         base = transfers + calibrations
-        print(f"| {run_dir.name} | {wall:.0f} | {transfers:.0f} | {calibrations:.0f} | "
-              f"{wall / base:.2f} |" if base else f"| {run_dir.name} | {wall:.0f} | - | - | - |")
+        print(
+            f"| {run_dir.name} | {wall:.0f} | {transfers:.0f} | {calibrations:.0f} | " f"{wall / base:.2f} |"
+            if base
+            else f"| {run_dir.name} | {wall:.0f} | - | - | - |"
+        )
 
 
 def _seconds(start: str, end: str) -> float:
@@ -111,10 +130,12 @@ def main() -> int:
     args = parser.parse_args()
     ups, downs, calibration = bringup(args.reps, args.backend)
     print("| step | median (s) | min | max |\n|---|---|---|---|")
-    for name, values in (("bring-up (client, router, caddy + nginx)", ups),
-                         ("teardown", downs), ("calibration (india)", [calibration])):
-        print(f"| {name} | {statistics.median(values):.2f} | {min(values):.2f} | "
-              f"{max(values):.2f} |")
+    for name, values in (
+        ("bring-up (client, router, caddy + nginx)", ups),
+        ("teardown", downs),
+        ("calibration (india)", [calibration]),
+    ):
+        print(f"| {name} | {statistics.median(values):.2f} | {min(values):.2f} | " f"{max(values):.2f} |")
     rows, manifest = quick_run(args.backend)
     per_tool(rows)
     print()

@@ -73,10 +73,12 @@ def where_it_went(run_dir: Path) -> None:
     tools = sum(acc.tool_s for acc in accounts)
     runner = sum(acc.runner_s for acc in accounts)
     total = sum(acc.total_s for acc in accounts)
-    print(f"conditions {len(accounts)}, trials {sum(a.trials for a in accounts)}; accounted "
-          f"{total:.0f} s = " + " + ".join(
-              f"{k.removesuffix('_s').replace('_', ' ')} {v:.0f} s" for k, v in setup.items())
-          + f" + playback {playback:.0f} s + tool start/exit {tools:.0f} s + runner {runner:.0f} s")
+    print(
+        f"conditions {len(accounts)}, trials {sum(a.trials for a in accounts)}; accounted "
+        f"{total:.0f} s = "
+        + " + ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.0f} s" for k, v in setup.items())
+        + f" + playback {playback:.0f} s + tool start/exit {tools:.0f} s + runner {runner:.0f} s"
+    )
 
 
 def cpu_table(df: pd.DataFrame) -> None:
@@ -100,19 +102,22 @@ def streaming_table(df: pd.DataFrame) -> None:
     if rows.empty:
         return
     rows["loss_pct"] = rows["loss_pct"].fillna(0)
-    print("\n| profile | loss % | protocol | n | startup ms | stalls | stall time ms | "
-          "switches | lowest | mean height |")
+    print(
+        "\n| profile | loss % | protocol | n | startup ms | stalls | stall time ms | "
+        "switches | lowest | mean height |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for (profile, loss, protocol), g in rows.groupby(["profile", "loss_pct", "protocol"],
-                                                     sort=False):
-        med = {c: pd.to_numeric(g[c], errors="coerce").median()
-               for c in ("startup_delay_ms", "stall_count", "stall_total_ms",
-                         "quality_switches", "mean_height")}
-        lowest = min(g["lowest_quality"].dropna(), key=lambda q: int(str(q)[:-1]),
-                     default="-")
-        print(f"| {profile} | {loss:g} | {protocol} | {len(g)} | {med['startup_delay_ms']:.0f} "
-              f"| {med['stall_count']:g} | {med['stall_total_ms']:.0f} | "
-              f"{med['quality_switches']:g} | {lowest} | {med['mean_height']:.0f} |")
+    for (profile, loss, protocol), g in rows.groupby(["profile", "loss_pct", "protocol"], sort=False):
+        med = {
+            c: pd.to_numeric(g[c], errors="coerce").median()
+            for c in ("startup_delay_ms", "stall_count", "stall_total_ms", "quality_switches", "mean_height")
+        }
+        lowest = min(g["lowest_quality"].dropna(), key=lambda q: int(str(q)[:-1]), default="-")
+        print(
+            f"| {profile} | {loss:g} | {protocol} | {len(g)} | {med['startup_delay_ms']:.0f} "
+            f"| {med['stall_count']:g} | {med['stall_total_ms']:.0f} | "
+            f"{med['quality_switches']:g} | {lowest} | {med['mean_height']:.0f} |"
+        )
 
 
 def main() -> int:
@@ -129,9 +134,10 @@ def main() -> int:
     df, _ = load_runs([str(run_dir)])
     wall = measured or wall_time(run_dir)
     played = pd.to_numeric(df.get("played_s"), errors="coerce").sum()
-    print(f"run {run_dir.name}: wall {wall / 60:.1f} min" if wall else f"run {run_dir.name}",
-          f"for {played / 60:.1f} min of media played; failed trials "
-          f"{int(df['failed'].sum())}/{len(df)}")
+    print(
+        f"run {run_dir.name}: wall {wall / 60:.1f} min" if wall else f"run {run_dir.name}",
+        f"for {played / 60:.1f} min of media played; failed trials " f"{int(df['failed'].sum())}/{len(df)}",
+    )
     where_it_went(run_dir)
     ok = df[~df["failed"]]
     cpu_table(ok)

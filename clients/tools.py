@@ -62,12 +62,31 @@ class Tool:
     # the player's settings): workloads/kinds.py WorkloadKind.tool_args.
     workload_flags: tuple[str, ...] = ("--duration",)
 
-    def argv(self, url: str, resolve: str, cacert: str, timeout_s: float,
-             options: dict[str, str], workload_args: dict[str, str] | None = None) -> list[str]:
+    def argv(
+        self,
+        url: str,
+        resolve: str,
+        cacert: str,
+        timeout_s: float,
+        options: dict[str, str],
+        workload_args: dict[str, str] | None = None,
+    ) -> list[str]:
         """The contract's arguments, then the variant's options as the tool's flags, then
         what the workload adds that the tool takes (e.g. the video's duration)."""
-        argv = [self.command or self.name, "--url", url, "--resolve", resolve, "--cacert",
-                cacert, "-n", "1", "--cpu", "--timeout", str(int(timeout_s))]
+        argv = [
+            self.command or self.name,
+            "--url",
+            url,
+            "--resolve",
+            resolve,
+            "--cacert",
+            cacert,
+            "-n",
+            "1",
+            "--cpu",
+            "--timeout",
+            str(int(timeout_s)),
+        ]
         for option, flag in self.flags.items():
             if options.get(option):
                 argv += [flag, self.values.get(option, {}).get(options[option], options[option])]
@@ -88,8 +107,10 @@ class Tool:
     def labels(self) -> list[str]:
         """Every label a variant of this tool can have."""
         names = list(self.options)
-        return [self.variant_label(dict(zip(names, values, strict=True)))
-                for values in itertools.product(*(self.options[n] for n in names))]
+        return [
+            self.variant_label(dict(zip(names, values, strict=True)))
+            for values in itertools.product(*(self.options[n] for n in names))
+        ]
 
 
 # resume: "yes" measures a connection that resumes a warm-up connection's session (the perf
@@ -98,64 +119,82 @@ _RESUME = ("no", "yes")
 _RESUME_SHORT = {"no": "", "yes": "-resume"}
 _RESUME_ARGS: dict[str, tuple[str, ...]] = {"yes": ("--resume",)}
 
-TOOLS: dict[str, Tool] = {tool.name: tool for tool in (
-    Tool(
-        name="tls_perf",
-        options={"tls": ("1.2", "1.3"), "http": ("1.1", "2"), "kex": tuple(KEX_GROUPS),
-                 "resume": _RESUME},
-        defaults={"tls": "1.3", "http": "2", "kex": "x25519", "resume": "no"},
-        label="tls{tls}-h{http}{kex}{resume}",
-        protocol="tls{tls}",
-        short={"http": {"1.1": "1"}, "kex": _KEX_SHORT, "resume": _RESUME_SHORT},
-        flags={"tls": "--tls", "http": "--http", "kex": "--groups"},
-        values={"kex": KEX_GROUPS},
-        expand={"resume": _RESUME_ARGS},
-    ),
-    # backend: libcurl's HTTP/3, or ngtcp2 timed in library callbacks like the paper's tool.
-    Tool(
-        name="quic_perf",
-        options={"http": ("3",), "backend": ("libcurl", "ngtcp2"), "kex": tuple(KEX_GROUPS),
-                 "resume": _RESUME},
-        defaults={"http": "3", "backend": "libcurl", "kex": "x25519", "resume": "no"},
-        label="quic-h{http}{backend}{kex}{resume}",
-        protocol="quic",
-        short={"backend": {"libcurl": "", "ngtcp2": "-ngtcp2"}, "kex": _KEX_SHORT,
-               "resume": _RESUME_SHORT},
-        flags={"backend": "--backend", "kex": "--groups"},
-        values={"kex": KEX_GROUPS},
-        expand={"resume": _RESUME_ARGS},
-    ),
-    # The paper's non-adaptive video test (clients/perf): audio and video in parallel, paced
-    # like playout; two TLS/TCP connections, or one QUIC connection with two streams.
-    Tool(
-        name="video_download",
-        options={"protocol": ("quic", "tls1.3", "tls1.2"), "kex": tuple(KEX_GROUPS)},
-        defaults={"protocol": "quic", "kex": "x25519"},
-        label="video-{protocol}{kex}",
-        protocol="{protocol}",
-        workloads=("video",),
-        short={"kex": _KEX_SHORT},
-        flags={"kex": "--groups"},
-        values={"kex": KEX_GROUPS},
-        # QUIC through ngtcp2, timed in library callbacks, as the paper experiments run quic_perf
-        expand={"protocol": {"quic": ("--transport", "quic", "--backend", "ngtcp2"),
-                             "tls1.3": ("--transport", "tcp", "--tls", "1.3"),
-                             "tls1.2": ("--transport", "tcp", "--tls", "1.2")}},
-    ),
-    Tool(
-        name="chromium",
-        options={"protocol": ("quic", "tls1.2", "tls1.3")},
-        defaults={"protocol": "quic"},
-        label="chromium-{protocol}",
-        protocol="{protocol}",
-        # web: one page load; video: the stream played in dash.js (--duration, the workload's)
-        workloads=("web", "video"),
-        command="browser_perf",  # clients/browser: one fresh browser per trial
-        flags={"protocol": "--protocol"},
-        start_s=1.5,  # a fresh browser and profile per trial
-        workload_flags=("--duration", "--player-settings"),
-    ),
-)}
+TOOLS: dict[str, Tool] = {
+    tool.name: tool
+    for tool in (
+        Tool(
+            name="tls_perf",
+            options={
+                "tls": ("1.2", "1.3"),
+                "http": ("1.1", "2"),
+                "kex": tuple(KEX_GROUPS),
+                "resume": _RESUME,
+            },
+            defaults={"tls": "1.3", "http": "2", "kex": "x25519", "resume": "no"},
+            label="tls{tls}-h{http}{kex}{resume}",
+            protocol="tls{tls}",
+            short={"http": {"1.1": "1"}, "kex": _KEX_SHORT, "resume": _RESUME_SHORT},
+            flags={"tls": "--tls", "http": "--http", "kex": "--groups"},
+            values={"kex": KEX_GROUPS},
+            expand={"resume": _RESUME_ARGS},
+        ),
+        # backend: libcurl's HTTP/3, or ngtcp2 timed in library callbacks like the paper's tool.
+        Tool(
+            name="quic_perf",
+            options={
+                "http": ("3",),
+                "backend": ("libcurl", "ngtcp2"),
+                "kex": tuple(KEX_GROUPS),
+                "resume": _RESUME,
+            },
+            defaults={"http": "3", "backend": "libcurl", "kex": "x25519", "resume": "no"},
+            label="quic-h{http}{backend}{kex}{resume}",
+            protocol="quic",
+            short={
+                "backend": {"libcurl": "", "ngtcp2": "-ngtcp2"},
+                "kex": _KEX_SHORT,
+                "resume": _RESUME_SHORT,
+            },
+            flags={"backend": "--backend", "kex": "--groups"},
+            values={"kex": KEX_GROUPS},
+            expand={"resume": _RESUME_ARGS},
+        ),
+        # The paper's non-adaptive video test (clients/perf): audio and video in parallel, paced
+        # like playout; two TLS/TCP connections, or one QUIC connection with two streams.
+        Tool(
+            name="video_download",
+            options={"protocol": ("quic", "tls1.3", "tls1.2"), "kex": tuple(KEX_GROUPS)},
+            defaults={"protocol": "quic", "kex": "x25519"},
+            label="video-{protocol}{kex}",
+            protocol="{protocol}",
+            workloads=("video",),
+            short={"kex": _KEX_SHORT},
+            flags={"kex": "--groups"},
+            values={"kex": KEX_GROUPS},
+            # QUIC through ngtcp2, timed in library callbacks, as the paper experiments run quic_perf
+            expand={
+                "protocol": {
+                    "quic": ("--transport", "quic", "--backend", "ngtcp2"),
+                    "tls1.3": ("--transport", "tcp", "--tls", "1.3"),
+                    "tls1.2": ("--transport", "tcp", "--tls", "1.2"),
+                }
+            },
+        ),
+        Tool(
+            name="chromium",
+            options={"protocol": ("quic", "tls1.2", "tls1.3")},
+            defaults={"protocol": "quic"},
+            label="chromium-{protocol}",
+            protocol="{protocol}",
+            # web: one page load; video: the stream played in dash.js (--duration, the workload's)
+            workloads=("web", "video"),
+            command="browser_perf",  # clients/browser: one fresh browser per trial
+            flags={"protocol": "--protocol"},
+            start_s=1.5,  # a fresh browser and profile per trial
+            workload_flags=("--duration", "--player-settings"),
+        ),
+    )
+}
 
 
 def get_tool(name: str) -> Tool:

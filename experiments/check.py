@@ -23,8 +23,9 @@ from .schema import Experiment
 from .store import load_rows
 
 
-def check(exp: Experiment, run_dir: Path | str, console: Console | None = None,
-          junit: Path | str | None = None) -> int:
+def check(
+    exp: Experiment, run_dir: Path | str, console: Console | None = None, junit: Path | str | None = None
+) -> int:
     """Judge every expectation in every condition; with `junit`, also write them as JUnit XML
     (one test case each, the measured numbers in the message)."""
     console = console or Console(highlight=False, soft_wrap=True)
@@ -44,8 +45,7 @@ def check(exp: Experiment, run_dir: Path | str, console: Console | None = None,
             line = f" {cond.id} {cond.label}: {e.text}  [{outcome.detail}]"
             console.print(Text.assemble(verdict, line))
             message = "" if outcome.passed else f"{e.text}: {outcome.detail}"
-            cases.append(Case(f"{exp.name}.{cond.id} {cond.label}", e.text, message,
-                              detail=outcome.detail))
+            cases.append(Case(f"{exp.name}.{cond.id} {cond.label}", e.text, message, detail=outcome.detail))
             if not outcome.passed:
                 failed += 1
                 _annotate(exp, e.line, f"{e.text} failed in {cond.label}: {outcome.detail}")

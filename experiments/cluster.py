@@ -42,8 +42,9 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise InputError("--ray needs the cluster extra: pip install -e '.[cluster]' "
-                         "(Ray, pinned in versions.env)") from None
+        raise InputError(
+            "--ray needs the cluster extra: pip install -e '.[cluster]' " "(Ray, pinned in versions.env)"
+        ) from None
     return ray
 
 
@@ -64,8 +65,10 @@ def _reachable(address: str) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=CONNECT_S).close()
     except (OSError, ValueError) as exc:
-        raise QuicbedError(f"--ray {address}: no Ray head there "
-                           f"({getattr(exc, 'strerror', None) or exc}; expected HOST:PORT)") from None
+        raise QuicbedError(
+            f"--ray {address}: no Ray head there "
+            f"({getattr(exc, 'strerror', None) or exc}; expected HOST:PORT)"
+        ) from None
 
 
 def path_slots(address: str) -> int:
@@ -94,8 +97,14 @@ class Sink:
         return taken
 
 
-def condition_task(sink: Any, exp: Experiment, cond: Condition, todo: list[tuple[Trial, int]],
-                   run_id: str, factory: ExecutorFactory) -> str:
+def condition_task(
+    sink: Any,
+    exp: Experiment,
+    cond: Condition,
+    todo: list[tuple[Trial, int]],
+    run_id: str,
+    factory: ExecutorFactory,
+) -> str:
     """On a worker: measure one condition, sending home each row before the next trial."""
     import ray
 
@@ -112,9 +121,13 @@ def condition_task(sink: Any, exp: Experiment, cond: Condition, todo: list[tuple
     host, info = host_facts(), executor.manifest_info()
     try:
         measure_condition(
-            cond, todo, executor, run_id,
+            cond,
+            todo,
+            executor,
+            run_id,
             lambda calib: put("calibrated", (cond.id, calib, ran_on(host, info, calib))),
-            lambda row: put("row", (row, _trace(run_dir, row))))
+            lambda row: put("row", (row, _trace(run_dir, row))),
+        )
     except ConditionSkipped as exc:
         put("skipped", (cond.id, f"{exc} (on {host['hostname']})"))
     finally:
@@ -131,20 +144,29 @@ def _trace(run_dir: Path, row: dict[str, Any]) -> str | None:
 class RayDispatcher:
     """runner.Dispatcher for a Ray cluster at `address`."""
 
-    def __init__(self, address: str, factory: ExecutorFactory, exp: Experiment,
-                 run_dir: Path, retries: int = 1) -> None:
+    def __init__(
+        self, address: str, factory: ExecutorFactory, exp: Experiment, run_dir: Path, retries: int = 1
+    ) -> None:
         self.ray = connect(address)
         self.address, self.factory, self.exp, self.run_dir = address, factory, exp, run_dir
         self.retries = retries
         self.work: dict[str, tuple[Condition, list[tuple[Trial, int]]]] = {}
         if not path_slots(address):
-            raise QuicbedError(f"--ray {address}: no live node offers the {RESOURCE} resource "
-                               f"(start workers with --resources '{{\"{RESOURCE}\": 1}}')")
+            raise QuicbedError(
+                f"--ray {address}: no live node offers the {RESOURCE} resource "
+                f"(start workers with --resources '{{\"{RESOURCE}\": 1}}')"
+            )
 
     def manifest_info(self) -> dict[str, Any]:
-        return {"ray": {"address": self.address, "version": self.ray.__version__,
-                        "path_slots": path_slots(self.address), "retries": self.retries},
-                "per_condition": "conditions.<id>.ran_on"}
+        return {
+            "ray": {
+                "address": self.address,
+                "version": self.ray.__version__,
+                "path_slots": path_slots(self.address),
+                "retries": self.retries,
+            },
+            "per_condition": "conditions.<id>.ran_on",
+        }
 
     def run_conditions(self, work: Work, session: Session) -> None:
         ray = self.ray
@@ -152,13 +174,15 @@ class RayDispatcher:
         affinity = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(here, soft=False)
         sink = ray.remote(num_cpus=0)(Sink).options(scheduling_strategy=affinity).remote()
         task = ray.remote(condition_task).options(
-            num_cpus=0, resources={RESOURCE: 1}, max_retries=self.retries,
-            retry_exceptions=False)
+            num_cpus=0, resources={RESOURCE: 1}, max_retries=self.retries, retry_exceptions=False
+        )
         # Longest first, as shard.assign plans it: Ray hands them to free workers in this order.
         work = sorted(work, key=lambda w: -condition_seconds(self.exp, w[0]))
         self.work = {cond.id: (cond, todo) for cond, todo in work}
-        pending = {task.remote(sink, self.exp, cond, todo, session.manifest["run_id"],
-                               self.factory): (cond, todo) for cond, todo in work}
+        pending = {
+            task.remote(sink, self.exp, cond, todo, session.manifest["run_id"], self.factory): (cond, todo)
+            for cond, todo in work
+        }
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=POLL_S)
@@ -171,14 +195,14 @@ class RayDispatcher:
         finally:
             ray.kill(sink)
 
-    def _finished(self, ref: Any, cond: Condition, todo: list[tuple[Trial, int]],
-                  session: Session) -> None:
+    def _finished(self, ref: Any, cond: Condition, todo: list[tuple[Trial, int]], session: Session) -> None:
         try:
             self.ray.get(ref)
         except self.ray.exceptions.RayTaskError as exc:  # the task itself raised (set-up)
             cause = getattr(exc, "cause", None) or exc
-            session.skipped(cond, _left(todo, session),
-                            f"failed on its worker: {type(cause).__name__}: {cause}")
+            session.skipped(
+                cond, _left(todo, session), f"failed on its worker: {type(cause).__name__}: {cause}"
+            )
             return
         except self.ray.exceptions.RayError as exc:  # the worker or its node died
             left = _left(todo, session)
@@ -197,8 +221,7 @@ class RayDispatcher:
             elif kind == "calibrated":
                 cond_id, calib, where = payload
                 session.calibrated(cond_id, calib, where)
-                session.bar.console.print(f"{cond_id}: calibrated on {where['hostname']}",
-                                          markup=False)
+                session.bar.console.print(f"{cond_id}: calibrated on {where['hostname']}", markup=False)
             else:
                 cond_id, reason = payload
                 cond, todo = self.work[cond_id]
@@ -226,11 +249,12 @@ def _write_text(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def dispatcher(address: str, factory: ExecutorFactory, retries: int = 1
-               ) -> Callable[[Experiment, Path], RayDispatcher]:
+def dispatcher(
+    address: str, factory: ExecutorFactory, retries: int = 1
+) -> Callable[[Experiment, Path], RayDispatcher]:
     """For `cmd_run`: the run's dispatcher, made where the executor would be."""
+
     def make(exp: Experiment, run_dir: Path) -> RayDispatcher:
         return RayDispatcher(address, factory, exp, run_dir, retries)
 
     return make
-

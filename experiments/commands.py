@@ -51,8 +51,7 @@ def cmd_run(
     before anything runs (reproduce names it in its resume hints)."""
     console = Console(highlight=False, soft_wrap=True)
     if retry_failed and not resume:
-        console.print("--retry-failed needs --resume RUN_ID (a new run has nothing to retry)",
-                      markup=False)
+        console.print("--retry-failed needs --resume RUN_ID (a new run has nothing to retry)", markup=False)
         return 2
     run_dir = run_dir_for(resume, results) if resume else None
     try:
@@ -84,8 +83,7 @@ def cmd_run(
     if on_run_dir:
         on_run_dir(run_dir)
     # A resume after --retry-failed must retry the rest too, or they would count as done.
-    resume_cmd = f"quicbed run {file} --resume {run_dir.name}" + (
-        " --retry-failed" if retry_failed else "")
+    resume_cmd = f"quicbed run {file} --resume {run_dir.name}" + (" --retry-failed" if retry_failed else "")
     try:
         summary = run_experiment(
             exp,
@@ -118,12 +116,16 @@ def cmd_run(
 def _hint_retry(file: str | Path, run_dir: Path, console: Console) -> None:
     failed = sum(row.get("error") is not None for row in load_rows(run_dir)[0])
     if failed:
-        console.print(f"{failed} trial(s) failed: retry them with quicbed run {file} "
-                      f"--resume {run_dir.name} --retry-failed", markup=False)
+        console.print(
+            f"{failed} trial(s) failed: retry them with quicbed run {file} "
+            f"--resume {run_dir.name} --retry-failed",
+            markup=False,
+        )
 
 
-def cmd_check(file: str | Path, run_id: str, results: Path | None = None,
-              junit: str | Path | None = None) -> int:
+def cmd_check(
+    file: str | Path, run_id: str, results: Path | None = None, junit: str | Path | None = None
+) -> int:
     """`quicbed check FILE RUN_ID`: 0 all expectations pass, 1 any fails, 2 bad input."""
     console = Console(highlight=False, soft_wrap=True)
     run_dir = run_dir_for(run_id, results)
@@ -135,8 +137,7 @@ def cmd_check(file: str | Path, run_id: str, results: Path | None = None,
         return 2
     if manifest.get("matrix_hash") != exp.matrix_hash():
         console.print(
-            f"error: {run_dir.name} was run from a different version of {file} "
-            "(the matrix changed)",
+            f"error: {run_dir.name} was run from a different version of {file} " "(the matrix changed)",
             markup=False,
         )
         return 2
@@ -165,6 +166,8 @@ def cmd_merge(run_ids: list[str], out: str | None = None, results: Path | None =
     if merged.missing_shards:
         print(f"missing shard(s): {', '.join(map(str, merged.missing_shards))}")
     if merged.trials_to_run:
-        print(f"{merged.trials_to_run} trial(s) still to run: quicbed run FILE --resume "
-              f"{merged.run_dir.name}")
+        print(
+            f"{merged.trials_to_run} trial(s) still to run: quicbed run FILE --resume "
+            f"{merged.run_dir.name}"
+        )
     return 0

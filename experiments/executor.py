@@ -42,8 +42,14 @@ from .runner import TrialError
 from .schema import Experiment
 
 # The access log's protocol as a number, for `server_http` (the lowest in a trial).
-_HTTP_VERSIONS = {"HTTP/1.0": 1.0, "HTTP/1.1": 1.1, "HTTP/2.0": 2.0, "HTTP/3.0": 3.0,
-                  "HTTP/2": 2.0, "HTTP/3": 3.0}
+_HTTP_VERSIONS = {
+    "HTTP/1.0": 1.0,
+    "HTTP/1.1": 1.1,
+    "HTTP/2.0": 2.0,
+    "HTTP/3.0": 3.0,
+    "HTTP/2": 2.0,
+    "HTTP/3": 3.0,
+}
 SERVER_LOG_WAIT_S = 1.0
 CPU_BOUND_PCT = 90.0  # of one core: the host, not the network, may have set the pace
 
@@ -51,9 +57,16 @@ CPU_BOUND_PCT = 90.0  # of one core: the host, not the network, may have set the
 class TestbedExecutor:
     __test__ = False
 
-    def __init__(self, exp: Experiment, run_dir: Path, *, force: bool = False,
-                 backend: str = "auto", client_image: str = DEFAULT_IMAGE,
-                 console: Console | None = None) -> None:
+    def __init__(
+        self,
+        exp: Experiment,
+        run_dir: Path,
+        *,
+        force: bool = False,
+        backend: str = "auto",
+        client_image: str = DEFAULT_IMAGE,
+        console: Console | None = None,
+    ) -> None:
         self.exp, self.run_dir, self.force, self.client_image = exp, run_dir, force, client_image
         choose_backend(backend)  # a requested backend this kernel lacks fails here, not later
         self.backend = backend  # "auto" resolves per profile (its rate), recorded per condition
@@ -69,15 +82,19 @@ class TestbedExecutor:
 
     # -- Executor protocol ---------------------------------------------------------------
     def manifest_info(self) -> dict[str, Any]:
-        here = {name: ("runs: " if p.runs else "cannot run here: ") + p.reason
-                for name, p in proofs().items()}
-        return {"link_backend": self.backend, "link_backend_per_condition": "calibration.backend",
-                "link_backends_here": here,
-                "kernel": platform.release(), "force": self.force,
-                "client_image": _image_info(self.client_image),
-                "server_images": {name: _image_info(spec.image)
-                                  for name, spec in servers.SERVERS.items()},
-                "pki": "fresh private CA per run (not stored with the results)"}
+        here = {
+            name: ("runs: " if p.runs else "cannot run here: ") + p.reason for name, p in proofs().items()
+        }
+        return {
+            "link_backend": self.backend,
+            "link_backend_per_condition": "calibration.backend",
+            "link_backends_here": here,
+            "kernel": platform.release(),
+            "force": self.force,
+            "client_image": _image_info(self.client_image),
+            "server_images": {name: _image_info(spec.image) for name, spec in servers.SERVERS.items()},
+            "pki": "fresh private CA per run (not stored with the results)",
+        }
 
     @contextlib.contextmanager
     def condition(self, cond: Condition) -> Iterator[dict[str, Any]]:
@@ -86,10 +103,16 @@ class TestbedExecutor:
         timing: dict[str, float] = {}
         clock = time.monotonic()
         self.log_root, self.log_offsets = self.run_dir / rowschema.LOGS_DIR / cond.id, {}
-        with served_testbed(cond.link, names, log_root=self.log_root,
-                            pki_dir=self.pki_dir, content_dir=self.content_dir,
-                            backend=self.backend, client_image=self.client_image,
-                            tcp_cc=str(cond.params.get("server.tcp_cc", "cubic"))) as (tb, hosts):
+        with served_testbed(
+            cond.link,
+            names,
+            log_root=self.log_root,
+            pki_dir=self.pki_dir,
+            content_dir=self.content_dir,
+            backend=self.backend,
+            client_image=self.client_image,
+            tcp_cc=str(cond.params.get("server.tcp_cc", "cubic")),
+        ) as (tb, hosts):
             timing["bringup_s"], clock = time.monotonic() - clock, time.monotonic()
             self.tb, self.hosts, self.started = tb, hosts, set()
             assert tb.backend  # up once served_testbed has yielded
@@ -99,8 +122,10 @@ class TestbedExecutor:
             print_calibration(cal, self.console)
             if not cal.passed and not self.force:
                 failed = ", ".join(f"{c.metric}/{c.direction}" for c in cal.checks if not c.passed)
-                raise PathMismatch(f"calibration failed ({failed}); refusing to measure "
-                                   "(--force measures anyway and marks every row)")
+                raise PathMismatch(
+                    f"calibration failed ({failed}); refusing to measure "
+                    "(--force measures anyway and marks every row)"
+                )
             cal.forced = not cal.passed
             try:
                 # Servers start here, after calibration, so no trial's wall time holds a start.
@@ -109,11 +134,15 @@ class TestbedExecutor:
                     with contextlib.suppress(servers.ServerError):
                         self.ensure_server(name)
                 timing["server_start_s"] = time.monotonic() - clock
-                yield {"rtt_ms": cal.measured("rtt_median_ms"), "passed": cal.passed,
-                       "forced": cal.forced, "calibration": cal.to_dict(),
-                       "ca_sha256": pki.cert_sha256(self.pki_dir / "ca.pem"),
-                       "servers": {n: self._server_facts(n) for n in names},
-                       "timing": {k: round(v, 3) for k, v in timing.items()}}
+                yield {
+                    "rtt_ms": cal.measured("rtt_median_ms"),
+                    "passed": cal.passed,
+                    "forced": cal.forced,
+                    "calibration": cal.to_dict(),
+                    "ca_sha256": pki.cert_sha256(self.pki_dir / "ca.pem"),
+                    "servers": {n: self._server_facts(n) for n in names},
+                    "timing": {k: round(v, 3) for k, v in timing.items()},
+                }
             finally:
                 self.tb, self.hosts = None, {}
 
@@ -140,15 +169,20 @@ class TestbedExecutor:
         if not rows and proc.returncode == UNSUPPORTED_EXIT:
             raise TrialError(f"unsupported: {proc.stderr.strip()[-300:]}")
         if not rows:
-            raise TrialError(f"{trial.client.tool} gave no row (exit {proc.returncode}): "
-                             f"{proc.stderr.strip()[-300:]}")
+            raise TrialError(
+                f"{trial.client.tool} gave no row (exit {proc.returncode}): " f"{proc.stderr.strip()[-300:]}"
+            )
         row = rows[-1]
         if "trace" in row:  # a player's per-second trace: a file beside the rows, not a cell
             row["trace_file"] = self._write_trace(trial.trial_id, row.pop("trace"))
-        row.update(cpu_client_pct=round(cpu[self.tb.client], 1),
-                   cpu_server_pct=round(cpu[host], 1), tool_wall_s=round(wall, 3),
-                   transfer_s=_transfer_s(row), **self._server_saw(trial.server),
-                   server_tcp_retrans=retrans if retrans >= 0 else None)
+        row.update(
+            cpu_client_pct=round(cpu[self.tb.client], 1),
+            cpu_server_pct=round(cpu[host], 1),
+            tool_wall_s=round(wall, 3),
+            transfer_s=_transfer_s(row),
+            **self._server_saw(trial.server),
+            server_tcp_retrans=retrans if retrans >= 0 else None,
+        )
         # A tool may know better (a browser's processes during the load alone): either says so.
         row["cpu_bound"] = bool(row.get("cpu_bound")) or max(cpu.values()) >= CPU_BOUND_PCT
         if row.get("error"):
@@ -159,7 +193,8 @@ class TestbedExecutor:
     def _server_log(self, server: str) -> list[dict[str, Any]]:
         """The access-log entries the server wrote since the last call."""
         entries, self.log_offsets[server] = servers.access_log_since(
-            self.log_root / server, self.log_offsets.get(server, 0), servers.get_server(server))
+            self.log_root / server, self.log_offsets.get(server, 0), servers.get_server(server)
+        )
         return entries
 
     def _server_saw(self, server: str) -> dict[str, Any]:
@@ -171,8 +206,7 @@ class TestbedExecutor:
             time.sleep(0.02)
             entries = self._server_log(server)
         versions = [_HTTP_VERSIONS[p] for e in entries if (p := str(e.get("proto"))) in _HTTP_VERSIONS]
-        return {"server_http": min(versions) if versions else None,
-                "server_requests": len(entries)}
+        return {"server_http": min(versions) if versions else None, "server_requests": len(entries)}
 
     def _write_trace(self, trial_id: str, trace: object) -> str:
         rel = rowschema.trace_path(trial_id)
@@ -207,9 +241,12 @@ class TestbedExecutor:
         workload = WORKLOADS[trial.workload.kind]
         return TOOLS[trial.client.tool].argv(
             f"https://{SERVER_NAME}/{workload.url_path(trial.object)}",
-            f"{SERVER_NAME}:443:{address}", f"{CLIENT_PKI}/ca.pem", trial.timeout_s,
+            f"{SERVER_NAME}:443:{address}",
+            f"{CLIENT_PKI}/ca.pem",
+            trial.timeout_s,
             trial.client.options,
-            workload.tool_args(trial.workload.duration_s, dict(trial.workload.settings)))
+            workload.tool_args(trial.workload.duration_s, dict(trial.workload.settings)),
+        )
 
 
 def _transfer_s(row: dict[str, Any]) -> float | None:
@@ -230,8 +267,10 @@ def _runs_in(init_pid: int, comm: str) -> bool:
         if not entry.isdigit():
             continue
         try:
-            if (Path(f"/proc/{entry}/comm").read_text().strip() == comm
-                    and os.readlink(f"/proc/{entry}/ns/pid") == pid_ns):
+            if (
+                Path(f"/proc/{entry}/comm").read_text().strip() == comm
+                and os.readlink(f"/proc/{entry}/ns/pid") == pid_ns
+            ):
                 return True
         except OSError:  # gone meanwhile
             continue
@@ -242,16 +281,20 @@ def _tcp_retrans(pid: int) -> int:
     """TCP RetransSegs of the network namespace of process `pid` (the server container's),
     from the host's /proc: no docker exec per trial. -1 when it cannot be read."""
     try:
-        lines = [ln.split() for ln in Path(f"/proc/{pid}/net/snmp").read_text().splitlines()
-                 if ln.startswith("Tcp:")]
+        lines = [
+            ln.split()
+            for ln in Path(f"/proc/{pid}/net/snmp").read_text().splitlines()
+            if ln.startswith("Tcp:")
+        ]
         return int(dict(zip(lines[0], lines[1], strict=True))["RetransSegs"])
     except (OSError, IndexError, KeyError, ValueError):
         return -1
 
 
 def _image_info(image: str) -> dict[str, str]:
-    proc = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}} {{.Created}}", image],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["docker", "image", "inspect", "-f", "{{.Id}} {{.Created}}", image], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         return {"image": image, "id": "missing"}
     image_id, created = proc.stdout.split(maxsplit=1)
@@ -261,8 +304,9 @@ def _image_info(image: str) -> dict[str, str]:
 @functools.cache
 def _cpu_stat_file(container: str) -> Path | None:
     """The container's cgroup CPU accounting file, found once through its init's cgroup."""
-    proc = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", container],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["docker", "inspect", "-f", "{{.State.Pid}}", container], capture_output=True, text=True
+    )
     try:
         lines = Path(f"/proc/{int(proc.stdout)}/cgroup").read_text().splitlines()
     except (ValueError, OSError):
@@ -291,6 +335,7 @@ def _cpu_usec(container: str) -> float:
 
 def executor_factory(**options: Any) -> Callable[[Experiment, Path], TestbedExecutor]:
     """For `cmd_run`: an executor per run, with the CLI's options (force, backend, image)."""
+
     def factory(exp: Experiment, run_dir: Path) -> TestbedExecutor:
         return TestbedExecutor(exp, run_dir, **options)
 

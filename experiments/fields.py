@@ -85,6 +85,4 @@ def _suggest(word: str, choices: Iterable[str]) -> str:
     """A short list is shown whole; a long one only as its closest match, if any."""
     choices = list(choices)
     close = difflib.get_close_matches(word, choices, n=1) if len(choices) > 8 else []
-    return (
-        f" (did you mean '{close[0]}'?)" if close else f" (known: {', '.join(choices) or 'none'})"
-    )
+    return f" (did you mean '{close[0]}'?)" if close else f" (known: {', '.join(choices) or 'none'})"

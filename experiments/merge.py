@@ -18,8 +18,13 @@ from quicbed.errors import InputError
 from .store import RunStore, load_history, load_rows, read_manifest, write_parquet
 
 # What must be equal in every shard: the experiment (its text), the seed, the code version.
-SAME = {"experiment text": ("file_sha256",), "seed": ("seed",), "matrix": ("matrix_hash",),
-        "quick": ("quick",), "code version": ("git", "commit")}
+SAME = {
+    "experiment text": ("file_sha256",),
+    "seed": ("seed",),
+    "matrix": ("matrix_hash",),
+    "quick": ("quick",),
+    "code version": ("git", "commit"),
+}
 
 
 class MergeError(InputError):
@@ -51,8 +56,10 @@ def check_shards(manifests: list[dict[str, Any]]) -> list[str]:
     for what, keys in SAME.items():
         values = {str(_field(m, keys)) for m in manifests}
         if len(values) > 1:
-            problems.append(f"different {what}: " + "; ".join(
-                f"{m['run_id']}={str(_field(m, keys))[:16]}" for m in manifests))
+            problems.append(
+                f"different {what}: "
+                + "; ".join(f"{m['run_id']}={str(_field(m, keys))[:16]}" for m in manifests)
+            )
     counts = {m["shard"]["count"] for m in manifests}
     if len(counts) > 1:
         problems.append(f"shards of different splits (N = {', '.join(map(str, sorted(counts)))})")
@@ -88,8 +95,7 @@ def merge_runs(run_dirs: list[Path], out_dir: Path) -> Merged:
     return Merged(out_dir, len(current), missing, merged["trials_total"] - done)
 
 
-def _merged_manifest(run_id: str, manifests: list[dict[str, Any]], missing: list[int]
-                     ) -> dict[str, Any]:
+def _merged_manifest(run_id: str, manifests: list[dict[str, Any]], missing: list[int]) -> dict[str, Any]:
     first = sorted(manifests, key=lambda m: m["shard"]["index"])[0]
     merged = {k: v for k, v in first.items() if k != "shard"}
     conditions = {cid: dict(entry) for cid, entry in first["conditions"].items()}
@@ -99,13 +105,24 @@ def _merged_manifest(run_id: str, manifests: list[dict[str, Any]], missing: list
         statuses.add(m.get("status"))
         for cid in shard["conditions"]:
             # Which shard, host and executor ran each condition, beside its calibration.
-            conditions[cid] = {**m["conditions"][cid], "ran_in": {
-                "run_id": m["run_id"], "shard": f"{shard['index']}/{shard['count']}",
-                "host": m.get("host"), "executor": m.get("executor")}}
+            conditions[cid] = {
+                **m["conditions"][cid],
+                "ran_in": {
+                    "run_id": m["run_id"],
+                    "shard": f"{shard['index']}/{shard['count']}",
+                    "host": m.get("host"),
+                    "executor": m.get("executor"),
+                },
+            }
         sessions += [{**s, "run_id": m["run_id"]} for s in m.get("sessions", [])]
-    merged.update(run_id=run_id, conditions=conditions, sessions=sessions,
-                  merged_from=[m["run_id"] for m in manifests], missing_shards=missing,
-                  status="complete" if statuses == {"complete"} and not missing else "partial")
+    merged.update(
+        run_id=run_id,
+        conditions=conditions,
+        sessions=sessions,
+        merged_from=[m["run_id"] for m in manifests],
+        missing_shards=missing,
+        status="complete" if statuses == {"complete"} and not missing else "partial",
+    )
     # The whole matrix: the trials of a missing shard count as still to run.
     merged["trials_total"] = first["shard"]["trials_all"]
     return merged

@@ -32,11 +32,7 @@ def trial_seconds(exp: Experiment, cond: Condition, client: ClientVariant, obj: 
 def estimate_seconds(exp: Experiment) -> float:
     total = 0.0
     for cond in conditions(exp):
-        per_rep = sum(
-            trial_seconds(exp, cond, c, o)
-            for c in exp.clients
-            for o in exp.workload.objects
-        )
+        per_rep = sum(trial_seconds(exp, cond, c, o) for c in exp.clients for o in exp.workload.objects)
         total += SETUP_S + per_rep * len(exp.servers) * exp.repetitions
     return total
 

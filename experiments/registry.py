@@ -28,7 +28,7 @@ WORKLOADS = workloads.WORKLOADS
 # an axis nothing reads is refused, never silently ignored.
 PARAM_AXES: dict[str, str] = {
     "server.tcp_cc": "the servers' TCP congestion control (net.ipv4.tcp_congestion_control in "
-                     "each server container; TLS over TCP only, QUIC stacks choose their own)",
+    "each server container; TLS over TCP only, QUIC stacks choose their own)",
 }
 
 # Expectation metrics -> row column: the row schema's. The expectation language (its

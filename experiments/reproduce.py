@@ -28,6 +28,8 @@ HOST_PROBLEM = HostProblem.exit_code  # the same for every experiment: stop at t
 
 class HostStopped(Exception):
     """A run stopped on a problem of this host: no later experiment could run either."""
+
+
 # run_one(file, on_run_dir) runs one experiment and returns its exit code; it calls
 # on_run_dir(run_dir) once it knows where the run goes.
 RunOne = Callable[[Path, Callable[[Path], None]], int]
@@ -55,8 +57,14 @@ def experiment_files(directory: Path) -> list[Path]:
     return files
 
 
-def reproduce(files: Sequence[Path], run_one: RunOne, report: Report, *, quick: bool = True,
-              say: Callable[[str], None] = print) -> int:
+def reproduce(
+    files: Sequence[Path],
+    run_one: RunOne,
+    report: Report,
+    *,
+    quick: bool = True,
+    say: Callable[[str], None] = print,
+) -> int:
     """Run `files` in order, then `report` over the runs that have rows."""
     started: list[Started] = []
     with signals_interrupt():  # for the whole command, between and around the runs too
@@ -73,13 +81,16 @@ def reproduce(files: Sequence[Path], run_one: RunOne, report: Report, *, quick: 
             return _report(started, report, say)
         except KeyboardInterrupt:
             ids = " ".join(s.run_dir.name for s in started if s.run_dir)
-            print(f"interrupted while writing the report (every run had ended); write it with: "
-                  f"quicbed report {ids}")
+            print(
+                f"interrupted while writing the report (every run had ended); write it with: "
+                f"quicbed report {ids}"
+            )
             return INTERRUPTED
 
 
-def _run_all(files: Sequence[Path], run_one: RunOne, started: list[Started], quick: bool,
-             say: Callable[[str], None]) -> bool:
+def _run_all(
+    files: Sequence[Path], run_one: RunOne, started: list[Started], quick: bool, say: Callable[[str], None]
+) -> bool:
     """False as soon as a run says it was interrupted: nothing after it may start."""
     for file in files:
         entry = Started(file)
@@ -93,8 +104,10 @@ def _run_all(files: Sequence[Path], run_one: RunOne, started: list[Started], qui
         if entry.code == INTERRUPTED:
             return False
         if entry.code == HOST_PROBLEM:
-            say("reproduce: stopped: this host cannot run it (the line above says why and the "
-                "fix); no later experiment was started")
+            say(
+                "reproduce: stopped: this host cannot run it (the line above says why and the "
+                "fix); no later experiment was started"
+            )
             raise HostStopped
     return True
 
@@ -118,8 +131,9 @@ def _report(started: list[Started], report: Report, say: Callable[[str], None]) 
 
 def print_resume_hints(files: Sequence[Path], started: list[Started], quick: bool) -> None:
     """What each experiment needs to be finished, and the report over all of them."""
-    print("quicbed reproduce: interrupted; the path was torn down and nothing else was started",
-          file=sys.stderr)
+    print(
+        "quicbed reproduce: interrupted; the path was torn down and nothing else was started", file=sys.stderr
+    )
     by_file = {s.file: s for s in started}
     fresh = " --quick" if quick else ""
     for file in files:

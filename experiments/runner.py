@@ -43,8 +43,13 @@ from .shard import Shard, shard_conditions
 from .store import RunStore, StoreError, load_rows, read_manifest
 
 ROW_DEFAULTS = rowschema.RUNNER_DEFAULTS
-SUMMARY_METRICS = {"conn": "connection_time_ms", "ttfb": "ttfb_ms", "dl": "download_time_ms",
-                   "startup": "startup_delay_ms", "stall": "stall_total_ms"}
+SUMMARY_METRICS = {
+    "conn": "connection_time_ms",
+    "ttfb": "ttfb_ms",
+    "dl": "download_time_ms",
+    "startup": "startup_delay_ms",
+    "stall": "stall_total_ms",
+}
 
 
 class TrialError(Exception):
@@ -138,11 +143,19 @@ def run_experiment(
             console.print(f"note: dropped {store.torn_lines} torn row (crash); it will be rerun")
         retrying = len(attempts.keys() - done)
         if retrying:
-            console.print(f"note: retrying {retrying} failed trial(s); their rows stay in "
-                          f"{store.rows_path.name}, superseded by the new attempt")
-        work = [(cond, todo) for cond in conds
-                if (todo := [(t, attempts.get(t.trial_id, 0) + 1) for t in trials(exp, cond)
-                             if t.trial_id not in done])]
+            console.print(
+                f"note: retrying {retrying} failed trial(s); their rows stay in "
+                f"{store.rows_path.name}, superseded by the new attempt"
+            )
+        work = [
+            (cond, todo)
+            for cond in conds
+            if (
+                todo := [
+                    (t, attempts.get(t.trial_id, 0) + 1) for t in trials(exp, cond) if t.trial_id not in done
+                ]
+            )
+        ]
         dispatcher = executor if isinstance(executor, Dispatcher) else Local(executor)
         try:
             with signals_interrupt(), _progress(console, progress) as bar:
@@ -213,15 +226,13 @@ class Session:
             self.summary.mismatched.append(cond.id)
         self.manifest["conditions"][cond.id]["error"] = reason
         self.summary.skipped.append(cond.id)
-        self.bar.console.print(f"{cond.id} {cond.label}: skipped: {reason}", style="red",
-                               markup=False)
+        self.bar.console.print(f"{cond.id} {cond.label}: skipped: {reason}", style="red", markup=False)
         self.bar.advance(self.task, left)
         self.store.write_manifest(self.manifest)
 
     def finished(self, cond: Condition) -> None:
         self.store.write_manifest(self.manifest)
-        self.bar.console.print(condition_summary(cond, load_rows(self.store.dir)[0]),
-                               markup=False)
+        self.bar.console.print(condition_summary(cond, load_rows(self.store.dir)[0]), markup=False)
 
 
 @runtime_checkable
@@ -282,21 +293,26 @@ def measure_condition(
 
 def host_facts() -> dict[str, Any]:
     """This machine, as a run's manifest and each condition's `ran_on` record it."""
-    return {"hostname": platform.node(), "kernel": platform.release(),
-            "machine": platform.machine(), "python": platform.python_version(),
-            "cpus": os.cpu_count(), "cpu_model": _cpu_model()}
+    return {
+        "hostname": platform.node(),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+    }
 
 
-def ran_on(host: dict[str, Any], executor_info: dict[str, Any], calib: dict[str, Any]
-           ) -> dict[str, Any]:
+def ran_on(host: dict[str, Any], executor_info: dict[str, Any], calib: dict[str, Any]) -> dict[str, Any]:
     """Which host measured a condition: the machine, its link backend and the image ids."""
-    images = {"client": executor_info.get("client_image"),
-              **(executor_info.get("server_images") or {})}
+    images = {"client": executor_info.get("client_image"), **(executor_info.get("server_images") or {})}
     backend = calib.get("backend") or (calib.get("calibration") or {}).get("backend")
-    return {**host, "link_backend": backend or executor_info.get("backend"),
-            "images": {k: v.get("id") if isinstance(v, dict) else v
-                       for k, v in images.items() if v},
-            "git_commit": git_info()["commit"]}
+    return {
+        **host,
+        "link_backend": backend or executor_info.get("backend"),
+        "images": {k: v.get("id") if isinstance(v, dict) else v for k, v in images.items() if v},
+        "git_commit": git_info()["commit"],
+    }
 
 
 def _cpu_model() -> str:
@@ -307,8 +323,9 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
-def _run_trial(trial: Trial, executor: Executor, calib: dict, run_id: str, attempt: int = 1
-               ) -> dict[str, Any]:
+def _run_trial(
+    trial: Trial, executor: Executor, calib: dict, run_id: str, attempt: int = 1
+) -> dict[str, Any]:
     started, t0 = _now(), time.monotonic()
     try:
         executor.ensure_server(trial.server)
@@ -324,9 +341,7 @@ def _run_trial(trial: Trial, executor: Executor, calib: dict, run_id: str, attem
     return row
 
 
-def make_row(
-    run_id: str, trial: Trial, tool_row: dict[str, Any], calib: dict[str, Any]
-) -> dict[str, Any]:
+def make_row(run_id: str, trial: Trial, tool_row: dict[str, Any], calib: dict[str, Any]) -> dict[str, Any]:
     """Axes + the tool's row + calibration summary. Axes win; a tool value that disagrees with
     an axis (e.g. its own `protocol` spelling) is kept as tool_<key>."""
     axes = trial_axes(run_id, trial)
@@ -373,8 +388,7 @@ def condition_summary(cond: Condition, rows: list[dict[str, Any]]) -> str:
     for proto in sorted({r["protocol"] for r in mine}):
         ok = [r for r in mine if r["protocol"] == proto and r.get("error") is None]
         # Only what the rows measured: a playback has no download time, but a startup.
-        medians = {k: statistic([r.get(c) for r in ok], "median")
-                   for k, c in SUMMARY_METRICS.items()}
+        medians = {k: statistic([r.get(c) for r in ok], "median") for k, c in SUMMARY_METRICS.items()}
         stats = " ".join(f"{k} {v:.0f}" for k, v in medians.items() if not math.isnan(v))
         parts.append(f"{proto} {stats} ms" if ok else f"{proto} no successful trials")
     failed = sum(r.get("error") is not None for r in mine)
@@ -384,8 +398,13 @@ def condition_summary(cond: Condition, rows: list[dict[str, Any]]) -> str:
 
 def _finish(store: RunStore, manifest: dict, summary: RunSummary, console: Console) -> None:
     status = (
-        "interrupted" if summary.interrupted else "stopped" if summary.stopped
-        else "incomplete" if summary.skipped else "complete"
+        "interrupted"
+        if summary.interrupted
+        else "stopped"
+        if summary.stopped
+        else "incomplete"
+        if summary.skipped
+        else "complete"
     )
     manifest.update(status=status, ended_at=_now())
     manifest["sessions"][-1].update(status=status, ended_at=manifest["ended_at"], ran=summary.ran)
@@ -409,8 +428,14 @@ def _conditions(exp: Experiment, manifest: dict[str, Any]) -> list[Condition]:
     return shard_conditions(exp, Shard(shard["index"], shard["count"]))
 
 
-def _start_manifest(exp: Experiment, executor: Executor | Dispatcher, run_dir: Path, resume: bool,
-                    retry_failed: bool = False, shard: Shard | None = None) -> dict:
+def _start_manifest(
+    exp: Experiment,
+    executor: Executor | Dispatcher,
+    run_dir: Path,
+    resume: bool,
+    retry_failed: bool = False,
+    shard: Shard | None = None,
+) -> dict:
     # Each session records its own commit: a resumed run may have been resumed on other code.
     session = {"started_at": _now(), "pid": os.getpid(), "status": "running", "git": git_info()}
     if retry_failed:
@@ -423,11 +448,11 @@ def _start_manifest(exp: Experiment, executor: Executor | Dispatcher, run_dir: P
                 "changed); start a new run instead of resuming"
             )
         recorded = manifest.get("shard")
-        if shard and (not recorded or (recorded["index"], recorded["count"])
-                      != (shard.index, shard.count)):
+        if shard and (not recorded or (recorded["index"], recorded["count"]) != (shard.index, shard.count)):
             held = f"shard {recorded['index']}/{recorded['count']}" if recorded else "a whole run"
-            raise StoreError(f"{run_dir.name} is not shard {shard} (it holds {held}); "
-                             "resume it without --shard")
+            raise StoreError(
+                f"{run_dir.name} is not shard {shard} (it holds {held}); " "resume it without --shard"
+            )
         manifest["sessions"].append(session)
         manifest["status"] = "running"
         return manifest
@@ -465,8 +490,11 @@ def _start_manifest(exp: Experiment, executor: Executor | Dispatcher, run_dir: P
         },
     }
     if shard:
-        manifest["shard"] = {**shard.to_dict(), "conditions": [c.id for c in conds],
-                             "trials_all": len(conditions(exp)) * count_per_condition(exp)}
+        manifest["shard"] = {
+            **shard.to_dict(),
+            "conditions": [c.id for c in conds],
+            "trials_all": len(conditions(exp)) * count_per_condition(exp),
+        }
     return manifest
 
 
@@ -518,8 +546,9 @@ def signals_interrupt() -> Iterator[None]:
 
     def handler(signum: int, frame: object) -> None:
         if _STOP.stopping:
-            os.write(2, b"quicbed: already stopping, tearing down (to force: kill -9, then "
-                        b"quicbed clean)\n")
+            os.write(
+                2, b"quicbed: already stopping, tearing down (to force: kill -9, then " b"quicbed clean)\n"
+            )
             return
         _STOP.stopping = True
         raise KeyboardInterrupt  # not an Exception: per-trial error handling must not catch it

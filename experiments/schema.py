@@ -49,6 +49,8 @@ _TOP_KEYS = {
     "quick",
 }
 _REQUIRED = {"name", "profiles", "servers", "clients", "workload"}
+
+
 @dataclass(frozen=True)
 class ClientVariant:
     tool: str
@@ -146,8 +148,11 @@ def _build(src: Source, text: str) -> Experiment:
     if played and "timeout_s" not in d:
         exp.timeout_s = played + VIDEO_TIMEOUT_MARGIN_S
     elif played and exp.timeout_s <= played:
-        raise src.error(("timeout_s",), f"{exp.timeout_s:g} s is not longer than the "
-                        f"{played:g} s of video each trial plays (workload.duration_s)")
+        raise src.error(
+            ("timeout_s",),
+            f"{exp.timeout_s:g} s is not longer than the "
+            f"{played:g} s of video each trial plays (workload.duration_s)",
+        )
     exp.expect = check_list(
         src, ("expect",), d.get("expect", []), lambda p, v: _expect(src, p, v), allow_empty=True
     )
@@ -260,8 +265,7 @@ def _client_entry(src: Source, path: PathKey, value: Any, kind: str) -> tuple[Cl
 
 def _variant(tool_name: str, options: dict[str, str]) -> ClientVariant:
     tool = TOOLS[tool_name]
-    return ClientVariant(tool_name, options, tool.variant_label(options),
-                         tool.variant_protocol(options))
+    return ClientVariant(tool_name, options, tool.variant_label(options), tool.variant_protocol(options))
 
 
 def _workload(src: Source, value: Any) -> Workload:
@@ -279,26 +283,32 @@ def _workload(src: Source, value: Any) -> Workload:
         value.get(kind.list_key, list(kind.default)),
         lambda p, v: check_choice(src, p, v, kind.choices(), kind.what),
     )
-    extra = {key: check_number(src, (*path, key), value.get(key, default), low, high)
-             for key, (default, low, high) in kind.extra_keys.items()}
-    settings = (_settings(src, (*path, kind.settings_key), value[kind.settings_key], kind.settings)
-                if kind.settings_key in value else ())
+    extra = {
+        key: check_number(src, (*path, key), value.get(key, default), low, high)
+        for key, (default, low, high) in kind.extra_keys.items()
+    }
+    settings = (
+        _settings(src, (*path, kind.settings_key), value[kind.settings_key], kind.settings)
+        if kind.settings_key in value
+        else ()
+    )
     return Workload(name, tuple(objects), extra.get("duration_s"), settings)
 
 
-def _check_settings_are_taken(src: Source, workload: Workload,
-                              clients: list[ClientVariant]) -> None:
+def _check_settings_are_taken(src: Source, workload: Workload, clients: list[ClientVariant]) -> None:
     """Settings no client of the experiment takes would do nothing: refused, not ignored."""
     kind = WORKLOADS[workload.kind]
-    if workload.settings and not any(kind.settings_flag in TOOLS[c.tool].workload_flags
-                                     for c in clients):
+    if workload.settings and not any(kind.settings_flag in TOOLS[c.tool].workload_flags for c in clients):
         takers = sorted(t.name for t in TOOLS.values() if kind.settings_flag in t.workload_flags)
-        raise src.error(("workload", kind.settings_key),
-                        f"no client of this experiment takes them (only {', '.join(takers)})")
+        raise src.error(
+            ("workload", kind.settings_key),
+            f"no client of this experiment takes them (only {', '.join(takers)})",
+        )
 
 
-def _settings(src: Source, path: PathKey, value: Any, table: dict[str, Setting]
-              ) -> tuple[tuple[str, Any], ...]:
+def _settings(
+    src: Source, path: PathKey, value: Any, table: dict[str, Setting]
+) -> tuple[tuple[str, Any], ...]:
     check_mapping(src, path, value, set(table), set())
     out: list[tuple[str, Any]] = []
     for name, given in value.items():
@@ -310,8 +320,7 @@ def _settings(src: Source, path: PathKey, value: Any, table: dict[str, Setting]
                 raise src.error(where, f"expected true or false, got {given!r}")
             out.append((name, given))
         else:  # rules: the ABR rules that decide, every other one off
-            rules = check_list(src, where, given,
-                               lambda p, v: check_choice(src, p, v, ABR_RULES, "ABR rule"))
+            rules = check_list(src, where, given, lambda p, v: check_choice(src, p, v, ABR_RULES, "ABR rule"))
             out.append((name, tuple(rules)))
     return tuple(out)
 

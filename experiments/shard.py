@@ -43,8 +43,7 @@ def parse_shard(text: str) -> Shard:
 
 def condition_seconds(exp: Experiment, cond: Condition) -> float:
     """The dry run's estimate for one condition: set-up, calibration and every trial."""
-    per_rep = sum(trial_seconds(exp, cond, c, o)
-                  for c in exp.clients for o in exp.workload.objects)
+    per_rep = sum(trial_seconds(exp, cond, c, o) for c in exp.clients for o in exp.workload.objects)
     return SETUP_S + per_rep * len(exp.servers) * exp.repetitions
 
 
@@ -77,6 +76,8 @@ def plan(exp: Experiment, count: int) -> str:
         lines.append(f"  worker {i:>3}: {len(conds):>3} condition(s), ~{hms(seconds)}: {ids}")
     whole = sum(totals)
     wall = max(totals)
-    lines.append(f"expected wall time: {hms(wall)} (one worker: {hms(whole)}; speed-up "
-                 f"{whole / wall if wall else 1:.1f}x, bounded by the longest condition)")
+    lines.append(
+        f"expected wall time: {hms(wall)} (one worker: {hms(whole)}; speed-up "
+        f"{whole / wall if wall else 1:.1f}x, bounded by the longest condition)"
+    )
     return "\n".join(lines)

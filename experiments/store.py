@@ -193,8 +193,7 @@ def _parse_row(line: str) -> tuple[dict[str, Any] | None, str]:
 
 # What resuming and checking a run rely on; a manifest without them is not one this version
 # of quicbed wrote (or it was edited), and would fail later with a KeyError.
-_MANIFEST_KEYS: dict[str, type] = {"run_id": str, "matrix_hash": str, "sessions": list,
-                                   "conditions": dict}
+_MANIFEST_KEYS: dict[str, type] = {"run_id": str, "matrix_hash": str, "sessions": list, "conditions": dict}
 
 
 def read_manifest(run_dir: Path | str) -> dict[str, Any]:
@@ -209,12 +208,12 @@ def read_manifest(run_dir: Path | str) -> dict[str, Any]:
         where = f"{path}:{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else str(path)
         raise StoreError(f"{where}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
     if not isinstance(manifest, dict):
-        raise StoreError(f"{path} is not a run manifest (a JSON {type(manifest).__name__}, "
-                         "not an object)")
+        raise StoreError(f"{path} is not a run manifest (a JSON {type(manifest).__name__}, " "not an object)")
     bad = [key for key, kind in _MANIFEST_KEYS.items() if not isinstance(manifest.get(key), kind)]
     if bad:
-        raise StoreError(f"{path} has no usable {', '.join(bad)} (written by another version "
-                         "of quicbed, or edited?)")
+        raise StoreError(
+            f"{path} has no usable {', '.join(bad)} (written by another version " "of quicbed, or edited?)"
+        )
     return manifest
 
 

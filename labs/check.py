@@ -25,9 +25,16 @@ from quicbed.yamlio import LocatedError, Source, load_source
 
 # unit -> (family's base unit, factor to it)
 UNITS = {
-    "ms": ("ms", 1.0), "s": ("ms", 1e3), "us": ("ms", 1e-3),
-    "Mbit/s": ("Mbit/s", 1.0), "kbit/s": ("Mbit/s", 1e-3), "Gbit/s": ("Mbit/s", 1e3),
-    "B": ("kB", 1e-3), "kB": ("kB", 1.0), "KB": ("kB", 1.0), "MB": ("kB", 1e3),
+    "ms": ("ms", 1.0),
+    "s": ("ms", 1e3),
+    "us": ("ms", 1e-3),
+    "Mbit/s": ("Mbit/s", 1.0),
+    "kbit/s": ("Mbit/s", 1e-3),
+    "Gbit/s": ("Mbit/s", 1e3),
+    "B": ("kB", 1e-3),
+    "kB": ("kB", 1.0),
+    "KB": ("kB", 1.0),
+    "MB": ("kB", 1e3),
 }
 NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z/]*)\s*$")
 
@@ -54,8 +61,9 @@ def parse_answers(exercise: Exercise, source: Source) -> Answers:
     answers: Answers = {}
     for key, value in source.data.items():
         if key not in questions:
-            raise source.error((key,), f"no such question in {exercise.name} "
-                               f"(questions: {', '.join(questions)})")
+            raise source.error(
+                (key,), f"no such question in {exercise.name} " f"(questions: {', '.join(questions)})"
+            )
         answers[key] = _parse_one(questions[key], value, source, (key,))
     return answers
 
@@ -70,8 +78,9 @@ def _parse_one(q: Question, value: Any, source: Source, path: tuple[str]) -> flo
         raise source.error(path, "expected a number" + (f" with a unit ({q.unit})" if q.unit else ""))
     match = NUMBER.match(str(value))
     if not match:
-        raise source.error(path, f"{value!r} is not a number" + (f" with a unit ({q.unit})"
-                                                                 if q.unit else ""))
+        raise source.error(
+            path, f"{value!r} is not a number" + (f" with a unit ({q.unit})" if q.unit else "")
+        )
     number, unit = float(match.group(1)), match.group(2)
     if not q.unit:
         if unit or number != int(number):
@@ -160,8 +169,10 @@ def measure(exercise: Exercise, say: Any = _to_stderr, backend: str = "auto") ->
 
 def main_check(args: argparse.Namespace) -> int:
     if not args.rest or len(args.rest) > 2 or (len(args.rest) == 1) != args.solutions:
-        raise InputError("usage: quicbed lab check EXERCISE ANSWERS.yaml, or quicbed lab check "
-                         f"EXERCISE --solutions (exercises: {', '.join(EXERCISES)})")
+        raise InputError(
+            "usage: quicbed lab check EXERCISE ANSWERS.yaml, or quicbed lab check "
+            f"EXERCISE --solutions (exercises: {', '.join(EXERCISES)})"
+        )
     exercise = get_exercise(args.rest[0])
     answers = None if args.solutions else parse_answers(exercise, load_source(Path(args.rest[1])))
     if os.geteuid() != 0:
@@ -173,4 +184,3 @@ def main_check(args: argparse.Namespace) -> int:
     verdicts = grade(exercise, answers, reference)
     print("\n".join(report(verdicts)))
     return 0 if all(v.passed for v in verdicts) else 1
-

@@ -68,8 +68,9 @@ class Node:
 
 
 class Containernet:
-    def __init__(self, backend: str = "auto", tcp_cc: str = "cubic", lab_id: str | None = None,
-                 **_mininet_args: Any) -> None:
+    def __init__(
+        self, backend: str = "auto", tcp_cc: str = "cubic", lab_id: str | None = None, **_mininet_args: Any
+    ) -> None:
         self.backend, self.tcp_cc, self.lab_id = backend, tcp_cc, lab_id
         self.nodes: dict[str, Node] = {}
         self.link: dict[str, str] = {}
@@ -82,8 +83,7 @@ class Containernet:
 
     def addHost(self, name: str, **_params: Any) -> Node:
         if any(n.role == "cross" for n in self.nodes.values()):
-            raise InputError("one namespace host only (quicbed's cross-traffic host)",
-                             field="addHost")
+            raise InputError("one namespace host only (quicbed's cross-traffic host)", field="addHost")
         return self._add(Node(name, "cross", None, self))
 
     def _add(self, node: Node) -> Node:
@@ -92,19 +92,30 @@ class Containernet:
         self.nodes[node.name] = node
         return node
 
-    def addLink(self, a: Node, b: Node, delay: str | float = 0, bw: float | None = None,
-                loss: float = 0, jitter: str | float = 0, max_queue_size: int | None = None,
-                **_tc_args: Any) -> None:
+    def addLink(
+        self,
+        a: Node,
+        b: Node,
+        delay: str | float = 0,
+        bw: float | None = None,
+        loss: float = 0,
+        jitter: str | float = 0,
+        max_queue_size: int | None = None,
+        **_tc_args: Any,
+    ) -> None:
         if self.link:
-            raise InputError("one link only: quicbed's path is client ─ router ─ server",
-                             field="addLink")
+            raise InputError("one link only: quicbed's path is client ─ router ─ server", field="addLink")
         if bw is None:
             raise InputError("bw (Mbit/s) is required: the path's bottleneck", field="addLink")
         a.role, b.role = "client", "server"
         one_way = parse_delay_ms(delay)
-        self.link = {"down.delay_ms": f"{one_way}", "up.delay_ms": f"{one_way}",
-                     "rate_mbit": f"{bw}", "loss_pct": f"{loss}",
-                     "jitter_ms": f"{parse_delay_ms(jitter)}"}
+        self.link = {
+            "down.delay_ms": f"{one_way}",
+            "up.delay_ms": f"{one_way}",
+            "rate_mbit": f"{bw}",
+            "loss_pct": f"{loss}",
+            "jitter_ms": f"{parse_delay_ms(jitter)}",
+        }
         if max_queue_size is not None:
             self.link["queue_packets"] = str(max_queue_size)
 
@@ -124,26 +135,35 @@ class Containernet:
         # A server image with or without its pinned tag ("quicbed/nginx" or ":1.26.3").
         names = {spec.image.split(":")[0]: name for name, spec in SERVERS.items()}
         names |= {spec.image: name for name, spec in SERVERS.items()}
-        server_name = names.get(server.dimage or "", DEFAULT_SERVER if server.dimage in
-                                (None, DEFAULT_IMAGE) else None)
+        server_name = names.get(
+            server.dimage or "", DEFAULT_SERVER if server.dimage in (None, DEFAULT_IMAGE) else None
+        )
         if server_name is None:
-            raise InputError(f"{server.dimage!r} is no server image quicbed describes "
-                             f"({', '.join(sorted(names))})", field="addDocker")
+            raise InputError(
+                f"{server.dimage!r} is no server image quicbed describes " f"({', '.join(sorted(names))})",
+                field="addDocker",
+            )
         profile = apply_overrides(load_profile("india"), self.link)
-        profile = replace(profile, name="containernet",
-                          description="the link of a Containernet-style script")
-        self.tb = self._stack.enter_context(lab_path(
-            profile, lab_id=self.lab_id, server=server_name, backend=self.backend,
-            tcp_cc=self.tcp_cc, client_image=client.dimage))
+        profile = replace(profile, name="containernet", description="the link of a Containernet-style script")
+        self.tb = self._stack.enter_context(
+            lab_path(
+                profile,
+                lab_id=self.lab_id,
+                server=server_name,
+                backend=self.backend,
+                tcp_cc=self.tcp_cc,
+                client_image=client.dimage,
+            )
+        )
 
-    def calibrate(self, rtt_samples: int = 20, udp_packets: int = 2000,
-                  goodput_seconds: float = 2.0) -> Any:
+    def calibrate(self, rtt_samples: int = 20, udp_packets: int = 2000, goodput_seconds: float = 2.0) -> Any:
         """One call: RTT, goodput each way, loss and route against the link, as a table."""
         from quicbed.topology.calibrate import calibrate
         from quicbed.topology.calibration_table import print_calibration
 
-        cal = calibrate(self.tb, rtt_samples=rtt_samples, udp_packets=udp_packets,
-                        goodput_seconds=goodput_seconds)
+        cal = calibrate(
+            self.tb, rtt_samples=rtt_samples, udp_packets=udp_packets, goodput_seconds=goodput_seconds
+        )
         print_calibration(cal)
         return cal
 

@@ -45,6 +45,7 @@ class Exercise:
 
 # --- tools in the client container -----------------------------------------------------------
 
+
 def perf_rows(tb: Any, tool: str, *args: str, timeout: float = 120) -> list[dict[str, Any]]:
     """Rows of tls_perf/quic_perf run in the client container (errors raise)."""
     proc = tb.client.exec([tool, "--cacert", CA, *args], timeout=timeout)
@@ -83,8 +84,11 @@ def set_congestion_control(tb: Any, name: str) -> None:
 
 # --- 1. count the round trips ----------------------------------------------------------------
 
-HANDSHAKES = {"tls12": ("tls_perf", "--tls", "1.2"), "tls13": ("tls_perf", "--tls", "1.3"),
-              "quic": ("quic_perf",)}
+HANDSHAKES = {
+    "tls12": ("tls_perf", "--tls", "1.2"),
+    "tls13": ("tls_perf", "--tls", "1.3"),
+    "quic": ("quic_perf",),
+}
 
 
 def measure_round_trips(tb: Any) -> Answers:
@@ -101,12 +105,26 @@ def measure_round_trips(tb: Any) -> Answers:
 
 # --- 2. bandwidth-delay product and queues -----------------------------------------------------
 
+
 def loaded(tb: Any, queue_ms: float) -> tuple[float, float]:
     """Goodput (Mbit/s) of a 10 MB download, and the median ping RTT (ms) during it."""
     set_link(tb, queue_ms=queue_ms)
     download = subprocess.Popen(
-        ["docker", "exec", tb.client.container, "tls_perf", "--cacert", CA, "--url",
-         f"{SERVER_URL}/cloud/10MB", "-n", "1"], stdout=subprocess.PIPE, text=True)
+        [
+            "docker",
+            "exec",
+            tb.client.container,
+            "tls_perf",
+            "--cacert",
+            CA,
+            "--url",
+            f"{SERVER_URL}/cloud/10MB",
+            "-n",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(1.5)  # past slow start: the queue has filled
         samples = tb.ping(count=20, interval=0.1)
@@ -122,8 +140,7 @@ def loaded(tb: Any, queue_ms: float) -> tuple[float, float]:
 
 def measure_queues(tb: Any) -> Answers:
     down = tb.profile.down
-    answers: Answers = {"bdp_kbyte": round(down.rate_mbit * 1e6 * tb.profile.rtt_ms / 1e3 / 8 / 1e3,
-                                           1)}
+    answers: Answers = {"bdp_kbyte": round(down.rate_mbit * 1e6 * tb.profile.rtt_ms / 1e3 / 8 / 1e3, 1)}
     loaded_rtt = {}
     for queue in (20, 200):
         goodput, rtt = loaded(tb, queue)
@@ -142,8 +159,18 @@ OBJECT = "cloud/5KB"  # small objects: a page's many resources
 
 def page_command(http: str) -> list[str]:
     """curl fetching OBJECTS objects over one connection, multiplexed; one time per object."""
-    args = ["curl", "-s", "--cacert", CA, http, "--parallel",
-            "--parallel-max", str(OBJECTS), "-w", "%{time_total}\\n"]
+    args = [
+        "curl",
+        "-s",
+        "--cacert",
+        CA,
+        http,
+        "--parallel",
+        "--parallel-max",
+        str(OBJECTS),
+        "-w",
+        "%{time_total}\\n",
+    ]
     for i in range(OBJECTS):
         args += ["-o", "/dev/null", f"{SERVER_URL}/{OBJECT}?i={i}"]
     return args
@@ -168,13 +195,13 @@ def measure_hol(tb: Any) -> Answers:
         for label, flag in (("h2", "--http2"), ("h3", "--http3-only")):
             answers[f"{label}_ms_loss{loss}"] = round(page_ms(tb, flag), 1)
     tb.apply_link(tb.profile.down, tb.profile.up)
-    slowdown = {p: float(answers[f"{p}_ms_loss5"]) / float(answers[f"{p}_ms_loss0"])
-                for p in ("h2", "h3")}
+    slowdown = {p: float(answers[f"{p}_ms_loss5"]) / float(answers[f"{p}_ms_loss0"]) for p in ("h2", "h3")}
     answers["hurt_more"] = max(slowdown, key=lambda p: slowdown[p])
     return answers
 
 
 # --- 4. congestion control -------------------------------------------------------------------
+
 
 def measure_cc(tb: Any) -> Answers:
     answers: Answers = {}
@@ -182,8 +209,7 @@ def measure_cc(tb: Any) -> Answers:
     try:
         for cc in ("cubic", "bbr"):
             set_congestion_control(tb, cc)
-            rows = perf_rows(tb, "tls_perf", "--url", f"{SERVER_URL}/cloud/1MB", "-n", "2",
-                             timeout=180)
+            rows = perf_rows(tb, "tls_perf", "--url", f"{SERVER_URL}/cloud/1MB", "-n", "2", timeout=180)
             goodput[cc] = answers[f"{cc}_mbit"] = round(median_of(rows, "throughput_mbps"), 2)
     finally:
         set_congestion_control(tb, "cubic")
@@ -206,22 +232,30 @@ def playback(tb: Any, protocol: str, seconds: int | None = None) -> dict[str, An
     from quicbed.clients.tools import TOOLS
     from quicbed.topology.net import server_address
 
-    argv = TOOLS["chromium"].argv(VIDEO_URL, f"server.quicbed:443:{server_address(0)}", CA,
-                                  seconds + 90, {"protocol": protocol},
-                                  {"--duration": str(seconds)})
+    argv = TOOLS["chromium"].argv(
+        VIDEO_URL,
+        f"server.quicbed:443:{server_address(0)}",
+        CA,
+        seconds + 90,
+        {"protocol": protocol},
+        {"--duration": str(seconds)},
+    )
     proc = tb.client.exec(argv, timeout=seconds + 150)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     if not rows or rows[-1].get("error"):
-        raise RuntimeError(f"playback over {protocol}: "
-                           f"{rows[-1]['error'] if rows else proc.stderr.strip()[-300:]}")
+        raise RuntimeError(
+            f"playback over {protocol}: " f"{rows[-1]['error'] if rows else proc.stderr.strip()[-300:]}"
+        )
     return rows[-1]
 
 
 def playback_line(protocol: str, row: dict[str, Any]) -> str:
     """What a student reads of a playback: the QoE metrics of analysis/README.md."""
-    return (f"{protocol}: startup {row['startup_delay_ms']:.0f} ms, {row['stall_count']} stalls "
-            f"({row['stall_total_ms']:.0f} ms), {row['quality_switches']} quality switches, "
-            f"lowest {row['lowest_quality']}, mean {row['mean_height']:.0f}p")
+    return (
+        f"{protocol}: startup {row['startup_delay_ms']:.0f} ms, {row['stall_count']} stalls "
+        f"({row['stall_total_ms']:.0f} ms), {row['quality_switches']} quality switches, "
+        f"lowest {row['lowest_quality']}, mean {row['mean_height']:.0f}p"
+    )
 
 
 def measure_video(tb: Any) -> Answers:
@@ -243,63 +277,191 @@ def measure_video(tb: Any) -> Answers:
     return answers
 
 
-EXERCISES = {e.name: e for e in (
-    Exercise("round-trips", "Count the round trips", "01-round-trips.md", "india", (), (
-        Question("rtt_ms", "the path's round-trip time", "ping the server: the median of 20",
-                 "ms", 0.05),
-        Question("tls12_rtts", "round trips before the request can leave, TLS 1.2 over TCP",
-                 "count TCP's SYN/SYN-ACK, then the TLS 1.2 flights until the client's Finished"),
-        Question("tls13_rtts", "the same for TLS 1.3 over TCP",
-                 "TLS 1.3 sends the key share in the ClientHello: one flight less"),
-        Question("quic_rtts", "the same for QUIC",
-                 "QUIC has no separate transport handshake: its Initial carries the ClientHello"),
-        Question("quic_connection_ms", "QUIC connection time (quic_perf's connection_time_ms)",
-                 "about one RTT: read connection_time_ms in quic_perf's row", "ms", 0.15),
-    ), measure_round_trips),
-    Exercise("queues", "Bandwidth-delay product and queues", "02-queues.md", "india", (), (
-        Question("bdp_kbyte", "the downstream bandwidth-delay product",
-                 "rate (bit/s) x RTT (s) / 8 gives bytes; 1 kB = 1000 B", "kB", 0.05),
-        Question("goodput_mbit_q20", "goodput of the 10 MB download with a 20 ms queue",
-                 "tls_perf's throughput_mbps with `link down.queue_ms=20`", "Mbit/s", 0.3),
-        Question("loaded_rtt_ms_q20", "ping RTT during that download",
-                 "ping while the download runs (the handout's two commands)", "ms", 0.2),
-        Question("goodput_mbit_q200", "goodput with a 200 ms queue",
-                 "`link down.queue_ms=200`, then the same download", "Mbit/s", 0.3),
-        Question("loaded_rtt_ms_q200", "ping RTT during that download",
-                 "the queue fills: RTT grows by about the queue's length", "ms", 0.2),
-        Question("bufferbloat_queue", "with which queue (ms) does latency balloon?",
-                 "compare the two loaded RTTs with the idle one", choices=("20", "200")),
-    ), measure_queues),
-    Exercise("hol", "Loss and head-of-line blocking", "03-hol.md", "india", (), (
-        Question("h2_ms_loss0", "HTTP/2 mean object time, 30 objects, no loss",
-                 "curl --http2 --parallel ... -w '%{time_total}': the mean of the 30", "ms", 0.3),
-        Question("h3_ms_loss0", "HTTP/3 mean object time, no loss",
-                 "the same with --http3-only", "ms", 0.3),
-        Question("h2_ms_loss5", "HTTP/2 mean object time at 5 % loss",
-                 "`link loss_pct=5`, then the HTTP/2 command", "ms", 0.5),
-        Question("h3_ms_loss5", "HTTP/3 mean object time at 5 % loss",
-                 "`link loss_pct=5`, then the HTTP/3 command", "ms", 0.5),
-        Question("hurt_more", "which protocol does loss slow down more (ratio 5 % / 0 %)?",
-                 "divide each protocol's 5 % time by its 0 % time", choices=("h2", "h3")),
-    ), measure_hol),
-    Exercise("cc", "Congestion control on a lossy long link", "04-congestion-control.md",
-             "india", ("loss_pct=1",), (
-        Question("cubic_mbit", "goodput of a 1 MB download with cubic at 1 % loss",
-                 "`cc cubic`, then tls_perf's throughput_mbps (median of 2)", "Mbit/s", 0.4),
-        Question("bbr_mbit", "the same with bbr", "`cc bbr`, then the same download",
-                 "Mbit/s", 0.4),
-        Question("faster", "which is faster here?", "compare the two goodputs",
-                 choices=("cubic", "bbr")),
-    ), measure_cc),
-    Exercise("video", "Video under loss", "05-video.md", "india", (), (
-        Question("startup_ms_quic", "startup delay over QUIC without loss",
-                 "`play quic`: the startup it prints (play requested to first frame)", "ms", 0.4),
-        Question("startup_ms_tcp", "startup delay over TLS 1.3/TCP without loss",
-                 "`play tls1.3`: the same", "ms", 0.4),
-        Question("faster_start_loss5", "which starts playing sooner at 5 % loss?",
-                 "`link loss_pct=5`, then play both and compare their startups",
-                 choices=("quic", "tcp")),
-        Question("lower_quality_loss5", "which plays the lower mean quality at 5 % loss?",
-                 "compare the mean resolution the two playbacks print", choices=("quic", "tcp")),
-    ), measure_video),
-)}
+EXERCISES = {
+    e.name: e
+    for e in (
+        Exercise(
+            "round-trips",
+            "Count the round trips",
+            "01-round-trips.md",
+            "india",
+            (),
+            (
+                Question(
+                    "rtt_ms", "the path's round-trip time", "ping the server: the median of 20", "ms", 0.05
+                ),
+                Question(
+                    "tls12_rtts",
+                    "round trips before the request can leave, TLS 1.2 over TCP",
+                    "count TCP's SYN/SYN-ACK, then the TLS 1.2 flights until the client's Finished",
+                ),
+                Question(
+                    "tls13_rtts",
+                    "the same for TLS 1.3 over TCP",
+                    "TLS 1.3 sends the key share in the ClientHello: one flight less",
+                ),
+                Question(
+                    "quic_rtts",
+                    "the same for QUIC",
+                    "QUIC has no separate transport handshake: its Initial carries the ClientHello",
+                ),
+                Question(
+                    "quic_connection_ms",
+                    "QUIC connection time (quic_perf's connection_time_ms)",
+                    "about one RTT: read connection_time_ms in quic_perf's row",
+                    "ms",
+                    0.15,
+                ),
+            ),
+            measure_round_trips,
+        ),
+        Exercise(
+            "queues",
+            "Bandwidth-delay product and queues",
+            "02-queues.md",
+            "india",
+            (),
+            (
+                Question(
+                    "bdp_kbyte",
+                    "the downstream bandwidth-delay product",
+                    "rate (bit/s) x RTT (s) / 8 gives bytes; 1 kB = 1000 B",
+                    "kB",
+                    0.05,
+                ),
+                Question(
+                    "goodput_mbit_q20",
+                    "goodput of the 10 MB download with a 20 ms queue",
+                    "tls_perf's throughput_mbps with `link down.queue_ms=20`",
+                    "Mbit/s",
+                    0.3,
+                ),
+                Question(
+                    "loaded_rtt_ms_q20",
+                    "ping RTT during that download",
+                    "ping while the download runs (the handout's two commands)",
+                    "ms",
+                    0.2,
+                ),
+                Question(
+                    "goodput_mbit_q200",
+                    "goodput with a 200 ms queue",
+                    "`link down.queue_ms=200`, then the same download",
+                    "Mbit/s",
+                    0.3,
+                ),
+                Question(
+                    "loaded_rtt_ms_q200",
+                    "ping RTT during that download",
+                    "the queue fills: RTT grows by about the queue's length",
+                    "ms",
+                    0.2,
+                ),
+                Question(
+                    "bufferbloat_queue",
+                    "with which queue (ms) does latency balloon?",
+                    "compare the two loaded RTTs with the idle one",
+                    choices=("20", "200"),
+                ),
+            ),
+            measure_queues,
+        ),
+        Exercise(
+            "hol",
+            "Loss and head-of-line blocking",
+            "03-hol.md",
+            "india",
+            (),
+            (
+                Question(
+                    "h2_ms_loss0",
+                    "HTTP/2 mean object time, 30 objects, no loss",
+                    "curl --http2 --parallel ... -w '%{time_total}': the mean of the 30",
+                    "ms",
+                    0.3,
+                ),
+                Question(
+                    "h3_ms_loss0", "HTTP/3 mean object time, no loss", "the same with --http3-only", "ms", 0.3
+                ),
+                Question(
+                    "h2_ms_loss5",
+                    "HTTP/2 mean object time at 5 % loss",
+                    "`link loss_pct=5`, then the HTTP/2 command",
+                    "ms",
+                    0.5,
+                ),
+                Question(
+                    "h3_ms_loss5",
+                    "HTTP/3 mean object time at 5 % loss",
+                    "`link loss_pct=5`, then the HTTP/3 command",
+                    "ms",
+                    0.5,
+                ),
+                Question(
+                    "hurt_more",
+                    "which protocol does loss slow down more (ratio 5 % / 0 %)?",
+                    "divide each protocol's 5 % time by its 0 % time",
+                    choices=("h2", "h3"),
+                ),
+            ),
+            measure_hol,
+        ),
+        Exercise(
+            "cc",
+            "Congestion control on a lossy long link",
+            "04-congestion-control.md",
+            "india",
+            ("loss_pct=1",),
+            (
+                Question(
+                    "cubic_mbit",
+                    "goodput of a 1 MB download with cubic at 1 % loss",
+                    "`cc cubic`, then tls_perf's throughput_mbps (median of 2)",
+                    "Mbit/s",
+                    0.4,
+                ),
+                Question("bbr_mbit", "the same with bbr", "`cc bbr`, then the same download", "Mbit/s", 0.4),
+                Question(
+                    "faster", "which is faster here?", "compare the two goodputs", choices=("cubic", "bbr")
+                ),
+            ),
+            measure_cc,
+        ),
+        Exercise(
+            "video",
+            "Video under loss",
+            "05-video.md",
+            "india",
+            (),
+            (
+                Question(
+                    "startup_ms_quic",
+                    "startup delay over QUIC without loss",
+                    "`play quic`: the startup it prints (play requested to first frame)",
+                    "ms",
+                    0.4,
+                ),
+                Question(
+                    "startup_ms_tcp",
+                    "startup delay over TLS 1.3/TCP without loss",
+                    "`play tls1.3`: the same",
+                    "ms",
+                    0.4,
+                ),
+                Question(
+                    "faster_start_loss5",
+                    "which starts playing sooner at 5 % loss?",
+                    "`link loss_pct=5`, then play both and compare their startups",
+                    choices=("quic", "tcp"),
+                ),
+                Question(
+                    "lower_quality_loss5",
+                    "which plays the lower mean quality at 5 % loss?",
+                    "compare the mean resolution the two playbacks print",
+                    choices=("quic", "tcp"),
+                ),
+            ),
+            measure_video,
+        ),
+    )
+}

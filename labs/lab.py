@@ -101,8 +101,11 @@ class LabRecord:
 
     def write(self) -> None:
         path = lab_dir(self.lab_id) / "lab.json"
-        path.write_text(json.dumps({"id": self.lab_id, "pid": self.pid,
-                                    "netns": list(self.netns), "profile": self.profile}))
+        path.write_text(
+            json.dumps(
+                {"id": self.lab_id, "pid": self.pid, "netns": list(self.netns), "profile": self.profile}
+            )
+        )
 
     @classmethod
     def read(cls, lab_id: str) -> LabRecord | None:
@@ -175,8 +178,9 @@ def clean_lab(lab_id: str, say: Callable[[str], None] = lambda _m: None) -> list
         os.kill(record.pid, signal.SIGTERM)
         if wait_gone(record.pid, 60):
             removed.append(f"lab process {record.pid} (torn down)")
-    removed += clean_testbed(lab_id, owner=record.pid if record else None,
-                             netns=record.netns if record else ())
+    removed += clean_testbed(
+        lab_id, owner=record.pid if record else None, netns=record.netns if record else ()
+    )
     shutil.rmtree(lab_dir(lab_id), ignore_errors=True)
     return removed
 
@@ -226,8 +230,12 @@ def lab_cli_class(tb: Any) -> type:
             from quicbed.labs.exercises import playback, playback_line
 
             words = line.split()
-            if not words or words[0] not in ("quic", "tls1.3", "tls1.2") or len(words) > 2 \
-                    or (len(words) == 2 and not (words[1].isdigit() and 1 <= int(words[1]) <= 180)):
+            if (
+                not words
+                or words[0] not in ("quic", "tls1.3", "tls1.2")
+                or len(words) > 2
+                or (len(words) == 2 and not (words[1].isdigit() and 1 <= int(words[1]) <= 180))
+            ):
                 error("play: usage: play quic|tls1.3|tls1.2 [SECONDS of media, 1-180]\n")
                 return
             try:
@@ -250,9 +258,15 @@ def lab_cli_class(tb: Any) -> type:
 
 
 @contextlib.contextmanager
-def lab_path(profile: Any, *, lab_id: str | None = None, server: str = DEFAULT_SERVER,
-             backend: str = "auto", tcp_cc: str = "cubic", client_image: str | None = None
-             ) -> Iterator[Any]:
+def lab_path(
+    profile: Any,
+    *,
+    lab_id: str | None = None,
+    server: str = DEFAULT_SERVER,
+    backend: str = "auto",
+    tcp_cc: str = "cubic",
+    client_image: str | None = None,
+) -> Iterator[Any]:
     """The lab's path and server, recorded for `quicbed clean --lab`; torn down on the way
     out, however it is left. Used by the CLI, the checker and the Containernet-style API."""
     from quicbed.servers import content, player
@@ -262,8 +276,9 @@ def lab_path(profile: Any, *, lab_id: str | None = None, server: str = DEFAULT_S
     lab_id = check_lab_id(lab_id or new_lab_id())
     record = LabRecord.read(lab_id)
     if record and Path(f"/proc/{record.pid}").exists() and not _zombie(record.pid):
-        raise InputError(f"--id: lab {lab_id} is running (pid {record.pid}); "
-                         f"end it or `quicbed clean --lab {lab_id}`")
+        raise InputError(
+            f"--id: lab {lab_id} is running (pid {record.pid}); " f"end it or `quicbed clean --lab {lab_id}`"
+        )
     directory = lab_dir(lab_id)
     directory.mkdir(parents=True, exist_ok=True)
     mark_scope(directory)
@@ -273,36 +288,56 @@ def lab_path(profile: Any, *, lab_id: str | None = None, server: str = DEFAULT_S
     content.ensure_files(root, ["5KB", "1MB", "10MB"])
     player.ensure_player(root)  # the DASH player page of the video exercise's `play`
     try:
-        with served_testbed(profile, [server], log_root=directory / "logs",
-                            pki_dir=directory / "pki", content_dir=root, backend=backend,
-                            client_image=client_image or DEFAULT_IMAGE, tcp_cc=tcp_cc,
-                            start=True, run_id=lab_id) as (tb, _hosts):
-            LabRecord(lab_id, os.getpid(), (netns_of(tb.router.pid), netns_of(tb.cross.pid)),
-                      profile.name).write()
+        with served_testbed(
+            profile,
+            [server],
+            log_root=directory / "logs",
+            pki_dir=directory / "pki",
+            content_dir=root,
+            backend=backend,
+            client_image=client_image or DEFAULT_IMAGE,
+            tcp_cc=tcp_cc,
+            start=True,
+            run_id=lab_id,
+        ) as (tb, _hosts):
+            LabRecord(
+                lab_id, os.getpid(), (netns_of(tb.router.pid), netns_of(tb.cross.pid)), profile.name
+            ).write()
             yield tb
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def run_lab(profile: Any, *, lab_id: str, server: str = DEFAULT_SERVER, backend: str = "auto",
-            tcp_cc: str = "cubic", client_image: str | None = None,
-            calibrate_first: bool = True) -> int:
+def run_lab(
+    profile: Any,
+    *,
+    lab_id: str,
+    server: str = DEFAULT_SERVER,
+    backend: str = "auto",
+    tcp_cc: str = "cubic",
+    client_image: str | None = None,
+    calibrate_first: bool = True,
+) -> int:
     """Bring the lab up, print its topology, calibration and first commands, run the CLI,
     tear down. Raises LabClosed on SIGHUP/SIGTERM (after the teardown)."""
     from quicbed.servers.testbed import SERVER_NAME
     from quicbed.topology.calibrate import calibrate
     from quicbed.topology.calibration_table import print_calibration
 
-    with closing_signals(), lab_path(profile, lab_id=lab_id, server=server, backend=backend,
-                                     tcp_cc=tcp_cc, client_image=client_image) as tb:
+    with (
+        closing_signals(),
+        lab_path(
+            profile, lab_id=lab_id, server=server, backend=backend, tcp_cc=tcp_cc, client_image=client_image
+        ) as tb,
+    ):
         print("\n".join(topology_lines(tb, lab_id, server)), flush=True)
         if calibrate_first:
             print("calibrating (about 15 s) ...", flush=True)
-            print_calibration(calibrate(tb, rtt_samples=20, udp_packets=2000,
-                                        goodput_seconds=2.0))
-        print("try:", *(f"  {c}" for c in first_commands(
-            f"https://{SERVER_NAME}/web/index.html")), sep="\n")
-        print(f"end: exit, Ctrl-D or Ctrl-C here; from another terminal: "
-              f"quicbed clean --lab {lab_id}", flush=True)
+            print_calibration(calibrate(tb, rtt_samples=20, udp_packets=2000, goodput_seconds=2.0))
+        print("try:", *(f"  {c}" for c in first_commands(f"https://{SERVER_NAME}/web/index.html")), sep="\n")
+        print(
+            f"end: exit, Ctrl-D or Ctrl-C here; from another terminal: " f"quicbed clean --lab {lab_id}",
+            flush=True,
+        )
         lab_cli_class(tb)(tb.net)
     return 0

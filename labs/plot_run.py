@@ -28,8 +28,9 @@ def connection_times(run: str) -> pd.DataFrame:
     """Median connection time (ms) per condition and protocol, from the run's good rows."""
     rows, _manifests = load_runs([run])
     good = rows[rows["error"].isna() | (rows["error"] == "")]
-    return good.pivot_table(index="condition_label", columns="protocol",
-                            values="connection_time_ms", aggfunc="median")
+    return good.pivot_table(
+        index="condition_label", columns="protocol", values="connection_time_ms", aggfunc="median"
+    )
 
 
 def draw(table: pd.DataFrame, out: Path) -> Path:

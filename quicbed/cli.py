@@ -20,12 +20,21 @@ BACKEND_CHOICES = ("auto", "netem", "uml", "delayline")
 
 def _link_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("profile", help="profile name (topology/profiles) or a YAML file")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a link parameter (loss_pct=1, down.rate_mbit=50)")
-    p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
-                   help="where the netem stage runs (auto: the host kernel's netem if it works, "
-                   "else a UML router if it boots here and the rate is <= 100 Mbit/s, else the "
-                   "delay line; `quicbed doctor` shows which run here)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a link parameter (loss_pct=1, down.rate_mbit=50)",
+    )
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=BACKEND_CHOICES,
+        help="where the netem stage runs (auto: the host kernel's netem if it works, "
+        "else a UML router if it boots here and the rate is <= 100 Mbit/s, else the "
+        "delay line; `quicbed doctor` shows which run here)",
+    )
     p.add_argument("--tcp-cc", default="cubic", help="TCP congestion control in every host")
     p.add_argument("--client-image", default=None, help="client container image")
     p.add_argument("--server-image", default=None, help="server container image")
@@ -35,14 +44,22 @@ def _lab_args(p: argparse.ArgumentParser) -> None:
     """`quicbed lab PROFILE [...]` or `quicbed lab check EXERCISE ANSWERS [--solutions]`: one
     subcommand, so that the README's `quicbed lab india` keeps working."""
     _link_args(p)
-    p.add_argument("rest", nargs="*", metavar="EXERCISE ANSWERS",
-                   help="after `check`: the exercise and the student's answers (YAML)")
-    p.add_argument("--id", help="the lab's id (default: a fresh one); names its containers "
-                   "and state, for several labs on one host")
+    p.add_argument(
+        "rest",
+        nargs="*",
+        metavar="EXERCISE ANSWERS",
+        help="after `check`: the exercise and the student's answers (YAML)",
+    )
+    p.add_argument(
+        "--id",
+        help="the lab's id (default: a fresh one); names its containers "
+        "and state, for several labs on one host",
+    )
     p.add_argument("--server", default="nginx", help="the server behind the path")
     p.add_argument("--no-calibrate", action="store_true", help="skip the start-up calibration")
-    p.add_argument("--solutions", action="store_true",
-                   help="with `check`: measure and print the reference answers")
+    p.add_argument(
+        "--solutions", action="store_true", help="with `check`: measure and print the reference answers"
+    )
 
 
 def _testbed_config(args: argparse.Namespace):  # lazy import keeps --help fast
@@ -51,17 +68,26 @@ def _testbed_config(args: argparse.Namespace):  # lazy import keeps --help fast
 
     profile = load_profile(args.profile, parse_overrides(args.set))
     client_image = args.client_image or DEFAULT_IMAGE
-    return TestbedConfig(profile=profile, backend=args.backend, tcp_cc=args.tcp_cc,
-                         client=HostSpec(client_image),
-                         servers=(HostSpec(args.server_image or client_image),))
+    return TestbedConfig(
+        profile=profile,
+        backend=args.backend,
+        tcp_cc=args.tcp_cc,
+        client=HostSpec(client_image),
+        servers=(HostSpec(args.server_image or client_image),),
+    )
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from quicbed.topology.calibration_table import calibrate_path, progress_printer
 
     say = progress_printer()
-    cal = calibrate_path(_testbed_config(args), rtt_samples=args.samples,
-                         udp_packets=args.udp_packets, goodput_seconds=args.seconds, say=say)
+    cal = calibrate_path(
+        _testbed_config(args),
+        rtt_samples=args.samples,
+        udp_packets=args.udp_packets,
+        goodput_seconds=args.seconds,
+        say=say,
+    )
     out = Path(args.json) if args.json else None
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -79,15 +105,24 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
         return main_check(args)
     if args.rest:
-        raise InputError(f"lab: unexpected {' '.join(args.rest)!r} (quicbed lab PROFILE, "
-                         "or quicbed lab check EXERCISE ANSWERS)")
+        raise InputError(
+            f"lab: unexpected {' '.join(args.rest)!r} (quicbed lab PROFILE, "
+            "or quicbed lab check EXERCISE ANSWERS)"
+        )
     if args.server_image:
-        raise InputError("a lab runs a described server: --server NAME (servers/*/server.yaml)",
-                         field="--server-image")
+        raise InputError(
+            "a lab runs a described server: --server NAME (servers/*/server.yaml)", field="--server-image"
+        )
     profile = load_profile(args.profile, parse_overrides(args.set))
-    return run_lab(profile, lab_id=args.id or new_lab_id(), server=args.server,
-                   backend=args.backend, tcp_cc=args.tcp_cc, client_image=args.client_image,
-                   calibrate_first=not args.no_calibrate)
+    return run_lab(
+        profile,
+        lab_id=args.id or new_lab_id(),
+        server=args.server,
+        backend=args.backend,
+        tcp_cc=args.tcp_cc,
+        client_image=args.client_image,
+        calibrate_first=not args.no_calibrate,
+    )
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
@@ -120,17 +155,29 @@ def cmd_run(args: argparse.Namespace, on_run_dir: Callable[[Path], None] | None 
     def factory(exp, run_dir):  # lazy: a dry run never builds it
         from quicbed.experiments.executor import TestbedExecutor
 
-        return TestbedExecutor(exp, run_dir, force=args.force, backend=args.backend,
-                               client_image=args.client_image)
+        return TestbedExecutor(
+            exp, run_dir, force=args.force, backend=args.backend, client_image=args.client_image
+        )
 
     # SIGTERM and SIGHUP as Ctrl-C for the whole command, executor set-up included.
     with signals_interrupt():
         try:
-            return run(args.file, factory, resume=args.resume, retry_failed=args.retry_failed,
-                       dry=args.dry_run, check_after=args.check or bool(args.junit),
-                       quick=args.quick, progress=not args.no_progress,
-                       on_run_dir=on_run_dir, junit=args.junit, shard=args.shard,
-                       ray=args.ray, ray_workers=args.ray_workers, ray_retries=args.ray_retries)
+            return run(
+                args.file,
+                factory,
+                resume=args.resume,
+                retry_failed=args.retry_failed,
+                dry=args.dry_run,
+                check_after=args.check or bool(args.junit),
+                quick=args.quick,
+                progress=not args.no_progress,
+                on_run_dir=on_run_dir,
+                junit=args.junit,
+                shard=args.shard,
+                ray=args.ray,
+                ray_workers=args.ray_workers,
+                ray_retries=args.ray_retries,
+            )
         finally:
             # A helper a teardown missed (an interrupt mid-calibration) must not outlive it.
             for line in kill_own_helpers():
@@ -152,8 +199,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from quicbed.analysis.compare import main_compare
 
-    return main_compare(args.base, args.new, args.max_regress, alpha=args.alpha,
-                        json_path=args.json, junit_path=args.junit)
+    return main_compare(
+        args.base, args.new, args.max_regress, alpha=args.alpha, json_path=args.json, junit_path=args.junit
+    )
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -170,17 +218,33 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from quicbed.paths import REPO
 
     def run_one(file: Path, on_run_dir: Callable[[Path], None]) -> int:
-        run_args = argparse.Namespace(file=str(file), resume=None, retry_failed=False,
-                                      dry_run=False, check=False, quick=not args.full,
-                                      force=False, backend=args.backend,
-                                      client_image="quicbed/client:dev",
-                                      no_progress=args.no_progress, junit=None,
-                                      shard=None, ray=None, ray_workers=None, ray_retries=1)
+        run_args = argparse.Namespace(
+            file=str(file),
+            resume=None,
+            retry_failed=False,
+            dry_run=False,
+            check=False,
+            quick=not args.full,
+            force=False,
+            backend=args.backend,
+            client_image="quicbed/client:dev",
+            no_progress=args.no_progress,
+            junit=None,
+            shard=None,
+            ray=None,
+            ray_workers=None,
+            ray_retries=1,
+        )
         return cmd_run(run_args, on_run_dir=on_run_dir)
 
     directory = Path(args.experiments) if args.experiments else REPO / "experiments" / "paper"
-    return reproduce(experiment_files(directory), run_one, lambda ids: main_report(ids, args.out),
-                     quick=not args.full, say=_progress_printer())
+    return reproduce(
+        experiment_files(directory),
+        run_one,
+        lambda ids: main_report(ids, args.out),
+        quick=not args.full,
+        say=_progress_printer(),
+    )
 
 
 def _progress_printer() -> Callable[[str], None]:
@@ -201,37 +265,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the calibration as JSON here")
     p.set_defaults(func=cmd_calibrate)
 
-    p = sub.add_parser("lab", help="a course lab: the path, a server and a CLI (labs/); "
-                       "`lab check EXERCISE ANSWERS` grades answers")
+    p = sub.add_parser(
+        "lab",
+        help="a course lab: the path, a server and a CLI (labs/); "
+        "`lab check EXERCISE ANSWERS` grades answers",
+    )
     _lab_args(p)
     p.set_defaults(func=cmd_lab)
 
     p = sub.add_parser("run", help="run an experiment file end to end into results/")
     p.add_argument("file", help="experiment YAML (experiments/...)")
     p.add_argument("--resume", metavar="RUN_ID", help="run only the trials RUN_ID is missing")
-    p.add_argument("--retry-failed", action="store_true",
-                   help="with --resume: run the failed trials again too (their failed rows stay "
-                   "in rows.jsonl, superseded by the new attempt)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="validate, print the expanded matrix and an estimate; touch nothing")
+    p.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="with --resume: run the failed trials again too (their failed rows stay "
+        "in rows.jsonl, superseded by the new attempt)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate, print the expanded matrix and an estimate; touch nothing",
+    )
     p.add_argument("--check", action="store_true", help="evaluate expect: after the run")
-    p.add_argument("--junit", metavar="FILE",
-                   help="with --check (implied): the expectations as JUnit XML in FILE")
-    p.add_argument("--shard", metavar="I/N",
-                   help="run shard I of N: a balanced, deterministic subset of the conditions "
-                   "(merge the shards with quicbed merge); with --dry-run, the per-worker plan")
-    p.add_argument("--ray", metavar="ADDRESS",
-                   help="run each condition on a Ray cluster's worker (one holding the "
-                   "quicbed_path resource); rows stream back into this run (needs the cluster "
-                   "extra); with --dry-run, the plan for its workers")
-    p.add_argument("--ray-workers", type=int, metavar="N",
-                   help="with --dry-run: the per-worker plan for N workers, no cluster needed")
-    p.add_argument("--ray-retries", type=int, default=1, metavar="N",
-                   help="with --ray: rerun a lost worker's condition up to N times, skipping "
-                   "its stored trials (default 1; the rest: --resume)")
+    p.add_argument(
+        "--junit", metavar="FILE", help="with --check (implied): the expectations as JUnit XML in FILE"
+    )
+    p.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run shard I of N: a balanced, deterministic subset of the conditions "
+        "(merge the shards with quicbed merge); with --dry-run, the per-worker plan",
+    )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run each condition on a Ray cluster's worker (one holding the "
+        "quicbed_path resource); rows stream back into this run (needs the cluster "
+        "extra); with --dry-run, the plan for its workers",
+    )
+    p.add_argument(
+        "--ray-workers",
+        type=int,
+        metavar="N",
+        help="with --dry-run: the per-worker plan for N workers, no cluster needed",
+    )
+    p.add_argument(
+        "--ray-retries",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --ray: rerun a lost worker's condition up to N times, skipping "
+        "its stored trials (default 1; the rest: --resume)",
+    )
     p.add_argument("--quick", action="store_true", help="use the file's quick: settings")
-    p.add_argument("--force", action="store_true",
-                   help="measure even through a path that failed calibration (recorded)")
+    p.add_argument(
+        "--force", action="store_true", help="measure even through a path that failed calibration (recorded)"
+    )
     p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     p.add_argument("--client-image", default="quicbed/client:dev")
     p.add_argument("--no-progress", action="store_true")
@@ -251,11 +341,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="NEW against BASE: regressions, with statistics")
     p.add_argument("base", help="the baseline run (id under results/, or a run directory)")
     p.add_argument("new", help="the run to judge")
-    p.add_argument("--max-regress", action="append", default=[], metavar="METRIC=PCT%",
-                   help="the change of a metric's median that counts as a regression "
-                   "(default 5%% for every metric; repeatable, e.g. connection_time=5%%)")
-    p.add_argument("--alpha", type=float, default=0.01,
-                   help="family-wise significance level after Holm's correction (0.01)")
+    p.add_argument(
+        "--max-regress",
+        action="append",
+        default=[],
+        metavar="METRIC=PCT%",
+        help="the change of a metric's median that counts as a regression "
+        "(default 5%% for every metric; repeatable, e.g. connection_time=5%%)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.01,
+        help="family-wise significance level after Holm's correction (0.01)",
+    )
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
     p.add_argument("--junit", metavar="FILE", help="also write it as JUnit XML")
     p.set_defaults(func=cmd_compare)
@@ -267,16 +366,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("reproduce", help="run experiments/paper (quick) and write the report")
     p.add_argument("--full", action="store_true", help="the full repetitions (hours)")
-    p.add_argument("--experiments", metavar="DIR",
-                   help="run the *.yaml experiments of DIR instead of experiments/paper")
+    p.add_argument(
+        "--experiments", metavar="DIR", help="run the *.yaml experiments of DIR instead of experiments/paper"
+    )
     p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     p.add_argument("--out", help="report directory")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser("doctor", help="check that this host has everything the testbed needs")
-    p.add_argument("--commands-only", action="store_true",
-                   help="only the host commands and files (no kernel, Docker or image checks)")
+    p.add_argument(
+        "--commands-only",
+        action="store_true",
+        help="only the host commands and files (no kernel, Docker or image checks)",
+    )
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("clean", help="remove every namespace, link, container and UML router")
@@ -301,7 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # `lab check` reads the answers file first (its errors need no root), then checks.
     lab_check = args.command == "lab" and args.profile == "check"
     needs_root = (args.command in ("calibrate", "lab", "reproduce") and not lab_check) or (
-        args.command == "run" and not args.dry_run)
+        args.command == "run" and not args.dry_run
+    )
     if needs_root and os.geteuid() != 0:
         try:  # bad input is said first: it needs no root to find, and root would not fix it
             _validate_profile(args)

@@ -33,8 +33,17 @@ RMEM_MIN = 8 << 20  # quic-go asks for ~7 MB UDP buffers; containers inherit the
 UML_MODULE_DIR = "/usr/lib/uml/modules/*/kernel"
 # Every module the UML router's init (uml_router.sh) and the netem guest's (uml_guest.sh) load
 # with insmod, under UML_MODULE_DIR (tests/base/test_doctor.py holds the list against the scripts).
-UML_MODULES = ("lib/crc-ccitt", "net/ipv6/ipv6", "net/llc/llc", "net/802/stp", "net/bridge/bridge",
-               "drivers/net/veth", "net/sched/sch_htb", "net/sched/sch_tbf", "net/sched/sch_netem")
+UML_MODULES = (
+    "lib/crc-ccitt",
+    "net/ipv6/ipv6",
+    "net/llc/llc",
+    "net/802/stp",
+    "net/bridge/bridge",
+    "drivers/net/veth",
+    "net/sched/sch_htb",
+    "net/sched/sch_tbf",
+    "net/sched/sch_netem",
+)
 
 
 @dataclass(frozen=True)
@@ -109,8 +118,10 @@ def require(*groups: str) -> None:
     if not missing:
         return
     fixes = sorted({c.package.split("|")[0] for c in missing})
-    message = (f"missing host command(s) {', '.join(c.name for c in missing)}: "
-               f"apt-get install {' '.join(fixes)} (or make deps); `quicbed doctor` checks all")
+    message = (
+        f"missing host command(s) {', '.join(c.name for c in missing)}: "
+        f"apt-get install {' '.join(fixes)} (or make deps); `quicbed doctor` checks all"
+    )
     try:
         from quicbed.errors import HostProblem
     except ImportError:  # run as a bare script
@@ -131,8 +142,7 @@ def check_commands() -> list[Check]:
     out = []
     for cmd in HOST_COMMANDS:
         path = shutil.which(cmd.name)
-        out.append(Check(f"command {cmd.name}", bool(path),
-                         path or f"{command_fix(cmd)}  ({cmd.why})"))
+        out.append(Check(f"command {cmd.name}", bool(path), path or f"{command_fix(cmd)}  ({cmd.why})"))
     return out
 
 
@@ -140,8 +150,13 @@ def check_uml_modules() -> list[Check]:
     out = []
     for mod in UML_MODULES:
         found = glob.glob(f"{UML_MODULE_DIR}/{mod}.ko")
-        out.append(Check(f"UML module {mod.rsplit('/', 1)[-1]}", bool(found),
-                         found[0] if found else "apt-get install user-mode-linux"))
+        out.append(
+            Check(
+                f"UML module {mod.rsplit('/', 1)[-1]}",
+                bool(found),
+                found[0] if found else "apt-get install user-mode-linux",
+            )
+        )
     return out
 
 
@@ -153,17 +168,22 @@ def check_kernel() -> list[Check]:
     """Namespaces, veth, bridge, htb and netem, probed in a scratch namespace (no real link)."""
     ns = f"quicbed-doctor-{os.getpid()}"
     if _run(["ip", "netns", "add", ns]).returncode != 0:
-        return [Check("network namespaces", False, "ip netns add failed: needs root and a "
-                      "kernel with network namespaces")]
+        return [
+            Check(
+                "network namespaces",
+                False,
+                "ip netns add failed: needs root and a " "kernel with network namespaces",
+            )
+        ]
     try:
+
         def probe(argv: list[str]) -> bool:
             return _run(["ip", "netns", "exec", ns, *argv]).returncode == 0
 
         veth = probe(["ip", "link", "add", "d0", "type", "veth", "peer", "name", "d1"])
         bridge = probe(["ip", "link", "add", "dbr", "type", "bridge"])
         htb = veth and probe(["tc", "qdisc", "add", "dev", "d0", "root", "handle", "1:", "htb"])
-        netem = veth and probe(["tc", "qdisc", "add", "dev", "d1", "root", "netem", "delay",
-                                "1ms"])
+        netem = veth and probe(["tc", "qdisc", "add", "dev", "d1", "root", "netem", "delay", "1ms"])
     finally:
         _run(["ip", "netns", "del", ns])
     kernel = "a kernel with CONFIG_{} (no module loading here: a kernel that has it built in)"
@@ -172,8 +192,14 @@ def check_kernel() -> list[Check]:
         Check("kernel veth", veth, "ok" if veth else kernel.format("VETH")),
         Check("kernel bridge", bridge, "ok" if bridge else kernel.format("BRIDGE")),
         Check("kernel htb", htb, "ok" if htb else kernel.format("NET_SCH_HTB")),
-        Check("kernel netem", netem, "ok: the netem backend" if netem else
-              "absent: the uml and delayline backends stand in (their items above)", optional=True),
+        Check(
+            "kernel netem",
+            netem,
+            "ok: the netem backend"
+            if netem
+            else "absent: the uml and delayline backends stand in (their items above)",
+            optional=True,
+        ),
     ]
 
 
@@ -186,18 +212,21 @@ def check_sysctls() -> list[Check]:
         except (OSError, ValueError):
             out.append(Check(f"sysctl {key}", False, f"cannot read {path}"))
             continue
-        out.append(Check(f"sysctl {key}", value >= RMEM_MIN,
-                         str(value) if value >= RMEM_MIN else f"sysctl -w {key}={RMEM_MIN}"))
+        out.append(
+            Check(
+                f"sysctl {key}",
+                value >= RMEM_MIN,
+                str(value) if value >= RMEM_MIN else f"sysctl -w {key}={RMEM_MIN}",
+            )
+        )
     return out
 
 
 def check_docker() -> list[Check]:
-    proc = _run(["docker", "info", "--format", "{{.ServerVersion}}"]) if shutil.which(
-        "docker") else None
+    proc = _run(["docker", "info", "--format", "{{.ServerVersion}}"]) if shutil.which("docker") else None
     version = proc.stdout.strip() if proc is not None and proc.returncode == 0 else None
     running = version is not None
-    out = [Check("Docker engine", running, f"running, {version}" if running
-                 else "not running: make docker")]
+    out = [Check("Docker engine", running, f"running, {version}" if running else "not running: make docker")]
     if not running:
         return out
     for image in image_tags():
@@ -209,8 +238,11 @@ def check_docker() -> list[Check]:
 def image_tags() -> list[str]:
     """The images a run needs, tagged as images/build.sh tags them (from versions.env)."""
     versions = read_versions()
-    return [f"quicbed/caddy:{versions['CADDY_VERSION']}",
-            f"quicbed/nginx:{versions['NGINX_VERSION']}", "quicbed/client:dev"]
+    return [
+        f"quicbed/caddy:{versions['CADDY_VERSION']}",
+        f"quicbed/nginx:{versions['NGINX_VERSION']}",
+        "quicbed/client:dev",
+    ]
 
 
 def check_delayline() -> list[Check]:
@@ -222,8 +254,12 @@ def check_delayline() -> list[Check]:
 
 def check_python() -> list[Check]:
     out = []
-    for module, fix in (("mininet", "apt-get install mininet"),
-                        ("yaml", "make venv"), ("pandas", "make venv"), ("rich", "make venv")):
+    for module, fix in (
+        ("mininet", "apt-get install mininet"),
+        ("yaml", "make venv"),
+        ("pandas", "make venv"),
+        ("rich", "make venv"),
+    ):
         try:
             __import__(module)
             out.append(Check(f"python module {module}", True, "importable"))
@@ -232,16 +268,20 @@ def check_python() -> list[Check]:
     return out
 
 
-def all_checks(commands_only: bool, backends: Callable[[], list[Check]] | None = None
-               ) -> list[Check]:
+def all_checks(commands_only: bool, backends: Callable[[], list[Check]] | None = None) -> list[Check]:
     """Every check; `backends` boots the link backends (topology's, given by the CLI: this
     module stays below topology and runs as a bare script)."""
     checks = check_commands() + check_uml_modules()
     if commands_only:
         return checks
     steps: Iterable[Callable[[], list[Check]]] = (
-        check_kernel, check_sysctls, check_delayline, check_python, *([backends] if backends else []),
-        check_docker)
+        check_kernel,
+        check_sysctls,
+        check_delayline,
+        check_python,
+        *([backends] if backends else []),
+        check_docker,
+    )
     for step in steps:
         checks += step()
     return checks
@@ -254,18 +294,23 @@ def report(checks: list[Check], out=sys.stdout) -> int:  # a text stream
         status = "ok" if c.ok else ("note" if c.optional else "MISSING")
         print(f"{c.item:<{width}}  {status:<7}  {c.detail}", file=out)
     if failed:
-        print(f"doctor: {len(failed)} item(s) missing; the fixes are above (make deps installs "
-              "every package)", file=out)
+        print(
+            f"doctor: {len(failed)} item(s) missing; the fixes are above (make deps installs "
+            "every package)",
+            file=out,
+        )
         return 4  # EnvironmentProblem's exit code
     print(f"doctor: all {len(checks)} items ok", file=out)
     return 0
 
 
-def run_doctor(commands_only: bool = False, backends: Callable[[], list[Check]] | None = None
-               ) -> int:
+def run_doctor(commands_only: bool = False, backends: Callable[[], list[Check]] | None = None) -> int:
     if not commands_only and os.geteuid() != 0:
-        print("quicbed doctor: needs root for the kernel and Docker checks "
-              "(--commands-only checks the rest)", file=sys.stderr)
+        print(
+            "quicbed doctor: needs root for the kernel and Docker checks "
+            "(--commands-only checks the rest)",
+            file=sys.stderr,
+        )
         return 4
     return report(all_checks(commands_only, backends))
 

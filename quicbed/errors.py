@@ -14,8 +14,9 @@ class InputError(QuicbedError):
 
     exit_code = 2
 
-    def __init__(self, message: str, file: str | None = None, line: int | None = None,
-                 field: str | None = None) -> None:
+    def __init__(
+        self, message: str, file: str | None = None, line: int | None = None, field: str | None = None
+    ) -> None:
         self.file, self.line, self.field, self.detail = file, line, field, message
         where = ""
         if file:

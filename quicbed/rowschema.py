@@ -161,7 +161,7 @@ STREAMING = _columns(
     ("longest_stall_ms", "ms", "the longest stall"),
     ("switches_up", "", "switches to a higher bitrate"),
     ("switches_down", "", "switches to a lower bitrate"),
-    ("seconds_at_resolution", "s", "played seconds per resolution ({\"720p\": 12.5})"),
+    ("seconds_at_resolution", "s", 'played seconds per resolution ({"720p": 12.5})'),
     ("mean_height", "", "time-weighted mean of the played resolution's lines"),
     ("mean_bitrate_kbps", "kbit/s", "mean bitrate of the rendition played, per second"),
     ("dropped_frames", "", "frames the browser dropped"),
@@ -173,10 +173,11 @@ STREAMING = _columns(
 SWEEP_PREFIX = "param_"  # a swept axis's value, e.g. param_server.tcp_cc
 CLASH_PREFIX = "tool_"  # a tool value that disagrees with an axis of the same name
 
-COLUMNS: dict[str, Column] = {c.name: c for group in (AXES, TOOL, TOOL_OPTIONAL, BROWSER,
-                                                       VIDEO_DOWNLOAD, EXECUTOR, RUNNER,
-                                                       STREAMING)
-                             for c in group}
+COLUMNS: dict[str, Column] = {
+    c.name: c
+    for group in (AXES, TOOL, TOOL_OPTIONAL, BROWSER, VIDEO_DOWNLOAD, EXECUTOR, RUNNER, STREAMING)
+    for c in group
+}
 
 # Every row has these, even when the tool or the executor did not supply them.
 RUNNER_DEFAULTS: dict[str, object] = {
@@ -194,18 +195,46 @@ RUNNER_DEFAULTS: dict[str, object] = {
 # What the analysis assumes of a row a run may lack (older runs, other workloads).
 _NAN = math.nan
 ANALYSIS_DEFAULTS: dict[str, object] = {
-    "run_id": "", "trial_id": "", "condition": "default", "condition_label": None,
-    "profile": "", "server": "",
-    "client": "", "workload": "web", "object": "", "repetition": _NAN,
-    "rtt_ms": _NAN, "rate_down_mbit": _NAN, "rate_up_mbit": _NAN, "loss_pct": 0.0,
-    "bytes": _NAN, "connection_time_ms": _NAN, "client_cpu_ms": _NAN, "ttfb_ms": _NAN,
-    "download_time_ms": _NAN, "throughput_mbps": _NAN, "cpu": None,
-    "cpu_client_pct": _NAN, "cpu_server_pct": _NAN, "cpu_bound": False,
-    "calib_rtt_ms": _NAN, "calib_passed": True, "calib_forced": False, "error": "",
-    "startup_delay_ms": _NAN, "stall_count": _NAN, "stall_durations_ms": None,
-    "quality_switches": _NAN, "lowest_quality": None,
-    "page_load_time_ms": _NAN, "dom_content_loaded_ms": _NAN, "fcp_ms": _NAN, "lcp_ms": _NAN,
-    "browser_cpu_ms": _NAN, "stall_ms": _NAN, "stall_total_ms": _NAN,
+    "run_id": "",
+    "trial_id": "",
+    "condition": "default",
+    "condition_label": None,
+    "profile": "",
+    "server": "",
+    "client": "",
+    "workload": "web",
+    "object": "",
+    "repetition": _NAN,
+    "rtt_ms": _NAN,
+    "rate_down_mbit": _NAN,
+    "rate_up_mbit": _NAN,
+    "loss_pct": 0.0,
+    "bytes": _NAN,
+    "connection_time_ms": _NAN,
+    "client_cpu_ms": _NAN,
+    "ttfb_ms": _NAN,
+    "download_time_ms": _NAN,
+    "throughput_mbps": _NAN,
+    "cpu": None,
+    "cpu_client_pct": _NAN,
+    "cpu_server_pct": _NAN,
+    "cpu_bound": False,
+    "calib_rtt_ms": _NAN,
+    "calib_passed": True,
+    "calib_forced": False,
+    "error": "",
+    "startup_delay_ms": _NAN,
+    "stall_count": _NAN,
+    "stall_durations_ms": None,
+    "quality_switches": _NAN,
+    "lowest_quality": None,
+    "page_load_time_ms": _NAN,
+    "dom_content_loaded_ms": _NAN,
+    "fcp_ms": _NAN,
+    "lcp_ms": _NAN,
+    "browser_cpu_ms": _NAN,
+    "stall_ms": _NAN,
+    "stall_total_ms": _NAN,
 }
 
 # The values of the `protocol` column: QUIC and the two TLS versions over TCP.

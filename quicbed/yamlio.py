@@ -101,9 +101,7 @@ class Source:
         return self.lines.get(path, 1)
 
     def error(self, path: PathKey, message: str) -> LocatedError:
-        return LocatedError(
-            self.file, self.line(path), field_name(self.real_path(path)), message
-        )
+        return LocatedError(self.file, self.line(path), field_name(self.real_path(path)), message)
 
 
 _Entry = tuple[yaml.MappingNode, yaml.Node, yaml.Node]  # (mapping, key, value)
@@ -114,8 +112,7 @@ def _line(node: yaml.Node) -> int:
 
 
 def _problem(line: int, message: str) -> yaml.MarkedYAMLError:
-    return yaml.MarkedYAMLError(problem=message,
-                                problem_mark=yaml.Mark("", 0, line - 1, 0, None, None))
+    return yaml.MarkedYAMLError(problem=message, problem_mark=yaml.Mark("", 0, line - 1, 0, None, None))
 
 
 def _slot(owner: yaml.Node, slot: int | yaml.Node) -> tuple[int, int]:
@@ -166,25 +163,35 @@ def load_source(path: Path | str) -> Source:
 
 def decode(data: bytes, file: str) -> str:
     """UTF-8 text (a UTF-8 BOM is dropped); anything else is refused with the line it is on."""
-    for bom, name in ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
-                      (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16")):
+    for bom, name in (
+        (codecs.BOM_UTF32_LE, "UTF-32"),
+        (codecs.BOM_UTF32_BE, "UTF-32"),
+        (codecs.BOM_UTF16_LE, "UTF-16"),
+        (codecs.BOM_UTF16_BE, "UTF-16"),
+    ):
         if data.startswith(bom):
             raise LocatedError(file, 1, "file", f"{name} text; save the file as UTF-8")
     nul = data.find(b"\0")
     if nul >= 0:
         # UTF-16 without a BOM: ASCII characters alternate with NUL bytes.
         head = data[:64]
-        if any(not head[i::2].strip(b"\0") and b"\0" not in head[1 - i::2] for i in (0, 1)):
-            raise LocatedError(file, 1, "file", "looks like UTF-16 text (NUL bytes between "
-                               "characters); save the file as UTF-8")
-        raise LocatedError(file, data.count(b"\n", 0, nul) + 1, "file",
-                           "binary content (a NUL byte), not YAML text")
+        if any(not head[i::2].strip(b"\0") and b"\0" not in head[1 - i :: 2] for i in (0, 1)):
+            raise LocatedError(
+                file,
+                1,
+                "file",
+                "looks like UTF-16 text (NUL bytes between " "characters); save the file as UTF-8",
+            )
+        raise LocatedError(
+            file, data.count(b"\n", 0, nul) + 1, "file", "binary content (a NUL byte), not YAML text"
+        )
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise LocatedError(file, line, "file",
-                           f"not UTF-8 text (byte 0x{data[exc.start]:02x}); save it as UTF-8") from None
+        raise LocatedError(
+            file, line, "file", f"not UTF-8 text (byte 0x{data[exc.start]:02x}); save it as UTF-8"
+        ) from None
 
 
 def parse_source(text: str, file: str = "<string>") -> Source:
@@ -219,12 +226,14 @@ def _check_text(text: str, file: str) -> None:
         raise LocatedError(file, 1, "file", _TOO_BIG)
     nul = text.find("\0")
     if nul >= 0:
-        raise LocatedError(file, text.count("\n", 0, nul) + 1, "file",
-                           "binary content (a NUL byte), not YAML text")
+        raise LocatedError(
+            file, text.count("\n", 0, nul) + 1, "file", "binary content (a NUL byte), not YAML text"
+        )
     for number, line in enumerate(text.split("\n"), start=1):
         if len(line) > MAX_LINE_CHARS:
-            raise LocatedError(file, number, "yaml",
-                               f"line is {len(line)} characters long (limit {MAX_LINE_CHARS})")
+            raise LocatedError(
+                file, number, "yaml", f"line is {len(line)} characters long (limit {MAX_LINE_CHARS})"
+            )
 
 
 def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
@@ -245,15 +254,18 @@ class _Converter:
     def count(self, node: yaml.Node, path: PathKey, n: int = 1) -> None:
         self.nodes += n
         if self.nodes > MAX_NODES:
-            raise _problem(self.expanding or _line(node), f"more than {MAX_NODES} values once "
-                           "aliases are expanded (an alias bomb?)")
+            raise _problem(
+                self.expanding or _line(node),
+                f"more than {MAX_NODES} values once " "aliases are expanded (an alias bomb?)",
+            )
         # Depth again: an alias can put a deep anchor deep down, or inside itself.
         if len(path) > MAX_DEPTH:
-            raise _problem(self.expanding or _line(node), f"nested deeper than {MAX_DEPTH} "
-                           "levels once aliases are expanded")
+            raise _problem(
+                self.expanding or _line(node),
+                f"nested deeper than {MAX_DEPTH} " "levels once aliases are expanded",
+            )
 
-    def child(self, owner: yaml.Node, slot: int | yaml.Node, node: yaml.Node, path: PathKey
-              ) -> Any:
+    def child(self, owner: yaml.Node, slot: int | yaml.Node, node: yaml.Node, path: PathKey) -> Any:
         """`node` at position `slot` of `owner`: where it is an alias, its line is the
         alias's, not the anchor's."""
         site = self.loader.alias_sites.get(_slot(owner, slot))
@@ -296,8 +308,9 @@ class _Converter:
         self.lines[(*path, key)] = _line(key_node)
         return self.child(owner, key_node, value_node, (*path, key))
 
-    def entries(self, node: yaml.MappingNode, path: PathKey, merge: yaml.Node | None = None
-                ) -> tuple[list[_Entry], list[_Entry]]:
+    def entries(
+        self, node: yaml.MappingNode, path: PathKey, merge: yaml.Node | None = None
+    ) -> tuple[list[_Entry], list[_Entry]]:
         """The mapping's own (owner, key, value) nodes, and those merged in by `<<` in
         precedence order. PyYAML's flatten_mapping would lose which keys are the mapping's own.
         `merge` is the outermost `<<` key: merges of merges grow exponentially too."""
@@ -328,8 +341,9 @@ class _Converter:
 
     def scalar(self, node: yaml.Node) -> Any:
         if len(node.value) > MAX_SCALAR_CHARS:
-            raise _problem(_line(node), f"a value of {len(node.value)} characters "
-                           f"(limit {MAX_SCALAR_CHARS})")
+            raise _problem(
+                _line(node), f"a value of {len(node.value)} characters " f"(limit {MAX_SCALAR_CHARS})"
+            )
         try:
             return self.loader.construct_object(node, deep=True)
         except (ValueError, OverflowError) as exc:  # 2024-13-01, a 5000-digit integer

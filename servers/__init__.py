@@ -36,8 +36,24 @@ from .spec import (
 )
 
 __all__ = [
-    "ACCESS_LOG", "CONTENT_MOUNT", "HEALTH_PATH", "KEEP_ALIVE", "LOG_MOUNT", "PKI_MOUNT",
-    "RUN_DIR", "SERVERS", "UDP_BUFFER", "ServerError", "ServerSpec", "UnknownServer",
-    "access_log_since", "docker_run_args", "get_server", "read_access_log", "server_settings",
-    "server_version", "start_server", "stop_server",
+    "ACCESS_LOG",
+    "CONTENT_MOUNT",
+    "HEALTH_PATH",
+    "KEEP_ALIVE",
+    "LOG_MOUNT",
+    "PKI_MOUNT",
+    "RUN_DIR",
+    "SERVERS",
+    "UDP_BUFFER",
+    "ServerError",
+    "ServerSpec",
+    "UnknownServer",
+    "access_log_since",
+    "docker_run_args",
+    "get_server",
+    "read_access_log",
+    "server_settings",
+    "server_version",
+    "start_server",
+    "stop_server",
 ]

@@ -40,8 +40,7 @@ def _caddy_json(entry: dict) -> dict | None:
         "duration_ms": float(entry.get("duration", 0)) * 1000,
         "remote": req.get("remote_ip"),
         # the client's address and port: one per TCP connection, one per QUIC connection
-        "connection": (f"{req.get('remote_ip')}:{req['remote_port']}"
-                       if req.get("remote_port") else None),
+        "connection": (f"{req.get('remote_ip')}:{req['remote_port']}" if req.get("remote_port") else None),
     }
 
 
@@ -66,8 +65,7 @@ def _quicbed_json(entry: dict) -> dict | None:
         "remote": entry.get("remote"),
         # nginx's $connection serial: one per TCP connection, but one per stream in HTTP/3
         # (nginx gives every QUIC stream a connection object), so unknown there
-        "connection": (str(entry["conn"]) if entry.get("conn") and entry["proto"] != "HTTP/3.0"
-                       else None),
+        "connection": (str(entry["conn"]) if entry.get("conn") and entry["proto"] != "HTTP/3.0" else None),
     }
 
 
@@ -124,8 +122,7 @@ def read_access_log(log_dir: Path, spec: ServerSpec | None = None) -> list[dict]
     return access_log_since(log_dir, 0, spec)[0]
 
 
-def access_log_since(log_dir: Path, offset: int, spec: ServerSpec | None = None
-                     ) -> tuple[list[dict], int]:
+def access_log_since(log_dir: Path, offset: int, spec: ServerSpec | None = None) -> tuple[list[dict], int]:
     """The entries written after byte `offset` (read_access_log's), and the offset after the
     last whole line: a trial's requests, given the offset before it."""
     formats = [FORMATS[spec.access_log]] if spec else list(FORMATS.values())
@@ -137,7 +134,7 @@ def access_log_since(log_dir: Path, offset: int, spec: ServerSpec | None = None
     with path.open("rb") as f:
         f.seek(offset)
         data = f.read()
-    whole = data[:data.rfind(b"\n") + 1]  # a line being written is read next time
+    whole = data[: data.rfind(b"\n") + 1]  # a line being written is read next time
     entries = []
     for line in whole.decode(errors="replace").splitlines():
         try:

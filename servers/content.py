@@ -35,9 +35,20 @@ MANIFEST = "manifest.json"
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 # Binary units: "1MB" is 1 MiB. Throughput is computed from the manifest's exact sizes.
 CLOUD_SIZES = {
-    "1KB": KiB, "2KB": 2 * KiB, "5KB": 5 * KiB, "1MB": MiB, "2MB": 2 * MiB, "5MB": 5 * MiB,
-    "10MB": 10 * MiB, "20MB": 20 * MiB, "50MB": 50 * MiB, "100MB": 100 * MiB,
-    "200MB": 200 * MiB, "500MB": 500 * MiB, "1GB": GiB, "2GB": 2 * GiB,
+    "1KB": KiB,
+    "2KB": 2 * KiB,
+    "5KB": 5 * KiB,
+    "1MB": MiB,
+    "2MB": 2 * MiB,
+    "5MB": 5 * MiB,
+    "10MB": 10 * MiB,
+    "20MB": 20 * MiB,
+    "50MB": 50 * MiB,
+    "100MB": 100 * MiB,
+    "200MB": 200 * MiB,
+    "500MB": 500 * MiB,
+    "1GB": GiB,
+    "2GB": 2 * GiB,
 }
 # Made by ensure_content(..., {"cloud"}); the rest only when asked for by name.
 CLOUD_DEFAULT = ("1KB", "2KB", "5KB", "1MB", "2MB", "5MB", "10MB", "20MB")
@@ -50,6 +61,7 @@ class ContentError(RuntimeError):
 
 
 # ---------------------------------------------------------------- deterministic bytes
+
 
 def stream(name: str, size: int) -> Iterator[bytes]:
     """size incompressible bytes for this name: SHAKE-128(seed, name, block index)."""
@@ -65,10 +77,12 @@ def _rng_bytes(name: str, size: int) -> bytes:
 class _Words:
     """Deterministic pseudo-text: realistic (compressible) like real HTML/CSS/JS."""
 
-    VOCAB = ("the quick network protocol stream packet latency handshake server client "
-             "page image style script cloud video segment bandwidth delay loss window "
-             "congestion secure transport layer record browser cache request response "
-             "header payload frame connection session router queue buffer rate").split()
+    VOCAB = (
+        "the quick network protocol stream packet latency handshake server client "
+        "page image style script cloud video segment bandwidth delay loss window "
+        "congestion secure transport layer record browser cache request response "
+        "header payload frame connection session router queue buffer rate"
+    ).split()
 
     def __init__(self, name: str):
         self.data = _rng_bytes("words:" + name, 1 << 16)
@@ -100,39 +114,56 @@ def _fill(target: int, make: Callable[[int], str], head: str = "", tail: str = "
 
 # ---------------------------------------------------------------- web object types
 
+
 def make_css(name: str, size: int) -> bytes:
     w = _Words(name)
-    return _fill(size, lambda i: (
-        f".{w.word()}-{i} {{ margin: {w.byte() % 32}px; padding: {w.byte() % 16}px; "
-        f"color: #{w.byte():02x}{w.byte():02x}{w.byte():02x}; "
-        f"font-size: {10 + w.byte() % 12}px; }}\n"
-    ), head=f"/* {name} (quicbed synthetic stylesheet) */\n")
+    return _fill(
+        size,
+        lambda i: (
+            f".{w.word()}-{i} {{ margin: {w.byte() % 32}px; padding: {w.byte() % 16}px; "
+            f"color: #{w.byte():02x}{w.byte():02x}{w.byte():02x}; "
+            f"font-size: {10 + w.byte() % 12}px; }}\n"
+        ),
+        head=f"/* {name} (quicbed synthetic stylesheet) */\n",
+    )
 
 
 def make_js(name: str, size: int) -> bytes:
     w = _Words(name)
-    return _fill(size, lambda i: (
-        f"function {w.word()}_{i}(a, b) {{\n  const {w.word()} = a * {w.byte()} + b;\n"
-        f"  return '{w.sentence(6)}'.length + {w.word()};\n}}\n"
-    ), head=f"// {name} (quicbed synthetic script)\n'use strict';\n")
+    return _fill(
+        size,
+        lambda i: (
+            f"function {w.word()}_{i}(a, b) {{\n  const {w.word()} = a * {w.byte()} + b;\n"
+            f"  return '{w.sentence(6)}'.length + {w.word()};\n}}\n"
+        ),
+        head=f"// {name} (quicbed synthetic script)\n'use strict';\n",
+    )
 
 
 def make_json(name: str, size: int) -> bytes:
     w = _Words(name)
-    return _fill(size, lambda i: (
-        ("" if i == 0 else ",\n") +
-        json.dumps({"id": i, "title": w.sentence(4), "tags": [w.word(), w.word()],
-                    "score": w.byte()})
-    ), head='{"items": [\n', tail="\n]}\n")
+    return _fill(
+        size,
+        lambda i: (
+            ("" if i == 0 else ",\n")
+            + json.dumps({"id": i, "title": w.sentence(4), "tags": [w.word(), w.word()], "score": w.byte()})
+        ),
+        head='{"items": [\n',
+        tail="\n]}\n",
+    )
 
 
 def make_svg(name: str, size: int) -> bytes:
     w = _Words(name)
-    return _fill(size, lambda i: (
-        f'<circle cx="{w.byte()}" cy="{w.byte()}" r="{1 + w.byte() % 20}" '
-        f'fill="#{w.byte():02x}{w.byte():02x}{w.byte():02x}"/>\n'
-    ), head='<svg xmlns="http://www.w3.org/2000/svg" width="256" height="256">\n',
-        tail="</svg>\n")
+    return _fill(
+        size,
+        lambda i: (
+            f'<circle cx="{w.byte()}" cy="{w.byte()}" r="{1 + w.byte() % 20}" '
+            f'fill="#{w.byte():02x}{w.byte():02x}{w.byte():02x}"/>\n'
+        ),
+        head='<svg xmlns="http://www.w3.org/2000/svg" width="256" height="256">\n',
+        tail="</svg>\n",
+    )
 
 
 def make_png(name: str, size: int) -> bytes:
@@ -145,12 +176,20 @@ def make_png(name: str, size: int) -> bytes:
     pixels = b"".join(b"\x00" + raw[r * row + 1 : (r + 1) * row] for r in range(height))
 
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return (struct.pack(">I", len(data)) + kind + data
-                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+        return (
+            struct.pack(">I", len(data))
+            + kind
+            + data
+            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        )
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr)
-            + chunk(b"IDAT", zlib.compress(pixels, 0)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(pixels, 0))
+        + chunk(b"IEND", b"")
+    )
 
 
 def make_pdf(name: str, size: int) -> bytes:
@@ -177,8 +216,7 @@ def make_pdf(name: str, size: int) -> bytes:
     xref = len(out)
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1, xref)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
     return bytes(out)
 
 
@@ -213,16 +251,17 @@ def make_html(name: str, size: int, refs: Iterable[str] = ()) -> bytes:
     data = [r for r in refs if r.endswith((".pdf", ".json"))]
     # use-credentials: the same connection as the page's other requests (an anonymous CORS
     # request would go on a connection of its own).
-    head = "".join(f'<link rel="stylesheet" href="{r}">\n' for r in refs if r.endswith(".css")) \
-        + "".join(f'<link rel="preload" href="{r}" as="fetch" crossorigin="use-credentials">\n'
-                  for r in data)
+    head = "".join(f'<link rel="stylesheet" href="{r}">\n' for r in refs if r.endswith(".css")) + "".join(
+        f'<link rel="preload" href="{r}" as="fetch" crossorigin="use-credentials">\n' for r in data
+    )
     body = "".join(
-        f'<img src="{r}" alt="{w.word()}" width="128">\n' for r in refs
-        if r.endswith((".png", ".svg"))
+        f'<img src="{r}" alt="{w.word()}" width="128">\n' for r in refs if r.endswith((".png", ".svg"))
     ) + "".join(f'<a href="{r}">{w.word()}</a>\n' for r in data)
     scripts = "".join(f'<script src="{r}"></script>\n' for r in refs if r.endswith(".js"))
-    start = (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-             f"<title>{name}</title>\n{head}</head>\n<body>\n<h1>{w.sentence(5)}</h1>\n{body}")
+    start = (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{name}</title>\n{head}</head>\n<body>\n<h1>{w.sentence(5)}</h1>\n{body}"
+    )
     end = f"{scripts}</body>\n</html>\n"
     return _fill_paragraphs(size, start, end, lambda i: w.sentence(14))
 
@@ -244,14 +283,23 @@ LANDING_PAGES = {
     "portal": (14, [("css", 8), ("js", 16), ("png", 8), ("png", 6), ("json", 4)]),
     "media": (16, [("css", 10), ("js", 24), ("png", 12), ("png", 10), ("svg", 4), ("pdf", 14)]),
 }
-_MAKERS = {"css": make_css, "js": make_js, "png": make_png, "svg": make_svg,
-           "json": make_json, "pdf": make_pdf}
+_MAKERS = {
+    "css": make_css,
+    "js": make_js,
+    "png": make_png,
+    "svg": make_svg,
+    "json": make_json,
+    "pdf": make_pdf,
+}
 
 
 def web_files() -> dict[str, bytes]:
     files = {rel: make(rel, size) for rel, (make, size) in WEB_OBJECTS.items()}
-    files["web/index.html"] = make_html("web/index.html", 12 * KiB, [
-        "sample.css", "sample.png", "sample.svg", "sample.json", "sample.pdf", "sample.js"])
+    files["web/index.html"] = make_html(
+        "web/index.html",
+        12 * KiB,
+        ["sample.css", "sample.png", "sample.svg", "sample.json", "sample.pdf", "sample.js"],
+    )
     for site, (html_kib, assets) in LANDING_PAGES.items():
         refs = []
         for i, (kind, kib) in enumerate(assets):
@@ -263,6 +311,7 @@ def web_files() -> dict[str, bytes]:
 
 
 # ---------------------------------------------------------------- manifest and locking
+
 
 @contextmanager
 def locked(root: Path) -> Iterator[dict]:
@@ -325,18 +374,24 @@ def _hash_file(path: Path) -> dict:
 def verify_content(root: Path) -> list[str]:
     """Files whose bytes no longer match manifest.json (slow: re-hashes everything)."""
     root = Path(root)
-    return [rel for rel, entry in load_manifest(root)["files"].items()
-            if not (root / rel).exists() or _hash_file(root / rel) != entry]
+    return [
+        rel
+        for rel, entry in load_manifest(root)["files"].items()
+        if not (root / rel).exists() or _hash_file(root / rel) != entry
+    ]
 
 
 # ---------------------------------------------------------------- workloads
+
 
 def _ensure_web(root: Path, manifest: dict) -> None:
     # The web files are made in memory anyway: their digests also catch a cache made by an
     # older generator (same sizes, other bytes, e.g. a landing page whose tag was cut).
     for rel, data in web_files().items():
-        if (not is_current(root, manifest, rel)
-                or manifest["files"][rel].get("sha256") != hashlib.sha256(data).hexdigest()):
+        if (
+            not is_current(root, manifest, rel)
+            or manifest["files"][rel].get("sha256") != hashlib.sha256(data).hexdigest()
+        ):
             manifest["files"][rel] = write_atomic(root, rel, [data])
 
 
@@ -381,8 +436,13 @@ def ensure_content(root: Path, workloads: set[str], video_seconds: int | None = 
 # (name, width, height, video kbit/s). Heights are the usual ladder; setdar=16/9 makes every
 # rendition the same display aspect, which the DASH muxer requires ("Conflicting aspect
 # ratios") when widths like 426 and 854 are not exactly 16:9.
-LADDER = [("144p", 256, 144, 150), ("240p", 426, 240, 300), ("360p", 640, 360, 700),
-          ("480p", 854, 480, 1200), ("720p", 1280, 720, 2500)]
+LADDER = [
+    ("144p", 256, 144, 150),
+    ("240p", 426, 240, 300),
+    ("360p", 640, 360, 700),
+    ("480p", 854, 480, 1200),
+    ("720p", 1280, 720, 2500),
+]
 AUDIO_KBPS = 128
 VIDEO_SECONDS = 180  # the paper streamed for 3 minutes; experiments play up to this much
 FPS = 30
@@ -401,10 +461,23 @@ def ffmpeg_runner(root: Path) -> tuple[list[str], str]:
         return ["ffmpeg"], str(root)
     probe = subprocess.run(["docker", "image", "inspect", TOOLS_IMAGE], capture_output=True)
     if probe.returncode != 0:
-        raise ContentError(f"video needs ffmpeg: install it on the host or build {TOOLS_IMAGE} "
-                           f"({REPO}/images/build.sh tools)")
-    return ["docker", "run", "--rm", "--network", "none", "-v", f"{root.resolve()}:/work",
-            "-w", "/work", TOOLS_IMAGE, "ffmpeg"], "/work"
+        raise ContentError(
+            f"video needs ffmpeg: install it on the host or build {TOOLS_IMAGE} "
+            f"({REPO}/images/build.sh tools)"
+        )
+    return [
+        "docker",
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "-v",
+        f"{root.resolve()}:/work",
+        "-w",
+        "/work",
+        TOOLS_IMAGE,
+        "ffmpeg",
+    ], "/work"
 
 
 def _ffmpeg(prefix: list[str], args: list[str], timeout: float) -> None:
@@ -416,23 +489,52 @@ def _ffmpeg(prefix: list[str], args: list[str], timeout: float) -> None:
 
 def _source_args(seconds: int) -> list[str]:
     # Noise keeps x264 at its target rate (testsrc2 alone compresses to almost nothing).
-    return ["-f", "lavfi", "-i", f"testsrc2=size=1280x720:rate={FPS}:duration={seconds}",
-            "-f", "lavfi", "-i", f"sine=frequency=440:sample_rate=48000:duration={seconds}"]
+    return [
+        "-f",
+        "lavfi",
+        "-i",
+        f"testsrc2=size=1280x720:rate={FPS}:duration={seconds}",
+        "-f",
+        "lavfi",
+        "-i",
+        f"sine=frequency=440:sample_rate=48000:duration={seconds}",
+    ]
 
 
 def _x264_args(kbps: int) -> list[str]:
     gop = FPS * SEGMENT_SECONDS
-    return ["-c:v", "libx264", "-preset", "veryfast", "-profile:v", "main", "-pix_fmt", "yuv420p",
-            "-b:v", f"{kbps}k", "-maxrate", f"{kbps}k", "-bufsize", f"{2 * kbps}k",
-            "-g", str(gop), "-keyint_min", str(gop), "-sc_threshold", "0",
-            "-x264-params", "nal-hrd=cbr", "-threads", "2"]
+    return [
+        "-c:v",
+        "libx264",
+        "-preset",
+        "veryfast",
+        "-profile:v",
+        "main",
+        "-pix_fmt",
+        "yuv420p",
+        "-b:v",
+        f"{kbps}k",
+        "-maxrate",
+        f"{kbps}k",
+        "-bufsize",
+        f"{2 * kbps}k",
+        "-g",
+        str(gop),
+        "-keyint_min",
+        str(gop),
+        "-sc_threshold",
+        "0",
+        "-x264-params",
+        "nal-hrd=cbr",
+        "-threads",
+        "2",
+    ]
 
 
 def _dash_args(seconds: int, out: str) -> list[str]:
     n = len(LADDER)
     split = f"[0:v]noise=alls=12:allf=t,split={n}" + "".join(f"[s{i}]" for i in range(n))
-    scales = ";".join(f"[s{i}]scale={w}:{h},setdar=16/9[v{i}]"
-                      for i, (_, w, h, _) in enumerate(LADDER))
+    scales = ";".join(f"[s{i}]scale={w}:{h},setdar=16/9[v{i}]" for i, (_, w, h, _) in enumerate(LADDER))
     args = ["-filter_complex", f"{split};{scales}"]
     for i in range(n):
         args += ["-map", f"[v{i}]"]
@@ -441,12 +543,32 @@ def _dash_args(seconds: int, out: str) -> list[str]:
     codec = _x264_args(LADDER[0][3])
     args += codec
     for i, (_, _, _, kbps) in enumerate(LADDER):
-        args += [f"-b:v:{i}", f"{kbps}k", f"-maxrate:v:{i}", f"{kbps}k",
-                 f"-bufsize:v:{i}", f"{2 * kbps}k"]
-    args += ["-c:a", "aac", "-b:a", f"{AUDIO_KBPS}k", "-ac", "2",
-             "-fflags", "+bitexact", "-flags:v", "+bitexact", "-flags:a", "+bitexact",
-             "-f", "dash", "-seg_duration", str(SEGMENT_SECONDS), "-use_template", "1",
-             "-use_timeline", "0", "-adaptation_sets", "id=0,streams=v id=1,streams=a", out]
+        args += [f"-b:v:{i}", f"{kbps}k", f"-maxrate:v:{i}", f"{kbps}k", f"-bufsize:v:{i}", f"{2 * kbps}k"]
+    args += [
+        "-c:a",
+        "aac",
+        "-b:a",
+        f"{AUDIO_KBPS}k",
+        "-ac",
+        "2",
+        "-fflags",
+        "+bitexact",
+        "-flags:v",
+        "+bitexact",
+        "-flags:a",
+        "+bitexact",
+        "-f",
+        "dash",
+        "-seg_duration",
+        str(SEGMENT_SECONDS),
+        "-use_template",
+        "1",
+        "-use_timeline",
+        "0",
+        "-adaptation_sets",
+        "id=0,streams=v id=1,streams=a",
+        out,
+    ]
     return args
 
 
@@ -454,14 +576,23 @@ def ensure_video(root: Path, seconds: int = VIDEO_SECONDS) -> None:
     """DASH ladder (video/dash) and progressive MP4s (video/progressive), remade only when
     the parameters (length, ladder, rates) change; manifest.json lists every file."""
     root = Path(root)
-    params = {"seconds": seconds, "ladder": LADDER, "audio_kbps": AUDIO_KBPS, "fps": FPS,
-              "segment_seconds": SEGMENT_SECONDS, "progressive_mb": PROGRESSIVE_MB,
-              "progressive_kbps": PROGRESSIVE_KBPS}
+    params = {
+        "seconds": seconds,
+        "ladder": LADDER,
+        "audio_kbps": AUDIO_KBPS,
+        "fps": FPS,
+        "segment_seconds": SEGMENT_SECONDS,
+        "progressive_mb": PROGRESSIVE_MB,
+        "progressive_kbps": PROGRESSIVE_KBPS,
+    }
     params = json.loads(json.dumps(params))  # tuples -> lists, to compare with the stored JSON
     with locked(root) as manifest:
         video = {rel: e for rel, e in manifest["files"].items() if rel.startswith("video/")}
-        if (manifest["params"].get("video") == params and video
-                and all(is_current(root, manifest, rel) for rel in video)):
+        if (
+            manifest["params"].get("video") == params
+            and video
+            and all(is_current(root, manifest, rel) for rel in video)
+        ):
             return
         for rel in video:
             manifest["files"].pop(rel)
@@ -469,8 +600,11 @@ def ensure_video(root: Path, seconds: int = VIDEO_SECONDS) -> None:
         (root / "video/dash").mkdir(parents=True)
         (root / "video/progressive").mkdir(parents=True)
         prefix, seen_root = ffmpeg_runner(root)
-        _ffmpeg(prefix, [*_source_args(seconds), *_dash_args(
-            seconds, f"{seen_root}/video/dash/manifest.mpd")], timeout=60 * seconds)
+        _ffmpeg(
+            prefix,
+            [*_source_args(seconds), *_dash_args(seconds, f"{seen_root}/video/dash/manifest.mpd")],
+            timeout=60 * seconds,
+        )
         _make_progressive(prefix, root, seen_root)
         for path in sorted((root / "video").rglob("*")):
             if path.is_file():
@@ -484,17 +618,49 @@ def _make_progressive(prefix: list[str], root: Path, seen: str) -> None:
     """One 20 s 720p clip, then each size by looping it with -c copy (fast), cut by duration."""
     clip_seconds = 20
     clip = f"{seen}/video/progressive/.clip.mp4"
-    _ffmpeg(prefix, [*_source_args(clip_seconds), "-vf", "noise=alls=12:allf=t",
-                     *_x264_args(PROGRESSIVE_KBPS), "-c:a", "aac", "-b:a", f"{AUDIO_KBPS}k",
-                     "-fflags", "+bitexact", "-movflags", "+faststart", clip], timeout=600)
+    _ffmpeg(
+        prefix,
+        [
+            *_source_args(clip_seconds),
+            "-vf",
+            "noise=alls=12:allf=t",
+            *_x264_args(PROGRESSIVE_KBPS),
+            "-c:a",
+            "aac",
+            "-b:a",
+            f"{AUDIO_KBPS}k",
+            "-fflags",
+            "+bitexact",
+            "-movflags",
+            "+faststart",
+            clip,
+        ],
+        timeout=600,
+    )
     # The clip's real rate (CBR filler and container overhead included) sets each cut.
     bytes_per_s = (root / "video/progressive/.clip.mp4").stat().st_size / clip_seconds
     for mb in PROGRESSIVE_MB:
         duration = mb * MiB / bytes_per_s
         loops = int(duration // clip_seconds) + 1
-        _ffmpeg(prefix, ["-stream_loop", str(loops), "-i", clip, "-t", f"{duration:.3f}",
-                         "-c", "copy", "-fflags", "+bitexact", "-movflags", "+faststart",
-                         f"{seen}/video/progressive/{mb}MB.mp4"], timeout=300)
+        _ffmpeg(
+            prefix,
+            [
+                "-stream_loop",
+                str(loops),
+                "-i",
+                clip,
+                "-t",
+                f"{duration:.3f}",
+                "-c",
+                "copy",
+                "-fflags",
+                "+bitexact",
+                "-movflags",
+                "+faststart",
+                f"{seen}/video/progressive/{mb}MB.mp4",
+            ],
+            timeout=300,
+        )
     (root / "video/progressive/.clip.mp4").unlink()
 
 
@@ -508,8 +674,13 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     ap = argparse.ArgumentParser(description="Generate (or check) the testbed's content.")
-    ap.add_argument("root", nargs="?", type=Path, default=None,
-                    help="default: the shared cache, " + str(CACHE / "content"))
+    ap.add_argument(
+        "root",
+        nargs="?",
+        type=Path,
+        default=None,
+        help="default: the shared cache, " + str(CACHE / "content"),
+    )
     ap.add_argument("--workloads", default="web,cloud,video")
     ap.add_argument("--files", default="", help="extra cloud files, e.g. 200MB,1GB")
     ap.add_argument("--video-seconds", type=int, default=VIDEO_SECONDS)

@@ -35,8 +35,16 @@ _ENV_KEY = re.compile(r"[A-Z][A-Z0-9_]*\Z")
 _PLAIN_LINE = ("image", "version_key", "version", "dockerfile")
 
 _REQUIRED = ("image", "command", "config", "protocols", "health", "version_probe", "access_log")
-_OPTIONAL = ("version_key", "version", "dockerfile", "order", "description", "quic",
-             "build_info_facts", "compose_port")
+_OPTIONAL = (
+    "version_key",
+    "version",
+    "dockerfile",
+    "order",
+    "description",
+    "quic",
+    "build_info_facts",
+    "compose_port",
+)
 _TLS = ("TLSv1.0", "TLSv1.1", "TLSv1.2", "TLSv1.3")
 _HTTP = ("HTTP/1.1", "HTTP/2.0", "HTTP/3.0")
 _HEALTH_PROTOCOLS = ("h1", "h2", "h3")
@@ -47,12 +55,20 @@ _PARSER_OPTIONS = tuple(dict.fromkeys(k for p in PARSERS.values() for k in (*p.r
 
 
 def _kind(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
-            int: "a number", float: "a number", type(None): "empty"}.get(type(value), "a value")
+    return {
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "empty",
+    }.get(type(value), "a value")
 
 
-def _mapping(src: Source, path: PathKey, value: Any, required: tuple[str, ...],
-             optional: tuple[str, ...] = ()) -> dict[str, Any]:
+def _mapping(
+    src: Source, path: PathKey, value: Any, required: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise src.error(path, f"must be a mapping of fields, not {_kind(value)}")
     known = (*required, *optional)
@@ -67,8 +83,9 @@ def _mapping(src: Source, path: PathKey, value: Any, required: tuple[str, ...],
     return value
 
 
-def _string(src: Source, path: PathKey, value: Any, pattern: re.Pattern[str] | None = None,
-            what: str = "") -> str:
+def _string(
+    src: Source, path: PathKey, value: Any, pattern: re.Pattern[str] | None = None, what: str = ""
+) -> str:
     if not isinstance(value, str):
         hint = "; quote it" if isinstance(value, int | float) and not isinstance(value, bool) else ""
         raise src.error(path, f"must be a string, not {_kind(value)} ({value!r}){hint}")
@@ -112,23 +129,31 @@ def _plain_line(src: Source, key: str, value: str) -> None:
     raw = lines[number - 1] if 0 < number <= len(lines) else ""
     m = re.match(rf"{key}:[ \t]*([\"']?)([^\s\"'#]+)\1[ \t]*(#.*)?\Z", raw)
     if not m or m.group(2) != value:
-        raise src.error((key,), f"write it on one line as `{key}: value` "
-                                "(images/build.sh reads it without a YAML parser)")
+        raise src.error(
+            (key,),
+            f"write it on one line as `{key}: value` " "(images/build.sh reads it without a YAML parser)",
+        )
 
 
 # ---------------------------------------------------------------- one descriptor
 
 
-def load_descriptor(path: Path | str, versions: dict[str, str] | None = None,
-                    name: str | None = None) -> ServerSpec:
+def load_descriptor(
+    path: Path | str, versions: dict[str, str] | None = None, name: str | None = None
+) -> ServerSpec:
     """The ServerSpec of one server.yaml; `name` defaults to its directory's name."""
     versions = read_versions() if versions is None else versions
     file = str(path)
     # As images/build.sh sees it: the directory's own name, symlinks not followed.
     name = Path(os.path.abspath(path)).parent.name if name is None else name
     if not _NAME.match(name):
-        raise LocatedError(file, 1, "name", f"the directory's name {name!r} is the server's name: "
-                           "use lowercase letters, digits and single '-'")
+        raise LocatedError(
+            file,
+            1,
+            "name",
+            f"the directory's name {name!r} is the server's name: "
+            "use lowercase letters, digits and single '-'",
+        )
     src = load_source(path)
     if src.data is None:
         raise LocatedError(file, 1, "server", "the file is empty")
@@ -143,14 +168,20 @@ def load_descriptor(path: Path | str, versions: dict[str, str] | None = None,
     image = _string(src, ("image",), d["image"], _IMAGE, "an image name (lowercase)")
     version_key = d.get("version_key")
     if ("version_key" in d) == ("version" in d):
-        raise src.error(("version_key",), "give version_key (a versions.env key, where the "
-                        "shipped servers' versions are pinned) or version (a literal), not "
-                        f"{'both' if 'version' in d else 'neither'}")
+        raise src.error(
+            ("version_key",),
+            "give version_key (a versions.env key, where the "
+            "shipped servers' versions are pinned) or version (a literal), not "
+            f"{'both' if 'version' in d else 'neither'}",
+        )
     if version_key is not None:
         _string(src, ("version_key",), version_key, _ENV_KEY, "a versions.env key")
         if version_key not in versions:
-            raise src.error(("version_key",), f"{version_key} is not in versions.env (pin it "
-                            f"there as {version_key}=..., or give a literal version:)")
+            raise src.error(
+                ("version_key",),
+                f"{version_key} is not in versions.env (pin it "
+                f"there as {version_key}=..., or give a literal version:)",
+            )
         version = versions[version_key]
         where = f"versions.env's {version_key}={version!r}"
     else:
@@ -158,16 +189,21 @@ def load_descriptor(path: Path | str, versions: dict[str, str] | None = None,
         where = f"version {version!r}"
     tagged = any(c in image.rsplit("/", 1)[-1] for c in ":@")
     if not tagged and not _TAG.match(version):
-        raise src.error(("version_key",) if version_key else ("version",),
-                        f"{where} cannot be an image tag (letters, digits, '_', '.', '-')")
+        raise src.error(
+            ("version_key",) if version_key else ("version",),
+            f"{where} cannot be an image tag (letters, digits, '_', '.', '-')",
+        )
 
     dockerfile = d.get("dockerfile")
     if dockerfile is not None:
         rel = Path(dockerfile)
         if rel.is_absolute() or ".." in rel.parts or not (REPO / rel).is_file():
-            raise src.error(("dockerfile",), f"{dockerfile!r} is not a file in the repository "
-                            "(give a path like images/<name>/Dockerfile, or leave dockerfile out "
-                            "for a prebuilt image)")
+            raise src.error(
+                ("dockerfile",),
+                f"{dockerfile!r} is not a file in the repository "
+                "(give a path like images/<name>/Dockerfile, or leave dockerfile out "
+                "for a prebuilt image)",
+            )
 
     command = _strings(src, ("command",), d["command"])
     config = _string(src, ("config",), d["config"])
@@ -185,15 +221,14 @@ def load_descriptor(path: Path | str, versions: dict[str, str] | None = None,
         protocols=_strings(src, ("health", "protocols"), h["protocols"], _HEALTH_PROTOCOLS),
     )
 
-    probe = _mapping(src, ("version_probe",), d["version_probe"], ("command", "parser"),
-                     _PARSER_OPTIONS)
+    probe = _mapping(src, ("version_probe",), d["version_probe"], ("command", "parser"), _PARSER_OPTIONS)
     parser_name = _string(src, ("version_probe", "parser"), probe["parser"])
     if parser_name not in PARSERS:
-        raise src.error(("version_probe", "parser"),
-                        f"unknown parser {parser_name!r}; known: {', '.join(PARSERS)}")
+        raise src.error(
+            ("version_probe", "parser"), f"unknown parser {parser_name!r}; known: {', '.join(PARSERS)}"
+        )
     parser = PARSERS[parser_name]  # again, with this parser's own options
-    _mapping(src, ("version_probe",), probe, ("command", "parser", *parser.required),
-             parser.optional)
+    _mapping(src, ("version_probe",), probe, ("command", "parser", *parser.required), parser.optional)
     version_command = _strings(src, ("version_probe", "command"), probe["command"])
     options: dict[str, Any] = {}
     for key in (*parser.required, *parser.optional):
@@ -211,8 +246,7 @@ def load_descriptor(path: Path | str, versions: dict[str, str] | None = None,
 
     access_log = _string(src, ("access_log",), d["access_log"])
     if access_log not in FORMATS:
-        raise src.error(("access_log",),
-                        f"unknown format {access_log!r}; known: {', '.join(FORMATS)}")
+        raise src.error(("access_log",), f"unknown format {access_log!r}; known: {', '.join(FORMATS)}")
 
     quic = _str_map(src, ("quic",), d.get("quic", {}))
     bi_command: list[str] = []
@@ -275,22 +309,24 @@ def descriptor_files(dirs: str | None = None) -> list[Path]:
             continue
         found = sorted(d.glob(f"*/{DESCRIPTOR}"))
         if not found:
-            raise InputError(f"{ENV_DIRS}: {entry}: holds no {DESCRIPTOR} (neither "
-                             f"{entry}/{DESCRIPTOR} nor {entry}/*/{DESCRIPTOR})")
+            raise InputError(
+                f"{ENV_DIRS}: {entry}: holds no {DESCRIPTOR} (neither "
+                f"{entry}/{DESCRIPTOR} nor {entry}/*/{DESCRIPTOR})"
+            )
         files += found
     return files
 
 
-def load_servers(dirs: str | None = None, versions: dict[str, str] | None = None
-                 ) -> dict[str, ServerSpec]:
+def load_servers(dirs: str | None = None, versions: dict[str, str] | None = None) -> dict[str, ServerSpec]:
     """Every described server, by name, in `order` (then discovery order)."""
     versions = read_versions() if versions is None else versions
     specs: dict[str, ServerSpec] = {}
     for file in descriptor_files(dirs):
         spec = load_descriptor(file, versions)
         if spec.name in specs:
-            raise LocatedError(str(file), 1, "name", f"server {spec.name!r} is also described "
-                               f"by {specs[spec.name].file}")
+            raise LocatedError(
+                str(file), 1, "name", f"server {spec.name!r} is also described " f"by {specs[spec.name].file}"
+            )
         specs[spec.name] = spec
     return {s.name: s for s in sorted(specs.values(), key=lambda s: s.order)}
 
@@ -302,6 +338,4 @@ def get_server(name: str) -> ServerSpec:
     try:
         return SERVERS[name]
     except KeyError:
-        raise UnknownServer(
-            f"unknown server {name!r}; valid servers: {', '.join(sorted(SERVERS))}"
-        ) from None
+        raise UnknownServer(f"unknown server {name!r}; valid servers: {', '.join(sorted(SERVERS))}") from None

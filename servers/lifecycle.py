@@ -36,18 +36,22 @@ def container_options(name: str, content_dir: Path, pki_dir: Path, log_dir: Path
     """
     spec = get_server(name)
     return [
-        "-v", f"{Path(content_dir).resolve()}:{CONTENT_MOUNT}:ro",
-        "-v", f"{Path(pki_dir).resolve()}:{PKI_MOUNT}:ro",
-        "-v", f"{Path(log_dir).resolve()}:{LOG_MOUNT}",
-        "--cap-add", "NET_ADMIN",
-        "--label", f"quicbed.server={spec.name}",
+        "-v",
+        f"{Path(content_dir).resolve()}:{CONTENT_MOUNT}:ro",
+        "-v",
+        f"{Path(pki_dir).resolve()}:{PKI_MOUNT}:ro",
+        "-v",
+        f"{Path(log_dir).resolve()}:{LOG_MOUNT}",
+        "--cap-add",
+        "NET_ADMIN",
+        "--label",
+        f"quicbed.server={spec.name}",
     ]
 
 
 def docker_run_args(name: str, content_dir: Path, pki_dir: Path, log_dir: Path) -> list[str]:
     """Arguments for `docker run -d --network none --name X <these>`: options, image, cmd."""
-    return [*container_options(name, content_dir, pki_dir, log_dir), get_server(name).image,
-            *KEEP_ALIVE]
+    return [*container_options(name, content_dir, pki_dir, log_dir), get_server(name).image, *KEEP_ALIVE]
 
 
 def exec_in(container: str, *cmd: str, timeout: float = 10) -> subprocess.CompletedProcess[str]:
@@ -76,11 +80,22 @@ _CURL = {"h1": (["--http1.1"], "1.1"), "h2": (["--http2"], "2"), "h3": (["--http
 def _probe(container: str, spec: ServerSpec, protocol: str, timeout: float) -> tuple[bool, str]:
     """One request from inside the container: TLS handshake and HTTP over TCP or QUIC."""
     flags, version = _CURL[protocol]
-    cmd = ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_version} %{http_code}",
-           "--max-time", f"{max(timeout, 0.5):.1f}", *flags,
-           "--cacert", f"{PKI_MOUNT}/ca.pem",
-           "--resolve", f"server.quicbed:{SERVER_PORT}:127.0.0.1",
-           f"https://server.quicbed:{SERVER_PORT}{spec.health.path}"]
+    cmd = [
+        "curl",
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_version} %{http_code}",
+        "--max-time",
+        f"{max(timeout, 0.5):.1f}",
+        *flags,
+        "--cacert",
+        f"{PKI_MOUNT}/ca.pem",
+        "--resolve",
+        f"server.quicbed:{SERVER_PORT}:127.0.0.1",
+        f"https://server.quicbed:{SERVER_PORT}{spec.health.path}",
+    ]
     proc = exec_in(container, *cmd, timeout=timeout + 3)
     want = f"{version} {spec.health.status}"
     return proc.returncode == 0 and proc.stdout.strip() == want, (proc.stdout + proc.stderr).strip()
@@ -105,9 +120,11 @@ def start_server(container: str, name: str, timeout: float = 20) -> None:
     for f in ("ca.pem", "server.pem", "server.key"):
         check = exec_in(container, "test", "-r", f"{PKI_MOUNT}/{f}")
         if check.returncode != 0:
-            raise ServerError(f"{spec.name} in container {container}: {PKI_MOUNT}/{f} missing "
-                              f"(is the container running, with the PKI mounted?) "
-                              f"{check.stderr.strip()}")
+            raise ServerError(
+                f"{spec.name} in container {container}: {PKI_MOUNT}/{f} missing "
+                f"(is the container running, with the PKI mounted?) "
+                f"{check.stderr.strip()}"
+            )
     pid_file, exit_file = f"{RUN_DIR}/{spec.name}.pid", f"{RUN_DIR}/{spec.name}.exit"
     # Before the detached launcher runs: a previous run's exit file must not be mistaken
     # for this one's.
@@ -120,8 +137,9 @@ def start_server(container: str, name: str, timeout: float = 20) -> None:
         f"{shlex.join(spec.command)} >>{spec.server_log} 2>&1 & "
         f"echo $! >{pid_file}; wait $!; echo $? >{exit_file}"
     )
-    proc = subprocess.run(["docker", "exec", "-d", container, "sh", "-c", launcher],
-                          capture_output=True, text=True, timeout=15)
+    proc = subprocess.run(
+        ["docker", "exec", "-d", container, "sh", "-c", launcher], capture_output=True, text=True, timeout=15
+    )
     if proc.returncode != 0:
         raise ServerError(f"docker exec in {container} failed: {proc.stderr.strip()}")
     last = ""
@@ -132,8 +150,9 @@ def start_server(container: str, name: str, timeout: float = 20) -> None:
         left = deadline - time.monotonic()
         if left <= 0:
             stop_server(container, name, timeout=2)  # short: the caller's timeout is spent
-            raise _failure(container, spec, f"no answer on {SERVER_PORT} within {timeout:.0f} s "
-                                            f"(last probe: {last})")
+            raise _failure(
+                container, spec, f"no answer on {SERVER_PORT} within {timeout:.0f} s " f"(last probe: {last})"
+            )
         for i, protocol in enumerate(spec.health.protocols):
             # The first probe gets what is left (at most 2 s), the next ones at least 0.5 s.
             probe_timeout = min(2.0, left) if i == 0 else min(2.0, max(left, 0.5))

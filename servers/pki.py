@@ -81,13 +81,27 @@ def generate_pki(out_dir: Path, server_ip: str, server_name: str = "server.quicb
     tag = secrets.token_hex(4)  # distinguishes one run's CA from another's in a trust store
     curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256")
     try:
-        _openssl("req", "-x509", "-new", *curve, "-nodes", "-keyout", ca_key, "-out", ca,
-                 "-days", str(DAYS), "-subj", f"/O=quicbed/CN=quicbed run CA {tag}",
-                 "-addext", "basicConstraints=critical,CA:TRUE",
-                 "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        _openssl(
+            "req",
+            "-x509",
+            "-new",
+            *curve,
+            "-nodes",
+            "-keyout",
+            ca_key,
+            "-out",
+            ca,
+            "-days",
+            str(DAYS),
+            "-subj",
+            f"/O=quicbed/CN=quicbed run CA {tag}",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        )
         os.chmod(ca_key, 0o600)
-        _write_private(key, _openssl("genpkey", "-algorithm", "EC",
-                                     "-pkeyopt", "ec_paramgen_curve:P-256"))
+        _write_private(key, _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"))
         _openssl("req", "-new", "-key", key, "-subj", f"/O=quicbed/CN={server_name}", "-out", csr)
         sans = [f"DNS:{server_name}", "DNS:localhost", f"IP:{server_ip}"]
         if server_ip != "127.0.0.1":
@@ -98,9 +112,24 @@ def generate_pki(out_dir: Path, server_ip: str, server_name: str = "server.quicb
             "extendedKeyUsage=serverAuth\n"
             f"subjectAltName={','.join(sans)}\n"
         )
-        _openssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key,
-                 "-set_serial", str(secrets.randbits(63)), "-days", str(DAYS),
-                 "-extfile", ext, "-out", cert)
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            csr,
+            "-CA",
+            ca,
+            "-CAkey",
+            ca_key,
+            "-set_serial",
+            str(secrets.randbits(63)),
+            "-days",
+            str(DAYS),
+            "-extfile",
+            ext,
+            "-out",
+            cert,
+        )
     finally:
         # Without the CA key nobody, not even a later run, can mint certs this run's clients trust.
         for tmp in (ca_key, csr, ext):
@@ -108,5 +137,13 @@ def generate_pki(out_dir: Path, server_ip: str, server_name: str = "server.quicb
     # Containers read the public parts as other users (nginx workers); the key stays 0600.
     ca.chmod(0o644)
     cert.chmod(0o644)
-    return Pki(dir=out_dir, ca=ca, cert=cert, key=key, server_name=server_name,
-               server_ip=server_ip, spki_sha256=spki_sha256(cert), ca_sha256=cert_sha256(ca))
+    return Pki(
+        dir=out_dir,
+        ca=ca,
+        cert=cert,
+        key=key,
+        server_name=server_name,
+        server_ip=server_ip,
+        spki_sha256=spki_sha256(cert),
+        ca_sha256=cert_sha256(ca),
+    )

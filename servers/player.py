@@ -45,15 +45,22 @@ class Setting:
 _BUFFER, _ABR = ("buffer",), ("abr",)
 # dash.js 5's rule names (its Settings.streaming.abr.rules); the defaults have the first five
 # active except droppedFramesRule.
-ABR_RULES = ("throughputRule", "bolaRule", "insufficientBufferRule", "switchHistoryRule",
-             "droppedFramesRule", "abandonRequestsRule", "l2ARule", "loLPRule")
+ABR_RULES = (
+    "throughputRule",
+    "bolaRule",
+    "insufficientBufferRule",
+    "switchHistoryRule",
+    "droppedFramesRule",
+    "abandonRequestsRule",
+    "l2ARule",
+    "loLPRule",
+)
 # The buffer and ABR settings a run may change, in the experiment's words (snake case, unit in
 # the name). dash.js's defaults hold for whatever is not set, and every row records the
 # settings in force (qoe.js reads them back from the player: `player_settings`).
 SETTINGS: dict[str, Setting] = {
     "buffer_time_default_s": Setting((*_BUFFER, "bufferTimeDefault"), "number", 1, 120),
-    "buffer_time_at_top_quality_s": Setting((*_BUFFER, "bufferTimeAtTopQuality"), "number",
-                                            1, 300),
+    "buffer_time_at_top_quality_s": Setting((*_BUFFER, "bufferTimeAtTopQuality"), "number", 1, 300),
     "buffer_to_keep_s": Setting((*_BUFFER, "bufferToKeep"), "number", 1, 300),
     "initial_buffer_level_s": Setting((*_BUFFER, "initialBufferLevel"), "number", 0, 120),
     "stall_threshold_s": Setting((*_BUFFER, "stallThreshold"), "number", 0.05, 5),
@@ -96,13 +103,14 @@ def dashjs_tarball(cache: Path = CACHE / "npm") -> bytes:
             with urllib.request.urlopen(url, timeout=120) as response:
                 data = response.read()
         except OSError as exc:
-            raise PlayerError(f"cannot fetch dash.js {version} from the npm registry: {exc}"
-                              ) from None
+            raise PlayerError(f"cannot fetch dash.js {version} from the npm registry: {exc}") from None
     algorithm, _, expected = integrity.partition("-")
     actual = base64.b64encode(hashlib.new(algorithm, data).digest()).decode()
     if actual != expected:
-        raise PlayerError(f"dash.js {version}: integrity {algorithm}-{actual[:16]}... is not "
-                          f"the pinned {integrity[:24]}... (versions.env DASHJS_INTEGRITY)")
+        raise PlayerError(
+            f"dash.js {version}: integrity {algorithm}-{actual[:16]}... is not "
+            f"the pinned {integrity[:24]}... (versions.env DASHJS_INTEGRITY)"
+        )
     if not path.is_file():
         cache.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -127,12 +135,19 @@ def ensure_player(root: Path) -> None:
     """Write the player under root (idempotent: a file is rewritten only when it changed)."""
     root = Path(root)
     version, _ = dashjs_release()
-    params = {"dashjs": version, "page": hashlib.sha256(
-        b"".join((SOURCES / n).read_bytes() for n in ("index.html", "qoe.js"))).hexdigest()}
+    params = {
+        "dashjs": version,
+        "page": hashlib.sha256(
+            b"".join((SOURCES / n).read_bytes() for n in ("index.html", "qoe.js"))
+        ).hexdigest(),
+    }
     with content.locked(root) as manifest:
         listed = [rel for rel in manifest["files"] if rel.startswith(f"{PLAYER_DIR}/")]
-        if (manifest["params"].get("player") == params and listed
-                and all(content.is_current(root, manifest, rel) for rel in listed)):
+        if (
+            manifest["params"].get("player") == params
+            and listed
+            and all(content.is_current(root, manifest, rel) for rel in listed)
+        ):
             return
         for rel, data in player_files().items():
             manifest["files"][rel] = content.write_atomic(root, rel, [data])

@@ -37,8 +37,9 @@ def prepare(out: Path, workloads: set[str], cloud: list[str]) -> pki.Pki:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir", nargs="?", type=Path, default=STATE / "compose")
-    ap.add_argument("--workloads", default="web,cloud,video",
-                    help="comma-separated subset of web,cloud,video")
+    ap.add_argument(
+        "--workloads", default="web,cloud,video", help="comma-separated subset of web,cloud,video"
+    )
     ap.add_argument("--cloud", default="", help="extra cloud files, e.g. 100MB,1GB")
     args = ap.parse_args(argv)
     workloads = {w for w in args.workloads.split(",") if w}

@@ -22,8 +22,9 @@ def server_version(container: str, name: str) -> str:
     out = (proc.stdout + proc.stderr).strip()
     if proc.returncode != 0 or not out:
         raise ServerError(f"{shlex.join(spec.version_command)} failed in {container}: {out}")
-    return parse_version(out, spec.version_parser, spec.version_options,
-                         lambda argv: exec_in(container, *argv))
+    return parse_version(
+        out, spec.version_parser, spec.version_options, lambda argv: exec_in(container, *argv)
+    )
 
 
 def server_settings(container: str, name: str) -> dict:
@@ -43,8 +44,7 @@ def server_settings(container: str, name: str) -> dict:
         "image": spec.image,
         "version": server_version(container, name),
         "config": spec.config,
-        "config_sha256": next(iter(exec_in(container, "sha256sum", spec.config).stdout.split()),
-                              None),
+        "config_sha256": next(iter(exec_in(container, "sha256sum", spec.config).stdout.split()), None),
         "tls_versions": list(spec.tls_versions),
         "http_versions": list(spec.http_versions),
         "tcp_cc": sysctl("net.ipv4.tcp_congestion_control"),
@@ -68,9 +68,15 @@ def server_settings(container: str, name: str) -> dict:
     }
 
 
-_OFFLOADS = ("tcp-segmentation-offload", "generic-segmentation-offload",
-             "generic-receive-offload", "tx-udp-segmentation", "rx-udp-gro-forwarding",
-             "tx-checksumming", "rx-checksumming")
+_OFFLOADS = (
+    "tcp-segmentation-offload",
+    "generic-segmentation-offload",
+    "generic-receive-offload",
+    "tx-udp-segmentation",
+    "rx-udp-gro-forwarding",
+    "tx-checksumming",
+    "rx-checksumming",
+)
 
 
 def _offloads(container: str, iface: str) -> dict[str, str]:

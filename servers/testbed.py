@@ -29,10 +29,19 @@ def ensure_pki(pki_dir: Path) -> None:
 
 
 @contextlib.contextmanager
-def served_testbed(profile: Profile, names: list[str], *, log_root: Path, pki_dir: Path,
-                   content_dir: Path, backend: str = "auto", client_image: str = DEFAULT_IMAGE,
-                   tcp_cc: str = "cubic", start: bool = False, run_id: str | None = None
-                   ) -> Iterator[tuple[Testbed, dict[str, DockerHost]]]:
+def served_testbed(
+    profile: Profile,
+    names: list[str],
+    *,
+    log_root: Path,
+    pki_dir: Path,
+    content_dir: Path,
+    backend: str = "auto",
+    client_image: str = DEFAULT_IMAGE,
+    tcp_cc: str = "cubic",
+    start: bool = False,
+    run_id: str | None = None,
+) -> Iterator[tuple[Testbed, dict[str, DockerHost]]]:
     """The path with one container per named server (content, PKI and logs mounted) and the
     client with the CA. With `start`, every server is started and ready; otherwise the caller
     starts them (the runner does, once per condition, after calibration). `run_id` names the
@@ -44,9 +53,14 @@ def served_testbed(profile: Profile, names: list[str], *, log_root: Path, pki_di
         log_dir.mkdir(parents=True, exist_ok=True)
         options = container_options(name, content_dir, pki_dir, log_dir)
         specs.append(HostSpec(image=get_server(name).image, docker_args=tuple(options)))
-    cfg = TestbedConfig(profile=profile, backend=backend, tcp_cc=tcp_cc,
-                        client=HostSpec(client_image, ("-v", f"{pki_dir}:{CLIENT_PKI}:ro")),
-                        servers=tuple(specs), **({"run_id": run_id} if run_id else {}))
+    cfg = TestbedConfig(
+        profile=profile,
+        backend=backend,
+        tcp_cc=tcp_cc,
+        client=HostSpec(client_image, ("-v", f"{pki_dir}:{CLIENT_PKI}:ro")),
+        servers=tuple(specs),
+        **({"run_id": run_id} if run_id else {}),
+    )
     with Testbed(cfg) as tb:
         hosts = dict(zip(names, tb.servers, strict=True))
         for name, host in hosts.items() if start else ():

@@ -27,8 +27,14 @@ CONDITIONS = {  # name: (rtt_ms, down, up, loss)
     "germany": (6.0, 500.0, 500.0, 0.0),
 }
 MiB = 2**20  # the content server's "MB"
-CLOUD_SIZES = {"1KB": 1024, "1MB": MiB, "10MB": 10 * MiB, "20MB": 20 * MiB, "50MB": 50 * MiB,
-               "200MB": 200 * MiB}
+CLOUD_SIZES = {
+    "1KB": 1024,
+    "1MB": MiB,
+    "10MB": 10 * MiB,
+    "20MB": 20 * MiB,
+    "50MB": 50 * MiB,
+    "200MB": 200 * MiB,
+}
 VERSIONS = {"CADDY_VERSION": "v2.11.9", "NGINX_VERSION": "1.26.3"}
 
 
@@ -36,8 +42,7 @@ VERSIONS = {"CADDY_VERSION": "v2.11.9", "NGINX_VERSION": "1.26.3"}
 class Model:
     repetitions: int = 20
     workloads: tuple[str, ...] = ("web", "cloud", "video", "streaming", "pageload")
-    conditions: dict[str, tuple[float, float, float, float]] = field(
-        default_factory=lambda: dict(CONDITIONS))
+    conditions: dict[str, tuple[float, float, float, float]] = field(default_factory=lambda: dict(CONDITIONS))
     noise: float = 0.05
     failed: int = 2  # trials with an error
     seed: int = 1
@@ -45,27 +50,48 @@ class Model:
 
 def base_row(run_id: str, condition: str, params: tuple, protocol: str, rep: int) -> dict:
     rtt, down, up, loss = params
-    return {"run_id": run_id, "condition": condition, "profile": condition, "rtt_ms": rtt,
-            "rate_down_mbit": down, "rate_up_mbit": up, "loss_pct": loss, "server": "caddy",
-            "client": CLIENTS[protocol], "protocol": protocol, "repetition": rep,
-            "tool": "synthetic", "tls_version": "1.3" if protocol != "tls1.2" else "1.2",
-            "http_version": "3" if protocol == "quic" else "2", "http_status": 200,
-            "cpu": [], "cpu_client_pct": 10.0, "cpu_server_pct": 5.0, "cpu_bound": False,
-            "calib_rtt_ms": rtt * 1.01, "calib_passed": True, "calib_forced": False,
-            "error": ""}
+    return {
+        "run_id": run_id,
+        "condition": condition,
+        "profile": condition,
+        "rtt_ms": rtt,
+        "rate_down_mbit": down,
+        "rate_up_mbit": up,
+        "loss_pct": loss,
+        "server": "caddy",
+        "client": CLIENTS[protocol],
+        "protocol": protocol,
+        "repetition": rep,
+        "tool": "synthetic",
+        "tls_version": "1.3" if protocol != "tls1.2" else "1.2",
+        "http_version": "3" if protocol == "quic" else "2",
+        "http_status": 200,
+        "cpu": [],
+        "cpu_client_pct": 10.0,
+        "cpu_server_pct": 5.0,
+        "cpu_bound": False,
+        "calib_rtt_ms": rtt * 1.01,
+        "calib_passed": True,
+        "calib_forced": False,
+        "error": "",
+    }
 
 
-def timing(rng: np.random.Generator, m: Model, rtt: float, protocol: str, size: float,
-           rate: float) -> dict:
+def timing(rng: np.random.Generator, m: Model, rtt: float, protocol: str, size: float, rate: float) -> dict:
     # the calibrated path (1 % above the profile, as base_row says), never shorter than k RTT
     # (transmission and the server add a little), plus 0.3 ms of client time
     path = HANDSHAKE_K[protocol] * rtt * 1.01 * (1 + abs(m.noise * rng.standard_normal()) / 3)
     conn = path + 0.3
     ttfb = conn + rtt * (1 + m.noise * rng.random())
     download = ttfb + size * 8 / (rate * 1e3)
-    return {"connection_time_ms": conn, "client_cpu_ms": 0.3, "ttfb_ms": ttfb,
-            "download_time_ms": download,
-            "bytes": size, "throughput_mbps": size * 8 / (download * 1e3)}
+    return {
+        "connection_time_ms": conn,
+        "client_cpu_ms": 0.3,
+        "ttfb_ms": ttfb,
+        "download_time_ms": download,
+        "bytes": size,
+        "throughput_mbps": size * 8 / (download * 1e3),
+    }
 
 
 def cloud_rate(rate: float, protocol: str, size: float) -> float:
@@ -77,22 +103,34 @@ def cloud_rate(rate: float, protocol: str, size: float) -> float:
 
 def cpu_trace(rng: np.random.Generator, protocol: str, seconds: float) -> list[dict]:
     level = 90.0 if protocol == "quic" else 50.0
-    return [{"t": t, "proc_pct": float(level + 5 * rng.standard_normal()),
-             "sys_busy_pct": 60.0} for t in np.arange(0, min(seconds, 20), 0.5)]
+    return [
+        {"t": t, "proc_pct": float(level + 5 * rng.standard_normal()), "sys_busy_pct": 60.0}
+        for t in np.arange(0, min(seconds, 20), 0.5)
+    ]
 
 
 def web_rows(rng, m, base, params) -> list[dict]:
     rtt, down = params[0], params[1]
-    return [{**base, "workload": "web", "object": "index.html",
-             **timing(rng, m, rtt, base["protocol"], 40e3, down)}]
+    return [
+        {
+            **base,
+            "workload": "web",
+            "object": "index.html",
+            **timing(rng, m, rtt, base["protocol"], 40e3, down),
+        }
+    ]
 
 
 def cloud_rows(rng, m, base, params) -> list[dict]:
     rtt, down, protocol = params[0], params[1], base["protocol"]
     rows = []
     for name, size in CLOUD_SIZES.items():
-        row = {**base, "workload": "cloud", "object": name,
-               **timing(rng, m, rtt, protocol, size, cloud_rate(down, protocol, size))}
+        row = {
+            **base,
+            "workload": "cloud",
+            "object": name,
+            **timing(rng, m, rtt, protocol, size, cloud_rate(down, protocol, size)),
+        }
         if size >= 100 * MiB:
             row["cpu"] = cpu_trace(rng, protocol, row["download_time_ms"] / 1e3)
             row["cpu_client_pct"] = float(np.median([s["proc_pct"] for s in row["cpu"]]))
@@ -103,8 +141,12 @@ def cloud_rows(rng, m, base, params) -> list[dict]:
 
 def video_rows(rng, m, base, params) -> list[dict]:
     rtt, down, protocol = params[0], params[1], base["protocol"]
-    row = {**base, "workload": "video", "object": "video+audio",
-           **timing(rng, m, rtt, protocol, 30e6, down * (0.7 if protocol == "quic" else 0.9))}
+    row = {
+        **base,
+        "workload": "video",
+        "object": "video+audio",
+        **timing(rng, m, rtt, protocol, 30e6, down * (0.7 if protocol == "quic" else 0.9)),
+    }
     return [row]
 
 
@@ -117,12 +159,20 @@ def streaming_rows(rng, m, base, params) -> list[dict]:
         factor = 1 + loss / 5 * (0.6 if quic else 1.0)
         stalls = int(rng.poisson(loss / 2))
         durations = list(rng.gamma(4, (150 if quic else 225), size=stalls))
-        rows.append({**base, "workload": "streaming", "object": "dash", "loss_pct": loss,
-                     "startup_delay_ms": 600 * factor * (1 + 0.05 * rng.standard_normal()),
-                     "stall_count": stalls, "stall_durations_ms": durations,
-                     "stall_total_ms": float(sum(durations)),
-                     "quality_switches": int(rng.poisson(1 + loss)),
-                     "lowest_quality": "144p" if loss >= 5 else "480p"})
+        rows.append(
+            {
+                **base,
+                "workload": "streaming",
+                "object": "dash",
+                "loss_pct": loss,
+                "startup_delay_ms": 600 * factor * (1 + 0.05 * rng.standard_normal()),
+                "stall_count": stalls,
+                "stall_durations_ms": durations,
+                "stall_total_ms": float(sum(durations)),
+                "quality_switches": int(rng.poisson(1 + loss)),
+                "lowest_quality": "144p" if loss >= 5 else "480p",
+            }
+        )
     return rows
 
 
@@ -132,19 +182,38 @@ def pageload_rows(rng, m, base, params) -> list[dict]:
     rtt, down, protocol = params[0], params[1], base["protocol"]
     t = timing(rng, m, rtt, protocol, 40e3, down)
     if protocol == "tls1.2":
-        t = {k: v - rtt if k.endswith("_ms") and k != "client_cpu_ms" else v
-             for k, v in t.items()}
+        t = {k: v - rtt if k.endswith("_ms") and k != "client_cpu_ms" else v for k, v in t.items()}
     load = t["download_time_ms"] + 2 * rtt + 60
-    return [{**base, **t, "workload": "web", "object": "index.html", "tool": "chromium",
-             "client": f"chromium-{protocol}", "throughput_mbps": None, "client_cpu_ms": None,
-             "page_load_time_ms": load, "dom_content_loaded_ms": load - 20,
-             "fcp_ms": load - 30, "lcp_ms": load - 25, "resources": 5, "connections": 1,
-             "resource_protocols": {"h3" if protocol == "quic" else "h2": 6},
-             "browser_cpu_ms": 0.4 * load, "browser_cpu_pct": 40.0}]
+    return [
+        {
+            **base,
+            **t,
+            "workload": "web",
+            "object": "index.html",
+            "tool": "chromium",
+            "client": f"chromium-{protocol}",
+            "throughput_mbps": None,
+            "client_cpu_ms": None,
+            "page_load_time_ms": load,
+            "dom_content_loaded_ms": load - 20,
+            "fcp_ms": load - 30,
+            "lcp_ms": load - 25,
+            "resources": 5,
+            "connections": 1,
+            "resource_protocols": {"h3" if protocol == "quic" else "h2": 6},
+            "browser_cpu_ms": 0.4 * load,
+            "browser_cpu_pct": 40.0,
+        }
+    ]
 
 
-BUILDERS = {"web": web_rows, "cloud": cloud_rows, "video": video_rows,
-            "streaming": streaming_rows, "pageload": pageload_rows}
+BUILDERS = {
+    "web": web_rows,
+    "cloud": cloud_rows,
+    "video": video_rows,
+    "streaming": streaming_rows,
+    "pageload": pageload_rows,
+}
 
 
 def make_rows(run_id: str, m: Model) -> list[dict[str, Any]]:
@@ -164,41 +233,96 @@ def make_rows(run_id: str, m: Model) -> list[dict[str, Any]]:
 
 
 def manifest(run_id: str, m: Model, versions: dict[str, str] | None = None) -> dict:
-    return {"run_id": run_id, "experiment": "synthetic", "git_commit": "0123abc",
-            "kernel": "6.1.176", "link_backend": "uml", "versions": versions or VERSIONS,
-            "tcp_cc": "cubic", "quic": {"initial_window": 10}, "seed": m.seed,
-            "calibration": [
-                {"condition": c, "profile": c,
-                 "configured": {"rtt_ms": p[0], "rate_down_mbit": p[1], "rate_up_mbit": p[2],
-                                "loss_pct": p[3]},
-                 "measured": {"rtt_min_ms": p[0] * 1.01, "rtt_median_ms": p[0] * 1.02,
-                              "goodput_down_mbit": p[1] * 0.95, "goodput_up_mbit": p[2] * 0.95,
-                              "loss_down_pct": p[3], "loss_up_pct": p[3]},
-                 "passed": True, "forced": False} for c, p in m.conditions.items()],
-            "started_at": "2026-11-22T00:00:00Z", "ended_at": "2026-11-22T01:00:00Z"}
+    return {
+        "run_id": run_id,
+        "experiment": "synthetic",
+        "git_commit": "0123abc",
+        "kernel": "6.1.176",
+        "link_backend": "uml",
+        "versions": versions or VERSIONS,
+        "tcp_cc": "cubic",
+        "quic": {"initial_window": 10},
+        "seed": m.seed,
+        "calibration": [
+            {
+                "condition": c,
+                "profile": c,
+                "configured": {
+                    "rtt_ms": p[0],
+                    "rate_down_mbit": p[1],
+                    "rate_up_mbit": p[2],
+                    "loss_pct": p[3],
+                },
+                "measured": {
+                    "rtt_min_ms": p[0] * 1.01,
+                    "rtt_median_ms": p[0] * 1.02,
+                    "goodput_down_mbit": p[1] * 0.95,
+                    "goodput_up_mbit": p[2] * 0.95,
+                    "loss_down_pct": p[3],
+                    "loss_up_pct": p[3],
+                },
+                "passed": True,
+                "forced": False,
+            }
+            for c, p in m.conditions.items()
+        ],
+        "started_at": "2026-11-22T00:00:00Z",
+        "ended_at": "2026-11-22T01:00:00Z",
+    }
 
 
 def runner_manifest(run_id: str, m: Model, failing: str | None) -> dict:
     """The experiment runner's shape: conditions keyed by id, calibration checks inside."""
+
     def condition(i: int, name: str, p: tuple) -> dict:
         ok = name != failing
         checks = [
-            {"metric": "rtt_median_ms", "direction": "both", "configured": p[0],
-             "measured": p[0] * 1.02, "tolerance": "±2 ms", "passed": True},
-            {"metric": "goodput_mbit", "direction": "down", "configured": p[1],
-             "measured": p[1] * (0.95 if ok else 0.5), "tolerance": "90%..102% of rate",
-             "passed": ok},
+            {
+                "metric": "rtt_median_ms",
+                "direction": "both",
+                "configured": p[0],
+                "measured": p[0] * 1.02,
+                "tolerance": "±2 ms",
+                "passed": True,
+            },
+            {
+                "metric": "goodput_mbit",
+                "direction": "down",
+                "configured": p[1],
+                "measured": p[1] * (0.95 if ok else 0.5),
+                "tolerance": "90%..102% of rate",
+                "passed": ok,
+            },
         ]
-        return {"label": name, "profile": name,
-                "link": {"name": name, "rtt_ms": p[0], "down": {"rate_mbit": p[1],
-                         "loss_pct": p[3]}, "up": {"rate_mbit": p[2], "loss_pct": p[3]}},
-                "calibration": {"rtt_ms": p[0] * 1.01, "passed": ok, "forced": not ok,
-                                "backend": "uml", "checks": checks}}
-    return {"run_id": run_id, "experiment": "synthetic", "git": {"commit": "0123abc"},
-            "host": {"kernel": "6.18"}, "versions": VERSIONS, "executor": {"backend": "uml"},
-            "status": "complete", "sessions": [{"pid": 1}],
-            "conditions": {f"c{i}": condition(i, name, p)
-                           for i, (name, p) in enumerate(m.conditions.items())}}
+        return {
+            "label": name,
+            "profile": name,
+            "link": {
+                "name": name,
+                "rtt_ms": p[0],
+                "down": {"rate_mbit": p[1], "loss_pct": p[3]},
+                "up": {"rate_mbit": p[2], "loss_pct": p[3]},
+            },
+            "calibration": {
+                "rtt_ms": p[0] * 1.01,
+                "passed": ok,
+                "forced": not ok,
+                "backend": "uml",
+                "checks": checks,
+            },
+        }
+
+    return {
+        "run_id": run_id,
+        "experiment": "synthetic",
+        "git": {"commit": "0123abc"},
+        "host": {"kernel": "6.18"},
+        "versions": VERSIONS,
+        "executor": {"backend": "uml"},
+        "status": "complete",
+        "sessions": [{"pid": 1}],
+        "conditions": {f"c{i}": condition(i, name, p) for i, (name, p) in enumerate(m.conditions.items())},
+    }
 
 
 def playback_trace(row: dict[str, Any], seconds: int = 30) -> list[dict[str, Any]]:
@@ -213,9 +337,16 @@ def playback_trace(row: dict[str, Any], seconds: int = 30) -> list[dict[str, Any
     trace, buffer = [], 0.0
     for t in range(1, seconds + 1):
         buffer = 0.0 if t in stalled else min(12.0, buffer + 1.0)
-        trace.append({"t_s": float(t), "buffer_s": buffer, "bitrate_kbps": kbps,
-                      "height": int(kbps > 1000) * 720 or 144, "stalled": t in stalled,
-                      "position_s": float(t)})
+        trace.append(
+            {
+                "t_s": float(t),
+                "buffer_s": buffer,
+                "bitrate_kbps": kbps,
+                "height": int(kbps > 1000) * 720 or 144,
+                "stalled": t in stalled,
+                "position_s": float(t),
+            }
+        )
     return trace
 
 
@@ -229,9 +360,17 @@ def write_traces(run_dir: Path, rows: list[dict[str, Any]]) -> None:
             path.write_text(json.dumps(playback_trace(row)))
 
 
-def write_run(root: Path, run_id: str, m: Model | None = None, *, parquet: bool = True,
-              torn_tail: bool = False, versions: dict[str, str] | None = None,
-              runner_style: bool = False, failing: str | None = None) -> Path:
+def write_run(
+    root: Path,
+    run_id: str,
+    m: Model | None = None,
+    *,
+    parquet: bool = True,
+    torn_tail: bool = False,
+    versions: dict[str, str] | None = None,
+    runner_style: bool = False,
+    failing: str | None = None,
+) -> Path:
     """Write results/<run_id>/ under root; returns the run directory. runner_style: rows and
     manifest as the experiment runner writes them (condition ids c0.. plus labels), with
     the calibration of condition `failing` failed and forced."""
@@ -243,8 +382,11 @@ def write_run(root: Path, run_id: str, m: Model | None = None, *, parquet: bool 
     if runner_style:
         ids = {name: f"c{i}" for i, name in enumerate(m.conditions)}
         for row in rows:
-            row.update(condition=ids[row["condition"]], condition_label=row["condition"],
-                       calib_forced=row["condition"] == failing)
+            row.update(
+                condition=ids[row["condition"]],
+                condition_label=row["condition"],
+                calib_forced=row["condition"] == failing,
+            )
         info = runner_manifest(run_id, m, failing)
     else:
         info = manifest(run_id, m, versions)

@@ -49,13 +49,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for name in BACKENDS:
         proof = _proof(name)
         if proof.runs:
-            write(f"link backend {name}: runs here ({_ran.get(name, 0)} backend-specific tests "
-                  "ran on it)")
+            write(f"link backend {name}: runs here ({_ran.get(name, 0)} backend-specific tests " "ran on it)")
         else:
             write(f"link backend {name}: cannot run here: {proof.reason}")
     try:
         choice = choose_backend("auto")
-        write(f"link backend auto: {choice.name} ({choice.reason}); every other path test ran "
-              "on it")
+        write(f"link backend auto: {choice.name} ({choice.reason}); every other path test ran " "on it")
     except QuicbedError as exc:
         write(f"link backend auto: none: {exc}")

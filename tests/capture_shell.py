@@ -19,8 +19,10 @@ def captured(command: str, iface: str, stem: str) -> str:
 def wirecheck(tool: str, iface: str, stem: str) -> str:
     """The tool's row checked against a capture of its connection, decrypted by its key log
     (wirecheck.py --json prints the verdict as the last line)."""
-    return (captured(f"{tool} --keylog {stem}.keys > {stem}.json", iface, stem)
-            + f"; wirecheck.py --pcap {stem}.pcap --row {stem}.json --keylog {stem}.keys --json")
+    return (
+        captured(f"{tool} --keylog {stem}.keys > {stem}.json", iface, stem)
+        + f"; wirecheck.py --pcap {stem}.pcap --row {stem}.json --keylog {stem}.keys --json"
+    )
 
 
 # wirecheck.py's deltas are wire time minus tool time (ms). A packet that arrives at the
@@ -40,7 +42,8 @@ def attempt_line(attempt: int, result: dict) -> str:
     """One attempt's deltas, as every test with attempts reports them."""
     deltas = ", ".join(
         f"{k} {d:+.3f} ms" if (d := result["events"][k]["delta_ms"]) is not None else f"{k} -"
-        for k in ("handshake", "first_byte"))
+        for k in ("handshake", "first_byte")
+    )
     return f"attempt {attempt}: {deltas} (wire minus tool)"
 
 

@@ -50,19 +50,24 @@ def physics_violations(name: str, profile: Profile, ref: Answers) -> list[str]:
         for queue in (20, 200):
             goodput, loaded = float(ref[f"goodput_mbit_q{queue}"]), float(ref[f"loaded_rtt_ms_q{queue}"])
             if goodput > profile.down.rate_mbit * GOODPUT_CEILING:
-                out.append(f"goodput_mbit_q{queue} = {goodput} above the link's "
-                           f"{profile.down.rate_mbit:g} Mbit/s")
+                out.append(
+                    f"goodput_mbit_q{queue} = {goodput} above the link's "
+                    f"{profile.down.rate_mbit:g} Mbit/s"
+                )
             if loaded < rtt * (1 - RTT_TOLERANCE):
                 out.append(f"loaded_rtt_ms_q{queue} = {loaded} below the idle RTT {rtt:g} ms")
         if ref["bufferbloat_queue"] != "200":
-            out.append(f"bufferbloat_queue = {ref['bufferbloat_queue']}: a full 200 ms queue "
-                       "must add more delay than a 20 ms one")
+            out.append(
+                f"bufferbloat_queue = {ref['bufferbloat_queue']}: a full 200 ms queue "
+                "must add more delay than a 20 ms one"
+            )
     return out
 
 
 @dataclass(frozen=True)
 class Wrong:
     """One wrong answer to one question, and what its FAIL line must say."""
+
     exercise: str
     key: str
     answer: Any  # as a student writes it in the answers file
@@ -76,22 +81,61 @@ def known_wrong(profile_of: Any = exercise_profile) -> list[Wrong]:
     india = profile_of("round-trips")
     queues = profile_of("queues")
     return [
-        Wrong("round-trips", "tls12_rtts", 2, "TLS 1.2 counted as TLS 1.3",
-              "count TCP's SYN/SYN-ACK", ""),
-        Wrong("round-trips", "tls13_rtts", 1, "QUIC's count given for TLS 1.3 (the wrong "
-              "protocol)", "TLS 1.3 sends the key share in the ClientHello"),
-        Wrong("round-trips", "quic_rtts", 2, "TLS 1.3's count given for QUIC (the wrong "
-              "protocol)", "its Initial carries the ClientHello"),
-        Wrong("round-trips", "rtt_ms", f"{india.rtt_ms * 1.2:g} ms", "the RTT 20 % high",
-              "ping the server", "too high"),
-        Wrong("round-trips", "rtt_ms", f"{india.rtt_ms * 0.8 / 1e3:g} s", "the RTT 20 % low",
-              "ping the server", "too low"),
-        Wrong("round-trips", "rtt_ms", f"{india.rtt_ms / 2:g} ms", "the one-way delay",
-              "ping the server", "too low"),
-        Wrong("queues", "bdp_kbyte", f"{bdp_kbyte(queues) * 8:g} kB", "bits taken for bytes",
-              "/ 8 gives bytes", "too high"),
-        Wrong("queues", "bdp_kbyte", f"{bdp_kbyte(queues) / 2:g} kB", "the one-way delay",
-              "rate (bit/s) x RTT (s)", "too low"),
+        Wrong("round-trips", "tls12_rtts", 2, "TLS 1.2 counted as TLS 1.3", "count TCP's SYN/SYN-ACK", ""),
+        Wrong(
+            "round-trips",
+            "tls13_rtts",
+            1,
+            "QUIC's count given for TLS 1.3 (the wrong " "protocol)",
+            "TLS 1.3 sends the key share in the ClientHello",
+        ),
+        Wrong(
+            "round-trips",
+            "quic_rtts",
+            2,
+            "TLS 1.3's count given for QUIC (the wrong " "protocol)",
+            "its Initial carries the ClientHello",
+        ),
+        Wrong(
+            "round-trips",
+            "rtt_ms",
+            f"{india.rtt_ms * 1.2:g} ms",
+            "the RTT 20 % high",
+            "ping the server",
+            "too high",
+        ),
+        Wrong(
+            "round-trips",
+            "rtt_ms",
+            f"{india.rtt_ms * 0.8 / 1e3:g} s",
+            "the RTT 20 % low",
+            "ping the server",
+            "too low",
+        ),
+        Wrong(
+            "round-trips",
+            "rtt_ms",
+            f"{india.rtt_ms / 2:g} ms",
+            "the one-way delay",
+            "ping the server",
+            "too low",
+        ),
+        Wrong(
+            "queues",
+            "bdp_kbyte",
+            f"{bdp_kbyte(queues) * 8:g} kB",
+            "bits taken for bytes",
+            "/ 8 gives bytes",
+            "too high",
+        ),
+        Wrong(
+            "queues",
+            "bdp_kbyte",
+            f"{bdp_kbyte(queues) / 2:g} kB",
+            "the one-way delay",
+            "rate (bit/s) x RTT (s)",
+            "too low",
+        ),
         Wrong("queues", "bufferbloat_queue", "20", "the short queue", "compare the two loaded RTTs"),
     ]
 

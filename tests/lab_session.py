@@ -22,27 +22,39 @@ START_TIMEOUT = 150.0  # bring-up with a UML router and the server, plus the sho
 
 
 class LabSession:
-    def __init__(self, profile: str, lab_id: str, *extra: str,
-                 ignored: tuple[signal.Signals, ...] = ()) -> None:
+    def __init__(
+        self, profile: str, lab_id: str, *extra: str, ignored: tuple[signal.Signals, ...] = ()
+    ) -> None:
         self.lab_id = lab_id
         self.master, slave = pty.openpty()
         # A terminal 200 columns wide: the calibration table's rows stay one line each.
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
         # setsid -c: a new session whose controlling terminal is stdin (the pty); the pid
         # stays the lab's (no fork: the child of Popen is no process-group leader).
-        argv = ["setsid", "-c", sys.executable, "-m", "quicbed.cli", "lab", profile,
-                "--id", lab_id, *extra]
+        argv = ["setsid", "-c", sys.executable, "-m", "quicbed.cli", "lab", profile, "--id", lab_id, *extra]
+
         # ignored: signals the lab inherits as ignored, as from nohup (SIGHUP) or a runner
         # that starts its jobs with SIGINT ignored; the lab must end on them all the same.
         def ignore() -> None:
             for sig in ignored:
                 signal.signal(sig, signal.SIG_IGN)
-        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave,
-                                     preexec_fn=ignore,  # only a signal disposition
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1",
-                                          # rich sizes a dumb terminal 80x25 unless both
-                                          # COLUMNS and LINES are set
-                                          "COLUMNS": "200", "LINES": "50", "TERM": "dumb"})
+
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            preexec_fn=ignore,  # only a signal disposition
+            env={
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                # rich sizes a dumb terminal 80x25 unless both
+                # COLUMNS and LINES are set
+                "COLUMNS": "200",
+                "LINES": "50",
+                "TERM": "dumb",
+            },
+        )
         os.close(slave)
         self.seen = ""
 
@@ -52,7 +64,7 @@ class LabSession:
         while True:
             match = re.search(pattern, self.seen)
             if match:
-                self.seen = self.seen[match.end():]
+                self.seen = self.seen[match.end() :]
                 return match
             left = deadline - time.monotonic()
             if left <= 0 or self.master < 0:
@@ -93,5 +105,8 @@ class LabSession:
         if self.master >= 0:
             os.close(self.master)
             self.master = -1
-        subprocess.run([sys.executable, "-m", "quicbed.cli", "clean", "--lab", self.lab_id],
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "quicbed.cli", "clean", "--lab", self.lab_id],
+            capture_output=True,
+            timeout=120,
+        )

@@ -14,10 +14,8 @@ from quicbed import servers
 from quicbed.servers import content, pki
 
 
-def docker_text(*args: str, timeout: float = 60,
-                check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
-                          check=check)
+def docker_text(*args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=check)
 
 
 def have_image(image: str) -> bool:
@@ -48,16 +46,40 @@ class ServerBox:
         self.logs = tmp / "logs"
         self.logs.mkdir()
         self.name = f"dev-srv-test-{name}-{uuid.uuid4().hex[:6]}"
-        docker_text("run", "-d", "--network", "none", "--name", self.name,
-                    *servers.docker_run_args(name, root, self.pki.dir, self.logs))
+        docker_text(
+            "run",
+            "-d",
+            "--network",
+            "none",
+            "--name",
+            self.name,
+            *servers.docker_run_args(name, root, self.pki.dir, self.logs),
+        )
 
     def fetch(self, flags: list[str], paths: list[str], out: Path) -> subprocess.CompletedProcess:
         """One curl, one connection, all paths, from a second container in the same netns."""
         out.mkdir(parents=True, exist_ok=True)
-        cmd = ["run", "--rm", "--network", f"container:{self.name}",
-               "-v", f"{self.pki.dir}:/pki:ro", "-v", f"{out}:/out", self.image,
-               "curl", "-sS", "--fail", "--max-time", "30", *flags, "--cacert", "/pki/ca.pem",
-               "--resolve", "server.quicbed:443:127.0.0.1"]
+        cmd = [
+            "run",
+            "--rm",
+            "--network",
+            f"container:{self.name}",
+            "-v",
+            f"{self.pki.dir}:/pki:ro",
+            "-v",
+            f"{out}:/out",
+            self.image,
+            "curl",
+            "-sS",
+            "--fail",
+            "--max-time",
+            "30",
+            *flags,
+            "--cacert",
+            "/pki/ca.pem",
+            "--resolve",
+            "server.quicbed:443:127.0.0.1",
+        ]
         for i, path in enumerate(paths):
             cmd += ["-o", f"/out/{i}", f"https://server.quicbed/{path}"]
         return docker_text(*cmd, check=False)

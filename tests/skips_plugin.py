@@ -74,8 +74,9 @@ class SkipGate:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # the items that run, after -m/-k deselection
-        self.unit_session = not any(item.get_closest_marker(m) for item in session.items
-                                    for m in FULL_SUITE_MARKERS)
+        self.unit_session = not any(
+            item.get_closest_marker(m) for item in session.items for m in FULL_SUITE_MARKERS
+        )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not report.skipped or hasattr(report, "wasxfail"):
@@ -89,8 +90,7 @@ class SkipGate:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.refused and session.exitstatus in (pytest.ExitCode.OK,
-                                                   pytest.ExitCode.NO_TESTS_COLLECTED):
+        if self.refused and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -104,13 +104,20 @@ class SkipGate:
             for nodeid, reason in self.refused:
                 tr.line(f"{nodeid}: {reason}", red=True)
             scope = "unit session" if self.unit_session else "full suite (path/docker tests selected)"
-            tr.line(f"{len(self.refused)} skip(s) refused in this {scope}; fix the cause, or add "
-                    f"a reviewed entry to {self.source}", red=True)
+            tr.line(
+                f"{len(self.refused)} skip(s) refused in this {scope}; fix the cause, or add "
+                f"a reviewed entry to {self.source}",
+                red=True,
+            )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--allowed-skips", default=str(DEFAULT_LIST), metavar="FILE",
-                     help="the reviewed list of allowed skip reasons (default: %(default)s)")
+    parser.addoption(
+        "--allowed-skips",
+        default=str(DEFAULT_LIST),
+        metavar="FILE",
+        help="the reviewed list of allowed skip reasons (default: %(default)s)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -71,13 +71,20 @@ class Calibration:
 Progress = Callable[[str], None]
 
 
-def calibrate(tb: Testbed, rtt_samples: int = 30, udp_packets: int = 20000,
-              goodput_seconds: float = 5.0, progress: Progress = lambda _m: None
-              ) -> Calibration:
+def calibrate(
+    tb: Testbed,
+    rtt_samples: int = 30,
+    udp_packets: int = 20000,
+    goodput_seconds: float = 5.0,
+    progress: Progress = lambda _m: None,
+) -> Calibration:
     start = time.monotonic()
     assert tb.backend
-    cal = Calibration(profile=tb.profile.name, backend=tb.backend.name,
-                      backend_reason=tb.backend_choice.reason if tb.backend_choice else "")
+    cal = Calibration(
+        profile=tb.profile.name,
+        backend=tb.backend.name,
+        backend_reason=tb.backend_choice.reason if tb.backend_choice else "",
+    )
     progress("route")
     cal.checks += check_route(tb)
     down, up = tb.profile.down, tb.profile.up
@@ -115,12 +122,25 @@ def check_rtt(tb: Testbed, samples: int) -> Check:
     configured = round(expected_ping_rtt_ms(tb.profile.down, tb.profile.up), 3)
     tolerance = rtt_tolerance_ms(configured, tb.profile.down.jitter_ms + tb.profile.up.jitter_ms)
     if len(rtts) < 20:
-        return Check("rtt_median_ms", "both", configured, math.nan, f"±{tolerance:.2f} ms",
-                     False, f"only {len(rtts)} ping replies")
+        return Check(
+            "rtt_median_ms",
+            "both",
+            configured,
+            math.nan,
+            f"±{tolerance:.2f} ms",
+            False,
+            f"only {len(rtts)} ping replies",
+        )
     median = statistics.median(rtts)
-    return Check("rtt_median_ms", "both", configured, round(median, 3), f"±{tolerance:.2f} ms",
-                 abs(median - configured) <= tolerance,
-                 f"min {min(rtts):.2f} ms over {len(rtts)} samples")
+    return Check(
+        "rtt_median_ms",
+        "both",
+        configured,
+        round(median, 3),
+        f"±{tolerance:.2f} ms",
+        abs(median - configured) <= tolerance,
+        f"min {min(rtts):.2f} ms over {len(rtts)} samples",
+    )
 
 
 TCP_PAYLOAD_SHARE = 1448 / FRAME_BYTES  # a full frame's TCP payload (timestamps on): 0.956
@@ -162,7 +182,7 @@ def cpu_times() -> list[int]:
 def host_cpu_between(before: list[int], after: list[int]) -> HostCpu:
     delta = [b - a for a, b in zip(before, after, strict=False)]
     total = sum(delta[:8]) or 1  # user..steal; guest time is already inside user
-    idle = delta[3] + delta[4]   # idle + iowait
+    idle = delta[3] + delta[4]  # idle + iowait
     return HostCpu(busy=(total - idle) / total, steal=delta[7] / total)
 
 
@@ -195,18 +215,32 @@ def check_goodput(tb: Testbed, direction: str, spec: LinkSpec, seconds: float) -
     ratio = best.mbit / spec.rate_mbit
     passed = floor <= ratio <= GOODPUT_CEILING
     tried = ", ".join(f"{a.mbit:.1f} ({a.cpu.describe()})" for a in attempts)
-    detail = (f"{ratio:.3f} of rate (attempts: {tried}); ideal TCP payload share "
-              f"{TCP_PAYLOAD_SHARE:.3f}")
+    detail = f"{ratio:.3f} of rate (attempts: {tried}); ideal TCP payload share " f"{TCP_PAYLOAD_SHARE:.3f}"
     if not passed and ratio < floor and all(a.cpu.saturated for a in attempts):
-        detail += ("; the host's CPU was saturated in every attempt: this host cannot carry "
-                   "this rate now (stop other work, or calibrate a lower rate)")
+        detail += (
+            "; the host's CPU was saturated in every attempt: this host cannot carry "
+            "this rate now (stop other work, or calibrate a lower rate)"
+        )
     egress = f"router egress {_egress(tb, direction)}"
     return [
-        Check("goodput_mbit", direction, spec.rate_mbit, round(best.mbit, 3),
-              f"{floor:.0%}..{GOODPUT_CEILING:.1%} of rate", passed, detail),
-        Check("router_bytes", direction, best.received, best.crossed, ">= bytes received",
-              best.crossed >= best.received,
-              f"{egress} sent {best.crossed} B while the receiver got {best.received} B"),
+        Check(
+            "goodput_mbit",
+            direction,
+            spec.rate_mbit,
+            round(best.mbit, 3),
+            f"{floor:.0%}..{GOODPUT_CEILING:.1%} of rate",
+            passed,
+            detail,
+        ),
+        Check(
+            "router_bytes",
+            direction,
+            best.received,
+            best.crossed,
+            ">= bytes received",
+            best.crossed >= best.received,
+            f"{egress} sent {best.crossed} B while the receiver got {best.received} B",
+        ),
     ]
 
 
@@ -220,21 +254,29 @@ def _goodput_once(tb: Testbed, direction: str, seconds: float) -> GoodputAttempt
     egress = _egress(tb, direction)
     before = tb.backend.counters()[egress]
     cpu_before = cpu_times()
-    result = iperf(tb, ["-t", str(seconds), "-O", "2", *(["-R"] if direction == "down" else [])],
-                   timeout=seconds + 30 + 10 * tb.profile.rtt_ms / 1000)
+    result = iperf(
+        tb,
+        ["-t", str(seconds), "-O", "2", *(["-R"] if direction == "down" else [])],
+        timeout=seconds + 30 + 10 * tb.profile.rtt_ms / 1000,
+    )
     cpu = host_cpu_between(cpu_before, cpu_times())
     after = tb.backend.counters()[egress]
-    return GoodputAttempt(receiver_goodput_mbit(result, direction),
-                          _received_bytes(result, direction),
-                          after["tx_bytes"] - before["tx_bytes"], cpu)
+    return GoodputAttempt(
+        receiver_goodput_mbit(result, direction),
+        _received_bytes(result, direction),
+        after["tx_bytes"] - before["tx_bytes"],
+        cpu,
+    )
 
 
 def probe_datagrams(tb: Testbed, packets: int) -> dict[str, dict[str, int]]:
     """Paced datagrams, both directions at once, at most half the link rate (no queue drops)
     and at most MAX_PPS, so what happens to them is netem's doing alone. Per direction: the
     probe's counts (received, duplicates, loss_runs, ahead)."""
-    ends = {"down": (tb.server, tb.client, ADDRESSES["client"]),
-            "up": (tb.client, tb.server, ADDRESSES["server"])}
+    ends = {
+        "down": (tb.server, tb.client, ADDRESSES["client"]),
+        "up": (tb.client, tb.server, ADDRESSES["server"]),
+    }
     specs = {"down": tb.profile.down, "up": tb.profile.up}
     running = {}
     for port_offset, (direction, (sender, receiver, address)) in enumerate(ends.items(), 1):
@@ -242,14 +284,20 @@ def probe_datagrams(tb: Testbed, packets: int) -> dict[str, dict[str, int]]:
         pps = min(MAX_PPS, 0.5 * spec.rate_mbit * 1e6 / ((UDP_PAYLOAD + 42) * 8))
         port = str(IPERF_PORT + port_offset)
         idle = str(2 + 2 * spec.delay_ms / 1000)
-        recv = subprocess.Popen(receiver.popen_argv([sys.executable, PROBE, "recv", port,
-                                                     str(packets), idle]),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        recv = subprocess.Popen(
+            receiver.popen_argv([sys.executable, PROBE, "recv", port, str(packets), idle]),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert recv.stdout
         recv.stdout.readline()  # "ready"
-        send = subprocess.Popen(sender.popen_argv([sys.executable, PROBE, "send", address,
-                                                   port, str(packets), f"{pps:.1f}"]),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        send = subprocess.Popen(
+            sender.popen_argv([sys.executable, PROBE, "send", address, port, str(packets), f"{pps:.1f}"]),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         running[direction] = (send, recv)
     results = {}
     for direction, (send, recv) in running.items():
@@ -271,8 +319,9 @@ def check_loss(tb: Testbed, packets: int) -> list[Check]:
     checks = []
     for direction, result in probe_datagrams(tb, packets).items():
         spec, lost = specs[direction], packets - result["received"]
-        checks.append(_loss_check(direction, spec.expected_loss_pct, lost, packets,
-                                  bursty=spec.gemodel is not None))
+        checks.append(
+            _loss_check(direction, spec.expected_loss_pct, lost, packets, bursty=spec.gemodel is not None)
+        )
         burst = _burst_check(direction, spec, lost, result["loss_runs"])
         if burst:
             checks.append(burst)
@@ -310,13 +359,18 @@ def _burst_check(direction: str, spec: LinkSpec, lost: int, runs: int) -> Check 
     # Random loss: only the upper bound says something (runs of one are never too short).
     low = 1.0 if spec.gemodel is None else 1 + 0.7 * (expected - 1)
     high = 1.3 * expected
-    return Check("loss_run_mean", direction, round(expected, 3), round(measured, 3),
-                 f"{low:.2f}..{high:.2f} packets", low <= measured <= high,
-                 f"{lost} lost in {runs} runs")
+    return Check(
+        "loss_run_mean",
+        direction,
+        round(expected, 3),
+        round(measured, 3),
+        f"{low:.2f}..{high:.2f} packets",
+        low <= measured <= high,
+        f"{lost} lost in {runs} runs",
+    )
 
 
-def _loss_check(direction: str, expected_pct: float, lost: int, total: int, bursty: bool
-                ) -> Check:
+def _loss_check(direction: str, expected_pct: float, lost: int, total: int, bursty: bool) -> Check:
     measured = 100.0 * lost / total
     ci = binomtest(lost, total).proportion_ci(confidence_level=LOSS_CONFIDENCE, method="exact")
     low, high = 100 * ci.low, 100 * ci.high
@@ -324,9 +378,15 @@ def _loss_check(direction: str, expected_pct: float, lost: int, total: int, burs
         # Gilbert-Elliott losses come in bursts: the binomial interval is too narrow.
         spread = max(0.5, 0.25 * expected_pct)
         low, high = min(low, expected_pct - spread), max(high, expected_pct + spread)
-    return Check("loss_pct", direction, expected_pct, round(measured, 4),
-                 f"{LOSS_CONFIDENCE:.1%} CI [{low:.3f}, {high:.3f}]", low <= expected_pct <= high,
-                 f"{lost} of {total} datagrams lost")
+    return Check(
+        "loss_pct",
+        direction,
+        expected_pct,
+        round(measured, 4),
+        f"{LOSS_CONFIDENCE:.1%} CI [{low:.3f}, {high:.3f}]",
+        low <= expected_pct <= high,
+        f"{lost} of {total} datagrams lost",
+    )
 
 
 def check_route(tb: Testbed) -> list[Check]:
@@ -339,10 +399,18 @@ def check_route(tb: Testbed) -> list[Check]:
     hop = json.loads(route)[0]
     via = hop.get("gateway", "direct")
     return [
-        Check("client_interfaces", "both", 2, len(names), "lo + emulated link only", not extra,
-              ", ".join(names)),
-        Check("route_via_router", "up", 1, float(via == ROUTER_CLIENT_IP), f"via {ROUTER_CLIENT_IP}",
-              via == ROUTER_CLIENT_IP, f"client → server goes via {via} dev {hop.get('dev')}"),
+        Check(
+            "client_interfaces", "both", 2, len(names), "lo + emulated link only", not extra, ", ".join(names)
+        ),
+        Check(
+            "route_via_router",
+            "up",
+            1,
+            float(via == ROUTER_CLIENT_IP),
+            f"via {ROUTER_CLIENT_IP}",
+            via == ROUTER_CLIENT_IP,
+            f"client → server goes via {via} dev {hop.get('dev')}",
+        ),
     ]
 
 
@@ -352,16 +420,31 @@ def iperf(tb: Testbed, args: list[str], timeout: float) -> dict[str, Any]:
     return finish_iperf(server, client)
 
 
-def start_iperf(tb: Testbed, port: int, args: list[str], timeout: float
-                 ) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
-    server = subprocess.Popen(tb.server.popen_argv(["iperf3", "-s", "-1", "-J", "-p", str(port),
-                                                    "-B", ADDRESSES["server"]]),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def start_iperf(
+    tb: Testbed, port: int, args: list[str], timeout: float
+) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
+    server = subprocess.Popen(
+        tb.server.popen_argv(["iperf3", "-s", "-1", "-J", "-p", str(port), "-B", ADDRESSES["server"]]),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait_listening(tb.server.pid, port, server)
-    client_argv = ["timeout", str(int(timeout)), "iperf3", "-c", ADDRESSES["server"], "-p",
-                   str(port), "-J", "--get-server-output", *args]
-    client = subprocess.Popen(tb.client.popen_argv(client_argv), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    client_argv = [
+        "timeout",
+        str(int(timeout)),
+        "iperf3",
+        "-c",
+        ADDRESSES["server"],
+        "-p",
+        str(port),
+        "-J",
+        "--get-server-output",
+        *args,
+    ]
+    client = subprocess.Popen(
+        tb.client.popen_argv(client_argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     return server, client
 
 
@@ -376,8 +459,11 @@ def _wait_listening(pid: int, port: int, server: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + LISTEN_TIMEOUT_S
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            raise RuntimeError(f"iperf3 server exited: {server.stderr.read().strip()[-300:]}"
-                               if server.stderr else "iperf3 server exited")
+            raise RuntimeError(
+                f"iperf3 server exited: {server.stderr.read().strip()[-300:]}"
+                if server.stderr
+                else "iperf3 server exited"
+            )
         for line in table.read_text().splitlines()[1:]:
             fields = line.split()
             if fields[1].endswith(local_port) and fields[3] == "0A":  # 0A: TCP_LISTEN
@@ -387,8 +473,7 @@ def _wait_listening(pid: int, port: int, server: subprocess.Popen[str]) -> None:
     raise RuntimeError(f"iperf3 server not listening on port {port} after {LISTEN_TIMEOUT_S:g} s")
 
 
-def finish_iperf(server: subprocess.Popen[str], client: subprocess.Popen[str]
-                  ) -> dict[str, Any]:
+def finish_iperf(server: subprocess.Popen[str], client: subprocess.Popen[str]) -> dict[str, Any]:
     out, err = client.communicate()
     try:
         server.wait(timeout=5)
@@ -417,12 +502,13 @@ def receiver_goodput_mbit(result: dict[str, Any], direction: str) -> float:
     0.968 to 0.979 of the rate in one reproduce, above the 0.956 a link can carry (19.4
     against 19.13 Mbit/s in the other seconds here). A median of many seconds outvotes it, but
     a 2 s calibration has two: the first second is never counted while another remains."""
-    rates = [i["bytes"] * 8 / i["seconds"] / 1e6
-             for i in _receiver_intervals(result, direction) if i["seconds"] >= 0.9]
+    rates = [
+        i["bytes"] * 8 / i["seconds"] / 1e6
+        for i in _receiver_intervals(result, direction)
+        if i["seconds"] >= 0.9
+    ]
     return statistics.median(rates[1:] or rates) if rates else 0.0
 
 
 def _received_bytes(result: dict[str, Any], direction: str) -> int:
     return int(sum(i["bytes"] for i in _receiver_intervals(result, direction)))
-
-

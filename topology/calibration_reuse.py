@@ -53,18 +53,23 @@ def calibrate_or_reuse(tb: Testbed, progress: Progress = lambda _m: None) -> Cal
 def reprove(tb: Testbed, recorded: Calibration, progress: Progress) -> Calibration:
     start = time.monotonic()
     assert tb.backend
-    cal = Calibration(profile=tb.profile.name, backend=tb.backend.name,
-                      backend_reason=tb.backend_choice.reason if tb.backend_choice else "",
-                      reused_from=time.strftime("%Y-%m-%dT%H:%M:%S",
-                                                time.localtime(recorded.started_at)))
+    cal = Calibration(
+        profile=tb.profile.name,
+        backend=tb.backend.name,
+        backend_reason=tb.backend_choice.reason if tb.backend_choice else "",
+        reused_from=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(recorded.started_at)),
+    )
     progress("route")
     cal.checks += check_route(tb)
     tb.apply_link(*tb.without_loss())
     progress("rtt")
     cal.checks.append(check_rtt(tb, 30))
     tb.apply_link(tb.profile.down, tb.profile.up)
-    cal.checks += [replace(c, detail=f"recorded {cal.reused_from}: {c.detail}")
-                   for c in recorded.checks if c.metric not in REPROVEN]
+    cal.checks += [
+        replace(c, detail=f"recorded {cal.reused_from}: {c.detail}")
+        for c in recorded.checks
+        if c.metric not in REPROVEN
+    ]
     cal.link = tb.describe()
     cal.duration_s = round(time.monotonic() - start, 1)
     return cal
@@ -74,8 +79,13 @@ def path_key(tb: Testbed) -> str:
     """What makes two bring-ups the same path to calibration: the links, the backend, the
     host's boot and the code that calibrates."""
     assert tb.backend
-    facts = {"down": tb.profile.down, "up": tb.profile.up, "backend": tb.backend.name,
-             "boot": _boot_id(), "code": _code_digest()}
+    facts = {
+        "down": tb.profile.down,
+        "up": tb.profile.up,
+        "backend": tb.backend.name,
+        "boot": _boot_id(),
+        "code": _code_digest(),
+    }
     text = json.dumps(facts, default=repr, sort_keys=True)
     return f"{tb.profile.name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 

@@ -26,8 +26,9 @@ def calibration_table(cal: Calibration) -> Table:
         table.add_column(column)
     for c in cal.checks:
         verdict = "[green]pass[/green]" if c.passed else "[red]FAIL[/red]"
-        table.add_row(c.metric, c.direction, f"{c.configured:g}", f"{c.measured:g}",
-                      c.tolerance, verdict, c.detail)
+        table.add_row(
+            c.metric, c.direction, f"{c.configured:g}", f"{c.measured:g}", c.tolerance, verdict, c.detail
+        )
     return table
 
 
@@ -41,11 +42,16 @@ def print_calibration(cal: Calibration, console: Console | None = None) -> None:
         width = max(console.width, Measurement.get(console, options, table).maximum)
         console = Console(file=console.file, width=width, color_system=None)
     console.print(table)
-    summary = "[green]path matches the profile[/green]" if cal.passed else \
-        "[red]path does NOT match the profile: refusing to measure through it[/red]"
+    summary = (
+        "[green]path matches the profile[/green]"
+        if cal.passed
+        else "[red]path does NOT match the profile: refusing to measure through it[/red]"
+    )
     if cal.reused_from:
-        summary += (f" (route and RTT proven now; goodput and loss as calibrated at "
-                    f"{cal.reused_from} on this path)")
+        summary += (
+            f" (route and RTT proven now; goodput and loss as calibrated at "
+            f"{cal.reused_from} on this path)"
+        )
     console.print(summary)
 
 
@@ -59,15 +65,23 @@ def progress_printer() -> Say:
     return say
 
 
-def calibrate_path(cfg: net.TestbedConfig, *, rtt_samples: int, udp_packets: int,
-                   goodput_seconds: float, say: Say) -> Calibration:
+def calibrate_path(
+    cfg: net.TestbedConfig, *, rtt_samples: int, udp_packets: int, goodput_seconds: float, say: Say
+) -> Calibration:
     """Bring the path up, calibrate it with progress, tear it down, print the table:
     `quicbed calibrate` and the netem guest (topology/guest.py) alike."""
     say(f"bringing up {cfg.profile.name} ({cfg.profile.description})")
     with net.Testbed(cfg) as tb:
-        say(f"link backend: {tb.backend.name if tb.backend else '?'}; router forwarding RTT "
-            f"{tb.forwarding_rtt_ms:.3f} ms (subtracted from the netem delay)")
-        cal = calibrate(tb, rtt_samples=rtt_samples, udp_packets=udp_packets,
-                        goodput_seconds=goodput_seconds, progress=lambda m: say(f"measuring {m}"))
+        say(
+            f"link backend: {tb.backend.name if tb.backend else '?'}; router forwarding RTT "
+            f"{tb.forwarding_rtt_ms:.3f} ms (subtracted from the netem delay)"
+        )
+        cal = calibrate(
+            tb,
+            rtt_samples=rtt_samples,
+            udp_packets=udp_packets,
+            goodput_seconds=goodput_seconds,
+            progress=lambda m: say(f"measuring {m}"),
+        )
     print_calibration(cal)
     return cal

@@ -67,8 +67,7 @@ def testbed_processes() -> list[int]:
     # A marked process in the host's namespace is ours, but its neighbours there are not.
     host_namespaces = {None, _netns(1), _netns("self")}
     pids, wanted = _pids(), scope()
-    ours = {pid for pid in pids
-            if _is_testbed_process(_cmdline(pid)) and in_scope(pid, wanted)}
+    ours = {pid for pid in pids if _is_testbed_process(_cmdline(pid)) and in_scope(pid, wanted)}
     ours |= set(marked_processes())
     namespaces = {_netns(pid) for pid in ours} - host_namespaces
     in_ns = {pid for pid in pids if _netns(pid) in namespaces}
@@ -105,8 +104,7 @@ def _container_label(wanted: str | None) -> str:
     return f"{LABEL}.scope={wanted}" if wanted is not None else LABEL
 
 
-def clean_testbed(run_id: str, owner: int | None = None, netns: tuple[str, ...] = ()
-                  ) -> list[str]:
+def clean_testbed(run_id: str, owner: int | None = None, netns: tuple[str, ...] = ()) -> list[str]:
     """Remove one testbed (a lab) and leave every other alone: its containers (labelled with
     its run id), the processes that name it (its UML router or delay lines, whose control
     files are under STATE/runs/RUN_ID, and the `docker exec` shells of its containers), the
@@ -137,8 +135,9 @@ def clean_testbed(run_id: str, owner: int | None = None, netns: tuple[str, ...] 
 def _remove_containers(label: str = LABEL) -> list[str]:
     if not shutil.which("docker"):
         return []
-    proc = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={label}"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={label}"], capture_output=True, text=True
+    )
     ids = proc.stdout.split()
     if ids:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
@@ -169,19 +168,27 @@ def _remove_netns() -> list[str]:
 
 def leftovers() -> list[str]:
     """What clean would remove now (for tests and the before-exit check)."""
-    found = [f"process {pid}" for pid in testbed_processes()
-             if Path(f"/proc/{pid}/stat").exists() and _state(pid) != "Z"]
+    found = [
+        f"process {pid}"
+        for pid in testbed_processes()
+        if Path(f"/proc/{pid}/stat").exists() and _state(pid) != "Z"
+    ]
     wanted = scope()
-    proc = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={_container_label(wanted)}"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={_container_label(wanted)}"],
+        capture_output=True,
+        text=True,
+    )
     found += [f"container {cid}" for cid in proc.stdout.split()]
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    found += [f"link {ln.split(':')[1].strip()}" for ln in links.splitlines()
-              if _VETH.match(ln.split(":")[1].strip().split("@")[0])]
+    found += [
+        f"link {ln.split(':')[1].strip()}"
+        for ln in links.splitlines()
+        if _VETH.match(ln.split(":")[1].strip().split("@")[0])
+    ]
     if wanted is None:
         netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        found += [f"netns {ln.split()[0]}" for ln in netns.splitlines()
-                  if ln.startswith("quicbed-")]
+        found += [f"netns {ln.split()[0]}" for ln in netns.splitlines() if ln.startswith("quicbed-")]
     return found
 
 

@@ -55,9 +55,9 @@ class GuestJob:
 @dataclass
 class GuestResult:
     calibration: dict[str, Any]  # Calibration.to_dict() from inside the guest
-    log: str                     # the guest's progress and its calibration table
-    kernel: str                  # the guest kernel's release
-    seconds: float               # boot to power-off
+    log: str  # the guest's progress and its calibration table
+    kernel: str  # the guest kernel's release
+    seconds: float  # boot to power-off
 
     @property
     def passed(self) -> bool:
@@ -82,10 +82,13 @@ def calibrate_in_guest(job: GuestJob, timeout_s: float = DEFAULT_TIMEOUT_S) -> G
     log = _read(ctl / "guest.log")
     result_file = ctl / "calibration.json"
     if not result_file.exists():
-        raise EnvironmentProblem(f"the netem guest gave no calibration (rc "
-                                 f"{_read(ctl / 'rc').strip() or 'none'}):\n{_tails(ctl)}")
-    return GuestResult(json.loads(result_file.read_text()), log,
-                       _read(ctl / "kernel").strip(), round(seconds, 1))
+        raise EnvironmentProblem(
+            f"the netem guest gave no calibration (rc "
+            f"{_read(ctl / 'rc').strip() or 'none'}):\n{_tails(ctl)}"
+        )
+    return GuestResult(
+        json.loads(result_file.read_text()), log, _read(ctl / "kernel").strip(), round(seconds, 1)
+    )
 
 
 def guest_argv(ctl: Path, umid: str, python: str = sys.executable) -> list[str]:
@@ -97,25 +100,42 @@ def guest_argv(ctl: Path, umid: str, python: str = sys.executable) -> list[str]:
     keep = ":".join([str(REPO), *([] if inside else [sys.prefix])])
     for value in (str(ctl), python, str(GUEST_INIT), keep):
         if any(c.isspace() for c in value):
-            raise EnvironmentProblem(f"the UML kernel command line cannot carry {value!r} "
-                                     "(it contains whitespace)")
-    return [uml_binary(), f"mem={GUEST_MEM}", "rootfstype=hostfs", "rootflags=/", "ro",
-            f"init={GUEST_INIT}", f"QUICBED_CTL={ctl}", f"QUICBED_PYTHON={python}",
-            f"QUICBED_KEEP={keep}", "con=null", "con0=null,fd:1", f"umid={umid}"]
+            raise EnvironmentProblem(
+                f"the UML kernel command line cannot carry {value!r} " "(it contains whitespace)"
+            )
+    return [
+        uml_binary(),
+        f"mem={GUEST_MEM}",
+        "rootfstype=hostfs",
+        "rootflags=/",
+        "ro",
+        f"init={GUEST_INIT}",
+        f"QUICBED_CTL={ctl}",
+        f"QUICBED_PYTHON={python}",
+        f"QUICBED_KEEP={keep}",
+        "con=null",
+        "con0=null,fd:1",
+        f"umid={umid}",
+    ]
 
 
 def _boot_and_wait(ctl: Path, timeout_s: float) -> None:
     # umid=quicbed-…: `quicbed clean` finds the guest as it finds a UML router.
     umid = f"quicbed-guest-{uuid.uuid4().hex[:8]}"
     with open(ctl / "console.log", "wb") as console:
-        process = subprocess.Popen(guest_argv(ctl, umid), stdin=subprocess.DEVNULL,
-                                   stdout=console, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            guest_argv(ctl, umid),
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            raise EnvironmentProblem(f"the netem guest did not finish in {timeout_s:.0f} s:\n"
-                                     f"{_tails(ctl)}") from None
+            raise EnvironmentProblem(
+                f"the netem guest did not finish in {timeout_s:.0f} s:\n" f"{_tails(ctl)}"
+            ) from None
         finally:
             _stop(process, umid)
 
@@ -139,8 +159,10 @@ def _read(path: Path) -> str:
 
 
 def _tails(ctl: Path) -> str:
-    return (f"--- console ({ctl / 'console.log'}) ---\n{_read(ctl / 'console.log')[-1500:]}\n"
-            f"--- guest log ({ctl / 'guest.log'}) ---\n{_read(ctl / 'guest.log')[-3000:]}")
+    return (
+        f"--- console ({ctl / 'console.log'}) ---\n{_read(ctl / 'console.log')[-1500:]}\n"
+        f"--- guest log ({ctl / 'guest.log'}) ---\n{_read(ctl / 'guest.log')[-3000:]}"
+    )
 
 
 # -- guest side (run by uml_guest.sh) ---------------------------------------------------------
@@ -152,20 +174,30 @@ def inside(ctl: Path) -> int:
 
     job = GuestJob(**json.loads((ctl / "job.json").read_text()))
     namespace_host = HostSpec(image=None)
-    cfg = TestbedConfig(profile=load_profile(job.profile, job.overrides), backend="netem",
-                        client=namespace_host, servers=(namespace_host,))
+    cfg = TestbedConfig(
+        profile=load_profile(job.profile, job.overrides),
+        backend="netem",
+        client=namespace_host,
+        servers=(namespace_host,),
+    )
     say = progress_printer()
     say(f"guest kernel {os.uname().release}")
-    cal = calibrate_path(cfg, rtt_samples=job.rtt_samples, udp_packets=job.udp_packets,
-                         goodput_seconds=job.goodput_seconds, say=say)
+    cal = calibrate_path(
+        cfg,
+        rtt_samples=job.rtt_samples,
+        udp_packets=job.udp_packets,
+        goodput_seconds=job.goodput_seconds,
+        say=say,
+    )
     (ctl / "calibration.json").write_text(json.dumps(cal.to_dict(), indent=2))
     return 0 if cal.passed else 3
 
 
 # -- command line -----------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m quicbed.topology.guest",
-                                     description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m quicbed.topology.guest", description=__doc__.split("\n")[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("calibrate", help="calibrate a profile via kernel netem in a UML guest")
     p.add_argument("profile")
@@ -185,8 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "inside":
         return inside(args.ctl)
     try:
-        job = GuestJob(args.profile, parse_overrides(args.set), args.samples, args.udp_packets,
-                       args.seconds)
+        job = GuestJob(args.profile, parse_overrides(args.set), args.samples, args.udp_packets, args.seconds)
         result = calibrate_in_guest(job, args.timeout)
     except QuicbedError as exc:
         print(f"quicbed guest: {exc}", file=sys.stderr)

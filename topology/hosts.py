@@ -23,15 +23,21 @@ from quicbed.topology.marker import marked_argv, scope
 LABEL = "quicbed"  # every container the testbed makes carries this label, for `quicbed clean`
 
 
-def in_netns(pid: int, argv: Sequence[str], timeout: float = 60, check: bool = True
-             ) -> subprocess.CompletedProcess[str]:
+def in_netns(
+    pid: int, argv: Sequence[str], timeout: float = 60, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Run a host binary inside the network namespace of `pid` (host's filesystem). It is
     marked (topology/marker.py): whatever it leaves running, `quicbed clean` finds."""
-    proc = subprocess.run(["nsenter", "-t", str(pid), "-n", "--", *marked_argv(argv)],
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        ["nsenter", "-t", str(pid), "-n", "--", *marked_argv(argv)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check and proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed in netns of {pid}: "
-                           f"{(proc.stderr or proc.stdout).strip()}")
+        raise RuntimeError(
+            f"{' '.join(argv)} failed in netns of {pid}: " f"{(proc.stderr or proc.stdout).strip()}"
+        )
     return proc
 
 
@@ -58,26 +64,34 @@ class NsHost(Host):
     """A plain namespace host: the router, the cross-traffic host, and client and server where
     Docker cannot run (HostSpec(image=None): the netem guest, topology/guest.py)."""
 
-    def run(self, argv: Sequence[str], timeout: float = 60, check: bool = True
-            ) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, argv: Sequence[str], timeout: float = 60, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         return in_netns(self.pid, argv, timeout=timeout, check=check)
 
     def popen_argv(self, argv: Sequence[str]) -> list[str]:
         # Marked: a process left behind in this namespace stays findable after it is gone.
         return ["nsenter", "-t", str(self.pid), "-n", "--", *marked_argv(argv)]
 
-    def exec(self, argv: Sequence[str], timeout: float = 120, check: bool = False,
-             detach: bool = False) -> subprocess.CompletedProcess[str]:
+    def exec(
+        self, argv: Sequence[str], timeout: float = 120, check: bool = False, detach: bool = False
+    ) -> subprocess.CompletedProcess[str]:
         """DockerHost.exec's counterpart: a namespace host's own tools are the host's."""
         if detach:
-            subprocess.Popen(self.popen_argv(argv), stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+            subprocess.Popen(
+                self.popen_argv(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             return subprocess.CompletedProcess(list(argv), 0, "", "")
         proc = in_netns(self.pid, argv, timeout=timeout, check=False)
         if check and proc.returncode != 0:
-            raise RuntimeError(f"{self.name}: {' '.join(argv)} exited {proc.returncode}: "
-                               f"{(proc.stderr or proc.stdout).strip()[-800:]}")
+            raise RuntimeError(
+                f"{self.name}: {' '.join(argv)} exited {proc.returncode}: "
+                f"{(proc.stderr or proc.stdout).strip()[-800:]}"
+            )
         return proc
 
 
@@ -91,38 +105,78 @@ class DockerHost(NsHost):
 
     shell: subprocess.Popen[bytes] | None  # Mininet's: the node's shell, while it runs
 
-    def __init__(self, name: str, image: str, run_id: str, docker_args: Sequence[str] = (),
-                 **params: object) -> None:
+    def __init__(
+        self, name: str, image: str, run_id: str, docker_args: Sequence[str] = (), **params: object
+    ) -> None:
         self.name, self.image, self.run_id = name, image, run_id
         self.container = f"quicbed-{run_id}-{name}"
         self._start_container(list(docker_args))
         super().__init__(name, **params)
 
     def _start_container(self, docker_args: list[str]) -> None:
-        argv = ["docker", "run", "-d", "--network", "none", "--name", self.container,
-                "--hostname", self.name, "--label", LABEL, "--label", f"{LABEL}.run={self.run_id}",
-                *(["--label", f"{LABEL}.scope={owner}"] if (owner := scope()) else []),
-                "--init", *docker_args, self.image, "sleep", "infinity"]
+        argv = [
+            "docker",
+            "run",
+            "-d",
+            "--network",
+            "none",
+            "--name",
+            self.container,
+            "--hostname",
+            self.name,
+            "--label",
+            LABEL,
+            "--label",
+            f"{LABEL}.run={self.run_id}",
+            *(["--label", f"{LABEL}.scope={owner}"] if (owner := scope()) else []),
+            "--init",
+            *docker_args,
+            self.image,
+            "sleep",
+            "infinity",
+        ]
         proc = subprocess.run(argv, capture_output=True, text=True)
         if proc.returncode != 0 and not image_present(self.image):
             raise HostProblem(f"image {self.image} is not built on this host: make images")
         if proc.returncode != 0:
-            raise EnvironmentProblem(f"cannot start container {self.container} from "
-                                     f"{self.image}: {proc.stderr.strip()}")
-        state = subprocess.run(["docker", "inspect", "-f", "{{json .State}}", self.container],
-                               capture_output=True, text=True, check=True)
+            raise EnvironmentProblem(
+                f"cannot start container {self.container} from " f"{self.image}: {proc.stderr.strip()}"
+            )
+        state = subprocess.run(
+            ["docker", "inspect", "-f", "{{json .State}}", self.container],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         self.container_pid = int(json.loads(state.stdout)["Pid"])
 
     def startShell(self, mnopts: object = None) -> None:  # Mininet's API
         if self.shell:
             return
-        cmd = ["docker", "exec", "-it", self.container, "env", "PS1=" + chr(127),
-               "bash", "--norc", "--noediting", "-is", "mininet:" + self.name]
+        cmd = [
+            "docker",
+            "exec",
+            "-it",
+            self.container,
+            "env",
+            "PS1=" + chr(127),
+            "bash",
+            "--norc",
+            "--noediting",
+            "-is",
+            "mininet:" + self.name,
+        ]
         self.master, self.slave = pty.openpty()
         # Its own session, like Mininet's shells (mnexec -d): a Ctrl-C or hang-up of the lab's
         # terminal goes to the lab's process group, and must not kill the node's shell.
-        self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave, stderr=self.slave,
-                                 close_fds=False, start_new_session=True)
+        self.shell = self._popen(
+            cmd,
+            stdin=self.slave,
+            stdout=self.slave,
+            stderr=self.slave,
+            close_fds=False,
+            start_new_session=True,
+        )
         self.stdin = open(self.master, encoding="utf-8", errors="replace")
         self.stdout = self.stdin
         # Mininet moves interfaces into the namespace of self.pid: the container's init.
@@ -140,14 +194,17 @@ class DockerHost(NsHost):
         self.waiting = False
         self.cmd("unset HISTFILE; stty -echo; set +m")
 
-    def exec(self, argv: Sequence[str], timeout: float = 120, check: bool = False,
-             detach: bool = False) -> subprocess.CompletedProcess[str]:
+    def exec(
+        self, argv: Sequence[str], timeout: float = 120, check: bool = False, detach: bool = False
+    ) -> subprocess.CompletedProcess[str]:
         """Run a command inside the container (its filesystem and tools)."""
         docker = ["docker", "exec", *(["-d"] if detach else []), self.container, *argv]
         proc = subprocess.run(docker, capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
-            raise RuntimeError(f"{self.name}: {' '.join(argv)} exited {proc.returncode}: "
-                               f"{(proc.stderr or proc.stdout).strip()[-800:]}")
+            raise RuntimeError(
+                f"{self.name}: {' '.join(argv)} exited {proc.returncode}: "
+                f"{(proc.stderr or proc.stdout).strip()[-800:]}"
+            )
         return proc
 
     def terminate(self) -> None:
@@ -160,5 +217,4 @@ class DockerHost(NsHost):
 
 
 def image_present(image: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", image], capture_output=True
-                          ).returncode == 0
+    return subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0

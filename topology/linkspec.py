@@ -47,7 +47,7 @@ class LinkSpec:
     loss_pct: float = 0.0
     gemodel: GilbertElliott | None = None
     queue_packets: int | None = None  # drop-tail queue beyond the delay line
-    queue_ms: float | None = None     # the same, as time at the link rate
+    queue_ms: float | None = None  # the same, as time at the link rate
     reorder_pct: float = 0.0
     duplicate_pct: float = 0.0
 
@@ -88,11 +88,42 @@ def rate_commands(dev: str, spec: LinkSpec, rtt_ms: float) -> list[list[str]]:
     return [
         ["tc", "qdisc", "del", "dev", dev, "root"],
         ["tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"],
-        ["tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
-         "rate", f"{rate_kbit}kbit", "ceil", f"{rate_kbit}kbit", "burst", burst, "cburst", burst,
-         "quantum", str(FRAME_BYTES * 10)],
-        ["tc", "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "pfifo",
-         "limit", str(spec.queue_size_packets(rtt_ms))],
+        [
+            "tc",
+            "class",
+            "add",
+            "dev",
+            dev,
+            "parent",
+            "1:",
+            "classid",
+            "1:1",
+            "htb",
+            "rate",
+            f"{rate_kbit}kbit",
+            "ceil",
+            f"{rate_kbit}kbit",
+            "burst",
+            burst,
+            "cburst",
+            burst,
+            "quantum",
+            str(FRAME_BYTES * 10),
+        ],
+        [
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            dev,
+            "parent",
+            "1:1",
+            "handle",
+            "10:",
+            "pfifo",
+            "limit",
+            str(spec.queue_size_packets(rtt_ms)),
+        ],
     ]
 
 
@@ -104,8 +135,21 @@ def netem_commands(dev: str, spec: LinkSpec, delay_ms: float | None = None) -> l
     minimum-size packets so that netem never drops: queueing is the rate stage's job.
     """
     delay = spec.delay_ms if delay_ms is None else delay_ms
-    netem = ["tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "netem",
-             "limit", str(spec.delay_line_limit()), "delay", f"{delay:.3f}ms"]
+    netem = [
+        "tc",
+        "qdisc",
+        "add",
+        "dev",
+        dev,
+        "root",
+        "handle",
+        "1:",
+        "netem",
+        "limit",
+        str(spec.delay_line_limit()),
+        "delay",
+        f"{delay:.3f}ms",
+    ]
     if spec.jitter_ms > 0:
         netem.append(f"{spec.jitter_ms:.3f}ms")
         # netem draws uniformly when it is given no table; tc has no "uniform" table.
@@ -113,8 +157,7 @@ def netem_commands(dev: str, spec: LinkSpec, delay_ms: float | None = None) -> l
             netem += ["distribution", spec.jitter_distribution]
     if spec.gemodel:
         g = spec.gemodel
-        netem += ["loss", "gemodel", f"{g.p:g}%", f"{g.r:g}%", f"{g.loss_bad:g}%",
-                  f"{g.loss_good:g}%"]
+        netem += ["loss", "gemodel", f"{g.p:g}%", f"{g.r:g}%", f"{g.loss_bad:g}%", f"{g.loss_good:g}%"]
     elif spec.loss_pct > 0:
         netem += ["loss", "random", f"{spec.loss_pct:g}%"]
     if spec.reorder_pct > 0:
@@ -125,17 +168,23 @@ def netem_commands(dev: str, spec: LinkSpec, delay_ms: float | None = None) -> l
 
 
 _FIELDS: dict[str, type] = {
-    "rate_mbit": float, "delay_ms": float, "jitter_ms": float, "jitter_distribution": str,
-    "loss_pct": float, "gemodel": dict, "queue_packets": int, "queue_ms": float,
-    "reorder_pct": float, "duplicate_pct": float,
+    "rate_mbit": float,
+    "delay_ms": float,
+    "jitter_ms": float,
+    "jitter_distribution": str,
+    "loss_pct": float,
+    "gemodel": dict,
+    "queue_packets": int,
+    "queue_ms": float,
+    "reorder_pct": float,
+    "duplicate_pct": float,
 }
 
 
 LineOf = Callable[..., int | None]  # line(*keys below this spec) -> line in the file
 
 
-def parse_linkspec(data: Any, file: str, field_path: str, line: LineOf = lambda *_: None
-                   ) -> LinkSpec:
+def parse_linkspec(data: Any, file: str, field_path: str, line: LineOf = lambda *_: None) -> LinkSpec:
     """Validate one direction from YAML; every problem names file, line and field."""
     if not isinstance(data, dict):
         raise InputError("must be a mapping of link parameters", file, line(), field_path)
@@ -147,11 +196,11 @@ def parse_linkspec(data: Any, file: str, field_path: str, line: LineOf = lambda 
             raise InputError(f"unknown key (known: {known})", file, line(key), where)
         values[key] = _coerce(value, _FIELDS[key], file, line(key), where)
     if "rate_mbit" not in values:
-        raise InputError("missing (the bottleneck rate in Mbit/s)", file, line(),
-                         f"{field_path}.rate_mbit")
+        raise InputError("missing (the bottleneck rate in Mbit/s)", file, line(), f"{field_path}.rate_mbit")
     if "gemodel" in values:
-        values["gemodel"] = _parse_gemodel(data["gemodel"], file, f"{field_path}.gemodel",
-                                           lambda *keys: line("gemodel", *keys))
+        values["gemodel"] = _parse_gemodel(
+            data["gemodel"], file, f"{field_path}.gemodel", lambda *keys: line("gemodel", *keys)
+        )
     spec = LinkSpec(**values)
     check_linkspec(spec, file, line, field_path)
     return spec
@@ -159,12 +208,12 @@ def parse_linkspec(data: Any, file: str, field_path: str, line: LineOf = lambda 
 
 def check_linkspec(spec: LinkSpec, file: str, line: Any, field_path: str) -> None:
     """Reject values no link can have. `line(key)` gives the line of a key, or None."""
+
     def bad(key: str, message: str) -> InputError:
         return InputError(message, file, line(key), f"{field_path}.{key}")
 
     # YAML's .nan and .inf (and --set's "nan") are floats that pass every comparison below.
-    for key in ("rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "queue_ms", "reorder_pct",
-                "duplicate_pct"):
+    for key in ("rate_mbit", "delay_ms", "jitter_ms", "loss_pct", "queue_ms", "reorder_pct", "duplicate_pct"):
         value = getattr(spec, key)
         if value is not None and not math.isfinite(value):
             raise bad(key, f"must be a finite number, got {value}")
@@ -186,8 +235,10 @@ def check_linkspec(spec: LinkSpec, file: str, line: Any, field_path: str) -> Non
     if spec.queue_ms is not None and spec.queue_ms <= 0:
         raise bad("queue_ms", "must be > 0 ms")
     if spec.reorder_pct and spec.delay_ms == 0:
-        raise bad("reorder_pct", "needs a delay: netem reorders by sending some packets "
-                  "ahead of the delayed ones")
+        raise bad(
+            "reorder_pct",
+            "needs a delay: netem reorders by sending some packets " "ahead of the delayed ones",
+        )
     if spec.gemodel and spec.loss_pct:
         raise bad("loss_pct", "give either loss_pct or gemodel, not both")
 
@@ -209,12 +260,12 @@ def _parse_gemodel(data: Any, file: str, where: str, line: LineOf) -> GilbertEll
     params: dict[str, float] = {}
     for key, value in data.items():
         if key not in ("p", "r", "loss_bad", "loss_good"):
-            raise InputError("unknown key (known: p, r, loss_bad, loss_good)", file, line(key),
-                             f"{where}.{key}")
+            raise InputError(
+                "unknown key (known: p, r, loss_bad, loss_good)", file, line(key), f"{where}.{key}"
+            )
         number = _coerce(value, float, file, line(key), f"{where}.{key}")
         if not 0 <= number <= 100:
-            raise InputError(f"must be within [0, 100] %, got {number:g}", file, line(key),
-                             f"{where}.{key}")
+            raise InputError(f"must be within [0, 100] %, got {number:g}", file, line(key), f"{where}.{key}")
         params[key] = number
     if "p" not in params or "r" not in params:
         raise InputError("needs at least p and r", file, line(), where)
@@ -225,5 +276,12 @@ def field_names() -> tuple[str, ...]:
     return tuple(_FIELDS)
 
 
-__all__ = ["GilbertElliott", "LinkSpec", "rate_commands", "netem_commands", "parse_linkspec",
-           "check_linkspec", "field_names"]
+__all__ = [
+    "GilbertElliott",
+    "LinkSpec",
+    "rate_commands",
+    "netem_commands",
+    "parse_linkspec",
+    "check_linkspec",
+    "field_names",
+]

@@ -46,7 +46,7 @@ def environ_value(pid: int | str, name: str, environ: bytes | None = None) -> st
     entry_start = name.encode() + b"="
     for entry in environ.split(b"\0"):
         if entry.startswith(entry_start):
-            return entry[len(entry_start):].decode(errors="replace")
+            return entry[len(entry_start) :].decode(errors="replace")
     return None
 
 

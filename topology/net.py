@@ -40,8 +40,7 @@ from quicbed.topology.signals import held_stop_signals
 
 CLIENT_NET, SERVER_NET = "10.77.1", "10.77.2"
 ROUTER_CLIENT_IP, ROUTER_SERVER_IP = f"{CLIENT_NET}.1", f"{SERVER_NET}.1"
-ADDRESSES = {"client": f"{CLIENT_NET}.10", "cross": f"{CLIENT_NET}.11",
-             "server": f"{SERVER_NET}.10"}
+ADDRESSES = {"client": f"{CLIENT_NET}.10", "cross": f"{CLIENT_NET}.11", "server": f"{SERVER_NET}.10"}
 DEFAULT_IMAGE = "quicbed/client:dev"
 PROBE_DELAY_MS = 5.0  # netem delay per direction while the path's own latency is measured
 OFFLOADS = ("gso", "tso", "gro", "tx-udp-segmentation", "rx-udp-gro-forwarding", "rx-gro-list")
@@ -67,8 +66,7 @@ def testbed_hosts(servers: int) -> dict[str, str]:
     """Every name a container can look up -> its address: name.quicbed, and the short name,
     which is also each container's hostname (libcurl's curl_version() makes OpenLDAP resolve
     the local hostname once per process; Docker lists it only on its own networks)."""
-    short = {"client": ADDRESSES["client"], "cross": ADDRESSES["cross"],
-             "router": ROUTER_CLIENT_IP}
+    short = {"client": ADDRESSES["client"], "cross": ADDRESSES["cross"], "router": ROUTER_CLIENT_IP}
     short.update({server_host_name(i): server_address(i) for i in range(servers)})
     return {**{f"{name}.{DOMAIN}": a for name, a in short.items()}, **short}
 
@@ -105,12 +103,14 @@ class TestbedConfig:
 
 
 def require_docker() -> None:
-    proc = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise HostProblem(
             "Docker is not running. Start it with `make docker` (or `dockerd "
-            ">/var/log/dockerd.log 2>&1 &` as root; `systemctl start docker` where systemd runs)")
+            ">/var/log/dockerd.log 2>&1 &` as root; `systemctl start docker` where systemd runs)"
+        )
 
 
 def allow_congestion_control(name: str) -> None:
@@ -118,8 +118,9 @@ def allow_congestion_control(name: str) -> None:
     proc_dir = Path("/proc/sys/net/ipv4")
     available = (proc_dir / "tcp_available_congestion_control").read_text().split()
     if name not in available:
-        raise EnvironmentProblem(f"TCP congestion control {name!r} is not in this kernel "
-                                 f"(available: {', '.join(available)})")
+        raise EnvironmentProblem(
+            f"TCP congestion control {name!r} is not in this kernel " f"(available: {', '.join(available)})"
+        )
     allowed_file = proc_dir / "tcp_allowed_congestion_control"
     allowed = allowed_file.read_text().split()
     if name not in allowed:
@@ -165,21 +166,23 @@ class Testbed:
         self.router = net.addHost("router", cls=NsHost, ip=None)
         self.client = self._add_host("client", cfg.client)
         self.cross = net.addHost("cross", cls=NsHost, ip=None)
-        self.servers = [self._add_host(server_host_name(i), spec)
-                        for i, spec in enumerate(cfg.servers)]
+        self.servers = [self._add_host(server_host_name(i), spec) for i, spec in enumerate(cfg.servers)]
         self.server = self.servers[0]  # calibration's far end
-        addresses = {self.client: ADDRESSES["client"], self.cross: ADDRESSES["cross"],
-                     **{host: server_address(i) for i, host in enumerate(self.servers)}}
+        addresses = {
+            self.client: ADDRESSES["client"],
+            self.cross: ADDRESSES["cross"],
+            **{host: server_address(i) for i, host in enumerate(self.servers)},
+        }
         # The router is always node1: Mininet creates each veth from the router's namespace
         # with its peer directly in the host's (fast), so no veth ever exists in the root
         # namespace under a node's name (`router-eth0`): two testbeds on one host (course
         # labs) would collide there, and Mininet deletes a same-named veth before making one.
-        links = {host: net.addLink(self.router, host, cls=Link, intf=HostIntf, fast=True)
-                 for host in addresses}
+        links = {
+            host: net.addLink(self.router, host, cls=Link, intf=HostIntf, fast=True) for host in addresses
+        }
         self._wire(links, addresses)
         self.backend = make_backend(self.backend_choice.name, self.router, self.state_dir)
-        self.backend.forward(Lan("lanc", f"{ROUTER_CLIENT_IP}/24"),
-                             Lan("lans", f"{ROUTER_SERVER_IP}/24"))
+        self.backend.forward(Lan("lanc", f"{ROUTER_CLIENT_IP}/24"), Lan("lans", f"{ROUTER_SERVER_IP}/24"))
         self._measure_forwarding_latency()
         self.apply_link(self.profile.down, self.profile.up)
 
@@ -204,8 +207,14 @@ class Testbed:
         if spec.image is None:
             return self.net.addHost(name, cls=NsHost, ip=None)
         names = name_service_args(len(self.config.servers))
-        return self.net.addHost(name, cls=DockerHost, image=spec.image, run_id=self.config.run_id,
-                                docker_args=(*names, *spec.docker_args), ip=None)
+        return self.net.addHost(
+            name,
+            cls=DockerHost,
+            image=spec.image,
+            run_id=self.config.run_id,
+            docker_args=(*names, *spec.docker_args),
+            ip=None,
+        )
 
     def _wire(self, links: dict[NsHost, Link], addresses: dict[NsHost, str]) -> None:
         r = self.router.run
@@ -221,8 +230,9 @@ class Testbed:
             r(["ip", "link", "set", port, "master", "lans" if server_side else "lanc"])
             self._offloads_off(self.router, port)
             r(["ip", "link", "set", port, "up"])
-            self._configure_host(host, link.intf2.name, addresses[host],
-                                 ROUTER_SERVER_IP if server_side else ROUTER_CLIENT_IP)
+            self._configure_host(
+                host, link.intf2.name, addresses[host], ROUTER_SERVER_IP if server_side else ROUTER_CLIENT_IP
+            )
 
     def _configure_host(self, host: NsHost, intf: str, ip: str, gateway: str) -> None:
         self._sysctls(host)
@@ -242,8 +252,7 @@ class Testbed:
         for setting in settings:
             proc = host.run(["sysctl", "-qw", setting], check=False)
             if proc.returncode != 0:
-                raise EnvironmentProblem(f"{host.name}: cannot set {setting}: "
-                                         f"{proc.stderr.strip()}")
+                raise EnvironmentProblem(f"{host.name}: cannot set {setting}: " f"{proc.stderr.strip()}")
         # Best effort: where br_netfilter is loaded, keep iptables out of our bridges.
         host.run(["sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=0"], check=False)
 
@@ -278,9 +287,12 @@ class Testbed:
         delays = {}
         for name, spec in (("down", down), ("up", up)):
             delays[name] = max(0.0, spec.delay_ms - half)
-            applied[name] = {**spec.to_dict(), "netem_delay_ms": round(delays[name], 3),
-                             "netem_limit_packets": spec.delay_line_limit(),
-                             "queue_packets_effective": spec.queue_size_packets(rtt)}
+            applied[name] = {
+                **spec.to_dict(),
+                "netem_delay_ms": round(delays[name], 3),
+                "netem_limit_packets": spec.delay_line_limit(),
+                "queue_packets_effective": spec.queue_size_packets(rtt),
+            }
         self.backend.impair((down, delays["down"]), (up, delays["up"]))
         rate: list[list[str]] = []
         for port, spec in self._rate_ports(down, up):
@@ -291,30 +303,46 @@ class Testbed:
 
     def _rate_ports(self, down: LinkSpec, up: LinkSpec) -> list[tuple[str, LinkSpec]]:
         """The router's ports toward each host: the bottleneck of the direction into it."""
-        return [(intf.name, up if intf.link.intf2.node in self.servers else down)
-                for intf in self.router.intfList() if intf.name != "lo"]
+        return [
+            (intf.name, up if intf.link.intf2.node in self.servers else down)
+            for intf in self.router.intfList()
+            if intf.name != "lo"
+        ]
 
     def without_loss(self) -> tuple[LinkSpec, LinkSpec]:
         down, up = self.profile.down, self.profile.up
-        return (replace(down, loss_pct=0.0, gemodel=None),
-                replace(up, loss_pct=0.0, gemodel=None))
+        return (replace(down, loss_pct=0.0, gemodel=None), replace(up, loss_pct=0.0, gemodel=None))
 
     # -- probes ------------------------------------------------------------------------
-    def ping(self, count: int, interval: float = 0.05, src: NsHost | None = None,
-             dst_ip: str | None = None) -> list[float]:
+    def ping(
+        self, count: int, interval: float = 0.05, src: NsHost | None = None, dst_ip: str | None = None
+    ) -> list[float]:
         """RTT samples (ms) from the client to the server, with the host's ping."""
         src = src or self.client
         dst_ip = dst_ip or ADDRESSES["server"]
         timeout = count * interval + 5 + 3 * self.profile.rtt_ms / 1000
-        proc = src.run(["ping", "-n", "-c", str(count), "-i", str(interval), "-W", "3", dst_ip],
-                       timeout=timeout + 10, check=False)
-        return [float(part.split("=")[1]) for line in proc.stdout.splitlines()
-                for part in line.split() if part.startswith("time=")]
+        proc = src.run(
+            ["ping", "-n", "-c", str(count), "-i", str(interval), "-W", "3", dst_ip],
+            timeout=timeout + 10,
+            check=False,
+        )
+        return [
+            float(part.split("=")[1])
+            for line in proc.stdout.splitlines()
+            for part in line.split()
+            if part.startswith("time=")
+        ]
 
     def describe(self) -> dict[str, Any]:
         assert self.backend
         reason = self.backend_choice.reason if self.backend_choice else ""
-        return {**self.backend.describe(), "backend_reason": reason, "tcp_cc": self.config.tcp_cc,
-                "profile": self.profile.to_dict(), "applied": self.applied,
-                "addresses": ADDRESSES, "client_image": self.config.client.image,
-                "server_images": [spec.image for spec in self.config.servers]}
+        return {
+            **self.backend.describe(),
+            "backend_reason": reason,
+            "tcp_cc": self.config.tcp_cc,
+            "profile": self.profile.to_dict(),
+            "applied": self.applied,
+            "addresses": ADDRESSES,
+            "client_image": self.config.client.image,
+            "server_images": [spec.image for spec in self.config.servers],
+        }

@@ -39,8 +39,14 @@ class Profile:
         return max(self.down.rate_mbit, self.up.rate_mbit)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "source": self.source,
-                "rtt_ms": self.rtt_ms, "down": self.down.to_dict(), "up": self.up.to_dict()}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "source": self.source,
+            "rtt_ms": self.rtt_ms,
+            "down": self.down.to_dict(),
+            "up": self.up.to_dict(),
+        }
 
 
 def available_profiles() -> list[str]:
@@ -51,8 +57,9 @@ def load_profile(name: str, overrides: dict[str, str] | None = None) -> Profile:
     """A profile by name (or path to a YAML file), with `key=value` overrides applied."""
     path = Path(name) if name.endswith((".yaml", ".yml")) else PROFILE_DIR / f"{name}.yaml"
     if not path.exists():
-        raise InputError(f"unknown profile {name!r} (available: {', '.join(available_profiles())})",
-                         field="profile")
+        raise InputError(
+            f"unknown profile {name!r} (available: {', '.join(available_profiles())})", field="profile"
+        )
     profile = parse_profile(load_source(path), path.stem)
     return apply_overrides(profile, overrides or {})
 
@@ -63,8 +70,7 @@ def parse_profile(src: Source, name: str) -> Profile:
         raise InputError("a profile must be a mapping with down and up", file, 1)
     for key in data:
         if key not in _TOP_KEYS:
-            raise InputError(f"unknown key (known: {', '.join(_TOP_KEYS)})", file,
-                             src.line((key,)), str(key))
+            raise InputError(f"unknown key (known: {', '.join(_TOP_KEYS)})", file, src.line((key,)), str(key))
     for key in ("down", "up"):
         if key not in data:
             raise InputError("missing (a link spec for this direction)", file, 1, key)
@@ -72,8 +78,13 @@ def parse_profile(src: Source, name: str) -> Profile:
     def direction(key: str) -> LinkSpec:
         return parse_linkspec(data[key], file, key, lambda *keys: src.line((key, *keys)))
 
-    return Profile(name=name, description=str(data.get("description", "")),
-                   source=str(data.get("source", "")), down=direction("down"), up=direction("up"))
+    return Profile(
+        name=name,
+        description=str(data.get("description", "")),
+        source=str(data.get("source", "")),
+        down=direction("down"),
+        up=direction("up"),
+    )
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, str]:
@@ -122,11 +133,17 @@ def _changes(key: str, raw: Any) -> Changes:
         return {"down": {"delay_ms": rtt / 2}, "up": {"delay_ms": rtt / 2}}
     direction, _, param = key.rpartition(".")
     if param == RTT_KEY and direction in ("down", "up"):
-        raise InputError(f"{RTT_KEY} is a round trip and has no direction (use "
-                         f"{direction}.delay_ms for a one-way delay)", field=f"--set {key}")
+        raise InputError(
+            f"{RTT_KEY} is a round trip and has no direction (use "
+            f"{direction}.delay_ms for a one-way delay)",
+            field=f"--set {key}",
+        )
     if direction not in ("", "down", "up") or param not in _OVERRIDABLE:
-        raise InputError(f"cannot override {key!r} (use PARAM, down.PARAM or up.PARAM with "
-                         f"PARAM in {', '.join(_OVERRIDABLE)}; or {RTT_KEY})", field="--set")
+        raise InputError(
+            f"cannot override {key!r} (use PARAM, down.PARAM or up.PARAM with "
+            f"PARAM in {', '.join(_OVERRIDABLE)}; or {RTT_KEY})",
+            field="--set",
+        )
     value = _override_value(param, raw, key)
     return {d: {param: value} for d in ("down", "up") if direction in ("", d)}
 

@@ -39,8 +39,12 @@ def receive(port: int, count: int, idle_s: float) -> dict[str, int]:
         ahead += seq > highest + 1
         highest = max(highest, seq)
         seen.add(seq)
-    return {"received": len(seen), "duplicates": duplicates,
-            "loss_runs": loss_runs(seen, count), "ahead": ahead}
+    return {
+        "received": len(seen),
+        "duplicates": duplicates,
+        "loss_runs": loss_runs(seen, count),
+        "ahead": ahead,
+    }
 
 
 def loss_runs(seen: set[int], count: int) -> int:

@@ -6,5 +6,15 @@ iterate WORKLOADS (the Pantheon model: one metadata module shared by experiments
 from .kinds import WORKLOADS, WorkloadKind, derived_kinds, object_bytes, report_sections
 from .metrics import PAGELOAD, STREAMING, TRANSFER_KINDS, Metric, ReportSection
 
-__all__ = ["PAGELOAD", "STREAMING", "TRANSFER_KINDS", "WORKLOADS", "Metric", "ReportSection",
-           "WorkloadKind", "derived_kinds", "object_bytes", "report_sections"]
+__all__ = [
+    "PAGELOAD",
+    "STREAMING",
+    "TRANSFER_KINDS",
+    "WORKLOADS",
+    "Metric",
+    "ReportSection",
+    "WorkloadKind",
+    "derived_kinds",
+    "object_bytes",
+    "report_sections",
+]

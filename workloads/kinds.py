@@ -64,29 +64,40 @@ class Web(WorkloadKind):
     derived = {PAGELOAD: ("page_load_time_ms",)}
     sections = (
         ReportSection(
-            "Connection time, TTFB and download time", m.TRANSFER_KINDS,
+            "Connection time, TTFB and download time",
+            m.TRANSFER_KINDS,
             "Connection time covers every non-streaming trial (a handshake does not depend "
             "on what follows); TTFB and download time cover the web pages.",
-            metrics=tuple(m.TIMING_METRICS), figures="timing", cdfs=tuple(m.TIMING_METRICS),
-            cdfs_in_rtts=True),
+            metrics=tuple(m.TIMING_METRICS),
+            figures="timing",
+            cdfs=tuple(m.TIMING_METRICS),
+            cdfs_in_rtts=True,
+        ),
         ReportSection(
-            "Page loads in Chromium", (PAGELOAD,),
+            "Page loads in Chromium",
+            (PAGELOAD,),
             "One page load per trial in a fresh headless Chromium (no cache, no session, no "
             "alt-svc memory); every resource's protocol was checked. Times from navigation "
             "start. Beside it, the perf tools' download of the same page's HTML.",
-            metrics=(*m.PAGE_METRICS, m.PAGE_CPU), compared=tuple(m.PAGE_METRICS),
+            metrics=(*m.PAGE_METRICS, m.PAGE_CPU),
+            compared=tuple(m.PAGE_METRICS),
             figures="pageload",
-            cdfs=(m.PAGE_CONNECTION, m.PAGE_LOAD), cdfs_in_rtts=True,
-            plots=("pageload_vs_download",), table="pageload_vs_download",
-            table_caption="Browser page load beside the perf tools' download of its HTML"),
+            cdfs=(m.PAGE_CONNECTION, m.PAGE_LOAD),
+            cdfs_in_rtts=True,
+            plots=("pageload_vs_download",),
+            table="pageload_vs_download",
+            table_caption="Browser page load beside the perf tools' download of its HTML",
+        ),
     )
 
     def choices(self) -> tuple[str, ...]:
         # web/index.html (which references the samples), the per-type samples, and whole
         # landing pages (`pages/<site>`: its index.html plus assets).
-        return ("index.html",
-                *(rel.removeprefix("web/") for rel in content.WEB_OBJECTS),
-                *(f"pages/{site}" for site in content.LANDING_PAGES))
+        return (
+            "index.html",
+            *(rel.removeprefix("web/") for rel in content.WEB_OBJECTS),
+            *(f"pages/{site}" for site in content.LANDING_PAGES),
+        )
 
     def url_path(self, name: str) -> str:
         return f"web/{name}/index.html" if name.startswith("pages/") else f"web/{name}"
@@ -98,14 +109,19 @@ class Web(WorkloadKind):
 
 class Cloud(WorkloadKind):
     kind, list_key, what = "cloud", "files", "file"
-    sections = (ReportSection(
-        "Cloud storage", ("cloud",),
-        "Throughput = size / total download time; CPU = client process.",
-        metrics=(m.CLOUD_THROUGHPUT, m.CLOUD_DOWNLOAD, m.CLOUD_CPU),
-        keys=("facet", "object_bytes", "protocol"),
-        # download time is throughput restated; comparing both adds rows only
-        compared=(m.CLOUD_THROUGHPUT, m.CLOUD_CPU), figures="cloud",
-        plots=("throughput_vs_size", "cpu_over_time")),)
+    sections = (
+        ReportSection(
+            "Cloud storage",
+            ("cloud",),
+            "Throughput = size / total download time; CPU = client process.",
+            metrics=(m.CLOUD_THROUGHPUT, m.CLOUD_DOWNLOAD, m.CLOUD_CPU),
+            keys=("facet", "object_bytes", "protocol"),
+            # download time is throughput restated; comparing both adds rows only
+            compared=(m.CLOUD_THROUGHPUT, m.CLOUD_CPU),
+            figures="cloud",
+            plots=("throughput_vs_size", "cpu_over_time"),
+        ),
+    )
 
     def choices(self) -> tuple[str, ...]:
         return tuple(content.CLOUD_SIZES)
@@ -131,17 +147,26 @@ class Video(WorkloadKind):
     derived = {STREAMING: ("startup_delay_ms", "stall_count")}
     sections = (
         ReportSection(
-            "Video download", ("video",),
+            "Video download",
+            ("video",),
             "The paper's video_download: audio and video fetched in parallel (two TLS/TCP "
             "connections, or one QUIC connection with two streams), paced like a player's "
             "playout: handshake time and overall download rate.",
-            metrics=(m.VIDEO_CONNECTION, m.VIDEO_THROUGHPUT, m.VIDEO_STALL), figures="video",
-            compared=(m.VIDEO_CONNECTION, m.VIDEO_THROUGHPUT), cdfs=(m.VIDEO_CONNECTION,),
-            plots=("video_against_loss",)),
-        ReportSection("Streaming", (STREAMING,), "", figures="streaming",
-                      plots=("streaming_against_loss", "streaming_cdfs",
-                             "streaming_example_traces"), table="streaming",
-                      table_caption="Stalls and quality switches against loss"),
+            metrics=(m.VIDEO_CONNECTION, m.VIDEO_THROUGHPUT, m.VIDEO_STALL),
+            figures="video",
+            compared=(m.VIDEO_CONNECTION, m.VIDEO_THROUGHPUT),
+            cdfs=(m.VIDEO_CONNECTION,),
+            plots=("video_against_loss",),
+        ),
+        ReportSection(
+            "Streaming",
+            (STREAMING,),
+            "",
+            figures="streaming",
+            plots=("streaming_against_loss", "streaming_cdfs", "streaming_example_traces"),
+            table="streaming",
+            table_caption="Stalls and quality switches against loss",
+        ),
     )
 
     def choices(self) -> tuple[str, ...]:
@@ -156,8 +181,9 @@ class Video(WorkloadKind):
     def tool_args(self, duration_s: float | None, settings: dict[str, Any]) -> dict[str, str]:
         args = {"--duration": f"{duration_s:g}"} if duration_s else {}
         if settings:
-            args[self.settings_flag] = json.dumps(player.dashjs_settings(settings),
-                                                   separators=(",", ":"), sort_keys=True)
+            args[self.settings_flag] = json.dumps(
+                player.dashjs_settings(settings), separators=(",", ":"), sort_keys=True
+            )
         return args
 
     def prepare_content(self, root: Path, objects: tuple[str, ...]) -> None:

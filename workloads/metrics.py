@@ -41,8 +41,7 @@ CLOUD_THROUGHPUT = Metric("throughput_mbps", "Throughput", "Mbit/s", ("cloud",),
 CLOUD_CPU = Metric("cpu_client_pct", "Client CPU", "%", ("cloud",), per_rtt=False)
 CLOUD_DOWNLOAD = Metric("download_time_ms", "Download time", "ms", ("cloud",), per_rtt=False)
 VIDEO_CONNECTION = Metric("connection_time_ms", "Connection time", "ms", ("video",))
-VIDEO_THROUGHPUT = Metric("throughput_mbps", "Download rate", "Mbit/s", ("video",),
-                          per_rtt=False)
+VIDEO_THROUGHPUT = Metric("throughput_mbps", "Download rate", "Mbit/s", ("video",), per_rtt=False)
 VIDEO_STALL = Metric("stall_ms", "Playout stall time", "ms", ("video",), per_rtt=False)
 STARTUP = Metric("startup_delay_ms", "Startup delay", "ms", (STREAMING,), per_rtt=False)
 STALL_TIME = Metric("stall_total_ms", "Stall time", "ms", (STREAMING,), per_rtt=False)

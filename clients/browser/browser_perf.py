@@ -61,24 +61,64 @@ PROFILE_PREFERENCES = {"net": {"network_prediction_options": 2}}
 ERROR_CATEGORIES = ("connect", "tls", "timeout", "protocol", "http", "browser")
 
 ROW_KEYS = (
-    "tool", "tool_version", "library", "backend", "protocol", "tls_version", "http_version",
-    "cipher", "tls_group", "local_ip", "local_port", "remote_ip", "remote_port", "url", "bytes",
-    "http_status", "t_start", "t_connect", "t_handshake", "t_first_byte", "t_done",
-    "connection_time_ms", "client_cpu_ms", "ttfb_ms", "download_time_ms", "throughput_mbps",
-    "resumed", "cpu", "rep", "error",
-    "page_load_time_ms", "dom_content_loaded_ms", "fcp_ms", "lcp_ms", "resources",
-    "resource_protocols", "connections", "browser_cpu_ms", "browser_cpu_pct", "cpu_bound",
+    "tool",
+    "tool_version",
+    "library",
+    "backend",
+    "protocol",
+    "tls_version",
+    "http_version",
+    "cipher",
+    "tls_group",
+    "local_ip",
+    "local_port",
+    "remote_ip",
+    "remote_port",
+    "url",
+    "bytes",
+    "http_status",
+    "t_start",
+    "t_connect",
+    "t_handshake",
+    "t_first_byte",
+    "t_done",
+    "connection_time_ms",
+    "client_cpu_ms",
+    "ttfb_ms",
+    "download_time_ms",
+    "throughput_mbps",
+    "resumed",
+    "cpu",
+    "rep",
+    "error",
+    "page_load_time_ms",
+    "dom_content_loaded_ms",
+    "fcp_ms",
+    "lcp_ms",
+    "resources",
+    "resource_protocols",
+    "connections",
+    "browser_cpu_ms",
+    "browser_cpu_pct",
+    "cpu_bound",
 )
 # With --duration: the playback's QoE (qoe.summarize) and its per-second trace instead of the
 # page-load columns (the player page's own load is not what a playback row measures).
 PLAYER_KEYS = (*qoe.COLUMNS, "cancelled_requests", "trace")
-PAGE_ONLY_KEYS = ("page_load_time_ms", "dom_content_loaded_ms", "fcp_ms", "lcp_ms", "t_done",
-                  "download_time_ms")
+PAGE_ONLY_KEYS = (
+    "page_load_time_ms",
+    "dom_content_loaded_ms",
+    "fcp_ms",
+    "lcp_ms",
+    "t_done",
+    "download_time_ms",
+)
 PLAYER_PAGE = "/player/index.html"  # served by the testbed's servers (servers/player.py)
 _QOE_DONE_JS = "window.quicbedQoE !== undefined && window.quicbedQoE.done"
 
 
 # ------------------------------------------------------------------------------ arguments
+
 
 class UsageError(Exception):
     """Exit 2: a flag or value this tool does not take."""
@@ -102,6 +142,7 @@ def _positive(kind: type) -> Any:
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
         return value
+
     return parse
 
 
@@ -143,28 +184,53 @@ def _resolve(text: str) -> Resolve:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The contract's arguments (clients/tools.py). UsageError for a bad flag or value,
     Unsupported for a valid request this client cannot do."""
-    p = _Parser(prog="browser_perf", add_help=True,
-                description="Page loads in a fresh headless Chromium; one JSON row per load.")
+    p = _Parser(
+        prog="browser_perf",
+        add_help=True,
+        description="Page loads in a fresh headless Chromium; one JSON row per load.",
+    )
     p.add_argument("--url", required=True)
-    p.add_argument("--resolve", type=_resolve, action="append", default=[],
-                   metavar="NAME:PORT:ADDRESS", help="the only name resolution (no DNS)")
+    p.add_argument(
+        "--resolve",
+        type=_resolve,
+        action="append",
+        default=[],
+        metavar="NAME:PORT:ADDRESS",
+        help="the only name resolution (no DNS)",
+    )
     p.add_argument("--cacert", required=True, help="the CA the browser trusts (PEM)")
-    p.add_argument("-n", "--repetitions", type=_positive(int), default=1,
-                   help="loads, each in a new browser process with a new profile")
-    p.add_argument("--pause", type=_non_negative_int, default=0, metavar="MS",
-                   help="pause between loads")
-    p.add_argument("--cpu", action="store_true",
-                   help="accepted for the contract: CPU is always measured")
-    p.add_argument("--timeout", type=_positive(float), default=30.0, metavar="S",
-                   help="page load timeout (navigation start to the load event)")
+    p.add_argument(
+        "-n",
+        "--repetitions",
+        type=_positive(int),
+        default=1,
+        help="loads, each in a new browser process with a new profile",
+    )
+    p.add_argument("--pause", type=_non_negative_int, default=0, metavar="MS", help="pause between loads")
+    p.add_argument("--cpu", action="store_true", help="accepted for the contract: CPU is always measured")
+    p.add_argument(
+        "--timeout",
+        type=_positive(float),
+        default=30.0,
+        metavar="S",
+        help="page load timeout (navigation start to the load event)",
+    )
     p.add_argument("--protocol", choices=tuple(EXPECTED), default="quic")
     p.add_argument("--keylog", metavar="FILE", help="TLS key log (SSLKEYLOGFILE) for captures")
-    p.add_argument("--duration", type=_positive(float), metavar="S",
-                   help="play the DASH manifest at --url for S seconds of media in the "
-                   "testbed's dash.js page (" + PLAYER_PAGE + ") instead of loading a page")
-    p.add_argument("--player-settings", type=_json_object, metavar="JSON",
-                   help="with --duration: dash.js settings (its updateSettings object) merged "
-                   "into its defaults; the row's player_settings shows those in force")
+    p.add_argument(
+        "--duration",
+        type=_positive(float),
+        metavar="S",
+        help="play the DASH manifest at --url for S seconds of media in the "
+        "testbed's dash.js page (" + PLAYER_PAGE + ") instead of loading a page",
+    )
+    p.add_argument(
+        "--player-settings",
+        type=_json_object,
+        metavar="JSON",
+        help="with --duration: dash.js settings (its updateSettings object) merged "
+        "into its defaults; the row's player_settings shows those in force",
+    )
     p.add_argument("--verbose", action="store_true", help="the browser's arguments on stderr")
     p.add_argument("--version", action="store_true", help="print versions and exit")
     if "--version" in argv:
@@ -188,6 +254,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 # ------------------------------------------------------------------------------ browser flags
+
 
 def chromium_args(args: argparse.Namespace) -> list[str]:
     """Chromium's switches: the protocol, name resolution from --resolve only, and nothing that
@@ -218,14 +285,14 @@ def chromium_args(args: argparse.Namespace) -> list[str]:
         flags += ["--enable-quic", f"--origin-to-force-quic-on={url.hostname}:{port}"]
     else:
         flags.append("--disable-quic")
-        flags.append("--ssl-version-min=tls1.3" if args.protocol == "tls1.3"
-                     else "--ssl-version-max=tls1.2")
+        flags.append("--ssl-version-min=tls1.3" if args.protocol == "tls1.3" else "--ssl-version-max=tls1.2")
     if args.duration is not None:  # the player starts by itself (muted, as a page may)
         flags.append("--autoplay-policy=no-user-gesture-required")
     return flags
 
 
 # ------------------------------------------------------------------------------ the row
+
 
 def _ms(value: Any) -> float | None:
     return round(float(value), 3) if isinstance(value, int | float) else None
@@ -253,8 +320,7 @@ def is_favicon(url: str) -> bool:
 def drop_favicon(perf: dict[str, Any], net: dict[str, Any]) -> None:
     """Leave out the browser's own favicon fetch (blocked, see Load.run): the page names no
     icon, so it is no resource of the page, and being blocked it never reached the network."""
-    perf["resources"] = [e for e in perf.get("resources") or []
-                         if not is_favicon(e.get("name", ""))]
+    perf["resources"] = [e for e in perf.get("resources") or [] if not is_favicon(e.get("name", ""))]
     net["requests"] = [u for u in net.get("requests", []) if not is_favicon(u)]
     net["responses"] = [r for r in net.get("responses", []) if not is_favicon(r.get("url", ""))]
     net["failures"] = [f for f in net.get("failures", []) if not is_favicon(f.get("url", ""))]
@@ -264,12 +330,16 @@ def drop_cancelled(perf: dict[str, Any], net: dict[str, Any]) -> int:
     """A player cancels requests (dash.js abandons a segment that arrives too slowly, and its
     reset at the end aborts what is in flight): such a request got no response, so no protocol
     to prove, and no error. Left out of the proof; returns how many there were."""
-    cancelled = {f.get("url") for f in net.get("failures", [])
-                 if f.get("canceled") or "ERR_ABORTED" in f.get("errorText", "")}
+    cancelled = {
+        f.get("url")
+        for f in net.get("failures", [])
+        if f.get("canceled") or "ERR_ABORTED" in f.get("errorText", "")
+    }
     answered = {r.get("url") for r in net.get("responses", [])}
     gone = cancelled - answered
-    perf["resources"] = [e for e in perf.get("resources") or []
-                         if not (e.get("name") in gone and not e.get("nextHopProtocol"))]
+    perf["resources"] = [
+        e for e in perf.get("resources") or [] if not (e.get("name") in gone and not e.get("nextHopProtocol"))
+    ]
     net["failures"] = [f for f in net.get("failures", []) if f.get("url") not in gone]
     net["requests"] = [u for u in net.get("requests", []) if u not in gone]
     return len(gone)
@@ -277,10 +347,28 @@ def drop_cancelled(perf: dict[str, Any], net: dict[str, Any]) -> int:
 
 def empty_row(protocol: str, url: str, rep: int) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(ROW_KEYS)
-    row.update(tool="chromium", tool_version="", library="", backend="chromium",
-               protocol=protocol, tls_version="", http_version="", cipher="", tls_group="",
-               url=url, bytes=0, http_status=0, resumed=False, cpu=[], rep=rep, error="",
-               resources=0, resource_protocols={}, connections=0, cpu_bound=False)
+    row.update(
+        tool="chromium",
+        tool_version="",
+        library="",
+        backend="chromium",
+        protocol=protocol,
+        tls_version="",
+        http_version="",
+        cipher="",
+        tls_group="",
+        url=url,
+        bytes=0,
+        http_status=0,
+        resumed=False,
+        cpu=[],
+        rep=rep,
+        error="",
+        resources=0,
+        resource_protocols={},
+        connections=0,
+        cpu_bound=False,
+    )
     return row
 
 
@@ -322,10 +410,10 @@ def build_row(row: dict[str, Any], perf: dict[str, Any], net: dict[str, Any]) ->
         fcp_ms=_ms(perf.get("fcp")),
         lcp_ms=_ms(perf.get("lcp")),
         resources=len(resources),
-        resource_protocols=dict(collections.Counter(
-            e.get("nextHopProtocol") or "" for e in [nav, *resources])),
-        connections=len({r["connectionId"] for r in net.get("responses", [])
-                         if r.get("connectionId")}),
+        resource_protocols=dict(
+            collections.Counter(e.get("nextHopProtocol") or "" for e in [nav, *resources])
+        ),
+        connections=len({r["connectionId"] for r in net.get("responses", []) if r.get("connectionId")}),
     )
     return row
 
@@ -341,7 +429,7 @@ def add_cpu(row: dict[str, Any], cpu_ms: float | None) -> None:
 
 def _short(url: str, page: str) -> str:
     base = page.rsplit("/", 1)[0] + "/"
-    return url[len(base):] if url.startswith(base) else url
+    return url[len(base) :] if url.startswith(base) else url
 
 
 def judge(protocol: str, page_url: str, perf: dict[str, Any], net: dict[str, Any]) -> str:
@@ -358,8 +446,10 @@ def judge(protocol: str, page_url: str, perf: dict[str, Any], net: dict[str, Any
         u = urlsplit(url)
         if (u.scheme, u.hostname, u.port or 443) != origin:
             problems.append(f"{url} is not from {page.hostname}")
-    entries = [("document", perf.get("navigation") or {}),
-               *((_short(e.get("name", ""), page_url), e) for e in perf.get("resources", []))]
+    entries = [
+        ("document", perf.get("navigation") or {}),
+        *((_short(e.get("name", ""), page_url), e) for e in perf.get("resources", [])),
+    ]
     for name, entry in entries:
         hop = entry.get("nextHopProtocol") or "none"
         if hop != want_hop:
@@ -390,31 +480,43 @@ def http_problems(perf: dict[str, Any], net: dict[str, Any], page_url: str) -> s
     for failure in net.get("failures", []):
         if failure.get("canceled"):
             continue
-        problems.append(f"{_short(failure.get('url', ''), page_url)} failed: "
-                        f"{failure.get('errorText', '')}")
+        problems.append(
+            f"{_short(failure.get('url', ''), page_url)} failed: " f"{failure.get('errorText', '')}"
+        )
     if not problems:
         return ""
-    return f"http: {'; '.join(problems[:3])}" + (f" (+{len(problems) - 3} more)"
-                                                 if len(problems) > 3 else "")
+    return f"http: {'; '.join(problems[:3])}" + (f" (+{len(problems) - 3} more)" if len(problems) > 3 else "")
 
 
 # Chromium's net errors (net/base/net_error_list.h) -> the row's error category.
 _NET_CATEGORIES = (
     (re.compile(r"ERR_(CERT_|SSL_|BAD_SSL|CERTIFICATE|QUIC_CERT|NO_SSL|TLS)"), "tls"),
     (re.compile(r"ERR_(TIMED_OUT|CONNECTION_TIMED_OUT|QUIC_HANDSHAKE_TIMEOUT)"), "timeout"),
-    (re.compile(r"ERR_(CONNECTION_REFUSED|CONNECTION_RESET|CONNECTION_CLOSED|CONNECTION_FAILED|"
-                r"CONNECTION_ABORTED|ADDRESS_UNREACHABLE|ADDRESS_INVALID|NAME_NOT_RESOLVED|"
-                r"NAME_RESOLUTION_FAILED|INTERNET_DISCONNECTED|NETWORK_CHANGED|NETWORK_ACCESS_DENIED|"
-                r"SOCKET_NOT_CONNECTED|QUIC_PROTOCOL_ERROR|QUIC_GOAWAY|EMPTY_RESPONSE)"), "connect"),
-    (re.compile(r"ERR_(HTTP|INVALID_HTTP|INVALID_RESPONSE|RESPONSE_HEADERS|CONTENT_|"
-                r"INCOMPLETE_CHUNKED|INVALID_CHUNKED|UNEXPECTED_PROXY|FILE_NOT_FOUND|"
-                r"INVALID_REDIRECT|TOO_MANY_REDIRECTS)"), "http"),
-    (re.compile(r"ERR_(ALPN_NEGOTIATION|NPN|DISALLOWED_URL_SCHEME|UNKNOWN_URL_SCHEME)"),
-     "protocol"),
+    (
+        re.compile(
+            r"ERR_(CONNECTION_REFUSED|CONNECTION_RESET|CONNECTION_CLOSED|CONNECTION_FAILED|"
+            r"CONNECTION_ABORTED|ADDRESS_UNREACHABLE|ADDRESS_INVALID|NAME_NOT_RESOLVED|"
+            r"NAME_RESOLUTION_FAILED|INTERNET_DISCONNECTED|NETWORK_CHANGED|NETWORK_ACCESS_DENIED|"
+            r"SOCKET_NOT_CONNECTED|QUIC_PROTOCOL_ERROR|QUIC_GOAWAY|EMPTY_RESPONSE)"
+        ),
+        "connect",
+    ),
+    (
+        re.compile(
+            r"ERR_(HTTP|INVALID_HTTP|INVALID_RESPONSE|RESPONSE_HEADERS|CONTENT_|"
+            r"INCOMPLETE_CHUNKED|INVALID_CHUNKED|UNEXPECTED_PROXY|FILE_NOT_FOUND|"
+            r"INVALID_REDIRECT|TOO_MANY_REDIRECTS)"
+        ),
+        "http",
+    ),
+    (re.compile(r"ERR_(ALPN_NEGOTIATION|NPN|DISALLOWED_URL_SCHEME|UNKNOWN_URL_SCHEME)"), "protocol"),
 )
-_BROWSER_GONE = re.compile(r"(page crashed|Target crashed|Target page, context or browser has "
-                           r"been closed|Browser closed|browser has disconnected|Connection "
-                           r"closed|has been closed|crashed)", re.I)
+_BROWSER_GONE = re.compile(
+    r"(page crashed|Target crashed|Target page, context or browser has "
+    r"been closed|Browser closed|browser has disconnected|Connection "
+    r"closed|has been closed|crashed)",
+    re.I,
+)
 
 
 def categorize(message: str) -> str:
@@ -486,7 +588,7 @@ def _stat_fields(pid: int) -> list[str] | None:
             text = f.read()
     except OSError:
         return None
-    return text[text.rfind(")") + 2:].split()
+    return text[text.rfind(")") + 2 :].split()
 
 
 def process_cpu_s(pids: list[int]) -> float:
@@ -532,8 +634,9 @@ def _hex_endpoint(text: str) -> tuple[str, int]:
     if len(address) == 8:
         ip = ".".join(str(b) for b in bytes.fromhex(address)[::-1])
     else:  # IPv6: four little-endian 32-bit words
-        raw = b"".join(bytes.fromhex(address[i:i + 8])[::-1] for i in range(0, 32, 8))
+        raw = b"".join(bytes.fromhex(address[i : i + 8])[::-1] for i in range(0, 32, 8))
         import ipaddress
+
         ip = str(ipaddress.IPv6Address(raw))
         ip = ip.removeprefix("::ffff:")
     return ip, int(port, 16)
@@ -613,8 +716,15 @@ class Load:
     token: str = ""
     tmp: str = ""
     row: dict[str, Any] = field(default_factory=dict)
-    net: dict[str, Any] = field(default_factory=lambda: {
-        "document": None, "responses": [], "requests": [], "failures": [], "pending": {}})
+    net: dict[str, Any] = field(
+        default_factory=lambda: {
+            "document": None,
+            "responses": [],
+            "requests": [],
+            "failures": [],
+            "pending": {},
+        }
+    )
     watchdog_fired: bool = False
     cpu_samples: list[dict[str, Any]] = field(default_factory=list)
     _sampling: threading.Event = field(default_factory=threading.Event)
@@ -631,17 +741,25 @@ class Load:
             os.makedirs(d, mode=0o700)
         with open(os.path.join(self.tmp, "profile", "Default", "Preferences"), "w") as f:
             json.dump(PROFILE_PREFERENCES, f)
-        for argv in (["certutil", "-d", f"sql:{nssdb}", "-N", "--empty-password"],
-                     ["certutil", "-d", f"sql:{nssdb}", "-A", "-t", "C,,", "-n", "quicbed",
-                      "-i", self.args.cacert]):
+        for argv in (
+            ["certutil", "-d", f"sql:{nssdb}", "-N", "--empty-password"],
+            ["certutil", "-d", f"sql:{nssdb}", "-A", "-t", "C,,", "-n", "quicbed", "-i", self.args.cacert],
+        ):
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=20)
             if proc.returncode != 0:
-                raise LoadError(f"tls: certutil could not trust {self.args.cacert}: "
-                                f"{(proc.stderr or proc.stdout).strip()}")
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": tmpdir,
-               "XDG_CONFIG_HOME": os.path.join(home, ".config"),
-               "XDG_CACHE_HOME": os.path.join(home, ".cache"), "LANG": "C.UTF-8",
-               MARKER: self.token}
+                raise LoadError(
+                    f"tls: certutil could not trust {self.args.cacert}: "
+                    f"{(proc.stderr or proc.stdout).strip()}"
+                )
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": home,
+            "TMPDIR": tmpdir,
+            "XDG_CONFIG_HOME": os.path.join(home, ".config"),
+            "XDG_CACHE_HOME": os.path.join(home, ".cache"),
+            "LANG": "C.UTF-8",
+            MARKER: self.token,
+        }
         if self.args.keylog:
             env["SSLKEYLOGFILE"] = os.path.abspath(self.args.keylog)
         return env
@@ -665,8 +783,9 @@ class Load:
 
     def on_failed(self, event: dict[str, Any]) -> None:
         url = self.net["pending"].pop(event.get("requestId"), "")
-        self.net["failures"].append({"url": url, "errorText": event.get("errorText", ""),
-                                     "canceled": event.get("canceled", False)})
+        self.net["failures"].append(
+            {"url": url, "errorText": event.get("errorText", ""), "canceled": event.get("canceled", False)}
+        )
 
     # -- CPU
     def sample_cpu(self) -> None:
@@ -678,10 +797,13 @@ class Load:
             proc = process_cpu_s(marked_pids(self.token))
             total, idle = _system_jiffies()
             d_all = max(1, total - last_all)
-            self.cpu_samples.append({
-                "t": round(time.monotonic() - start, 3),
-                "proc_pct": round(100.0 * (proc - last_proc) / (d_all * _TICK_S / ncpu), 1),
-                "sys_busy_pct": round(100.0 * (d_all - (idle - last_idle)) / d_all, 1)})
+            self.cpu_samples.append(
+                {
+                    "t": round(time.monotonic() - start, 3),
+                    "proc_pct": round(100.0 * (proc - last_proc) / (d_all * _TICK_S / ncpu), 1),
+                    "sys_busy_pct": round(100.0 * (d_all - (idle - last_idle)) / d_all, 1),
+                }
+            )
             last_proc, last_all, last_idle = proc, total, idle
 
     def run(self, versions: dict[str, str]) -> dict[str, Any]:
@@ -699,10 +821,18 @@ class Load:
         with sync_playwright() as pw:
             try:
                 context = pw.chromium.launch_persistent_context(
-                    os.path.join(self.tmp, "profile"), executable_path=CHROMIUM, headless=True,
-                    args=launch_args, env=env, timeout=min(30.0, args.timeout + 5) * 1000,
-                    handle_sigint=False, handle_sigterm=False, handle_sighup=False,
-                    service_workers="block", accept_downloads=False)
+                    os.path.join(self.tmp, "profile"),
+                    executable_path=CHROMIUM,
+                    headless=True,
+                    args=launch_args,
+                    env=env,
+                    timeout=min(30.0, args.timeout + 5) * 1000,
+                    handle_sigint=False,
+                    handle_sigterm=False,
+                    handle_sighup=False,
+                    service_workers="block",
+                    accept_downloads=False,
+                )
             except PlaywrightError as e:
                 raise LoadError(f"browser: launch failed: {one_line(str(e), 200)}") from None
             page = None
@@ -711,8 +841,9 @@ class Load:
                 cdp = context.new_cdp_session(page)
                 product = cdp.send("Browser.getVersion").get("product", "")
                 version = product.split("/", 1)[-1] if "/" in product else versions["chromium"]
-                self.row.update(tool_version=version,
-                                library=f"chromium {version}; playwright {versions['playwright']}")
+                self.row.update(
+                    tool_version=version, library=f"chromium {version}; playwright {versions['playwright']}"
+                )
                 cdp.on("Network.requestWillBeSent", self.on_request)
                 cdp.on("Network.responseReceived", self.on_response)
                 cdp.on("Network.loadingFinished", self.on_finished)
@@ -726,20 +857,19 @@ class Load:
                 response = None
                 started = time.monotonic()
                 try:
-                    response = page.goto(self.page_url(), wait_until="load",
-                                         timeout=args.timeout * 1000)
+                    response = page.goto(self.page_url(), wait_until="load", timeout=args.timeout * 1000)
                     if args.duration is not None:  # the playback, within the same deadline
                         left = args.timeout - (time.monotonic() - started)
-                        page.wait_for_function(_QOE_DONE_JS, timeout=max(left, 0.1) * 1000,
-                                               polling=500)
+                        page.wait_for_function(_QOE_DONE_JS, timeout=max(left, 0.1) * 1000, polling=500)
                 finally:
                     cpu1 = process_cpu_s(marked_pids(self.token))
                     self._sampling.set()
                     self.row["cpu"] = self.cpu_samples
                 doc = self.net["document"] or {}
                 if doc.get("remoteIPAddress"):
-                    ends = local_endpoints(marked_pids(self.token), doc["remoteIPAddress"],
-                                           int(doc.get("remotePort") or 0))
+                    ends = local_endpoints(
+                        marked_pids(self.token), doc["remoteIPAddress"], int(doc.get("remotePort") or 0)
+                    )
                     if args.verbose:
                         print(f"browser_perf: local endpoints {ends}", file=sys.stderr)
                     if len(ends) == 1:  # several connections: which was the document's?
@@ -756,11 +886,15 @@ class Load:
                 error = ""
                 if status >= 400 or status == 0:
                     error = f"http: status {status} for the document"
-                error = error or judge(args.protocol, self.page_url(), perf, self.net) or \
-                    http_problems(perf, self.net, self.page_url())
+                error = (
+                    error
+                    or judge(args.protocol, self.page_url(), perf, self.net)
+                    or http_problems(perf, self.net, self.page_url())
+                )
                 if args.duration is not None:
-                    error = self.add_playback(page.evaluate("window.quicbedQoE"),
-                                              (cpu1 - cpu0) * 1000.0) or error
+                    error = (
+                        self.add_playback(page.evaluate("window.quicbedQoE"), (cpu1 - cpu0) * 1000.0) or error
+                    )
                 self.row["error"] = error
             except PlaywrightError as e:
                 raise LoadError(self.failure(str(e), page)) from None
@@ -785,8 +919,9 @@ class Load:
         """The playback's QoE and trace into the row; its error, if the player had one."""
         for key in PAGE_ONLY_KEYS:
             self.row[key] = None
-        self.row.update(qoe.summarize(record), trace=qoe.trace_since_play(record),
-                        t_done=round(time.time(), 6))
+        self.row.update(
+            qoe.summarize(record), trace=qoe.trace_since_play(record), t_done=round(time.time(), 6)
+        )
         played_ms = 1000.0 * (record.get("played_s") or 0) + (self.row["stall_total_ms"] or 0)
         if played_ms:
             self.row["browser_cpu_pct"] = round(100.0 * cpu_ms / played_ms, 1)
@@ -800,30 +935,50 @@ class Load:
     def describe(self, perf: dict[str, Any]) -> None:
         """--verbose: what the browser fetched and over what, on stderr."""
         processes = marked_pids(self.token)
-        print(f"browser_perf: {len(processes)} browser processes; requests "
-              f"{self.net['requests']}; failures {self.net['failures']}", file=sys.stderr)
+        print(
+            f"browser_perf: {len(processes)} browser processes; requests "
+            f"{self.net['requests']}; failures {self.net['failures']}",
+            file=sys.stderr,
+        )
         for r in self.net["responses"]:
-            print(f"browser_perf: {r.get('status')} {r.get('protocol')} conn "
-                  f"{r.get('connectionId')} reused {r.get('connectionReused')} "
-                  f"{r.get('url')} timing {json.dumps(r.get('timing'))}", file=sys.stderr)
+            print(
+                f"browser_perf: {r.get('status')} {r.get('protocol')} conn "
+                f"{r.get('connectionId')} reused {r.get('connectionReused')} "
+                f"{r.get('url')} timing {json.dumps(r.get('timing'))}",
+                file=sys.stderr,
+            )
         for e in [perf.get("navigation") or {}, *perf.get("resources", [])]:
-            print(f"browser_perf: {e.get('nextHopProtocol')} {e.get('name')} " + " ".join(
-                f"{k}={e.get(k)}" for k in ("startTime", "connectStart", "secureConnectionStart",
-                                            "connectEnd", "requestStart", "responseStart",
-                                            "responseEnd", "encodedBodySize")), file=sys.stderr)
+            print(
+                f"browser_perf: {e.get('nextHopProtocol')} {e.get('name')} "
+                + " ".join(
+                    f"{k}={e.get(k)}"
+                    for k in (
+                        "startTime",
+                        "connectStart",
+                        "secureConnectionStart",
+                        "connectEnd",
+                        "requestStart",
+                        "responseStart",
+                        "responseEnd",
+                        "encodedBodySize",
+                    )
+                ),
+                file=sys.stderr,
+            )
 
     def failure(self, message: str, page: Any) -> str:
         """The error of a load that raised, with what the page reached if it still answers."""
         if self.watchdog_fired:
-            return (f"timeout: no load event within {self.args.timeout:g} s "
-                    f"(browser killed by the watchdog)")
+            return (
+                f"timeout: no load event within {self.args.timeout:g} s " f"(browser killed by the watchdog)"
+            )
         error = categorize(message)
         if error.startswith("timeout"):
             pending = [_short(u, self.args.url) for u in self.net["pending"].values()]
-            error = (f"timeout: no load event within {self.args.timeout:g} s"
-                     + (f"; unfinished: {', '.join(pending[:4])}" if pending else ""))
-        if re.search(r"ERR_QUIC_(PROTOCOL_ERROR|HANDSHAKE_FAILED)", error) and \
-                self.net["document"] is None:
+            error = f"timeout: no load event within {self.args.timeout:g} s" + (
+                f"; unfinished: {', '.join(pending[:4])}" if pending else ""
+            )
+        if re.search(r"ERR_QUIC_(PROTOCOL_ERROR|HANDSHAKE_FAILED)", error) and self.net["document"] is None:
             error = self.diagnose_quic(error)
         if page is not None and self.net["document"] is not None:
             with contextlib.suppress(Exception):
@@ -831,8 +986,7 @@ class Load:
                 drop_favicon(perf, self.net)
                 if (perf.get("navigation") or {}).get("name", "").startswith("http"):
                     build_row(self.row, perf, self.net)
-                    for key in ("t_done", "download_time_ms", "page_load_time_ms",
-                                "throughput_mbps"):
+                    for key in ("t_done", "download_time_ms", "page_load_time_ms", "throughput_mbps"):
                         self.row[key] = None
         return error
 
@@ -844,9 +998,19 @@ class Load:
         port = url.port or 443
         resolves = [f"{r.host}:{r.port}:{r.address}" for r in self.args.resolve if r.port == port]
         wait = max(1, min(5, int(self.args.timeout)))
-        argv = ["curl", "-sS", "--http3-only", "--max-time", str(wait), "-o", "/dev/null",
-                "--cacert", self.args.cacert, *(x for r in resolves for x in ("--resolve", r)),
-                self.args.url]
+        argv = [
+            "curl",
+            "-sS",
+            "--http3-only",
+            "--max-time",
+            str(wait),
+            "-o",
+            "/dev/null",
+            "--cacert",
+            self.args.cacert,
+            *(x for r in resolves for x in ("--resolve", r)),
+            self.args.url,
+        ]
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=wait + 3)
         except (OSError, subprocess.TimeoutExpired):
@@ -915,18 +1079,21 @@ def _watchdog(load: Load, done: threading.Event, deadline_s: float) -> None:
     load.watchdog_fired = True
     kill_marked(load.token)  # Playwright's call fails now; the main thread writes the row
     if not done.wait(HARD_GRACE_S):
-        _abandon(load, f"timeout: no load event within {load.args.timeout:g} s "
-                       f"(browser killed by the watchdog; driver unresponsive)")
+        _abandon(
+            load,
+            f"timeout: no load event within {load.args.timeout:g} s "
+            f"(browser killed by the watchdog; driver unresponsive)",
+        )
 
 
 def versions() -> dict[str, str]:
     out = {"chromium": "", "playwright": ""}
     with contextlib.suppress(Exception):
         from importlib.metadata import version
+
         out["playwright"] = version("playwright")
     with contextlib.suppress(Exception):
-        text = subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True,
-                              timeout=20).stdout
+        text = subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True, timeout=20).stdout
         m = re.search(r"\d+\.\d+\.\d+\.\d+", text)
         out["chromium"] = m.group(0) if m else text.strip()
     return out
@@ -944,12 +1111,12 @@ def _on_signal(signum: int, frame: Any) -> None:
 def run_load(args: argparse.Namespace, rep: int, vers: dict[str, str]) -> dict[str, Any]:
     load = Load(args, rep)
     load.row = empty_row(args.protocol, args.url, rep)
-    load.row.update(tool_version=vers["chromium"],
-                    library=f"chromium {vers['chromium']}; playwright {vers['playwright']}")
+    load.row.update(
+        tool_version=vers["chromium"], library=f"chromium {vers['chromium']}; playwright {vers['playwright']}"
+    )
     _STATE["load"] = load
     done = threading.Event()
-    dog = threading.Thread(target=_watchdog, args=(load, done, args.timeout + HARD_GRACE_S),
-                           daemon=True)
+    dog = threading.Thread(target=_watchdog, args=(load, done, args.timeout + HARD_GRACE_S), daemon=True)
     dog.start()
     try:
         load.run(vers)
@@ -980,8 +1147,11 @@ def main(argv: list[str] | None = None) -> int:
     vers = versions()
     if getattr(args, "version", False) and not hasattr(args, "url"):
         import playwright.sync_api  # noqa: F401 - the check: Playwright imports
-        print(f"browser_perf {VERSION} (chromium {vers['chromium'] or 'missing'}; "
-              f"playwright {vers['playwright']})")
+
+        print(
+            f"browser_perf {VERSION} (chromium {vers['chromium'] or 'missing'}; "
+            f"playwright {vers['playwright']})"
+        )
         return EXIT_OK if vers["chromium"] and vers["playwright"] else EXIT_ERROR
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)

@@ -110,8 +110,20 @@ def _split(value: str) -> list[str]:
 
 def read_packets(pcap: Path, port: int, keylog: Path | None) -> list[Packet]:
     """Decodes the frames to or from the client's port with tshark."""
-    cmd = ["tshark", "-n", "-r", str(pcap), "-Y", f"tcp.port == {port} || udp.port == {port}",
-           "-T", "fields", "-E", "separator=|", "-E", "aggregator=,"]
+    cmd = [
+        "tshark",
+        "-n",
+        "-r",
+        str(pcap),
+        "-Y",
+        f"tcp.port == {port} || udp.port == {port}",
+        "-T",
+        "fields",
+        "-E",
+        "separator=|",
+        "-E",
+        "aggregator=,",
+    ]
     if keylog:
         cmd += ["-o", f"tls.keylog_file:{keylog}"]
     for name in FIELDS:
@@ -145,56 +157,65 @@ def _last(packets: list[Packet], pred: Pred, end: int | None = None) -> int | No
 
 def tcp_events(pk: list[Packet], tls12: bool, keyed: bool) -> dict[str, int | None]:
     ev: dict[str, int | None] = {}
-    ev["start"] = _first(pk, lambda p: p.from_client and p.has("tcp.flags.syn", "1")
-                         and p.has("tcp.flags.ack", "0"))
+    ev["start"] = _first(
+        pk, lambda p: p.from_client and p.has("tcp.flags.syn", "1") and p.has("tcp.flags.ack", "0")
+    )
     ev["connect"] = _first(pk, lambda p: not p.from_client and p.has("tcp.flags.syn", "1"))
     hello = _first(pk, lambda p: not p.from_client and p.has("tls.handshake.type", "2")) or 0
     if tls12:  # the server's CCS (+Finished) ends the client's handshake
-        ev["handshake"] = _first(pk, lambda p: not p.from_client
-                                 and p.has("tls.record.content_type", TLS_CCS), hello)
+        ev["handshake"] = _first(
+            pk, lambda p: not p.from_client and p.has("tls.record.content_type", TLS_CCS), hello
+        )
     elif keyed:
-        ev["handshake"] = _first(pk, lambda p: p.from_client
-                                 and p.has("tls.handshake.type", TLS_FINISHED), hello)
+        ev["handshake"] = _first(
+            pk, lambda p: p.from_client and p.has("tls.handshake.type", TLS_FINISHED), hello
+        )
     else:  # the client's CCS (middlebox compatibility) travels with its Finished
-        ev["handshake"] = _first(pk, lambda p: p.from_client
-                                 and p.has("tls.record.content_type"), hello + 1)
+        ev["handshake"] = _first(pk, lambda p: p.from_client and p.has("tls.record.content_type"), hello + 1)
     return ev
 
 
 def quic_events(pk: list[Packet], keyed: bool) -> dict[str, int | None]:
     ev: dict[str, int | None] = {}
-    ev["start"] = _first(pk, lambda p: p.from_client
-                         and p.has("quic.long.packet_type", QUIC_INITIAL))
+    ev["start"] = _first(pk, lambda p: p.from_client and p.has("quic.long.packet_type", QUIC_INITIAL))
     ev["connect"] = _first(pk, lambda p: not p.from_client)
     if keyed:
-        ev["handshake"] = _first(pk, lambda p: p.from_client
-                                 and p.has("tls.handshake.type", TLS_FINISHED))
+        ev["handshake"] = _first(pk, lambda p: p.from_client and p.has("tls.handshake.type", TLS_FINISHED))
     else:
         one_rtt = _first(pk, lambda p: p.from_client and p.has("quic.header_form", "0"))
-        ev["handshake"] = _last(pk, lambda p: p.from_client
-                                and p.has("quic.long.packet_type", QUIC_HANDSHAKE), one_rtt)
+        ev["handshake"] = _last(
+            pk, lambda p: p.from_client and p.has("quic.long.packet_type", QUIC_HANDSHAKE), one_rtt
+        )
     return ev
 
 
-def response_events(pk: list[Packet], http: str, keyed: bool,
-                    handshake: int | None) -> dict[str, int | None]:
+def response_events(pk: list[Packet], http: str, keyed: bool, handshake: int | None) -> dict[str, int | None]:
     """first_byte and done; approximate (payload-based) without decryption."""
     if keyed and http in ("2", "3"):
         name = "http2.type" if http == "2" else "http3.frame_type"
         hdr, data = (H2_HEADERS, H2_DATA) if http == "2" else (H3_HEADERS, H3_DATA)
         first = _first(pk, lambda p: not p.from_client and p.has(name, hdr))
         if http == "3":  # DATA frames span packets: the last packet with request-stream bytes
-            done = _last(pk, lambda p: not p.from_client and any(
-                sid == "0" and n != "0"
-                for sid, n in p.pairs("quic.stream.stream_id", "quic.stream.length")))
+            done = _last(
+                pk,
+                lambda p: not p.from_client
+                and any(
+                    sid == "0" and n != "0"
+                    for sid, n in p.pairs("quic.stream.stream_id", "quic.stream.length")
+                ),
+            )
         else:  # the last non-empty DATA frame (END_STREAM may come in an empty one)
-            done = _last(pk, lambda p: not p.from_client and any(
-                t == data and n != "0" for t, n in p.pairs("http2.type", "http2.length")))
+            done = _last(
+                pk,
+                lambda p: not p.from_client
+                and any(t == data and n != "0" for t, n in p.pairs("http2.type", "http2.length")),
+            )
         return {"first_byte": first, "done": done}
     if keyed:  # HTTP/1.1
         first = _first(pk, lambda p: not p.from_client and p.has("http.response.code"))
-        done = _last(pk, lambda p: not p.from_client and p.payload()
-                     and p.has("tls.record.content_type", "23"))
+        done = _last(
+            pk, lambda p: not p.from_client and p.payload() and p.has("tls.record.content_type", "23")
+        )
         return {"first_byte": first, "done": done}
     # Without keys: the request is the client's first payload after the handshake event, the
     # response starts with the server's next payload. Session tickets (TLS 1.3, QUIC) sent at
@@ -202,20 +223,31 @@ def response_events(pk: list[Packet], http: str, keyed: bool,
     after = (handshake or 0) + 1
     req = _first(pk, lambda p: p.from_client and p.payload(), after)
     first = _first(pk, lambda p: not p.from_client and p.payload(), (req or after) + 1)
-    close = _first(pk, lambda p: p.from_client and (p.has("tcp.flags.fin", "1") or any(
-        t in QUIC_CONNECTION_CLOSE for t in p.f.get("quic.frame_type", []))), first or 0)
+    close = _first(
+        pk,
+        lambda p: p.from_client
+        and (
+            p.has("tcp.flags.fin", "1")
+            or any(t in QUIC_CONNECTION_CLOSE for t in p.f.get("quic.frame_type", []))
+        ),
+        first or 0,
+    )
     done = _last(pk, lambda p: not p.from_client and p.payload(), close)
     return {"first_byte": first, "done": done}
 
 
-ROW_KEYS = {"start": "t_start", "connect": "t_connect", "handshake": "t_handshake",
-            "first_byte": "t_first_byte", "done": "t_done"}
+ROW_KEYS = {
+    "start": "t_start",
+    "connect": "t_connect",
+    "handshake": "t_handshake",
+    "first_byte": "t_first_byte",
+    "done": "t_done",
+}
 
 
 def compare(row: dict, pk: list[Packet], keyed: bool) -> dict:
     quic = row.get("protocol") == "quic"
-    ev = quic_events(pk, keyed) if quic else tcp_events(pk, row.get("protocol") == "tls1.2",
-                                                        keyed)
+    ev = quic_events(pk, keyed) if quic else tcp_events(pk, row.get("protocol") == "tls1.2", keyed)
     ev.update(response_events(pk, str(row.get("http_version", "")), keyed, ev.get("handshake")))
     events = {}
     for name, key in ROW_KEYS.items():
@@ -230,8 +262,11 @@ def compare(row: dict, pk: list[Packet], keyed: bool) -> dict:
         rtt = (events["connect"]["wire"] - start) * 1e3
     hs = events["handshake"]["wire"]
     return {
-        "protocol": row.get("protocol"), "local_port": row.get("local_port"),
-        "decrypted": keyed, "approximate": not keyed, "events": events,
+        "protocol": row.get("protocol"),
+        "local_port": row.get("local_port"),
+        "decrypted": keyed,
+        "approximate": not keyed,
+        "events": events,
         "wire_first_rtt_ms": rtt,
         "wire_connection_time_ms": (hs - start) * 1e3 if hs is not None and start else None,
         "tool_connection_time_ms": row.get("connection_time_ms"),
@@ -243,23 +278,30 @@ def _fmt(v: float | None, spec: str) -> str:
 
 
 def print_report(res: dict) -> None:
-    print(f"protocol {res['protocol']}  client port {res['local_port']}  "
-          f"{'decrypted' if res['decrypted'] else 'not decrypted (approximate)'}")
+    print(
+        f"protocol {res['protocol']}  client port {res['local_port']}  "
+        f"{'decrypted' if res['decrypted'] else 'not decrypted (approximate)'}"
+    )
     print(f"{'event':<11} {'wire (epoch s)':>18} {'tool (epoch s)':>18} {'wire-tool ms':>13}")
     for name, e in res["events"].items():
-        print(f"{name:<11} {_fmt(e['wire'], '18.6f')} {_fmt(e['tool'], '18.6f')} "
-              f"{_fmt(e['delta_ms'], '13.3f')}")
-    print(f"first RTT on wire (SYN->SYN-ACK / Initial->first reply): "
-          f"{_fmt(res['wire_first_rtt_ms'], '.3f')} ms")
-    print(f"connection time: wire start->handshake {_fmt(res['wire_connection_time_ms'], '.3f')}"
-          f" ms, tool {_fmt(res['tool_connection_time_ms'], '.3f')} ms")
+        print(
+            f"{name:<11} {_fmt(e['wire'], '18.6f')} {_fmt(e['tool'], '18.6f')} "
+            f"{_fmt(e['delta_ms'], '13.3f')}"
+        )
+    print(
+        f"first RTT on wire (SYN->SYN-ACK / Initial->first reply): "
+        f"{_fmt(res['wire_first_rtt_ms'], '.3f')} ms"
+    )
+    print(
+        f"connection time: wire start->handshake {_fmt(res['wire_connection_time_ms'], '.3f')}"
+        f" ms, tool {_fmt(res['tool_connection_time_ms'], '.3f')} ms"
+    )
 
 
 def load_row(path: Path, rep: int | None, ports: set[int]) -> dict:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     for row in rows:
-        if (rep is not None and row.get("rep") == rep) or (
-                rep is None and row.get("local_port") in ports):
+        if (rep is not None and row.get("rep") == rep) or (rep is None and row.get("local_port") in ports):
             return row
     if len(rows) == 1:
         return rows[0]
@@ -267,8 +309,12 @@ def load_row(path: Path, rep: int | None, ports: set[int]) -> dict:
 
 
 def capture_ports(pcap: Path) -> set[int]:
-    res = subprocess.run(["tshark", "-n", "-r", str(pcap), "-T", "fields", "-e", "tcp.srcport",
-                          "-e", "udp.srcport"], capture_output=True, text=True, check=False)
+    res = subprocess.run(
+        ["tshark", "-n", "-r", str(pcap), "-T", "fields", "-e", "tcp.srcport", "-e", "udp.srcport"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     ports = set()
     for tok in res.stdout.split():
         if tok.isdigit():

@@ -61,8 +61,7 @@ def test_corrupt_parquet_falls_back_to_jsonl_and_says_so(results):
     (run_dir / "rows.parquet").write_bytes(b"PAR1 this is not parquet")
     df, _ = load_runs(["r1"])
     assert len(df) == 9
-    assert any("rows.parquet is corrupt" in n and "rows.jsonl instead" in n
-               for n in df.attrs["notes"])
+    assert any("rows.parquet is corrupt" in n and "rows.jsonl instead" in n for n in df.attrs["notes"])
 
 
 def test_corrupt_parquet_without_jsonl_is_an_error(results):
@@ -76,8 +75,10 @@ def test_corrupt_parquet_without_jsonl_is_an_error(results):
 def test_missing_optional_columns_are_tolerated(results):
     run_dir = results / "bare"
     run_dir.mkdir()
-    rows = [{"condition": "c", "protocol": p, "connection_time_ms": 10.0 * k, "rtt_ms": 10.0}
-            for k, p in enumerate(["quic", "tls1.3", "tls1.2"], start=1)]
+    rows = [
+        {"condition": "c", "protocol": p, "connection_time_ms": 10.0 * k, "rtt_ms": 10.0}
+        for k, p in enumerate(["quic", "tls1.3", "tls1.2"], start=1)
+    ]
     (run_dir / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     df, manifests = load_runs(["bare"])
     assert not df["failed"].any() and (df["workload"] == "web").all()
@@ -87,8 +88,7 @@ def test_missing_optional_columns_are_tolerated(results):
 
 def test_mixed_manifests_are_flagged_and_kept_apart(results):
     write_run(results, "r1", SMALL)
-    write_run(results, "r2", SMALL,
-              versions={"CADDY_VERSION": "v2.10.0", "NGINX_VERSION": "1.26.3"})
+    write_run(results, "r2", SMALL, versions={"CADDY_VERSION": "v2.10.0", "NGINX_VERSION": "1.26.3"})
     df, manifests = load_runs(["r1", "r2"])
     diffs = df.attrs["manifest_differences"]
     assert len(diffs) == 1 and diffs[0].startswith("versions.CADDY_VERSION")
@@ -134,10 +134,16 @@ def test_an_unfinished_run_is_noted(results):
 def test_playback_sessions_count_as_streaming_whatever_their_workload_label(results):
     run_dir = results / "play"
     run_dir.mkdir()
-    rows = [{"protocol": "quic", "workload": "video", "object": "segments",
-             "startup_delay_ms": 700.0, "stall_count": 0},
-            {"protocol": "quic", "workload": "video", "object": "progressive",
-             "connection_time_ms": 80.0}]
+    rows = [
+        {
+            "protocol": "quic",
+            "workload": "video",
+            "object": "segments",
+            "startup_delay_ms": 700.0,
+            "stall_count": 0,
+        },
+        {"protocol": "quic", "workload": "video", "object": "progressive", "connection_time_ms": 80.0},
+    ]
     (run_dir / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     df, _ = load_runs(["play"])
     assert list(df["workload"]) == ["streaming", "video"]
@@ -147,16 +153,31 @@ def test_a_run_whose_conditions_ran_on_different_kinds_of_host_is_flagged():
     from quicbed.analysis.manifest import calibration_entries, mixed_hosts
 
     def cond(label: str, host: str, cpu: str, client_image: str) -> dict:
-        return {"label": label, "calibration": {"rtt_ms": 80, "passed": True},
-                "ran_on": {"hostname": host, "cpu_model": cpu, "cpus": 2, "machine": "x86_64",
-                           "kernel": "6.1", "images": {"client": client_image}}}
+        return {
+            "label": label,
+            "calibration": {"rtt_ms": 80, "passed": True},
+            "ran_on": {
+                "hostname": host,
+                "cpu_model": cpu,
+                "cpus": 2,
+                "machine": "x86_64",
+                "kernel": "6.1",
+                "images": {"client": client_image},
+            },
+        }
 
-    same = {"run_id": "r", "conditions": {
-        "c0": cond("india", "vm-a", "EPYC", "sha256:aa"),
-        "c1": cond("germany", "vm-b", "EPYC", "sha256:aa")}}  # another name, the same kind
+    same = {
+        "run_id": "r",
+        "conditions": {
+            "c0": cond("india", "vm-a", "EPYC", "sha256:aa"),
+            "c1": cond("germany", "vm-b", "EPYC", "sha256:aa"),
+        },
+    }  # another name, the same kind
     assert mixed_hosts(calibration_entries([same])) == []
-    mixed = {"run_id": "r", "conditions": {**same["conditions"],
-                                           "c2": cond("lte", "vm-c", "Xeon", "sha256:bb")}}
+    mixed = {
+        "run_id": "r",
+        "conditions": {**same["conditions"], "c2": cond("lte", "vm-c", "Xeon", "sha256:bb")},
+    }
     (flag,) = mixed_hosts(calibration_entries([mixed]))
     assert flag.startswith("Run r: its conditions ran on 2 kinds of host")
     assert "india, germany on EPYC x2" in flag and "lte on Xeon x2" in flag and "bb" in flag

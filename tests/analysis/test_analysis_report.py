@@ -15,8 +15,7 @@ from quicbed.workloads import PAGELOAD
 from quicbed.workloads.metrics import CONNECTION, PAGE_CONNECTION
 
 FULL = Model(repetitions=12)
-WEB_ONLY = Model(repetitions=12, workloads=("web",),
-                 conditions={"india": (80.0, 20.0, 20.0, 0.0)})
+WEB_ONLY = Model(repetitions=12, workloads=("web",), conditions={"india": (80.0, 20.0, 20.0, 0.0)})
 
 
 @pytest.fixture(scope="module")
@@ -40,12 +39,22 @@ def test_every_figure_exists_non_empty_and_is_referenced(full_report):
     markdown = full_report.with_suffix(".md").read_text()
     files = sorted((full_report.parent / "figures").iterdir())
     names = {f.stem for f in files}
-    assert {"cdf_connection_time_timing_ms", "cdf_connection_time_timing_rtt",
-            "cdf_ttfb_timing_ms", "cdf_download_time_timing_rtt", "cloud_throughput_vs_size",
-            "cloud_cpu_over_time", "cdf_connection_time_video_ms", "streaming_startup_delay",
-            "streaming_stall_durations", "streaming_against_loss", "streaming_example_traces",
-            "pageload_vs_download",
-            "cdf_page_load_time_pageload_rtt", "cdf_connection_time_pageload_ms"} <= names
+    assert {
+        "cdf_connection_time_timing_ms",
+        "cdf_connection_time_timing_rtt",
+        "cdf_ttfb_timing_ms",
+        "cdf_download_time_timing_rtt",
+        "cloud_throughput_vs_size",
+        "cloud_cpu_over_time",
+        "cdf_connection_time_video_ms",
+        "streaming_startup_delay",
+        "streaming_stall_durations",
+        "streaming_against_loss",
+        "streaming_example_traces",
+        "pageload_vs_download",
+        "cdf_page_load_time_pageload_rtt",
+        "cdf_connection_time_pageload_ms",
+    } <= names
     for f in files:
         assert f.stat().st_size > 1000
         assert f"figures/{f.name}" in referenced(html)
@@ -62,12 +71,20 @@ def test_html_is_self_contained(full_report):
 
 def test_report_has_tables_manifest_and_flags(full_report):
     html = full_report.read_text()
-    for text in ("Medians per condition and protocol", "QUIC against TLS 1.2 and TLS 1.3",
-                 "Welch p", "MWU p", "n QUIC / other (pairs)", "Against the paper",
-                 "Calibration: configured against measured",
-                 "Stalls and quality switches against loss", "link_backend",
-                 "Failed trials (excluded from statistics)", "CPU-bound trials",
-                 "are failed: excluded from statistics"):
+    for text in (
+        "Medians per condition and protocol",
+        "QUIC against TLS 1.2 and TLS 1.3",
+        "Welch p",
+        "MWU p",
+        "n QUIC / other (pairs)",
+        "Against the paper",
+        "Calibration: configured against measured",
+        "Stalls and quality switches against loss",
+        "link_backend",
+        "Failed trials (excluded from statistics)",
+        "CPU-bound trials",
+        "are failed: excluded from statistics",
+    ):
         assert text in html, text
 
 
@@ -110,14 +127,19 @@ def test_cli_entry_writes_to_out(tmp_path, capsys):
 
 
 def test_an_unshaped_condition_is_left_out_of_the_rtt_figures(tmp_path):
-    model = Model(repetitions=10, workloads=("web",),
-                  conditions={"india": (80.0, 20.0, 20.0, 0.0), "lan": (0.05, 1e4, 1e4, 0.0)})
+    model = Model(
+        repetitions=10,
+        workloads=("web",),
+        conditions={"india": (80.0, 20.0, 20.0, 0.0), "lan": (0.05, 1e4, 1e4, 0.0)},
+    )
     write_run(tmp_path, "lan", model)
     df, _ = load_runs([str(tmp_path / "lan")])
     figures = {f.name: f for f in make_figures(df[~df["failed"]], tmp_path / "figs")}
     assert "Left out" not in figures["cdf_connection_time_timing_ms"].caption
-    assert "Left out (no calibrated RTT of 1 ms or more): lan" in figures[
-        "cdf_connection_time_timing_rtt"].caption
+    assert (
+        "Left out (no calibrated RTT of 1 ms or more): lan"
+        in figures["cdf_connection_time_timing_rtt"].caption
+    )
 
 
 def test_runner_style_manifest_labels_calibration_and_forced_trials(tmp_path):
@@ -133,8 +155,7 @@ def test_runner_style_manifest_labels_calibration_and_forced_trials(tmp_path):
 
 
 def test_a_run_whose_trials_all_failed_still_gets_a_report(tmp_path):
-    model = Model(repetitions=2, workloads=("web",), failed=6,
-                  conditions={"india": (80.0, 20.0, 20.0, 0.0)})
+    model = Model(repetitions=2, workloads=("web",), failed=6, conditions={"india": (80.0, 20.0, 20.0, 0.0)})
     write_run(tmp_path, "bad", model)
     html = write_report([str(tmp_path / "bad")]).read_text()
     assert "6 of 6 trials are failed" in html and "<img" not in html
@@ -142,8 +163,9 @@ def test_a_run_whose_trials_all_failed_still_gets_a_report(tmp_path):
 
 
 def test_too_few_samples_is_not_enough_data_rather_than_a_verdict(tmp_path):
-    model = Model(repetitions=2, workloads=("streaming", "video"),
-                  conditions={"india": (80.0, 20.0, 20.0, 0.0)})
+    model = Model(
+        repetitions=2, workloads=("streaming", "video"), conditions={"india": (80.0, 20.0, 20.0, 0.0)}
+    )
     write_run(tmp_path, "few", model)
     df, _ = load_runs([str(tmp_path / "few")])
     judged = {d.claim: v for d, v in evaluate(df[~df["failed"]])}
@@ -180,8 +202,11 @@ def test_a_protocol_above_144p_is_judged_only_with_enough_sessions(sessions: int
     from quicbed.analysis.claims import lowest_144p
     from quicbed.workloads import STREAMING
 
-    rows = [{"workload": STREAMING, "loss_pct": 5.0, "protocol": p, "lowest_quality": q}
-            for p, q in (("quic", "480p"), ("tls1.2", "144p")) for _ in range(sessions)]
+    rows = [
+        {"workload": STREAMING, "loss_pct": 5.0, "protocol": p, "lowest_quality": q}
+        for p, q in (("quic", "480p"), ("tls1.2", "144p"))
+        for _ in range(sessions)
+    ]
     judged = lowest_144p(pd.DataFrame(rows))
     assert judged.status == status
     assert f"QUIC 480p (n={sessions})" in judged.found[0]

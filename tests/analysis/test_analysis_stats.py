@@ -57,8 +57,7 @@ def test_comparison_detects_a_known_shift():
 
 def test_comparison_rarely_flags_zero_shift():
     rng = np.random.default_rng(12)
-    flagged = sum(compare(rng.normal(100, 10, 20), rng.normal(100, 10, 20)).significant
-                  for _ in range(100))
+    flagged = sum(compare(rng.normal(100, 10, 20), rng.normal(100, 10, 20)).significant for _ in range(100))
     assert flagged <= 5  # alpha = 0.01, both tests must agree
 
 
@@ -83,5 +82,4 @@ def test_tcp_download_model_is_the_handshake_arithmetic():
     tls12 = tcp_download_s(mib10, 20, 80, setup_rtts=3)
     assert tls12 - tcp_download_s(mib10, 20, 80, setup_rtts=2) == pytest.approx(0.080)
     # payload alone: 10 MiB at the TCP payload share of 20 Mbit/s
-    assert tls12 - 0.320 - slow_start_deficit_s(20, 80) == pytest.approx(
-        mib10 * 8 / (20e6 * 1448 / 1514))
+    assert tls12 - 0.320 - slow_start_deficit_s(20, 80) == pytest.approx(mib10 * 8 / (20e6 * 1448 / 1514))

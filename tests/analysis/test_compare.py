@@ -53,8 +53,7 @@ class Slowed(SyntheticExecutor):
         return row
 
 
-def _run(tmp: Path, name: str, executor: SyntheticExecutor, reps: int = 20, text: str = EXPERIMENT
-         ) -> Path:
+def _run(tmp: Path, name: str, executor: SyntheticExecutor, reps: int = 20, text: str = EXPERIMENT) -> Path:
     exp = parse_experiment(text.replace("REPS", str(reps)))
     run_dir = tmp / name
     run_experiment(exp, executor, run_dir, progress=False)
@@ -65,8 +64,7 @@ def test_same_setup_twice_is_no_change_and_exit_0(tmp_path, capsys):
     base = _run(tmp_path, "base", SyntheticExecutor(seed=1))
     new = _run(tmp_path, "new", SyntheticExecutor(seed=2))
     result = compare_runs(str(base), str(new))
-    assert {c.metric for c in result.cells} == {"connection_time", "ttfb", "download_time",
-                                                "throughput"}
+    assert {c.metric for c in result.cells} == {"connection_time", "ttfb", "download_time", "throughput"}
     assert len(result.cells) == 2 * 4 and not result.regressed
     assert {c.verdict for c in result.cells} == {NO_CHANGE}
     assert all(0 < c.mde_pct < 5 for c in result.cells)  # 20 reps at ~1 % noise see 5 %
@@ -82,8 +80,11 @@ def test_a_slower_server_is_a_regression_exit_1_with_junit(tmp_path, capsys):
     junit = tmp_path / "compare.xml"
     assert main_compare(str(base), str(new), ["ttfb=5%"], junit_path=str(junit)) == 1
     out = capsys.readouterr().out
-    regressed = {(line.split("|")[4].strip(), line.split("|")[6].strip())
-                 for line in out.splitlines() if "❌ regressed" in line}
+    regressed = {
+        (line.split("|")[4].strip(), line.split("|")[6].strip())
+        for line in out.splitlines()
+        if "❌ regressed" in line
+    }
     # TTFB grows ~10 % (20 % of its last RTT); the handshake does not move.
     assert ("tls1.3-h2", "ttfb") in regressed and ("quic-h3-ngtcp2", "ttfb") in regressed
     assert not {m for _, m in regressed} & {"connection_time"}
@@ -112,26 +113,28 @@ def test_runs_that_are_not_comparable_are_refused(tmp_path, capsys):
     other_reps = _run(tmp_path, "reps", SyntheticExecutor(seed=2), reps=10)
     with pytest.raises(NotComparable, match="different experiments .*repetitions differ"):
         compare_runs(str(base), str(other_reps))
-    other_path = _run(tmp_path, "rtt", SyntheticExecutor(seed=2),
-                      text=EXPERIMENT.replace("profiles: [india]",
-                                              "profiles: [{name: india, rtt_ms: 100, "
-                                              "rate_mbit: 20}]"))
+    other_path = _run(
+        tmp_path,
+        "rtt",
+        SyntheticExecutor(seed=2),
+        text=EXPERIMENT.replace(
+            "profiles: [india]", "profiles: [{name: india, rtt_ms: 100, " "rate_mbit: 20}]"
+        ),
+    )
     assert main_compare(str(base), str(other_path), []) == 2
     err = capsys.readouterr().err
     assert "not comparable" in err and "condition india: the profiles differ" in err
 
 
 def test_bad_thresholds_are_one_line_errors():
-    assert parse_thresholds(["connection_time=5%", "ttfb=2.5"]) == {"connection_time": 5.0,
-                                                                    "ttfb": 2.5}
+    assert parse_thresholds(["connection_time=5%", "ttfb=2.5"]) == {"connection_time": 5.0, "ttfb": 2.5}
     for bad in ("latency=5%", "ttfb", "ttfb=fast", "ttfb=-1%"):
         with pytest.raises(InputError, match="--max-regress"):
             parse_thresholds([bad])
 
 
 def test_statistics_helpers():
-    assert holm([0.01, 0.04, 0.03, math.nan]) == pytest.approx([0.03, 0.06, 0.06, math.nan],
-                                                               nan_ok=True)
+    assert holm([0.01, 0.04, 0.03, math.nan]) == pytest.approx([0.03, 0.06, 0.06, math.nan], nan_ok=True)
     assert min_mwu_p(3, 3) == pytest.approx(0.1) and min_mwu_p(10, 10) < 2e-5
     # 20 a side spread like a normal of σ = 5 % of the median; α 0.01, 80 % power:
     # (2.576 + 0.842) · 5 · √(2/20) / √0.955 = 5.5 % (normal theory, Mann–Whitney's efficiency)

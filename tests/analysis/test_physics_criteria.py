@@ -8,14 +8,18 @@ import pytest
 from quicbed.analysis.physics import connection_within, row_connection_within, row_upper_rtts
 
 
-@pytest.mark.parametrize(("rtts", "rtt_ms", "upper"), [
-    (1, 80.0, 1.03),        # 3 % of 80 ms (2.4 ms) is more than 1.5 ms
-    (1, 20.0, 1.075),       # on germany's 20 ms, 1.5 ms is 7.5 % of a round trip
-    (3, 20.0, 3.09),        # 3 % of three round trips (1.8 ms) again exceeds 1.5 ms
-    (2, 6.0, 2.25),         # germany-lab: 1.5 ms is a quarter of a 6 ms round trip
-])
-def test_a_rows_upper_bound_is_the_larger_of_3_percent_and_1_5_ms(rtts: int, rtt_ms: float,
-                                                                   upper: float) -> None:
+@pytest.mark.parametrize(
+    ("rtts", "rtt_ms", "upper"),
+    [
+        (1, 80.0, 1.03),  # 3 % of 80 ms (2.4 ms) is more than 1.5 ms
+        (1, 20.0, 1.075),  # on germany's 20 ms, 1.5 ms is 7.5 % of a round trip
+        (3, 20.0, 3.09),  # 3 % of three round trips (1.8 ms) again exceeds 1.5 ms
+        (2, 6.0, 2.25),  # germany-lab: 1.5 ms is a quarter of a 6 ms round trip
+    ],
+)
+def test_a_rows_upper_bound_is_the_larger_of_3_percent_and_1_5_ms(
+    rtts: int, rtt_ms: float, upper: float
+) -> None:
     assert row_upper_rtts(rtts, rtt_ms) == pytest.approx(upper)
     assert row_connection_within(rtts, upper - 1e-9, rtt_ms)
     assert not row_connection_within(rtts, upper + 1e-6, rtt_ms)

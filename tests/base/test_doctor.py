@@ -20,15 +20,53 @@ from quicbed.paths import CACHE, REPO
 
 # Python files whose commands run inside a container image, not on the host.
 IN_IMAGES = {"clients/perf/wirecheck.py", "clients/browser/browser_perf.py"}
-SOURCES = ("quicbed", "topology", "servers", "experiments", "analysis", "bench", "clients",
-           "workloads")
+SOURCES = ("quicbed", "topology", "servers", "experiments", "analysis", "bench", "clients", "workloads")
 # Calls whose first argument is an argv run with the host's binaries (host.exec is the
 # container's, and is left out on purpose).
-HOST_RUNNERS = {"run", "Popen", "popen_argv", "in_netns", "check_output", "check_call", "call",
-                "r", "probe", "_run"}
-SHELL_WORDS = {"export", "fail", "echo", "exec", "read", "while", "do", "done", "if", "then",
-               "fi", "for", "in", "else", ":", ".", "set", "cd", "test", "[", "return", "local",
-               "true", "false", "printf", "shift", "trap", "wait", "break", "continue"}
+HOST_RUNNERS = {
+    "run",
+    "Popen",
+    "popen_argv",
+    "in_netns",
+    "check_output",
+    "check_call",
+    "call",
+    "r",
+    "probe",
+    "_run",
+}
+SHELL_WORDS = {
+    "export",
+    "fail",
+    "echo",
+    "exec",
+    "read",
+    "while",
+    "do",
+    "done",
+    "if",
+    "then",
+    "fi",
+    "for",
+    "in",
+    "else",
+    ":",
+    ".",
+    "set",
+    "cd",
+    "test",
+    "[",
+    "return",
+    "local",
+    "true",
+    "false",
+    "printf",
+    "shift",
+    "trap",
+    "wait",
+    "break",
+    "continue",
+}
 
 
 def python_commands() -> dict[str, set[str]]:
@@ -53,7 +91,8 @@ def _argv0s(tree: ast.AST) -> list[str]:
             if name in HOST_RUNNERS and node.args:
                 out += _first_literal(node.args[0])
         elif isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id.endswith("argv") for t in node.targets):
+            isinstance(t, ast.Name) and t.id.endswith("argv") for t in node.targets
+        ):
             out += _first_literal(node.value)
     return out
 
@@ -114,9 +153,11 @@ def insmod_modules(script: Path) -> set[str]:
 
 
 def test_doctor_checks_every_module_the_uml_inits_load() -> None:
-    loaded = insmod_modules(REPO / "topology" / "uml_router.sh") | \
-        insmod_modules(REPO / "topology" / "uml_guest.sh") | \
-        insmod_modules(REPO / "topology" / "uml_probe.sh")
+    loaded = (
+        insmod_modules(REPO / "topology" / "uml_router.sh")
+        | insmod_modules(REPO / "topology" / "uml_guest.sh")
+        | insmod_modules(REPO / "topology" / "uml_probe.sh")
+    )
     assert {"net/sched/sch_netem", "drivers/net/veth", "lib/crc-ccitt"} <= loaded  # parser sees both
     assert sorted(doctor.UML_MODULES) == sorted(loaded)
 
@@ -143,8 +184,7 @@ def _owner(command: str) -> str | None:
 
 
 def _essential(package: str) -> bool:
-    proc = subprocess.run(["dpkg-query", "-W", "-f=${Essential}", package], capture_output=True,
-                          text=True)
+    proc = subprocess.run(["dpkg-query", "-W", "-f=${Essential}", package], capture_output=True, text=True)
     return proc.stdout.strip() == "yes"
 
 
@@ -188,8 +228,13 @@ def test_require_names_the_package_of_a_missing_command(tmp_path: Path, monkeypa
 
 def test_doctor_cli_exits_nonzero_and_names_the_package(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": _path_without(tmp_path, "insmod")}
-    proc = subprocess.run([sys.executable, str(REPO / "quicbed" / "doctor.py"), "--commands-only"],
-                          capture_output=True, text=True, env=env, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "quicbed" / "doctor.py"), "--commands-only"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
     assert proc.returncode == 4, proc.stdout
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("command insmod"))
     assert "MISSING" in line and "apt-get install kmod" in line
@@ -198,8 +243,9 @@ def test_doctor_cli_exits_nonzero_and_names_the_package(tmp_path: Path) -> None:
 
 @pytest.mark.docker
 def test_doctor_on_this_host_is_all_ok() -> None:
-    proc = subprocess.run([sys.executable, "-m", "quicbed.cli", "doctor"], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "quicbed.cli", "doctor"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "MISSING" not in proc.stdout
     assert "kernel htb" in proc.stdout and "image quicbed/client:dev" in proc.stdout
@@ -224,8 +270,7 @@ doctor
 
 
 def _base_image_ready(suite: str) -> bool:
-    proc = subprocess.run(["docker", "image", "inspect", f"debian:{suite}-slim"],
-                          capture_output=True)
+    proc = subprocess.run(["docker", "image", "inspect", f"debian:{suite}-slim"], capture_output=True)
     return proc.returncode == 0
 
 
@@ -238,10 +283,25 @@ def test_a_fresh_debian_gets_every_command_from_the_package_step(suite: str) -> 
     archives.mkdir(parents=True, exist_ok=True)
     without = " ".join(sorted(makefile_packages() - {"kmod"}))
     proc = subprocess.run(
-        ["docker", "run", "--rm", "-e", f"WITHOUT_KMOD={without}",
-         "-v", f"{REPO}:/repo:ro", "-v", f"{archives}:/var/cache/apt/archives",
-         f"debian:{suite}-slim", "bash", "-c", FRESH_SCRIPT],
-        capture_output=True, text=True, timeout=900)
+        [
+            "docker",
+            "run",
+            "--rm",
+            "-e",
+            f"WITHOUT_KMOD={without}",
+            "-v",
+            f"{REPO}:/repo:ro",
+            "-v",
+            f"{archives}:/var/cache/apt/archives",
+            f"debian:{suite}-slim",
+            "bash",
+            "-c",
+            FRESH_SCRIPT,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "without kmod: doctor: 1 item(s) missing" in out, out[-2000:]

@@ -14,12 +14,27 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 # folder -> package, as pyproject.toml's package-dir maps them.
-PACKAGES = {"quicbed": "quicbed", "topology": "quicbed.topology", "servers": "quicbed.servers",
-            "clients": "quicbed.clients", "workloads": "quicbed.workloads",
-            "analysis": "quicbed.analysis",
-            "experiments": "quicbed.experiments", "labs": "quicbed.labs"}
-LAYERS = ["base", "quicbed.topology", "quicbed.servers", "quicbed.clients", "quicbed.workloads",
-          "quicbed.analysis", "quicbed.experiments", "quicbed.labs", "app"]
+PACKAGES = {
+    "quicbed": "quicbed",
+    "topology": "quicbed.topology",
+    "servers": "quicbed.servers",
+    "clients": "quicbed.clients",
+    "workloads": "quicbed.workloads",
+    "analysis": "quicbed.analysis",
+    "experiments": "quicbed.experiments",
+    "labs": "quicbed.labs",
+}
+LAYERS = [
+    "base",
+    "quicbed.topology",
+    "quicbed.servers",
+    "quicbed.clients",
+    "quicbed.workloads",
+    "quicbed.analysis",
+    "quicbed.experiments",
+    "quicbed.labs",
+    "app",
+]
 APP = {"quicbed.cli"}
 
 
@@ -46,8 +61,7 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
-            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
-                      for a in node.names}
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names}
     return {m for m in found if m in known and m != name}
 
 
@@ -72,8 +86,7 @@ def test_the_scan_sees_the_packages() -> None:
 
 
 def test_packages_import_downwards_only() -> None:
-    upward = [f"{a} -> {b}" for a, targets in _graph().items() for b in targets
-              if layer(b) > layer(a)]
+    upward = [f"{a} -> {b}" for a, targets in _graph().items() for b in targets if layer(b) > layer(a)]
     assert not upward, "imports against the layering:\n" + "\n".join(sorted(upward))
 
 
@@ -88,7 +101,7 @@ def test_no_import_cycles() -> None:
             if module == target.rpartition(".")[0] and target.startswith(module + "."):
                 continue
             if state.get(target) == 1:
-                cycles.append(" -> ".join([*trail[trail.index(target):], target]))
+                cycles.append(" -> ".join([*trail[trail.index(target) :], target]))
             elif target not in state:
                 visit(target, [*trail, target])
         state[module] = 2

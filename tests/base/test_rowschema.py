@@ -56,7 +56,6 @@ def test_runner_rows_have_only_schema_columns(tmp_path: Path) -> None:
 
 def test_analysis_and_expectations_read_schema_columns() -> None:
     assert all(c in rowschema.COLUMNS for c in model.OPTIONAL_COLUMNS)
-    assert all(m.column in rowschema.COLUMNS for m in vars(model).values()
-               if isinstance(m, model.Metric))
+    assert all(m.column in rowschema.COLUMNS for m in vars(model).values() if isinstance(m, model.Metric))
     assert all(column in rowschema.COLUMNS for column in registry.METRICS.values())
     assert all(rowschema.unit(column) for column in registry.METRICS.values())

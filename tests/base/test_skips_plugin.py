@@ -59,18 +59,34 @@ def test_on_the_path():
 """
 
 
-def run_suite(tmp_path: Path, files: dict[str, str], *args: str,
-              allowed: str = LIST) -> subprocess.CompletedProcess[str]:
+def run_suite(
+    tmp_path: Path, files: dict[str, str], *args: str, allowed: str = LIST
+) -> subprocess.CompletedProcess[str]:
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n  path: p\n  docker: d\n")
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["skips_plugin"]\n')
     (tmp_path / "allowed.yaml").write_text(allowed)
     for name, text in files.items():
         (tmp_path / name).write_text(text)
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                           "--rootdir", str(tmp_path), "--allowed-skips",
-                           str(tmp_path / "allowed.yaml"), *args, str(tmp_path)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            "--allowed-skips",
+            str(tmp_path / "allowed.yaml"),
+            *args,
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_allowed_skips_pass_and_are_counted_per_entry(tmp_path: Path) -> None:
@@ -107,12 +123,15 @@ def test_a_failing_session_stays_failed(tmp_path: Path) -> None:
     assert res.returncode == 1 and "1 failed" in res.stdout
 
 
-@pytest.mark.parametrize("entry", [
-    '- {reason: "x", tier: any}',                         # no why
-    '- {reason: "x", tier: ci, why: w}',                  # unknown tier
-    '- {reason: "(", tier: any, why: w}',                 # not a regular expression
-    '- {reason: "x", tier: any, why: " "}',               # an empty why
-])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        '- {reason: "x", tier: any}',  # no why
+        '- {reason: "x", tier: ci, why: w}',  # unknown tier
+        '- {reason: "(", tier: any, why: w}',  # not a regular expression
+        '- {reason: "x", tier: any, why: " "}',  # an empty why
+    ],
+)
 def test_a_malformed_list_is_a_usage_error(tmp_path: Path, entry: str) -> None:
     res = run_suite(tmp_path, {"test_a.py": SUITE}, allowed=entry)
     assert res.returncode == pytest.ExitCode.USAGE_ERROR, res.stdout + res.stderr
@@ -125,10 +144,13 @@ def test_the_repository_list_allows_the_link_backend_skip_everywhere() -> None:
     gate.unit_session = False
     entry = gate.match("cannot run here: the UML kernel does not boot (no /dev/shm)")
     assert entry is not None and entry.tier == "any"
-    for refused in ("quicbed/caddy:dev not built (images/build.sh caddy)",
-                    "needs root", "needs a running Docker engine (make docker)",
-                    "the cluster extra is not installed (pip install -e .[cluster])",
-                    "as non-root: mounting a tmpfs needs root"):
+    for refused in (
+        "quicbed/caddy:dev not built (images/build.sh caddy)",
+        "needs root",
+        "needs a running Docker engine (make docker)",
+        "the cluster extra is not installed (pip install -e .[cluster])",
+        "as non-root: mounting a tmpfs needs root",
+    ):
         assert gate.match(refused) is None, refused
     gate.unit_session = True
     assert gate.match("the cluster extra is not installed (pip install -e .[cluster])")

@@ -22,8 +22,9 @@ def actionlint() -> Path:
 
 
 def _lint(actionlint: Path, *files: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(actionlint), "-no-color", *map(str, files)], capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [str(actionlint), "-no-color", *map(str, files)], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_shipped_workflows_pass_actionlint(actionlint: Path) -> None:
@@ -35,7 +36,8 @@ def test_shipped_workflows_pass_actionlint(actionlint: Path) -> None:
 def test_actionlint_catches_a_broken_workflow(actionlint: Path, tmp_path: Path) -> None:
     text = (REPO / "docs/ci/github-actions.yml").read_text()
     broken = tmp_path / "broken.yml"
-    broken.write_text(text.replace("runs-on: ubuntu-24.04", "runs-on: ubuntu-24.04\n"
-                                   "    needs: no-such-job", 1))
+    broken.write_text(
+        text.replace("runs-on: ubuntu-24.04", "runs-on: ubuntu-24.04\n" "    needs: no-such-job", 1)
+    )
     proc = _lint(actionlint, broken)
     assert proc.returncode == 1 and "no-such-job" in proc.stdout, proc.stdout

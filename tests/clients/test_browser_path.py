@@ -59,8 +59,14 @@ class Path_:
 def path(tmp_path_factory, clean_slate):
     root = content.ensure_content(CACHE / "content", {"web"})
     tmp = tmp_path_factory.mktemp("browser")
-    with served_testbed(load_profile("india"), ["nginx", "caddy"], log_root=tmp / "logs",
-                        pki_dir=tmp / "pki", content_dir=root, start=True) as (tb, hosts):
+    with served_testbed(
+        load_profile("india"),
+        ["nginx", "caddy"],
+        log_root=tmp / "logs",
+        pki_dir=tmp / "pki",
+        content_dir=root,
+        start=True,
+    ) as (tb, hosts):
         rtt = check_rtt(tb, 30)
         if not rtt.passed:  # a busy shared host: once more
             rtt = check_rtt(tb, 30)
@@ -72,11 +78,32 @@ def _url(obj: str) -> str:
     return f"https://{SERVER_NAME}/web/{obj}/index.html"
 
 
-def _argv(path: Path_, server: str, protocol: str, obj: str = MEDIA, reps: int = 1,
-          timeout: int = 30, cacert: str = f"{CLIENT_PKI}/ca.pem", address: str = "") -> list[str]:
-    return ["browser_perf", "--url", _url(obj), "--resolve",
-            f"{SERVER_NAME}:443:{address or path.address(server)}", "--cacert", cacert,
-            "-n", str(reps), "--cpu", "--timeout", str(timeout), "--protocol", protocol]
+def _argv(
+    path: Path_,
+    server: str,
+    protocol: str,
+    obj: str = MEDIA,
+    reps: int = 1,
+    timeout: int = 30,
+    cacert: str = f"{CLIENT_PKI}/ca.pem",
+    address: str = "",
+) -> list[str]:
+    return [
+        "browser_perf",
+        "--url",
+        _url(obj),
+        "--resolve",
+        f"{SERVER_NAME}:443:{address or path.address(server)}",
+        "--cacert",
+        cacert,
+        "-n",
+        str(reps),
+        "--cpu",
+        "--timeout",
+        str(timeout),
+        "--protocol",
+        protocol,
+    ]
 
 
 def _run(path: Path_, argv: list[str], timeout: float = 120) -> tuple[list[dict], object]:
@@ -100,10 +127,14 @@ def _leftovers(path: Path_) -> list[str]:
     """What a load may leave in the client container: browser processes (Chromium, its
     crashpad handlers, Playwright's node driver) and temp directories."""
     procs = path.tb.client.exec(["ps", "-eo", "stat=,args="]).stdout
-    dirs = path.tb.client.exec(["sh", "-c", "ls -d /tmp/quicbed-browser-* /tmp/playwright* "
-                                "2>/dev/null"]).stdout
-    left = [line for line in procs.splitlines()
-            if any(k in line for k in ("chromium", "chrome_crashpad", "playwright"))]
+    dirs = path.tb.client.exec(
+        ["sh", "-c", "ls -d /tmp/quicbed-browser-* /tmp/playwright* " "2>/dev/null"]
+    ).stdout
+    left = [
+        line
+        for line in procs.splitlines()
+        if any(k in line for k in ("chromium", "chrome_crashpad", "playwright"))
+    ]
     return left + dirs.split()
 
 
@@ -114,11 +145,12 @@ def _page_files(obj: str) -> set[str]:
 
 # ------------------------------------------------------------------------------ protocol
 
-@pytest.mark.parametrize(("server", "protocol"), [
-    ("nginx", "quic"), ("nginx", "tls1.3"), ("nginx", "tls1.2"), ("caddy", "quic"),
-    ("caddy", "tls1.2")])
-def test_every_request_goes_over_the_asked_protocol(path: Path_, server: str,
-                                                    protocol: str) -> None:
+
+@pytest.mark.parametrize(
+    ("server", "protocol"),
+    [("nginx", "quic"), ("nginx", "tls1.3"), ("nginx", "tls1.2"), ("caddy", "quic"), ("caddy", "tls1.2")],
+)
+def test_every_request_goes_over_the_asked_protocol(path: Path_, server: str, protocol: str) -> None:
     before = len(_log(path, server))
     (row,) = _load(path, server, protocol)
     time.sleep(0.3)  # the access log line of the last response
@@ -134,11 +166,13 @@ def test_every_request_goes_over_the_asked_protocol(path: Path_, server: str,
     # The server saw exactly the page's requests, each over that protocol and TLS version.
     assert sorted(e["path"] for e in entries) == sorted(_page_files(MEDIA)), entries
     assert {(e["proto"], e["tls"], e["status"]) for e in entries} == {
-        (PROTO[hop], TLS[protocol], 200)}, entries
+        (PROTO[hop], TLS[protocol], 200)
+    }, entries
     assert not any(e["resumed"] for e in entries)
 
 
 # ------------------------------------------------------------------------------ physics
+
 
 @pytest.mark.parametrize("protocol", ["quic", "tls1.3", "tls1.2"])
 def test_fresh_connections_cost_their_rtts(path: Path_, protocol: str) -> None:
@@ -151,8 +185,10 @@ def test_fresh_connections_cost_their_rtts(path: Path_, protocol: str) -> None:
     # Whole RTTs apart; one load may wait longer for a CPU (the renderer starts meanwhile).
     assert all(n - 0.05 <= x <= n + 0.6 for x in ratios), ratios
     endpoint = statistics.median(r["connection_time_ms"] - n * rtt for r in rows)
-    print(f"{protocol}: connection ÷ RTT {[round(x, 3) for x in ratios]}, "
-          f"browser's endpoint time (median) {endpoint:.1f} ms")
+    print(
+        f"{protocol}: connection ÷ RTT {[round(x, 3) for x in ratios]}, "
+        f"browser's endpoint time (median) {endpoint:.1f} ms"
+    )
     assert endpoint < ENDPOINT_MAX_RTT * rtt
     # The request follows the handshake: its answer takes at least one more RTT.
     assert all(r["ttfb_ms"] - r["connection_time_ms"] >= 0.95 * rtt for r in rows), rows
@@ -177,8 +213,7 @@ def test_browser_packets_cross_the_emulated_link(path: Path_, protocol: str) -> 
     command = " ".join(_argv(path, "nginx", protocol))
     tries, report = [], []
     for attempt in range(3):
-        proc = path.tb.client.exec(["sh", "-c", wirecheck(command, "client-eth0", "/tmp/bw")],
-                                   timeout=120)
+        proc = path.tb.client.exec(["sh", "-c", wirecheck(command, "client-eth0", "/tmp/bw")], timeout=120)
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         report.append(attempt_line(attempt, result))
         print(f"{protocol} {report[-1]}")
@@ -201,6 +236,7 @@ def test_browser_packets_cross_the_emulated_link(path: Path_, protocol: str) -> 
 
 # ------------------------------------------------------------------------------ pages
 
+
 def test_each_landing_page_fetches_exactly_its_assets(path: Path_) -> None:
     report = []
     for site in content.LANDING_PAGES:
@@ -219,6 +255,7 @@ def test_each_landing_page_fetches_exactly_its_assets(path: Path_) -> None:
 
 
 # ------------------------------------------------------------------------------ errors
+
 
 @contextmanager
 def _paused(container: str):
@@ -253,9 +290,16 @@ def test_server_down_is_a_connect_error(path: Path_, protocol: str) -> None:
 
 @pytest.mark.parametrize("protocol", ["quic", "tls1.3", "tls1.2"])
 def test_a_ca_that_did_not_sign_the_server_is_a_tls_error(path: Path_, protocol: str) -> None:
-    path.tb.client.exec(["sh", "-c", "test -s /tmp/other-ca.pem || openssl req -x509 -newkey ec "
-                         "-pkeyopt ec_paramgen_curve:P-256 -nodes -keyout /tmp/other-ca.key "
-                         "-out /tmp/other-ca.pem -days 2 -subj /CN=other 2>/dev/null"], check=True)
+    path.tb.client.exec(
+        [
+            "sh",
+            "-c",
+            "test -s /tmp/other-ca.pem || openssl req -x509 -newkey ec "
+            "-pkeyopt ec_paramgen_curve:P-256 -nodes -keyout /tmp/other-ca.key "
+            "-out /tmp/other-ca.pem -days 2 -subj /CN=other 2>/dev/null",
+        ],
+        check=True,
+    )
     row, _ = _error_row(path, _argv(path, "nginx", protocol, cacert="/tmp/other-ca.pem"))
     assert row["error"].startswith("tls: "), row["error"]
     assert row["page_load_time_ms"] is None and row["http_status"] == 0
@@ -288,8 +332,9 @@ def test_a_browser_killed_mid_load_is_a_browser_error(path: Path_) -> None:
     # Playwright's pipe open, and the run would end as a timeout instead. By process name
     # (-x), not command line (-f): the shell running this has the browser's path in its own
     # command line, and `pkill -f` killed it (an empty output, seen in CI).
-    out = _in_background(path, _argv(path, "caddy", "tls1.3", timeout=20),
-                         "kill -9 $chrome; pkill -9 -x chromium")
+    out = _in_background(
+        path, _argv(path, "caddy", "tls1.3", timeout=20), "kill -9 $chrome; pkill -9 -x chromium"
+    )
     status, _, rows = out.partition("\n")
     assert status == "exit=1", out
     row = json.loads(rows)

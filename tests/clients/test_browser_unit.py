@@ -41,11 +41,24 @@ def ca(tmp_path: Path) -> str:
 
 
 def _argv(ca: str, *extra: str) -> list[str]:
-    return ["--url", URL, "--resolve", "server.quicbed:443:10.0.2.10", "--cacert", ca, "-n", "1",
-            "--cpu", "--timeout", "30", *extra]
+    return [
+        "--url",
+        URL,
+        "--resolve",
+        "server.quicbed:443:10.0.2.10",
+        "--cacert",
+        ca,
+        "-n",
+        "1",
+        "--cpu",
+        "--timeout",
+        "30",
+        *extra,
+    ]
 
 
 # ------------------------------------------------------------------------------ arguments
+
 
 def test_the_contract_parses(ca: str) -> None:
     args = bp.parse_args(_argv(ca, "--protocol", "tls1.2"))
@@ -53,10 +66,19 @@ def test_the_contract_parses(ca: str) -> None:
     assert args.resolve == [bp.Resolve("server.quicbed", 443, "10.0.2.10")]
 
 
-@pytest.mark.parametrize("extra", [
-    ("--protocol", "tls1.1"), ("--bogus",), ("-n", "0"), ("-n", "two"), ("--timeout", "-1"),
-    ("--timeout", "soon"), ("--resolve", "server.quicbed:443"), ("--pause", "-5"),
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ("--protocol", "tls1.1"),
+        ("--bogus",),
+        ("-n", "0"),
+        ("-n", "two"),
+        ("--timeout", "-1"),
+        ("--timeout", "soon"),
+        ("--resolve", "server.quicbed:443"),
+        ("--pause", "-5"),
+    ],
+)
 def test_bad_flags_and_values_are_usage_errors(ca: str, extra: tuple[str, ...]) -> None:
     with pytest.raises(bp.UsageError):
         bp.parse_args(_argv(ca, *extra))
@@ -70,12 +92,16 @@ def test_usage_error_exits_2_with_one_line(ca: str, capsys: pytest.CaptureFixtur
     assert bp.main(_argv("/nonexistent/ca.pem")) == bp.EXIT_USAGE
 
 
-@pytest.mark.parametrize(("argv", "why"), [
-    (["--url", "http://server.quicbed/x"], "https"),
-    (["--url", "https://other.quicbed/x"], "no --resolve"),
-])
-def test_valid_requests_it_cannot_do_exit_3(ca: str, capsys: pytest.CaptureFixture,
-                                            argv: list[str], why: str) -> None:
+@pytest.mark.parametrize(
+    ("argv", "why"),
+    [
+        (["--url", "http://server.quicbed/x"], "https"),
+        (["--url", "https://other.quicbed/x"], "no --resolve"),
+    ],
+)
+def test_valid_requests_it_cannot_do_exit_3(
+    ca: str, capsys: pytest.CaptureFixture, argv: list[str], why: str
+) -> None:
     full = _argv(ca)
     if argv[0] == "--url":
         full[1] = argv[1]
@@ -88,14 +114,18 @@ def test_valid_requests_it_cannot_do_exit_3(ca: str, capsys: pytest.CaptureFixtu
 
 # ------------------------------------------------------------------------------ flags
 
-@pytest.mark.parametrize(("protocol", "present", "absent"), [
-    ("quic", ["--enable-quic", "--origin-to-force-quic-on=server.quicbed:443"],
-     ["--disable-quic"]),
-    ("tls1.3", ["--disable-quic", "--ssl-version-min=tls1.3"], ["--enable-quic"]),
-    ("tls1.2", ["--disable-quic", "--ssl-version-max=tls1.2"], ["--enable-quic"]),
-])
-def test_chromium_flags_pin_the_protocol(ca: str, protocol: str, present: list[str],
-                                         absent: list[str]) -> None:
+
+@pytest.mark.parametrize(
+    ("protocol", "present", "absent"),
+    [
+        ("quic", ["--enable-quic", "--origin-to-force-quic-on=server.quicbed:443"], ["--disable-quic"]),
+        ("tls1.3", ["--disable-quic", "--ssl-version-min=tls1.3"], ["--enable-quic"]),
+        ("tls1.2", ["--disable-quic", "--ssl-version-max=tls1.2"], ["--enable-quic"]),
+    ],
+)
+def test_chromium_flags_pin_the_protocol(
+    ca: str, protocol: str, present: list[str], absent: list[str]
+) -> None:
     flags = bp.chromium_args(bp.parse_args(_argv(ca, "--protocol", protocol)))
     assert set(present) <= set(flags) and not set(absent) & set(flags)
     # Names only from --resolve, never DNS; certificates are checked (the run's CA is trusted
@@ -107,31 +137,68 @@ def test_chromium_flags_pin_the_protocol(ca: str, protocol: str, present: list[s
 
 # ------------------------------------------------------------------------------ the row
 
+
 def _entry(name: str, hop: str = "h3", size: int = 1000, **times: float) -> dict:
-    return {"name": name, "nextHopProtocol": hop, "encodedBodySize": size,
-            "responseStatus": 200, **times}
+    return {"name": name, "nextHopProtocol": hop, "encodedBodySize": size, "responseStatus": 200, **times}
 
 
 def _perf(hop: str = "h3", sub_hop: str | None = None) -> dict:
-    nav = _entry(URL, hop, 8192, connectStart=4.0, secureConnectionStart=4.0 if hop == "h3"
-                 else 84.0, connectEnd=168.0, requestStart=168.5, responseStart=250.0,
-                 responseEnd=251.0, domContentLoadedEventEnd=380.0, loadEventEnd=400.5)
-    return {"timeOrigin": 1_700_000_000_000.0, "navigation": nav, "fcp": 390.0, "lcp": 392.0,
-            "resources": [_entry(BASE + "asset0.css", sub_hop or hop, 4096),
-                          _entry(BASE + "asset1.js", sub_hop or hop, 3072),
-                          _entry(BASE + "asset2.png", hop, 2763)]}
+    nav = _entry(
+        URL,
+        hop,
+        8192,
+        connectStart=4.0,
+        secureConnectionStart=4.0 if hop == "h3" else 84.0,
+        connectEnd=168.0,
+        requestStart=168.5,
+        responseStart=250.0,
+        responseEnd=251.0,
+        domContentLoadedEventEnd=380.0,
+        loadEventEnd=400.5,
+    )
+    return {
+        "timeOrigin": 1_700_000_000_000.0,
+        "navigation": nav,
+        "fcp": 390.0,
+        "lcp": 392.0,
+        "resources": [
+            _entry(BASE + "asset0.css", sub_hop or hop, 4096),
+            _entry(BASE + "asset1.js", sub_hop or hop, 3072),
+            _entry(BASE + "asset2.png", hop, 2763),
+        ],
+    }
 
 
 def _net(hop: str = "h3", security: str = "QUIC") -> dict:
-    doc = {"url": URL, "protocol": hop, "status": 200, "connectionId": 37,
-           "remoteIPAddress": "10.0.2.10", "remotePort": 443,
-           "securityDetails": {"protocol": security, "cipher": "AES_128_GCM",
-                               "keyExchangeGroup": "X25519MLKEM768"}}
-    subs = [{"url": BASE + n, "protocol": hop, "status": 200, "connectionId": 37,
-             "securityDetails": {"protocol": security}} for n in ("asset0.css", "asset1.js")]
-    return {"document": doc, "responses": [doc, *subs],
-            "requests": [URL, BASE + "asset0.css", BASE + "asset1.js", BASE + "asset2.png"],
-            "failures": []}
+    doc = {
+        "url": URL,
+        "protocol": hop,
+        "status": 200,
+        "connectionId": 37,
+        "remoteIPAddress": "10.0.2.10",
+        "remotePort": 443,
+        "securityDetails": {
+            "protocol": security,
+            "cipher": "AES_128_GCM",
+            "keyExchangeGroup": "X25519MLKEM768",
+        },
+    }
+    subs = [
+        {
+            "url": BASE + n,
+            "protocol": hop,
+            "status": 200,
+            "connectionId": 37,
+            "securityDetails": {"protocol": security},
+        }
+        for n in ("asset0.css", "asset1.js")
+    ]
+    return {
+        "document": doc,
+        "responses": [doc, *subs],
+        "requests": [URL, BASE + "asset0.css", BASE + "asset1.js", BASE + "asset2.png"],
+        "failures": [],
+    }
 
 
 def test_row_from_the_browser_timings() -> None:
@@ -166,8 +233,9 @@ def test_every_schema_column_of_the_tools_and_the_browser_is_in_the_row() -> Non
     assert all(rowschema.is_known(key) for key in bp.ROW_KEYS)  # cpu_bound: the executor's
 
 
-@pytest.mark.parametrize(("cpu_ms", "pct", "bound"), [(450.0, 112.4, True), (200.0, 49.9, False),
-                                                      (360.0, 89.9, False)])
+@pytest.mark.parametrize(
+    ("cpu_ms", "pct", "bound"), [(450.0, 112.4, True), (200.0, 49.9, False), (360.0, 89.9, False)]
+)
 def test_browser_cpu_share(cpu_ms: float, pct: float, bound: bool) -> None:
     row = bp.empty_row("quic", URL, 0)
     row["page_load_time_ms"] = 400.5
@@ -176,6 +244,7 @@ def test_browser_cpu_share(cpu_ms: float, pct: float, bound: bool) -> None:
 
 
 # ------------------------------------------------------------------------------ the proof
+
 
 def test_all_over_the_asked_protocol_passes() -> None:
     assert bp.judge("quic", URL, _perf("h3"), _net("h3", "QUIC")) == ""
@@ -219,17 +288,20 @@ def test_failed_or_missing_subresources_are_http_errors() -> None:
     assert error == "http: status 404 for asset1.js; asset2.png failed: net::ERR_FAILED"
 
 
-@pytest.mark.parametrize(("message", "category"), [
-    ("Page.goto: net::ERR_CONNECTION_REFUSED at https://server.quicbed/x", "connect"),
-    ("net::ERR_QUIC_HANDSHAKE_FAILED at https://server.quicbed/x", "connect"),
-    ("net::ERR_CERT_AUTHORITY_INVALID at https://server.quicbed/x", "tls"),
-    ("net::ERR_SSL_VERSION_OR_CIPHER_MISMATCH at https://server.quicbed/x", "tls"),
-    ("net::ERR_TIMED_OUT at https://server.quicbed/x", "timeout"),
-    ("Page.goto: Timeout 30000ms exceeded.\nCall log:\n  - navigating to ...", "timeout"),
-    ("net::ERR_HTTP2_PROTOCOL_ERROR at https://server.quicbed/x", "http"),
-    ("Page.goto: Target page, context or browser has been closed", "browser"),
-    ("Page.goto: Navigation failed because page crashed!", "browser"),
-])
+@pytest.mark.parametrize(
+    ("message", "category"),
+    [
+        ("Page.goto: net::ERR_CONNECTION_REFUSED at https://server.quicbed/x", "connect"),
+        ("net::ERR_QUIC_HANDSHAKE_FAILED at https://server.quicbed/x", "connect"),
+        ("net::ERR_CERT_AUTHORITY_INVALID at https://server.quicbed/x", "tls"),
+        ("net::ERR_SSL_VERSION_OR_CIPHER_MISMATCH at https://server.quicbed/x", "tls"),
+        ("net::ERR_TIMED_OUT at https://server.quicbed/x", "timeout"),
+        ("Page.goto: Timeout 30000ms exceeded.\nCall log:\n  - navigating to ...", "timeout"),
+        ("net::ERR_HTTP2_PROTOCOL_ERROR at https://server.quicbed/x", "http"),
+        ("Page.goto: Target page, context or browser has been closed", "browser"),
+        ("Page.goto: Navigation failed because page crashed!", "browser"),
+    ],
+)
 def test_failures_get_their_category(message: str, category: str) -> None:
     error = bp.categorize(message)
     assert error.split(":", 1)[0] == category and "\n" not in error
@@ -237,6 +309,7 @@ def test_failures_get_their_category(message: str, category: str) -> None:
 
 
 # ------------------------------------------------------------------------------ the pages
+
 
 class _Tags(HTMLParser):
     """Every start tag with its attributes and the elements still open at the end."""
@@ -274,29 +347,46 @@ def test_every_landing_page_is_well_formed_and_fetches_its_assets(rel: str) -> N
     parser.feed(html.decode("ascii"))
     parser.close()
     names = {tag for tag, _, _ in parser.tags}
-    assert names <= {"html", "head", "meta", "title", "link", "body", "h1", "img", "a", "p",
-                     "script"}, names  # a tag cut in two shows as a strange name ("p<script")
+    assert names <= {
+        "html",
+        "head",
+        "meta",
+        "title",
+        "link",
+        "body",
+        "h1",
+        "img",
+        "a",
+        "p",
+        "script",
+    }, names  # a tag cut in two shows as a strange name ("p<script")
     assert parser.open == [] and parser.mismatched == []
     refs = {}
     for tag, attrs, _ in parser.tags:
         ref = attrs.get("src") or attrs.get("href")
         if ref:
             refs.setdefault(ref, set()).add(tag)
-    assets = {p.removeprefix(directory) for p in files
-              if p.startswith(directory) and not p.endswith(".html") and "/" not in
-              p.removeprefix(directory)}
+    assets = {
+        p.removeprefix(directory)
+        for p in files
+        if p.startswith(directory) and not p.endswith(".html") and "/" not in p.removeprefix(directory)
+    }
     assert set(refs) == assets  # every asset referenced, nothing else
     assert all(re.fullmatch(r"[\w.-]+", ref) for ref in refs)  # relative: the page's own host
     # What makes a browser fetch each: a stylesheet (render-blocking, in <head>), an image, a
     # script, a preload (json, pdf).
     head = [(t, a) for t, a, opened in parser.tags if opened[-1:] == ("head",)]
     assert any(t == "link" and a.get("rel") == "stylesheet" for t, a in head)
-    fetched = {a.get("src") or a.get("href") for t, a, _ in parser.tags
-               if (t == "link" and a.get("rel") in ("stylesheet", "preload")) or
-               (t in ("img", "script") and a.get("src"))}
+    fetched = {
+        a.get("src") or a.get("href")
+        for t, a, _ in parser.tags
+        if (t == "link" and a.get("rel") in ("stylesheet", "preload"))
+        or (t in ("img", "script") and a.get("src"))
+    }
     assert fetched == assets
-    assert all(a.get("crossorigin") == "use-credentials" for t, a in head
-               if a.get("rel") == "preload")  # the page's connection, not an anonymous one
+    assert all(
+        a.get("crossorigin") == "use-credentials" for t, a in head if a.get("rel") == "preload"
+    )  # the page's connection, not an anonymous one
 
 
 def test_pages_keep_their_sizes() -> None:
@@ -324,8 +414,9 @@ def test_a_cache_of_an_older_generator_is_remade(tmp_path: Path) -> None:
 def test_playback_opens_the_player_page_and_needs_time_for_it(ca: str, capsys) -> None:
     args = bp.parse_args(_argv(ca) + ["--duration", "20", "--timeout", "60"])
     load = bp.Load(args, 0)
-    assert load.page_url() == ("https://server.quicbed/player/index.html?"
-                               "mpd=%2Fweb%2Fpages%2Fnews%2Findex.html&duration=20")
+    assert load.page_url() == (
+        "https://server.quicbed/player/index.html?" "mpd=%2Fweb%2Fpages%2Fnews%2Findex.html&duration=20"
+    )
     assert "--autoplay-policy=no-user-gesture-required" in bp.chromium_args(args)
     assert bp.main(_argv(ca) + ["--duration", "30", "--timeout", "30"]) == bp.EXIT_USAGE
     assert "must exceed --duration" in capsys.readouterr().err
@@ -334,10 +425,12 @@ def test_playback_opens_the_player_page_and_needs_time_for_it(ca: str, capsys) -
 def test_requests_the_player_cancelled_are_no_protocol_evidence() -> None:
     seg = "https://server.quicbed/video/dash/chunk-stream0-00013.m4s"
     done = "https://server.quicbed/video/dash/chunk-stream0-00012.m4s"
-    perf = {"resources": [{"name": done, "nextHopProtocol": "h3"},
-                          {"name": seg, "nextHopProtocol": ""}]}
-    net = {"requests": [done, seg], "responses": [{"url": done, "protocol": "h3"}],
-           "failures": [{"url": seg, "errorText": "net::ERR_ABORTED", "canceled": True}]}
+    perf = {"resources": [{"name": done, "nextHopProtocol": "h3"}, {"name": seg, "nextHopProtocol": ""}]}
+    net = {
+        "requests": [done, seg],
+        "responses": [{"url": done, "protocol": "h3"}],
+        "failures": [{"url": seg, "errorText": "net::ERR_ABORTED", "canceled": True}],
+    }
     assert bp.drop_cancelled(perf, net) == 1
     assert [e["name"] for e in perf["resources"]] == [done] and net["failures"] == []
     # A request that failed otherwise stays, and so does its missing protocol.

@@ -49,21 +49,43 @@ def path(tmp_path_factory, clean_slate):
     content.ensure_files(root, ["10MB"])
     tmp = tmp_path_factory.mktemp("perf")
     profile = load_profile("india")
-    with served_testbed(profile, SERVERS, log_root=tmp / "logs", pki_dir=tmp / "pki",
-                        content_dir=root, start=True) as (tb, hosts):
+    with served_testbed(
+        profile, SERVERS, log_root=tmp / "logs", pki_dir=tmp / "pki", content_dir=root, start=True
+    ) as (tb, hosts):
         rtt = check_rtt(tb, 30)
         assert rtt.passed, rtt
         yield tb, hosts, rtt.measured, profile
 
 
-def _fetch(path, server: str, client: str, obj: str = "web/index.html", reps: int = 7,
-           extra: tuple[str, ...] = (), shell_prefix: str = "") -> list[dict]:
+def _fetch(
+    path,
+    server: str,
+    client: str,
+    obj: str = "web/index.html",
+    reps: int = 7,
+    extra: tuple[str, ...] = (),
+    shell_prefix: str = "",
+) -> list[dict]:
     tb, hosts, _, _ = path
     tool, options, _ = CLIENTS[client]
     address = server_address(tb.servers.index(hosts[server]))
-    argv = [tool, "--url", f"https://{SERVER_NAME}/{obj}", "--resolve",
-            f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem", "-n", str(reps),
-            "--pause", "100", "--timeout", "60", *options, *extra]
+    argv = [
+        tool,
+        "--url",
+        f"https://{SERVER_NAME}/{obj}",
+        "--resolve",
+        f"{SERVER_NAME}:443:{address}",
+        "--cacert",
+        f"{CLIENT_PKI}/ca.pem",
+        "-n",
+        str(reps),
+        "--pause",
+        "100",
+        "--timeout",
+        "60",
+        *options,
+        *extra,
+    ]
     proc = tb.client.exec(argv, timeout=300)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert rows and all(r["error"] == "" for r in rows), (proc.stderr[-500:], rows[-1:])
@@ -83,8 +105,9 @@ def test_fresh_connection_costs_its_rtts(path, client: str) -> None:
     # time, at most max(3 %, 1.5 ms) above n RTT (the server's time and the flights'
     # transmission stay in; the bench takes the server's out from captures); raw beside it.
     assert all(0 < r["client_cpu_ms"] < r["connection_time_ms"] for r in rows), rows[0]
-    net = statistics.median(net_connection_rtts(r["connection_time_ms"], r["client_cpu_ms"], rtt)
-                            for r in rows)
+    net = statistics.median(
+        net_connection_rtts(r["connection_time_ms"], r["client_cpu_ms"], rtt) for r in rows
+    )
     raw = _median(rows, "connection_time_ms") / rtt
     assert row_connection_within(expected, net, rtt), (net, raw)
     # The request goes after the handshake: the first byte comes at least 1 RTT later.
@@ -95,8 +118,10 @@ def test_fresh_connection_costs_its_rtts(path, client: str) -> None:
     assert all(r["resumed"] in (False, None) for r in rows)
 
 
-@pytest.mark.parametrize(("server", "client", "expected"), [
-    ("nginx", "tls1.2", 2), ("nginx", "tls1.3", 1), ("caddy", "quic-ngtcp2", 0)])
+@pytest.mark.parametrize(
+    ("server", "client", "expected"),
+    [("nginx", "tls1.2", 2), ("nginx", "tls1.3", 1), ("caddy", "quic-ngtcp2", 0)],
+)
 def test_resumption_saves_rtts(path, server: str, client: str, expected: int) -> None:
     """TLS 1.2 resumes in an abbreviated handshake; TLS 1.3 (nginx) and QUIC (Caddy) send the
     request as 0-RTT early data."""
@@ -129,14 +154,22 @@ def test_tool_instants_match_the_wire(path, client: str) -> None:
     tb, hosts, _, _ = path
     tool, options, _ = CLIENTS[client]
     address = server_address(tb.servers.index(hosts["nginx"]))
-    command = " ".join([tool, "--url", f"https://{SERVER_NAME}/web/index.html", "--resolve",
-                        f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem",
-                        *options])
+    command = " ".join(
+        [
+            tool,
+            "--url",
+            f"https://{SERVER_NAME}/web/index.html",
+            "--resolve",
+            f"{SERVER_NAME}:443:{address}",
+            "--cacert",
+            f"{CLIENT_PKI}/ca.pem",
+            *options,
+        ]
+    )
     arriving = ARRIVING_TLS12 if client == "tls1.2" else ARRIVING
     worst, report = [], []
     for attempt in range(3):
-        proc = tb.client.exec(["sh", "-c", wirecheck(command, "client-eth0", "/tmp/w")],
-                              timeout=120)
+        proc = tb.client.exec(["sh", "-c", wirecheck(command, "client-eth0", "/tmp/w")], timeout=120)
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         report.append(attempt_line(attempt, result))
         print(f"{client} {report[-1]}")
@@ -166,8 +199,14 @@ def test_runner_trials_time_only_the_connection(path) -> None:
     for label, trial in firsts.items():
         argv = TestbedExecutor._tool_argv(trial, address)
         runner = [_row(tb, argv) for _ in range(reps)]
-        bench_argv = [*argv[:argv.index("-n")], "-n", str(reps), "--pause", "100",
-                      *argv[argv.index("-n") + 2:]]
+        bench_argv = [
+            *argv[: argv.index("-n")],
+            "-n",
+            str(reps),
+            "--pause",
+            "100",
+            *argv[argv.index("-n") + 2 :],
+        ]
         bench = _rows_of(tb, bench_argv)
         cold = [_row(tb, [*argv, "--cold"]) for _ in range(5)]
         n = {"tls1.2": 3, "tls1.3": 2, "quic": 1}[trial.client.protocol]
@@ -176,8 +215,13 @@ def test_runner_trials_time_only_the_connection(path) -> None:
         excess = [_median(rows, "connection_time_ms") - n * rtt for rows in (runner, bench)]
         cpu = [_median(rows, "client_cpu_ms") for rows in (runner, bench, cold)]
         report.append((label, *excess, *cpu))
-    print("\n".join(f"{r[0]:<16} excess runner {r[1]:5.2f} bench {r[2]:5.2f} ms; client CPU "
-                    f"runner {r[3]:5.2f} bench {r[4]:5.2f} cold {r[5]:5.2f} ms" for r in report))
+    print(
+        "\n".join(
+            f"{r[0]:<16} excess runner {r[1]:5.2f} bench {r[2]:5.2f} ms; client CPU "
+            f"runner {r[3]:5.2f} bench {r[4]:5.2f} cold {r[5]:5.2f} ms"
+            for r in report
+        )
+    )
     # The measure sees what the warm-up removes: libcurl's QUIC pays most for its first use.
     quic = next(r for r in report if r[0] == "quic-h3")
     assert quic[5] - quic[3] >= 1.0, quic

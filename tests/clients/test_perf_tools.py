@@ -85,10 +85,12 @@ BLACKHOLE = (
 )
 
 
-def docker(*args: str, timeout: float = 600, check: bool = True,
-           input_bytes: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["docker", *args], capture_output=True, timeout=timeout,
-                          check=check, input=input_bytes)
+def docker(
+    *args: str, timeout: float = 600, check: bool = True, input_bytes: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        ["docker", *args], capture_output=True, timeout=timeout, check=check, input=input_bytes
+    )
 
 
 def build_context() -> bytes:
@@ -98,8 +100,11 @@ def build_context() -> bytes:
     # GNU format: a leading PAX header (float mtimes) defeats docker's 1 KiB archive sniffing
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
         tar.add(REPO / "images/client/Dockerfile", arcname="images/client/Dockerfile")
-        tar.add(REPO / "clients/perf", arcname="clients/perf",
-                filter=lambda ti: None if Path(ti.name).name in skip else ti)
+        tar.add(
+            REPO / "clients/perf",
+            arcname="clients/perf",
+            filter=lambda ti: None if Path(ti.name).name in skip else ti,
+        )
     return buf.getvalue()
 
 
@@ -111,15 +116,38 @@ def images() -> None:
         pytest.fail("needs the debian:trixie-slim image (images/base.sh trixie)")
     build_sh = REPO / "images/build.sh"
     if build_sh.exists():  # the testbed's own way: skips the build when the inputs are unchanged
-        res = subprocess.run([str(build_sh), "client"], capture_output=True, timeout=1800,
-                             check=False, env={**os.environ, "QUICBED_SAVE_IMAGES": "0"})
+        res = subprocess.run(
+            [str(build_sh), "client"],
+            capture_output=True,
+            timeout=1800,
+            check=False,
+            env={**os.environ, "QUICBED_SAVE_IMAGES": "0"},
+        )
     else:
-        res = docker("build", "-q", "-t", CLIENT_IMAGE, "-f", "images/client/Dockerfile", "-",
-                     input_bytes=build_context(), timeout=1800, check=False)
+        res = docker(
+            "build",
+            "-q",
+            "-t",
+            CLIENT_IMAGE,
+            "-f",
+            "images/client/Dockerfile",
+            "-",
+            input_bytes=build_context(),
+            timeout=1800,
+            check=False,
+        )
     assert res.returncode == 0, (res.stdout + res.stderr).decode()[-3000:]
     if docker("image", "inspect", SERVER_IMAGE, check=False).returncode != 0:
-        res = docker("build", "-q", "-t", SERVER_IMAGE, "-", timeout=1800, check=False,
-                     input_bytes=SERVER_DOCKERFILE.encode())
+        res = docker(
+            "build",
+            "-q",
+            "-t",
+            SERVER_IMAGE,
+            "-",
+            timeout=1800,
+            check=False,
+            input_bytes=SERVER_DOCKERFILE.encode(),
+        )
         assert res.returncode == 0, res.stderr.decode()[-3000:]
 
 
@@ -168,14 +196,21 @@ def make_tree(root: Path) -> tuple[str, str]:
 
 def make_certs(root: Path) -> None:
     """The server's certificate, and a second CA that must not verify it."""
-    req = ("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-           "-days 2 -subj /CN={cn} -addext subjectAltName=DNS:{cn},IP:127.0.0.1 "
-           "-keyout /w/certs/{name}.key -out /w/certs/{name}.pem")
-    cmd = (req.format(cn=HOST, name="server") + " && " + req.format(cn="other", name="other")
-           + " && mv /w/certs/server.key /w/certs/key.pem && mv /w/certs/server.pem "
-           "/w/certs/cert.pem && chmod 644 /w/certs/*")
-    res = docker("run", "--rm", "--network", "none", "-v", f"{root}:/w", CLIENT_IMAGE,
-                 "sh", "-c", cmd, check=False)
+    req = (
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+        "-days 2 -subj /CN={cn} -addext subjectAltName=DNS:{cn},IP:127.0.0.1 "
+        "-keyout /w/certs/{name}.key -out /w/certs/{name}.pem"
+    )
+    cmd = (
+        req.format(cn=HOST, name="server")
+        + " && "
+        + req.format(cn="other", name="other")
+        + " && mv /w/certs/server.key /w/certs/key.pem && mv /w/certs/server.pem "
+        "/w/certs/cert.pem && chmod 644 /w/certs/*"
+    )
+    res = docker(
+        "run", "--rm", "--network", "none", "-v", f"{root}:/w", CLIENT_IMAGE, "sh", "-c", cmd, check=False
+    )
     assert res.returncode == 0, res.stderr.decode()
 
 
@@ -187,13 +222,43 @@ def bed(images: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]
     tag = uuid.uuid4().hex[:8]
     server, client = f"dev-perf-nginx-{tag}", f"dev-perf-client-{tag}"
     try:
-        docker("run", "-d", "--name", server, "--network", "none",
-               "-v", f"{root}/certs:/certs:ro", "-v", f"{root}/data:/data:ro",
-               "-v", f"{root}/conf:/conf:ro", SERVER_IMAGE,
-               "nginx", "-c", "/conf/nginx.conf", "-g", "daemon off;")
-        docker("run", "-d", "--name", client, "--network", f"container:{server}",
-               "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW", "-v", f"{root}:/w",
-               CLIENT_IMAGE, "sleep", "infinity")
+        docker(
+            "run",
+            "-d",
+            "--name",
+            server,
+            "--network",
+            "none",
+            "-v",
+            f"{root}/certs:/certs:ro",
+            "-v",
+            f"{root}/data:/data:ro",
+            "-v",
+            f"{root}/conf:/conf:ro",
+            SERVER_IMAGE,
+            "nginx",
+            "-c",
+            "/conf/nginx.conf",
+            "-g",
+            "daemon off;",
+        )
+        docker(
+            "run",
+            "-d",
+            "--name",
+            client,
+            "--network",
+            f"container:{server}",
+            "--cap-add",
+            "NET_ADMIN",
+            "--cap-add",
+            "NET_RAW",
+            "-v",
+            f"{root}:/w",
+            CLIENT_IMAGE,
+            "sleep",
+            "infinity",
+        )
         docker("exec", "-d", client, "python3", "/w/conf/blackhole.py")
         b = Bed(client, root, small_sha, big_sha)
         wait_ready(b)
@@ -204,8 +269,10 @@ def bed(images: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]
 
 def wait_ready(b: Bed) -> None:
     for _ in range(50):
-        res = b.sh("curl -sk -o /dev/null --resolve quicbed.test:443:127.0.0.1 "
-                   "https://quicbed.test/small.bin && ss -lnu | grep -q :9443")
+        res = b.sh(
+            "curl -sk -o /dev/null --resolve quicbed.test:443:127.0.0.1 "
+            "https://quicbed.test/small.bin && ss -lnu | grep -q :9443"
+        )
         if res.returncode == 0:
             return
         time.sleep(0.2)
@@ -213,8 +280,14 @@ def wait_ready(b: Bed) -> None:
 
 
 def common(path: str = "small.bin", port: int = 443) -> list[str]:
-    return ["--url", f"https://{HOST}:{port}/{path}", "--resolve", f"{HOST}:{port}:127.0.0.1",
-            "--cacert", "/w/certs/cert.pem"]
+    return [
+        "--url",
+        f"https://{HOST}:{port}/{path}",
+        "--resolve",
+        f"{HOST}:{port}:127.0.0.1",
+        "--cacert",
+        "/w/certs/cert.pem",
+    ]
 
 
 @dataclass(frozen=True)
@@ -232,19 +305,20 @@ CASES = {
     "quic": Case(("quic_perf",), "quic", "TLSv1.3", "3", "libcurl"),
     "quic-ngtcp2": Case(("quic_perf", "--backend", "ngtcp2"), "quic", "TLSv1.3", "3", "ngtcp2"),
 }
-TOOLS = {"tls_perf": ("tls_perf",), "quic_perf": ("quic_perf",),
-         "quic_perf-ngtcp2": ("quic_perf", "--backend", "ngtcp2")}
+TOOLS = {
+    "tls_perf": ("tls_perf",),
+    "quic_perf": ("quic_perf",),
+    "quic_perf-ngtcp2": ("quic_perf", "--backend", "ngtcp2"),
+}
 
 
 def assert_ordered(row: dict) -> None:
     times = [row[k] for k in ("t_start", "t_connect", "t_handshake", "t_first_byte", "t_done")]
     assert all(isinstance(t, float) for t in times), times
     assert times == sorted(times), times
-    assert row["connection_time_ms"] == pytest.approx((row["t_handshake"] - row["t_start"]) * 1e3,
-                                                      abs=0.01)
+    assert row["connection_time_ms"] == pytest.approx((row["t_handshake"] - row["t_start"]) * 1e3, abs=0.01)
     assert row["ttfb_ms"] == pytest.approx((row["t_first_byte"] - row["t_start"]) * 1e3, abs=0.01)
-    assert row["download_time_ms"] == pytest.approx((row["t_done"] - row["t_start"]) * 1e3,
-                                                    abs=0.01)
+    assert row["download_time_ms"] == pytest.approx((row["t_done"] - row["t_start"]) * 1e3, abs=0.01)
     assert abs(row["t_start"] - time.time()) < 120
 
 
@@ -331,16 +405,22 @@ def test_resume(bed: Bed) -> None:
 TIMEOUT_S = 3
 CA = ["--cacert", "/w/certs/cert.pem"]
 BAD = {
-    "unreachable": (["--url", f"https://{HOST}/small.bin", "--resolve", f"{HOST}:443:192.0.2.1",
-                     *CA], "connect"),
+    "unreachable": (
+        ["--url", f"https://{HOST}/small.bin", "--resolve", f"{HOST}:443:192.0.2.1", *CA],
+        "connect",
+    ),
     "refused": (common(port=1), "connect"),
     "bad_url": (["--url", "https://quic bed/x", *CA], "url"),
-    "wrong_ca": (["--url", f"https://{HOST}/small.bin", "--resolve", RESOLVE,
-                  "--cacert", "/w/certs/other.pem"], "tls"),
+    "wrong_ca": (
+        ["--url", f"https://{HOST}/small.bin", "--resolve", RESOLVE, "--cacert", "/w/certs/other.pem"],
+        "tls",
+    ),
     "timeout": (common(port=9443), "timeout"),
     "not_found": (common("missing.bin"), "http"),
-    "missing_ca": (["--url", f"https://{HOST}/small.bin", "--resolve", RESOLVE,
-                    "--cacert", "/w/certs/absent.pem"], "tls"),
+    "missing_ca": (
+        ["--url", f"https://{HOST}/small.bin", "--resolve", RESOLVE, "--cacert", "/w/certs/absent.pem"],
+        "tls",
+    ),
 }
 
 
@@ -366,8 +446,10 @@ def test_one_key_share_per_client_hello(bed: Bed, name: str) -> None:
     """Every stack offers exactly one key share (X25519), so that none pays for an extra key
     generation in its connection time (GnuTLS would send two by default)."""
     tool = " ".join([*CASES[name].argv, *common(), "-n", "2"])
-    hello_groups = ("tshark -r /tmp/ks.pcap -Y 'tls.handshake.type == 1' "
-                    "-T fields -e tls.handshake.extensions_key_share_group")
+    hello_groups = (
+        "tshark -r /tmp/ks.pcap -Y 'tls.handshake.type == 1' "
+        "-T fields -e tls.handshake.extensions_key_share_group"
+    )
     res = bed.sh(captured(f"{tool} >/dev/null", "lo", "/tmp/ks") + "; " + hello_groups)
     assert res.returncode == 0, res.stderr.decode()[-500:]
     hellos = res.stdout.decode().split()  # tshark now and then misses a QUIC Initial: not all 2
@@ -390,8 +472,7 @@ def test_congestion_control(bed: Bed) -> None:
 def test_quic_without_h3(bed: Bed) -> None:
     """Port 8443 serves h2 only: quic_perf must fail, tls_perf must work."""
     for backend in ("libcurl", "ngtcp2"):
-        r = bed.run("quic_perf", "--backend", backend, *common(port=8443),
-                    "--timeout", str(TIMEOUT_S))
+        r = bed.run("quic_perf", "--backend", backend, *common(port=8443), "--timeout", str(TIMEOUT_S))
         assert r.rc == 1 and r.rows[0]["error"], r.rows
         assert r.elapsed < TIMEOUT_S + 5
     r = bed.run("tls_perf", *common(port=8443))
@@ -399,16 +480,19 @@ def test_quic_without_h3(bed: Bed) -> None:
 
 
 @docker_test
-@pytest.mark.parametrize("args", [
-    [],
-    ["--url"],
-    ["--url", "https://x/", "--tls", "1.4"],
-    ["--url", "https://x/", "-n", "0"],
-    ["--url", "https://x/", "--timeout", "soon"],
-    ["--url", "https://x/", "stray"],
-    ["--url", "https://x/", "--groups", "X25519;id"],
-    ["--url", "https://x/", "--groups", "X25519:"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--url"],
+        ["--url", "https://x/", "--tls", "1.4"],
+        ["--url", "https://x/", "-n", "0"],
+        ["--url", "https://x/", "--timeout", "soon"],
+        ["--url", "https://x/", "stray"],
+        ["--url", "https://x/", "--groups", "X25519;id"],
+        ["--url", "https://x/", "--groups", "X25519:"],
+    ],
+)
 def test_usage(bed: Bed, args: list[str]) -> None:
     r = bed.run("tls_perf", *args)
     assert r.rc == 2 and r.rows == []
@@ -416,12 +500,15 @@ def test_usage(bed: Bed, args: list[str]) -> None:
 
 
 @docker_test
-@pytest.mark.parametrize(("name", "groups", "expected"), [
-    ("tls1.3", "X25519MLKEM768:X25519", "X25519MLKEM768"),  # OpenSSL 3.5's post-quantum hybrid
-    ("tls1.2", "secp256r1", "secp256r1"),
-    ("quic", "X25519MLKEM768", "X25519MLKEM768"),  # one group offered: the one used
-    ("quic-ngtcp2", "secp256r1", "secp256r1"),
-])
+@pytest.mark.parametrize(
+    ("name", "groups", "expected"),
+    [
+        ("tls1.3", "X25519MLKEM768:X25519", "X25519MLKEM768"),  # OpenSSL 3.5's post-quantum hybrid
+        ("tls1.2", "secp256r1", "secp256r1"),
+        ("quic", "X25519MLKEM768", "X25519MLKEM768"),  # one group offered: the one used
+        ("quic-ngtcp2", "secp256r1", "secp256r1"),
+    ],
+)
 def test_groups_choose_the_key_exchange(bed: Bed, name: str, groups: str, expected: str) -> None:
     r = bed.run(*CASES[name].argv, *common(), "--groups", groups)
     assert r.rc == 0, r.stderr
@@ -444,8 +531,7 @@ def test_usage_quic(bed: Bed) -> None:
 @docker_test
 def test_sanitizers(bed: Bed) -> None:
     """The ASan/UBSan build runs the smoke cases clean (leak checking included)."""
-    res = bed.sh("rm -rf /tmp/asan && cp -r /src/perf /tmp/asan && make -C /tmp/asan asan",
-                 timeout=600)
+    res = bed.sh("rm -rf /tmp/asan && cp -r /src/perf /tmp/asan && make -C /tmp/asan asan", timeout=600)
     assert res.returncode == 0, res.stderr.decode()[-2000:]
     runs = [
         (["tls_perf", "--tls", "1.2", *common(), "--sha256", "--cpu"], 0),
@@ -463,8 +549,13 @@ def test_sanitizers(bed: Bed) -> None:
         (["quic_perf", "--bogus"], 2),
     ]
     for argv, want in runs:
-        r = bed.run("env", "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0",
-                    f"/tmp/asan/asan/{argv[0]}", *argv[1:], timeout=120)
+        r = bed.run(
+            "env",
+            "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0",
+            f"/tmp/asan/asan/{argv[0]}",
+            *argv[1:],
+            timeout=120,
+        )
         assert r.rc == want, (argv, r.stderr[-2000:])
         assert not any(m in r.stderr for m in SANITIZER_MARKS), r.stderr[-3000:]
 
@@ -500,6 +591,7 @@ def test_wirecheck_loopback(bed: Bed, name: str) -> None:
 
 # ---- wirecheck.py event rules, on synthetic packets ----
 
+
 def _wirecheck():  # a module loaded from a file path
     import importlib.util
 
@@ -511,9 +603,17 @@ def _wirecheck():  # a module loaded from a file path
     return mod
 
 
-ALIAS = {"syn": "tcp.flags.syn", "ack": "tcp.flags.ack", "tcp_len": "tcp.len",
-         "ctype": "tls.record.content_type", "hs": "tls.handshake.type", "h2": "http2.type",
-         "h2len": "http2.length", "qtype": "quic.long.packet_type", "qform": "quic.header_form"}
+ALIAS = {
+    "syn": "tcp.flags.syn",
+    "ack": "tcp.flags.ack",
+    "tcp_len": "tcp.len",
+    "ctype": "tls.record.content_type",
+    "hs": "tls.handshake.type",
+    "h2": "http2.type",
+    "h2len": "http2.length",
+    "qtype": "quic.long.packet_type",
+    "qform": "quic.header_form",
+}
 
 
 def _pk(wc, t: float, client: bool, **fields: str):
@@ -533,13 +633,26 @@ def test_wirecheck_tls13_events() -> None:
         _pk(wc, 1.243, False, tcp_len="900", ctype="23", h2="0", h2len="800"),
         _pk(wc, 1.244, False, tcp_len="30", ctype="23", h2="0", h2len="0"),
     ]
-    row = {"protocol": "tls1.3", "http_version": "2", "t_start": 1.0, "t_connect": 1.0805,
-           "t_handshake": 1.1625, "t_first_byte": 1.2425, "t_done": 1.2435,
-           "connection_time_ms": 162.5, "local_port": 1}
+    row = {
+        "protocol": "tls1.3",
+        "http_version": "2",
+        "t_start": 1.0,
+        "t_connect": 1.0805,
+        "t_handshake": 1.1625,
+        "t_first_byte": 1.2425,
+        "t_done": 1.2435,
+        "connection_time_ms": 162.5,
+        "local_port": 1,
+    }
     res = wc.compare(row, pk, keyed=True)
     ev = {k: v["wire"] for k, v in res["events"].items()}
-    assert ev == {"start": 1.0, "connect": 1.08, "handshake": 1.162, "first_byte": 1.242,
-                  "done": 1.243}  # the empty END_STREAM DATA frame is not the last byte
+    assert ev == {
+        "start": 1.0,
+        "connect": 1.08,
+        "handshake": 1.162,
+        "first_byte": 1.242,
+        "done": 1.243,
+    }  # the empty END_STREAM DATA frame is not the last byte
     assert res["wire_first_rtt_ms"] == pytest.approx(80)
     assert res["wire_connection_time_ms"] == pytest.approx(162)
     assert abs(res["events"]["handshake"]["delta_ms"]) < 1
@@ -571,15 +684,24 @@ def test_the_sign_check_flags_a_tool_earlier_than_an_arriving_packet() -> None:
     """capture_shell's sign check on compare()'s deltas (wire minus tool): a late tool is
     fine however late, one earlier than the arriving first byte is named."""
     wc = _wirecheck()
-    pk = [_pk(wc, 1.0, True, syn="1", ack="0", tcp_len="0"),
-          _pk(wc, 1.08, False, syn="1", ack="1", tcp_len="0"),
-          _pk(wc, 1.16, False, tcp_len="700", hs="2,11,12,14"),
-          _pk(wc, 1.161, True, tcp_len="90", ctype="22,20,22"),
-          _pk(wc, 1.241, False, tcp_len="51", ctype="20,22"),
-          _pk(wc, 1.242, True, tcp_len="80", ctype="23"),
-          _pk(wc, 1.330, False, tcp_len="300", ctype="23")]
-    row = {"protocol": "tls1.2", "http_version": "2", "t_start": 1.0, "t_connect": 1.0801,
-           "t_handshake": 1.2412, "t_first_byte": 1.3350, "t_done": 1.336}
+    pk = [
+        _pk(wc, 1.0, True, syn="1", ack="0", tcp_len="0"),
+        _pk(wc, 1.08, False, syn="1", ack="1", tcp_len="0"),
+        _pk(wc, 1.16, False, tcp_len="700", hs="2,11,12,14"),
+        _pk(wc, 1.161, True, tcp_len="90", ctype="22,20,22"),
+        _pk(wc, 1.241, False, tcp_len="51", ctype="20,22"),
+        _pk(wc, 1.242, True, tcp_len="80", ctype="23"),
+        _pk(wc, 1.330, False, tcp_len="300", ctype="23"),
+    ]
+    row = {
+        "protocol": "tls1.2",
+        "http_version": "2",
+        "t_start": 1.0,
+        "t_connect": 1.0801,
+        "t_handshake": 1.2412,
+        "t_first_byte": 1.3350,
+        "t_done": 1.336,
+    }
     late = wc.compare(row, pk, keyed=False)
     assert late["events"]["first_byte"]["delta_ms"] == pytest.approx(-5.0)
     assert tool_earlier_than_wire(late, ARRIVING_TLS12, SIGN_SLACK_MS) == []
@@ -587,8 +709,10 @@ def test_the_sign_check_flags_a_tool_earlier_than_an_arriving_packet() -> None:
     assert line.startswith("attempt 2: handshake -0.200 ms, first_byte -5.000 ms")
     early = wc.compare(row | {"t_first_byte": 1.3295, "t_handshake": 1.2405}, pk, keyed=False)
     assert tool_earlier_than_wire(early, ARRIVING, SIGN_SLACK_MS) == [
-        "first_byte: the tool is 0.500 ms before the wire"]
+        "first_byte: the tool is 0.500 ms before the wire"
+    ]
     assert tool_earlier_than_wire(early, ARRIVING_TLS12, SIGN_SLACK_MS)[0].startswith(
-        "handshake: the tool is 0.500 ms")
+        "handshake: the tool is 0.500 ms"
+    )
     within = wc.compare(row | {"t_first_byte": 1.3299}, pk, keyed=False)  # 0.1 ms: the slack
     assert tool_earlier_than_wire(within, ARRIVING, SIGN_SLACK_MS) == []

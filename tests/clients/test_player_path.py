@@ -42,18 +42,41 @@ def testbed(tmp_path_factory, clean_slate):
     tmp = tmp_path_factory.mktemp("player")
 
     def up(profile):
-        return served_testbed(profile, ["nginx"], log_root=tmp / profile.name / "logs",
-                              pki_dir=tmp / "pki", content_dir=root, start=True)
+        return served_testbed(
+            profile,
+            ["nginx"],
+            log_root=tmp / profile.name / "logs",
+            pki_dir=tmp / "pki",
+            content_dir=root,
+            start=True,
+        )
 
     return up, tmp
 
 
-def _play(tb, hosts, protocol: str, url: str = MPD, timeout: int = PLAY_S + 40,
-          extra: tuple[str, ...] = ()) -> dict:
+def _play(
+    tb, hosts, protocol: str, url: str = MPD, timeout: int = PLAY_S + 40, extra: tuple[str, ...] = ()
+) -> dict:
     address = server_address(tb.servers.index(hosts["nginx"]))
-    argv = ["browser_perf", "--url", url, "--resolve", f"{SERVER_NAME}:443:{address}",
-            "--cacert", f"{CLIENT_PKI}/ca.pem", "-n", "1", "--cpu", "--timeout", str(timeout),
-            "--protocol", protocol, "--duration", str(PLAY_S), *extra]
+    argv = [
+        "browser_perf",
+        "--url",
+        url,
+        "--resolve",
+        f"{SERVER_NAME}:443:{address}",
+        "--cacert",
+        f"{CLIENT_PKI}/ca.pem",
+        "-n",
+        "1",
+        "--cpu",
+        "--timeout",
+        str(timeout),
+        "--protocol",
+        protocol,
+        "--duration",
+        str(PLAY_S),
+        *extra,
+    ]
     proc = tb.client.exec(argv, timeout=timeout + 30)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == 1, (proc.returncode, proc.stderr[-800:])
@@ -115,8 +138,11 @@ def test_player_settings_are_in_force_and_a_missing_stream_is_an_error_row(testb
     from quicbed.workloads import WORKLOADS
 
     up, _ = testbed
-    chosen = {"max_bitrate_kbps": 1000, "buffer_time_default_s": 6,
-              "abr_rules": ("throughputRule", "insufficientBufferRule")}
+    chosen = {
+        "max_bitrate_kbps": 1000,
+        "buffer_time_default_s": 6,
+        "abr_rules": ("throughputRule", "insufficientBufferRule"),
+    }
     args = WORKLOADS["video"].tool_args(PLAY_S, chosen)
     with up(load_profile("germany")) as (tb, hosts):
         row = _play(tb, hosts, "quic", extra=("--player-settings", args["--player-settings"]))

@@ -16,17 +16,31 @@ qoe = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(qoe)
 
 RECORD = {
-    "requested_ms": 100.0, "first_frame_ms": 1300.0,
+    "requested_ms": 100.0,
+    "first_frame_ms": 1300.0,
     # one stall before the first frame (startup, not counted), two after it, one still open
-    "stalls": [{"start_ms": 500.0, "end_ms": 900.0}, {"start_ms": 5000.0, "end_ms": 5750.0},
-               {"start_ms": 9000.0, "end_ms": 9250.0}, {"start_ms": 20000.0, "end_ms": None}],
-    "switches": [{"from_kbps": 0, "to_kbps": 150},  # the first rendition: not a switch
-                 {"from_kbps": 150, "to_kbps": 2500}, {"from_kbps": 2500, "to_kbps": 700},
-                 {"from_kbps": 700, "to_kbps": 1200}],
+    "stalls": [
+        {"start_ms": 500.0, "end_ms": 900.0},
+        {"start_ms": 5000.0, "end_ms": 5750.0},
+        {"start_ms": 9000.0, "end_ms": 9250.0},
+        {"start_ms": 20000.0, "end_ms": None},
+    ],
+    "switches": [
+        {"from_kbps": 0, "to_kbps": 150},  # the first rendition: not a switch
+        {"from_kbps": 150, "to_kbps": 2500},
+        {"from_kbps": 2500, "to_kbps": 700},
+        {"from_kbps": 700, "to_kbps": 1200},
+    ],
     "seconds_at": {"720": 10.0, "360": 5.0, "480": 5.0, "0": 0.5},
-    "trace": [{"bitrate_kbps": 2500, "stalled": False}, {"bitrate_kbps": 700, "stalled": True},
-              {"bitrate_kbps": 700, "stalled": False}],
-    "dropped_frames": 3, "total_frames": 600, "played_s": 20.0, "dash_version": "5.2.1",
+    "trace": [
+        {"bitrate_kbps": 2500, "stalled": False},
+        {"bitrate_kbps": 700, "stalled": True},
+        {"bitrate_kbps": 700, "stalled": False},
+    ],
+    "dropped_frames": 3,
+    "total_frames": 600,
+    "played_s": 20.0,
+    "dash_version": "5.2.1",
     "settings": {"buffer": {"stableBufferTime": 12}},
 }
 
@@ -44,8 +58,9 @@ def test_the_metrics_as_analysis_defines_them():
 
 
 def test_a_playback_that_never_started_has_no_startup_and_no_stalls():
-    row = qoe.summarize({"requested_ms": 5.0, "first_frame_ms": None,
-                         "stalls": [{"start_ms": 10.0, "end_ms": 20.0}]})
+    row = qoe.summarize(
+        {"requested_ms": 5.0, "first_frame_ms": None, "stalls": [{"start_ms": 10.0, "end_ms": 20.0}]}
+    )
     assert row["startup_delay_ms"] is None and row["stall_count"] == 0
     assert row["lowest_quality"] is None and row["mean_height"] is None
 
@@ -65,8 +80,10 @@ def test_the_player_is_the_pinned_dashjs_and_the_testbed_page(tmp_path, monkeypa
 
 def test_the_trace_counts_from_the_play_request_not_the_page_load():
     # dash.js and the page took 10.6 s over a lossy path; play was requested then
-    record = {"requested_ms": 10_600.0,
-              "trace": [{"t_s": 11.693, "buffer_s": None}, {"t_s": 12.693, "buffer_s": 2}]}
+    record = {
+        "requested_ms": 10_600.0,
+        "trace": [{"t_s": 11.693, "buffer_s": None}, {"t_s": 12.693, "buffer_s": 2}],
+    }
     assert [p["t_s"] for p in qoe.trace_since_play(record)] == [1.093, 2.093]
     assert qoe.trace_since_play({"trace": [{"t_s": 1.5}]}) == [{"t_s": 1.5}]  # no request: as is
     assert qoe.trace_since_play({}) == []

@@ -45,12 +45,15 @@ class Variant:
 
 VARIANTS = {
     "quic": Variant(("--transport", "quic"), "quic", "libcurl", "3", "HTTP/3.0", "TLSv1.3", 1),
-    "quic-ngtcp2": Variant(("--transport", "quic", "--backend", "ngtcp2"), "quic", "ngtcp2", "3",
-                           "HTTP/3.0", "TLSv1.3", 1),
-    "tls1.3": Variant(("--transport", "tcp", "--tls", "1.3"), "tls1.3", "libcurl", "2",
-                      "HTTP/2.0", "TLSv1.3", 2),
-    "tls1.2": Variant(("--transport", "tcp", "--tls", "1.2"), "tls1.2", "libcurl", "2",
-                      "HTTP/2.0", "TLSv1.2", 2),
+    "quic-ngtcp2": Variant(
+        ("--transport", "quic", "--backend", "ngtcp2"), "quic", "ngtcp2", "3", "HTTP/3.0", "TLSv1.3", 1
+    ),
+    "tls1.3": Variant(
+        ("--transport", "tcp", "--tls", "1.3"), "tls1.3", "libcurl", "2", "HTTP/2.0", "TLSv1.3", 2
+    ),
+    "tls1.2": Variant(
+        ("--transport", "tcp", "--tls", "1.2"), "tls1.2", "libcurl", "2", "HTTP/2.0", "TLSv1.2", 2
+    ),
 }
 
 
@@ -68,11 +71,29 @@ class Bed:
     client: str
     root: Path
 
-    def run(self, *args: str, url: str = f"https://server.quicbed/{MPD}",
-            tool: str = "video_download", timeout: float = 60) -> Run:
-        argv = [tool, "--url", url, "--resolve", "server.quicbed:443:127.0.0.1",
-                "--resolve", "server.quicbed:4444:127.0.0.1", "--cacert", "/w/pki/ca.pem",
-                "-n", "1", "--timeout", "20", *args]
+    def run(
+        self,
+        *args: str,
+        url: str = f"https://server.quicbed/{MPD}",
+        tool: str = "video_download",
+        timeout: float = 60,
+    ) -> Run:
+        argv = [
+            tool,
+            "--url",
+            url,
+            "--resolve",
+            "server.quicbed:443:127.0.0.1",
+            "--resolve",
+            "server.quicbed:4444:127.0.0.1",
+            "--cacert",
+            "/w/pki/ca.pem",
+            "-n",
+            "1",
+            "--timeout",
+            "20",
+            *args,
+        ]
         t0 = time.monotonic()
         res = docker_text("exec", self.client, *argv, timeout=timeout, check=False)
         rows = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
@@ -86,9 +107,14 @@ class Bed:
 def client_image() -> None:
     # the conftest has checked the engine (tests marked docker); the testbed's own build:
     # skipped when clients/perf and the Dockerfile are unchanged
-    res = subprocess.run([str(REPO / "images/build.sh"), "client"], capture_output=True,
-                         text=True, timeout=1800, check=False,
-                         env={**os.environ, "QUICBED_SAVE_IMAGES": "0"})
+    res = subprocess.run(
+        [str(REPO / "images/build.sh"), "client"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+        env={**os.environ, "QUICBED_SAVE_IMAGES": "0"},
+    )
     assert res.returncode == 0 and have_image(CLIENT_IMAGE), (res.stdout + res.stderr)[-3000:]
 
 
@@ -101,8 +127,19 @@ def bed(request, client_image: None, tmp_path_factory) -> Iterator[Bed]:
     client = f"{box.name}-client"
     try:
         servers.start_server(box.name, box.server, timeout=20)
-        docker_text("run", "-d", "--name", client, "--network", f"container:{box.name}",
-                    "-v", f"{tmp}:/w:ro", CLIENT_IMAGE, "sleep", "infinity")
+        docker_text(
+            "run",
+            "-d",
+            "--name",
+            client,
+            "--network",
+            f"container:{box.name}",
+            "-v",
+            f"{tmp}:/w:ro",
+            CLIENT_IMAGE,
+            "sleep",
+            "infinity",
+        )
         yield Bed(box, client, root)
     finally:
         docker_text("rm", "-f", client, check=False)
@@ -127,7 +164,11 @@ def test_row_bytes_and_connections(bed: Bed, name: str) -> None:
     row = r.rows[0]
     assert set(row) == ROW_KEYS and row["error"] == ""
     assert (row["tool"], row["protocol"], row["backend"], row["http_version"]) == (
-        "video_download", v.protocol, v.backend, v.http)
+        "video_download",
+        v.protocol,
+        v.backend,
+        v.http,
+    )
     assert row["tls_version"] == v.tls
     # the top rendition (720p is the ladder's last, Representation 4; audio is 5)
     assert row["rendition"] == content.LADDER[-1][0]
@@ -170,10 +211,21 @@ def test_paced_like_playout(bed: Bed) -> None:
     assert len(row["cpu"]) >= 20  # sampled every 500 ms through the session
 
 
-@pytest.mark.parametrize("args", [
-    ("--transport", "udp"), ("--tls", "1.4"), ("--transport", "quic", "--tls", "1.2"),
-    ("--duration", "0"), ("--duration", "soon"), ("--buffer", "-1"), ("--rendition", ""),
-    ("--http", "2"), ("--bogus",), ("stray",)])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--transport", "udp"),
+        ("--tls", "1.4"),
+        ("--transport", "quic", "--tls", "1.2"),
+        ("--duration", "0"),
+        ("--duration", "soon"),
+        ("--buffer", "-1"),
+        ("--rendition", ""),
+        ("--http", "2"),
+        ("--bogus",),
+        ("stray",),
+    ],
+)
 def test_bad_input_is_one_line(bed: Bed, args: tuple[str, ...]) -> None:
     r = bed.run(*args)
     assert r.rc == 2 and r.rows == [], r
@@ -181,27 +233,36 @@ def test_bad_input_is_one_line(bed: Bed, args: tuple[str, ...]) -> None:
     assert len(lines) == 1 and lines[0].startswith("video_download: "), r.stderr
 
 
-@pytest.mark.parametrize("args", [("--resume",), ("--sha256",), ("--transport", "quic",
-                                                                   "--cc", "reno"),
-                                  ("--transport", "tcp", "--backend", "ngtcp2")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--resume",),
+        ("--sha256",),
+        ("--transport", "quic", "--cc", "reno"),
+        ("--transport", "tcp", "--backend", "ngtcp2"),
+    ],
+)
 def test_unsupported(bed: Bed, args: tuple[str, ...]) -> None:
     r = bed.run(*args)
     assert r.rc == UNSUPPORTED_EXIT and r.rows == [], r
     assert len(r.stderr.splitlines()) == 1
 
 
-@pytest.mark.parametrize(("case", "name", "categories"), [
-    ("missing manifest", "quic", ("http: status 404",)),
-    ("missing manifest", "quic-ngtcp2", ("http: status 404",)),
-    ("missing manifest", "tls1.2", ("http: status 404",)),
-    ("server down", "tls1.3", ("connect:",)),
-    ("server down", "quic", ("quic:", "connect:", "timeout:")),
-    ("server down", "quic-ngtcp2", ("quic:", "connect:", "timeout:")),
-    ("bad certificate", "tls1.3", ("tls:",)),
-    ("bad certificate", "quic", ("tls:", "quic:")),
-    ("bad certificate", "quic-ngtcp2", ("tls:",)),
-    ("no such rendition", "quic", ("manifest: no video rendition",)),
-])
+@pytest.mark.parametrize(
+    ("case", "name", "categories"),
+    [
+        ("missing manifest", "quic", ("http: status 404",)),
+        ("missing manifest", "quic-ngtcp2", ("http: status 404",)),
+        ("missing manifest", "tls1.2", ("http: status 404",)),
+        ("server down", "tls1.3", ("connect:",)),
+        ("server down", "quic", ("quic:", "connect:", "timeout:")),
+        ("server down", "quic-ngtcp2", ("quic:", "connect:", "timeout:")),
+        ("bad certificate", "tls1.3", ("tls:",)),
+        ("bad certificate", "quic", ("tls:", "quic:")),
+        ("bad certificate", "quic-ngtcp2", ("tls:",)),
+        ("no such rendition", "quic", ("manifest: no video rendition",)),
+    ],
+)
 def test_error_rows(bed: Bed, case: str, name: str, categories: tuple[str, ...]) -> None:
     args = list(VARIANTS[name].args)
     url = f"https://server.quicbed/{MPD}"
@@ -228,16 +289,24 @@ def test_sanitizers(bed: Bed) -> None:
     """The ASan/UBSan build (make asan) runs a session per transport and an error row clean,
     leak checking included."""
     assert bed.box.server == "nginx"
-    build = docker_text("exec", bed.client, "sh", "-c",
-                        "rm -rf /tmp/asan && cp -r /src/perf /tmp/asan && "
-                        "make -s -C /tmp/asan asan/video_download", timeout=600, check=False)
+    build = docker_text(
+        "exec",
+        bed.client,
+        "sh",
+        "-c",
+        "rm -rf /tmp/asan && cp -r /src/perf /tmp/asan && " "make -s -C /tmp/asan asan/video_download",
+        timeout=600,
+        check=False,
+    )
     assert build.returncode == 0, build.stderr[-2000:]
     tool = "/tmp/asan/asan/video_download"
-    for args, url, rc in [(VARIANTS["quic"].args, f"https://server.quicbed/{MPD}", 0),
-                          (VARIANTS["quic-ngtcp2"].args, f"https://server.quicbed/{MPD}", 0),
-                          (VARIANTS["tls1.3"].args, f"https://server.quicbed/{MPD}", 0),
-                          (VARIANTS["quic-ngtcp2"].args, "https://server.quicbed/nope.mpd", 1),
-                          (VARIANTS["tls1.3"].args, "https://server.quicbed/nope.mpd", 1)]:
+    for args, url, rc in [
+        (VARIANTS["quic"].args, f"https://server.quicbed/{MPD}", 0),
+        (VARIANTS["quic-ngtcp2"].args, f"https://server.quicbed/{MPD}", 0),
+        (VARIANTS["tls1.3"].args, f"https://server.quicbed/{MPD}", 0),
+        (VARIANTS["quic-ngtcp2"].args, "https://server.quicbed/nope.mpd", 1),
+        (VARIANTS["tls1.3"].args, "https://server.quicbed/nope.mpd", 1),
+    ]:
         r = bed.run(*args, "--duration", "4", "--cpu", url=url, tool=tool, timeout=120)
         assert r.rc == rc, r.stderr[-2000:]
         assert not any(mark in r.stderr for mark in SANITIZER_MARKS), r.stderr[-2000:]

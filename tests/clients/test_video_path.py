@@ -44,18 +44,39 @@ def testbed(tmp_path_factory, clean_slate):
     tmp = tmp_path_factory.mktemp("video")
 
     def up(profile):
-        return served_testbed(profile, ["nginx"], log_root=tmp / profile.name / "logs",
-                              pki_dir=tmp / "pki", content_dir=root, start=True)
+        return served_testbed(
+            profile,
+            ["nginx"],
+            log_root=tmp / profile.name / "logs",
+            pki_dir=tmp / "pki",
+            content_dir=root,
+            start=True,
+        )
 
     return up
 
 
 def _download(tb, hosts, args: list[str], reps: int, duration: float = MEDIA_S) -> list[dict]:
     address = server_address(tb.servers.index(hosts["nginx"]))
-    argv = ["video_download", "--url", f"https://{SERVER_NAME}/video/dash/manifest.mpd",
-            "--resolve", f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem",
-            "-n", str(reps), "--cpu", "--timeout", "120", "--duration", f"{duration:g}",
-            "--buffer", str(BUFFER_S), *args]
+    argv = [
+        "video_download",
+        "--url",
+        f"https://{SERVER_NAME}/video/dash/manifest.mpd",
+        "--resolve",
+        f"{SERVER_NAME}:443:{address}",
+        "--cacert",
+        f"{CLIENT_PKI}/ca.pem",
+        "-n",
+        str(reps),
+        "--cpu",
+        "--timeout",
+        "120",
+        "--duration",
+        f"{duration:g}",
+        "--buffer",
+        str(BUFFER_S),
+        *args,
+    ]
     proc = tb.client.exec(argv, timeout=130 * reps)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == reps, (proc.returncode, proc.stderr[-800:])
@@ -69,9 +90,9 @@ def test_handshakes_cost_their_rtts_and_playout_never_stalls(testbed):
         for protocol, (args, expected) in PROTOCOLS.items():
             rows = _download(tb, hosts, args, reps=3)
             assert all(r["error"] == "" for r in rows), rows[0]["error"]
-            net = statistics.median(net_connection_rtts(r["connection_time_ms"],
-                                                        r["client_cpu_ms"], rtt.measured)
-                                    for r in rows)
+            net = statistics.median(
+                net_connection_rtts(r["connection_time_ms"], r["client_cpu_ms"], rtt.measured) for r in rows
+            )
             raw = statistics.median(r["connection_time_ms"] for r in rows) / rtt.measured
             assert row_connection_within(expected, net, rtt.measured), (protocol, net, raw)
             second = [r["second_connection_time_ms"] for r in rows]

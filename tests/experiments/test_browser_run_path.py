@@ -39,8 +39,9 @@ expect:
 """
 
 
-def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str,
-         capsys: pytest.CaptureFixture[str]) -> tuple[list[dict], str]:
+def _run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, capsys: pytest.CaptureFixture[str]
+) -> tuple[list[dict], str]:
     monkeypatch.setattr(paths, "RESULTS", tmp_path / "results")
     file = tmp_path / "experiment.yaml"
     file.write_text(text)
@@ -53,8 +54,7 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str,
     return rows, out
 
 
-def test_a_chromium_page_load_experiment_runs_and_checks(tmp_path: Path, monkeypatch,
-                                                         capsys) -> None:
+def test_a_chromium_page_load_experiment_runs_and_checks(tmp_path: Path, monkeypatch, capsys) -> None:
     rows, out = _run(tmp_path, monkeypatch, PAGES, capsys)
     assert "3/3 expectations passed" in out, out[-2000:]
     assert sorted(r["protocol"] for r in rows) == ["quic", "tls1.3"]
@@ -63,8 +63,7 @@ def test_a_chromium_page_load_experiment_runs_and_checks(tmp_path: Path, monkeyp
         assert set(row["resource_protocols"]) == {"h3" if row["protocol"] == "quic" else "h2"}, row
 
 
-def test_a_dash_playback_experiment_runs_and_checks(tmp_path: Path, monkeypatch,
-                                                    capsys) -> None:
+def test_a_dash_playback_experiment_runs_and_checks(tmp_path: Path, monkeypatch, capsys) -> None:
     rows, out = _run(tmp_path, monkeypatch, VIDEO, capsys)
     assert "1/1 expectations passed" in out, out[-2000:]
     (row,) = rows

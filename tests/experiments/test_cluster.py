@@ -89,11 +89,17 @@ def ray_cluster(env: dict[str, str], head_paths: int) -> Iterator[str]:
     ray = str(VENV_BIN / "ray")
     env = {**env, "RAY_USAGE_STATS_ENABLED": "0"}
     try:
-        for args, paths in ((["--head", "--port", str(port), "--include-dashboard=false",
-                              "--temp-dir", temp_dir], head_paths), (["--address", address], 1)):
+        for args, paths in (
+            (
+                ["--head", "--port", str(port), "--include-dashboard=false", "--temp-dir", temp_dir],
+                head_paths,
+            ),
+            (["--address", address], 1),
+        ):
             offers = ["--resources", json.dumps({cluster.RESOURCE: paths})] if paths else []
-            subprocess.run([ray, "start", *args, *NODE, *offers],
-                           env=env, check=True, capture_output=True, timeout=120)
+            subprocess.run(
+                [ray, "start", *args, *NODE, *offers], env=env, check=True, capture_output=True, timeout=120
+            )
         yield address
     finally:
         _stop(temp_dir)
@@ -113,9 +119,13 @@ def _env(results: Path) -> dict[str, str]:
 
 
 def _synthetic(file: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "quicbed.experiments.synthetic", str(file),
-                             "--no-progress", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "quicbed.experiments.synthetic", str(file), "--no-progress", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _kill_a_running_condition(rows: Path, at_least: int) -> None:
@@ -124,8 +134,11 @@ def _kill_a_running_condition(rows: Path, at_least: int) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         landed = len(rows.read_text().splitlines()) if rows.exists() else 0
-        busy = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-                and _cmdline(p).startswith(b"ray::condition_task")]
+        busy = [
+            int(p.name)
+            for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _cmdline(p).startswith(b"ray::condition_task")
+        ]
         if landed >= at_least and busy:
             os.kill(busy[0], signal.SIGKILL)
             return
@@ -175,7 +188,7 @@ def test_a_killed_worker_costs_only_its_unfinished_trials(tmp_path, synthetic_cl
     assert resumed.returncode == 0, out
     ids = [r["trial_id"] for r in load_history(run_dir)[0]]
     assert sorted(ids) == _every_trial(file)  # every trial exactly once
-    assert ids[:len(before)] == before  # the resume appended only the missing ones
+    assert ids[: len(before)] == before  # the resume appended only the missing ones
     manifest = read_manifest(run_dir)
     hosts = {c["ran_on"]["hostname"] for c in manifest["conditions"].values()}
     assert hosts == {socket.gethostname()} and manifest["status"] == "complete"
@@ -199,8 +212,12 @@ def test_ray_retries_a_lost_condition_skipping_its_stored_trials(tmp_path, synth
 def test_a_dry_run_asks_the_cluster_how_many_paths_it_runs(tmp_path, synthetic_cluster):
     file = tmp_path / "synthetic.yaml"
     file.write_text(SYNTHETIC)
-    proc = subprocess.run([sys.executable, "-m", "quicbed.cli", "run", str(file), "--dry-run",
-                           "--ray", synthetic_cluster], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "quicbed.cli", "run", str(file), "--dry-run", "--ray", synthetic_cluster],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "plan for 2 worker(s)" in proc.stdout and "expected wall time" in proc.stdout
 
@@ -211,8 +228,13 @@ def test_without_ray_the_cli_says_how_to_get_it(tmp_path, monkeypatch, capsys):
         cluster.import_ray()
     file = tmp_path / "synthetic.yaml"
     file.write_text(SYNTHETIC)
-    code = cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), ray="127.0.0.1:1",
-                   results=tmp_path / "results", progress=False)
+    code = cmd_run(
+        file,
+        lambda exp, run_dir: SyntheticExecutor(),
+        ray="127.0.0.1:1",
+        results=tmp_path / "results",
+        progress=False,
+    )
     out = capsys.readouterr().out
     assert code == 2 and out.count("\n") == 1 and "cluster extra" in out, out
 
@@ -223,8 +245,7 @@ def test_a_dry_run_plans_for_n_workers_without_a_cluster(tmp_path, capsys):
     assert cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), dry=True, ray_workers=3) == 0
     out = capsys.readouterr().out
     assert "plan for 3 worker(s)" in out and "expected wall time" in out
-    assert cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), shard="1/2",
-                   ray="127.0.0.1:1") == 2
+    assert cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), shard="1/2", ray="127.0.0.1:1") == 2
     assert "choose one" in capsys.readouterr().out
 
 
@@ -237,16 +258,19 @@ def test_the_handshake_experiment_on_a_ray_worker_matches_a_local_run(tmp_path):
     env = _env(results)
     # The head offers no path: the one worker node measures, as a cloud worker would.
     with ray_cluster(env, head_paths=0) as address:
-        proc = subprocess.run([str(VENV_BIN / "quicbed"), "run", str(file), "--ray", address,
-                               "--no-progress", "--check"], env=env, capture_output=True,
-                              text=True, timeout=600)
+        proc = subprocess.run(
+            [str(VENV_BIN / "quicbed"), "run", str(file), "--ray", address, "--no-progress", "--check"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = _run_dir(results)
     ray_ids = [r["trial_id"] for r in load_history(run_dir)[0]]
     # The local side: the same file through the runner here (network-free executor).
     local = tmp_path / "local"
-    assert cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), results=local,
-                   progress=False) == 0
+    assert cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), results=local, progress=False) == 0
     local_ids = [r["trial_id"] for r in load_history(_run_dir(local))[0]]
     assert sorted(ray_ids) == sorted(local_ids) and len(ray_ids) == len(set(ray_ids)) == 20
     (entry,) = read_manifest(run_dir)["conditions"].values()
@@ -262,7 +286,7 @@ def test_the_ray_launcher_sets_nodes_up_by_the_readme_commands():
 
     launcher = yaml.safe_load((REPO / "docs" / "cluster" / "ray-cluster.yaml").read_text())
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Several machines"):]
+    section = readme[readme.index("## Several machines") :]
     block = re.search(r"```sh\n(.*?)```", section, re.S)
     assert block and launcher["setup_commands"] == block.group(1).splitlines()
     nodes = launcher["available_node_types"]

@@ -27,34 +27,39 @@ SCHEMA = REPO / "tests" / "data" / "junit.xsd"
 SLOW_IMAGE = "quicbed-test/team-nginx:slow"
 
 
-def _quicbed(*args: str, results: Path | None = None, dirs: Path | None = None
-             ) -> subprocess.CompletedProcess[str]:
+def _quicbed(
+    *args: str, results: Path | None = None, dirs: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if results:
         env["QUICBED_RESULTS"] = str(results)
     if dirs:
         env["QUICBED_SERVER_DIRS"] = str(dirs)
-    return subprocess.run([sys.executable, "-m", "quicbed.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "quicbed.cli", *args], env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     """base, again (the same image) and slow, each one run of the experiment."""
-    built = subprocess.run(["docker", "build", "-q", "-t", SLOW_IMAGE,
-                            str(FIXTURES / "slow" / "team-nginx")],
-                           capture_output=True, text=True, timeout=300)
+    built = subprocess.run(
+        ["docker", "build", "-q", "-t", SLOW_IMAGE, str(FIXTURES / "slow" / "team-nginx")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert built.returncode == 0, built.stderr
     tmp = tmp_path_factory.mktemp("compare")
     # The team's server under its own name: the same experiment text for every run.
     experiment = tmp / "regression.yaml"
-    experiment.write_text(EXPERIMENT.read_text().replace("servers: [nginx]",
-                                                         "servers: [team-nginx]"))
+    experiment.write_text(EXPERIMENT.read_text().replace("servers: [nginx]", "servers: [team-nginx]"))
     out: dict[str, Path] = {}
     for name, side in (("base", "base"), ("again", "base"), ("slow", "slow")):
         results = tmp / name
-        proc = _quicbed("run", str(experiment), "--check", "--no-progress", results=results,
-                        dirs=FIXTURES / side)
+        proc = _quicbed(
+            "run", str(experiment), "--check", "--no-progress", results=results, dirs=FIXTURES / side
+        )
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
         (out[name],) = [p for p in results.iterdir() if p.is_dir()]
     return out
@@ -73,11 +78,11 @@ def test_later_runs_prove_route_and_rtt_and_reuse_the_rest(runs: dict[str, Path]
         assert {"goodput_mbit", "loss_pct"} <= {c["metric"] for c in cal["checks"]}, cal
 
 
-def _compare(runs: dict[str, Path], new: str, tmp: Path) -> tuple[subprocess.CompletedProcess,
-                                                                  dict, Path]:
+def _compare(runs: dict[str, Path], new: str, tmp: Path) -> tuple[subprocess.CompletedProcess, dict, Path]:
     junit, report = tmp / f"{new}.xml", tmp / f"{new}.json"
-    proc = _quicbed("compare", str(runs["base"]), str(runs[new]), "--json", str(report),
-                    "--junit", str(junit))
+    proc = _quicbed(
+        "compare", str(runs["base"]), str(runs[new]), "--json", str(report), "--junit", str(junit)
+    )
     return proc, json.loads(report.read_text()), junit
 
 

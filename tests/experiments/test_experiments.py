@@ -127,14 +127,37 @@ def test_protocol_checks_are_judged_over_their_columns():
 
     from quicbed.analysis.expectations import judge
 
-    rows = pd.DataFrame([
-        {"protocol": "quic", "client": "quic-h3", "server": "caddy", "server_http": 3.0,
-         "server_tcp_retrans": 0, "resumed": False, "early_data_bytes": 0},
-        {"protocol": "quic", "client": "quic-h3-resume", "server": "caddy", "server_http": 3.0,
-         "server_tcp_retrans": 0, "resumed": True, "early_data_bytes": 61},
-        {"protocol": "tls1.3", "client": "tls1.3-h2", "server": "caddy", "server_http": 2.0,
-         "server_tcp_retrans": 4, "resumed": False, "early_data_bytes": None},
-    ])
+    rows = pd.DataFrame(
+        [
+            {
+                "protocol": "quic",
+                "client": "quic-h3",
+                "server": "caddy",
+                "server_http": 3.0,
+                "server_tcp_retrans": 0,
+                "resumed": False,
+                "early_data_bytes": 0,
+            },
+            {
+                "protocol": "quic",
+                "client": "quic-h3-resume",
+                "server": "caddy",
+                "server_http": 3.0,
+                "server_tcp_retrans": 0,
+                "resumed": True,
+                "early_data_bytes": 61,
+            },
+            {
+                "protocol": "tls1.3",
+                "client": "tls1.3-h2",
+                "server": "caddy",
+                "server_http": 2.0,
+                "server_tcp_retrans": 4,
+                "resumed": False,
+                "early_data_bytes": None,
+            },
+        ]
+    )
 
     def holds(text: str) -> bool:
         return judge(compile_expectation(text), rows, 80, 20).passed
@@ -239,14 +262,11 @@ def test_dry_run_counts_and_estimate():
 
 def test_cloud_workload_and_what_cannot_run_yet():
     cloud = parse_experiment(
-        GOOD.replace(
-            "{kind: web, objects: [index.html, sample.png]}", "{kind: cloud, files: [1KB, 2GB]}"
-        )
+        GOOD.replace("{kind: web, objects: [index.html, sample.png]}", "{kind: cloud, files: [1KB, 2GB]}")
     )
     assert cloud.workload.objects == ("1KB", "2GB") and "2GB" in dry_run(cloud)
     # The video workload runs with the video clients only.
-    video = GOOD.replace("{kind: web, objects: [index.html, sample.png]}",
-                         "{kind: video, duration_s: 60}")
+    video = GOOD.replace("{kind: web, objects: [index.html, sample.png]}", "{kind: video, duration_s: 60}")
     with pytest.raises(ExperimentError, match="tls_perf cannot run the video workload"):
         parse_experiment(video)
     video = video.replace("  - quic_perf", "  - {tool: video_download, protocol: quic}")
@@ -255,17 +275,16 @@ def test_cloud_workload_and_what_cannot_run_yet():
     downloaded = parse_experiment(video.replace("protocol: quic}", "protocol: [quic, tls1.2]}"))
     assert [c.label for c in downloaded.clients] == ["video-quic", "video-tls1.2"]
     assert downloaded.timeout_s == 60 + 60
-    argv = TestbedExecutor._tool_argv(trials(downloaded, conditions(downloaded)[0])[-1],
-                                      "10.77.2.10")
+    argv = TestbedExecutor._tool_argv(trials(downloaded, conditions(downloaded)[0])[-1], "10.77.2.10")
     assert argv[0] == "video_download"
     assert argv[argv.index("--url") + 1] == "https://server.quicbed/video/dash/manifest.mpd"
     assert argv[-6:] == ["--transport", "tcp", "--tls", "1.2", "--duration", "60"]
-    argv = TestbedExecutor._tool_argv(trials(downloaded, conditions(downloaded)[0])[0],
-                                      "10.77.2.10")
+    argv = TestbedExecutor._tool_argv(trials(downloaded, conditions(downloaded)[0])[0], "10.77.2.10")
     assert argv[-6:] == ["--transport", "quic", "--backend", "ngtcp2", "--duration", "60"]
     # The browser loads pages: one variant per protocol, its argv the client contract's.
-    chromium = parse_experiment(GOOD.replace(
-        "  - quic_perf", "  - {tool: chromium, protocol: [quic, tls1.3, tls1.2]}"))
+    chromium = parse_experiment(
+        GOOD.replace("  - quic_perf", "  - {tool: chromium, protocol: [quic, tls1.3, tls1.2]}")
+    )
     labels = [c.label for c in chromium.clients if c.tool == "chromium"]
     assert labels == ["chromium-quic", "chromium-tls1.3", "chromium-tls1.2"]
     trial = trials(chromium, conditions(chromium)[0])[-1]
@@ -274,8 +293,9 @@ def test_cloud_workload_and_what_cannot_run_yet():
     assert argv[0] == "browser_perf" and argv[-2:] == ["--protocol", "tls1.2"]
     assert argv[argv.index("--resolve") + 1] == "server.quicbed:443:10.77.2.10"
     # ... and plays video in dash.js for the workload's duration.
-    played = parse_experiment(video.replace("{tool: video_download, protocol: quic}",
-                                            "{tool: chromium, protocol: tls1.3}"))
+    played = parse_experiment(
+        video.replace("{tool: video_download, protocol: quic}", "{tool: chromium, protocol: tls1.3}")
+    )
     assert played.workload.objects == ("dash",) and played.timeout_s == 60 + 60
     argv = TestbedExecutor._tool_argv(trials(played, conditions(played)[0])[0], "10.77.2.10")
     assert argv[argv.index("--url") + 1] == "https://server.quicbed/video/dash/manifest.mpd"
@@ -283,8 +303,11 @@ def test_cloud_workload_and_what_cannot_run_yet():
     with pytest.raises(ExperimentError, match="not longer than the 60 s of video"):
         parse_experiment(played.text + "\ntimeout_s: 60\n")
     with pytest.raises(ExperimentError, match="chromium cannot run the cloud workload"):
-        parse_experiment(GOOD.replace("  - quic_perf", "  - chromium").replace(
-            "{kind: web, objects: [index.html, sample.png]}", "{kind: cloud, files: [1KB]}"))
+        parse_experiment(
+            GOOD.replace("  - quic_perf", "  - chromium").replace(
+                "{kind: web, objects: [index.html, sample.png]}", "{kind: cloud, files: [1KB]}"
+            )
+        )
 
 
 def test_condition_link_is_the_topology_profile_with_sweep_applied():
@@ -313,13 +336,13 @@ def test_readme_example_is_a_valid_experiment():
 
 
 def test_quic_backend_and_key_exchange_are_client_variants():
-    text = GOOD.replace("- quic_perf", "- {tool: quic_perf, backend: [libcurl, ngtcp2], "
-                        "kex: [x25519, x25519mlkem768]}")
+    text = GOOD.replace(
+        "- quic_perf", "- {tool: quic_perf, backend: [libcurl, ngtcp2], " "kex: [x25519, x25519mlkem768]}"
+    )
     assert text != GOOD
     exp = parse_experiment(text)
     quic = [c for c in exp.clients if c.tool == "quic_perf"]
-    assert [c.label for c in quic] == ["quic-h3", "quic-h3-pq", "quic-h3-ngtcp2",
-                                       "quic-h3-ngtcp2-pq"]
+    assert [c.label for c in quic] == ["quic-h3", "quic-h3-pq", "quic-h3-ngtcp2", "quic-h3-ngtcp2-pq"]
     assert {c.protocol for c in quic} == {"quic"}
     cond = conditions(exp)[0]
     trial = next(t for t in trials(exp, cond) if t.client.label == "quic-h3-ngtcp2-pq")
@@ -329,7 +352,7 @@ def test_quic_backend_and_key_exchange_are_client_variants():
 
 
 def test_resume_is_a_client_variant_that_passes_the_flag():
-    text = GOOD.replace("- quic_perf", "- {tool: quic_perf, resume: [\"no\", \"yes\"]}")
+    text = GOOD.replace("- quic_perf", '- {tool: quic_perf, resume: ["no", "yes"]}')
     assert text != GOOD
     exp = parse_experiment(text)
     quic = [c for c in exp.clients if c.tool == "quic_perf"]
@@ -344,10 +367,25 @@ def test_a_trial_calls_its_tool_with_the_client_contract():
     exp = parse_experiment(GOOD)
     trial = next(t for t in trials(exp, conditions(exp)[0]) if t.client.label == "tls1.2-h2")
     assert TestbedExecutor._tool_argv(trial, "10.77.2.10") == [
-        "tls_perf", "--url", f"https://server.quicbed/web/{trial.object}",
-        "--resolve", "server.quicbed:443:10.77.2.10", "--cacert", "/etc/quicbed/pki/ca.pem",
-        "-n", "1", "--cpu", "--timeout", str(int(trial.timeout_s)),
-        "--tls", "1.2", "--http", "2", "--groups", "X25519:secp256r1"]
+        "tls_perf",
+        "--url",
+        f"https://server.quicbed/web/{trial.object}",
+        "--resolve",
+        "server.quicbed:443:10.77.2.10",
+        "--cacert",
+        "/etc/quicbed/pki/ca.pem",
+        "-n",
+        "1",
+        "--cpu",
+        "--timeout",
+        str(int(trial.timeout_s)),
+        "--tls",
+        "1.2",
+        "--http",
+        "2",
+        "--groups",
+        "X25519:secp256r1",
+    ]
 
 
 PLAYER = """name: p
@@ -374,27 +412,31 @@ def test_player_settings_reach_the_browser_as_dashjs_settings_and_nothing_else()
     assert given["buffer"] == {"bufferTimeDefault": 6}
     assert given["abr"]["maxBitrate"] == {"video": 1200}
     assert given["abr"]["autoSwitchBitrate"] == {"video": True}
-    assert {r for r, v in given["abr"]["rules"].items() if v["active"]} == {"throughputRule",
-                                                                           "bolaRule"}
+    assert {r for r, v in given["abr"]["rules"].items() if v["active"]} == {"throughputRule", "bolaRule"}
     # A tool that plays no player gets the duration and never the player's settings.
-    assert TOOLS["video_download"].argv("u", "r", "c", 90, {"protocol": "quic"},
-                                        {"--duration": "30", "--player-settings": "{}"}
-                                        )[-2:] == ["--duration", "30"]
+    assert TOOLS["video_download"].argv(
+        "u", "r", "c", 90, {"protocol": "quic"}, {"--duration": "30", "--player-settings": "{}"}
+    )[-2:] == ["--duration", "30"]
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ("buffer_time_default_s: 6", "buffer_time_default_s: 0 is out of range [1, 120]"),
-    ("abr_rules: [throughputRule, bolaRule]", "abr_rules[1]: unknown ABR rule 'bola'"),
-    ("auto_switch_bitrate: true", "auto_switch_bitrate: expected true or false, got 'yes'"),
-    ("max_bitrate_kbps: 1200", "player.max_bitrate: unknown key"),
-    ("- {tool: chromium, protocol: quic}", "workload.player: no client of this experiment takes"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("buffer_time_default_s: 6", "buffer_time_default_s: 0 is out of range [1, 120]"),
+        ("abr_rules: [throughputRule, bolaRule]", "abr_rules[1]: unknown ABR rule 'bola'"),
+        ("auto_switch_bitrate: true", "auto_switch_bitrate: expected true or false, got 'yes'"),
+        ("max_bitrate_kbps: 1200", "player.max_bitrate: unknown key"),
+        ("- {tool: chromium, protocol: quic}", "workload.player: no client of this experiment takes"),
+    ],
+)
 def test_bad_player_settings_are_one_located_line(change: str, message: str):
-    bad = {"buffer_time_default_s: 6": "buffer_time_default_s: 0",
-           "abr_rules: [throughputRule, bolaRule]": "abr_rules: [throughputRule, bola]",
-           "auto_switch_bitrate: true": "auto_switch_bitrate: 'yes'",
-           "max_bitrate_kbps: 1200": "max_bitrate: 1200",
-           "- {tool: chromium, protocol: quic}": "- {tool: video_download, protocol: quic}"}
+    bad = {
+        "buffer_time_default_s: 6": "buffer_time_default_s: 0",
+        "abr_rules: [throughputRule, bolaRule]": "abr_rules: [throughputRule, bola]",
+        "auto_switch_bitrate: true": "auto_switch_bitrate: 'yes'",
+        "max_bitrate_kbps: 1200": "max_bitrate: 1200",
+        "- {tool: chromium, protocol: quic}": "- {tool: video_download, protocol: quic}",
+    }
     text = PLAYER.replace(change, bad[change])
     with pytest.raises(ExperimentError, match=re.escape(message)) as info:
         parse_experiment(text, "p.yaml")
@@ -407,8 +449,17 @@ def test_condition_summary_shows_what_the_rows_measured():
     from quicbed.experiments.runner import condition_summary
 
     cond = SimpleNamespace(id="c0", label="india loss_pct=5")
-    played = {"condition": "c0", "protocol": "quic", "error": None, "connection_time_ms": 92.4,
-              "ttfb_ms": 180.0, "startup_delay_ms": 310.0, "stall_total_ms": 0.0}
+    played = {
+        "condition": "c0",
+        "protocol": "quic",
+        "error": None,
+        "connection_time_ms": 92.4,
+        "ttfb_ms": 180.0,
+        "startup_delay_ms": 310.0,
+        "stall_total_ms": 0.0,
+    }
     line = condition_summary(cond, [played, {**played, "protocol": "tls1.3", "error": "x"}])
-    assert line == ("c0 india loss_pct=5: quic conn 92 ttfb 180 startup 310 stall 0 ms | "
-                    "tls1.3 no successful trials | 1 failed")
+    assert line == (
+        "c0 india loss_pct=5: quic conn 92 ttfb 180 startup 310 stall 0 ms | "
+        "tls1.3 no successful trials | 1 failed"
+    )

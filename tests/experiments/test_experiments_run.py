@@ -71,9 +71,7 @@ def test_append_and_load_ignores_torn_last_line(tmp_path):
 
 def test_lock_conflict_names_the_other_pid(tmp_path):
     with RunStore(tmp_path / "r").open():
-        with pytest.raises(
-            StoreError, match=rf"in use by another quicbed run \(pid {os.getpid()}\)"
-        ):
+        with pytest.raises(StoreError, match=rf"in use by another quicbed run \(pid {os.getpid()}\)"):
             RunStore(tmp_path / "r").open()
     RunStore(tmp_path / "r").open().close()  # released on close
 
@@ -95,8 +93,7 @@ def read_only(path: Path):
         finally:
             path.chmod(0o700)
         return
-    for argv in (["mount", "--bind", str(path), str(path)],
-                 ["mount", "-o", "remount,bind,ro", str(path)]):
+    for argv in (["mount", "--bind", str(path), str(path)], ["mount", "-o", "remount,bind,ro", str(path)]):
         res = subprocess.run(argv, capture_output=True, text=True)
         if res.returncode:
             subprocess.run(["umount", str(path)], capture_output=True)
@@ -246,9 +243,7 @@ def start_synthetic(exp_file: Path, results: Path, *args: str) -> subprocess.Pop
         "--no-progress",
         *args,
     ]
-    return subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def wait_for_rows(results: Path, n: int, timeout: float = 20) -> Path:
@@ -352,17 +347,13 @@ def test_rows_are_single_json_lines(tmp_path, exp_file):
 
 def test_ci_handshake_experiment_passes_on_synthetic_physics(tmp_path):
     ci = Path(__file__).resolve().parents[2] / "experiments/ci/handshake.yaml"
-    code = cmd_run(
-        ci, lambda e, d: SyntheticExecutor(), check_after=True, results=tmp_path, progress=False
-    )
+    code = cmd_run(ci, lambda e, d: SyntheticExecutor(), check_after=True, results=tmp_path, progress=False)
     assert code == 0
 
 
 def test_two_runs_in_the_same_second_get_distinct_ids(tmp_path, exp_file):
     for _ in range(2):
-        assert (
-            cmd_run(exp_file, lambda e, d: SyntheticExecutor(), results=tmp_path, progress=False) == 0
-        )
+        assert cmd_run(exp_file, lambda e, d: SyntheticExecutor(), results=tmp_path, progress=False) == 0
     assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2
 
 
@@ -428,8 +419,7 @@ def test_retry_failed_supersedes_failed_rows_and_every_trial_counts_once(tmp_pat
     # A plain resume counts failed trials as done.
     assert run(exp_file, run_dir, SyntheticExecutor(), resume=True).ran == 0
     summary = run(exp_file, run_dir, SyntheticExecutor(), resume=True, retry_failed=True)
-    assert (summary.ran, summary.failed, summary.done_before, summary.exit_code) == (
-        2, 0, TOTAL - 2, 0)
+    assert (summary.ran, summary.failed, summary.done_before, summary.exit_code) == (2, 0, TOTAL - 2, 0)
     history = load_history(run_dir)[0]
     assert len(history) == TOTAL + 2  # append-only: the failed rows stay in rows.jsonl
     old = [r for r in history if r["trial_id"] in FAILING and r["error"] is not None]
@@ -456,8 +446,7 @@ def test_a_trial_failing_again_gets_the_next_attempt(tmp_path, exp_file):
     trial = "c0/caddy/quic-h3/index.html/r1"
     run(exp_file, run_dir, SyntheticExecutor(fail={trial}))
     for attempt in (2, 3):
-        summary = run(exp_file, run_dir, SyntheticExecutor(fail={trial}), resume=True,
-                      retry_failed=True)
+        summary = run(exp_file, run_dir, SyntheticExecutor(fail={trial}), resume=True, retry_failed=True)
         assert (summary.ran, summary.failed) == (1, 1)
         (row,) = [r for r in load_rows(run_dir)[0] if r["trial_id"] == trial]
         assert row["attempt"] == attempt and row["error"] == "synthetic failure"
@@ -467,23 +456,36 @@ def test_a_trial_failing_again_gets_the_next_attempt(tmp_path, exp_file):
 
 def test_cmd_run_hints_retry_and_needs_resume_for_it(tmp_path, exp_file, capsys):
     results = tmp_path / "results"
-    assert cmd_run(exp_file, lambda e, d: SyntheticExecutor(), retry_failed=True,
-                   results=results) == 2
+    assert cmd_run(exp_file, lambda e, d: SyntheticExecutor(), retry_failed=True, results=results) == 2
     assert "--retry-failed needs --resume RUN_ID" in capsys.readouterr().out
     assert not results.exists()
     seen: list[Path] = []
-    code = cmd_run(exp_file, lambda e, d: SyntheticExecutor(fail=FAILING), results=results,
-                   progress=False, on_run_dir=seen.append)
+    code = cmd_run(
+        exp_file,
+        lambda e, d: SyntheticExecutor(fail=FAILING),
+        results=results,
+        progress=False,
+        on_run_dir=seen.append,
+    )
     (run_dir,) = seen
     assert code == 1 and run_dir.parent == results
-    assert (f"2 trial(s) failed: retry them with quicbed run {exp_file} --resume "
-            f"{run_dir.name} --retry-failed") in capsys.readouterr().out
+    assert (
+        f"2 trial(s) failed: retry them with quicbed run {exp_file} --resume "
+        f"{run_dir.name} --retry-failed"
+    ) in capsys.readouterr().out
     # Interrupted while retrying: the hint keeps --retry-failed, or the rest would count as done.
-    code = cmd_run(exp_file, lambda e, d: SignalAt(signal.SIGTERM, after=1), resume=run_dir.name,
-                   retry_failed=True, results=results, progress=False)
+    code = cmd_run(
+        exp_file,
+        lambda e, d: SignalAt(signal.SIGTERM, after=1),
+        resume=run_dir.name,
+        retry_failed=True,
+        results=results,
+        progress=False,
+    )
     assert code == 130
-    assert (f"interrupted: resume with quicbed run {exp_file} --resume {run_dir.name} "
-            "--retry-failed") in capsys.readouterr().out
+    assert (
+        f"interrupted: resume with quicbed run {exp_file} --resume {run_dir.name} " "--retry-failed"
+    ) in capsys.readouterr().out
 
 
 # --- on the real path (root, Docker; unrun by the unit suite) -----------------------------------
@@ -503,14 +505,18 @@ KILL_TRIALS = 2 * 3
 
 def _containers() -> dict[str, str]:
     """Testbed containers by node (client, server): quicbed-<run>-<node>."""
-    names = subprocess.run(["docker", "ps", "--filter", "label=quicbed", "--format",
-                            "{{.Names}}"], capture_output=True, text=True).stdout.split()
+    names = subprocess.run(
+        ["docker", "ps", "--filter", "label=quicbed", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     return {name.rsplit("-", 1)[1]: name for name in names}
 
 
 def _host_pids(container: str, command: str) -> list[int]:
-    top = subprocess.run(["docker", "top", container, "-eo", "pid,comm"], capture_output=True,
-                         text=True).stdout.splitlines()[1:]
+    top = subprocess.run(
+        ["docker", "top", container, "-eo", "pid,comm"], capture_output=True, text=True
+    ).stdout.splitlines()[1:]
     return [int(line.split()[0]) for line in top if line.split()[1:] == [command]]
 
 
@@ -521,7 +527,8 @@ def _kill_servers_mid_trial(results: Path, kills: list[int], times: int = 2) -> 
     while len(kills) < times and time.monotonic() < deadline:
         nodes = _containers()
         fetching = "client" in nodes and any(
-            _host_pids(nodes["client"], tool) for tool in ("tls_perf", "quic_perf"))
+            _host_pids(nodes["client"], tool) for tool in ("tls_perf", "quic_perf")
+        )
         servers = _host_pids(nodes["server"], "caddy") if fetching and "server" in nodes else []
         if servers:
             time.sleep(1)  # well into the transfer
@@ -554,8 +561,13 @@ def test_real_server_killed_mid_run_then_retry_failed_completes_it(tmp_path):
     failed = {r["trial_id"] for r in load_rows(run_dir)[0] if r["error"] is not None}
     assert failed and first.returncode == 1, first.stdout[-3000:]
     assert "--retry-failed" in first.stdout
-    retry = subprocess.run([*quicbed, "--resume", run_dir.name, "--retry-failed"], env=env,
-                           capture_output=True, text=True, timeout=900)
+    retry = subprocess.run(
+        [*quicbed, "--resume", run_dir.name, "--retry-failed"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert retry.returncode == 0, retry.stdout[-3000:]
     history = load_history(run_dir)[0]
     assert len(history) == KILL_TRIALS + len(failed)  # the failed rows are still in the file
@@ -577,10 +589,11 @@ def test_report_and_check_judge_expect_lines_alike(tmp_path, exp_file, capsys):
     assert out.count("FAIL") == 2 and "4/6 expectations passed" in out
     report = (write_report([str(run_dir)]).parent / "report.md").read_text()
     section = report.split("## Expectations", 1)[1].split("\n## ", 1)[0]
-    rows = {line.split("|")[1].strip(): line for line in section.splitlines()
-            if line.startswith("| expect:")}
+    rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| expect:")}
     failing = rows["expect: 0.9 < quic.connection_time.median / rtt < 0.95"]
     assert "does not hold" in failing and failing.count("(fails)") == 2
-    for text in ("1.85 < tls1.3.connection_time.median / rtt < 2.3",
-                 "2.8 < tls1.2.connection_time.median / rtt < 3.4"):
+    for text in (
+        "1.85 < tls1.3.connection_time.median / rtt < 2.3",
+        "2.8 < tls1.2.connection_time.median / rtt < 3.4",
+    ):
         assert "| holds |" in rows[f"expect: {text}"] and "c1 " in rows[f"expect: {text}"]

@@ -53,10 +53,12 @@ def _experiments(tmp_path: Path, names: tuple[str, ...] = ("alpha",)) -> list[Pa
     return experiment_files(directory)
 
 
-def _run(file: Path, executor: SyntheticExecutor, results: Path,
-         on_run_dir: Callable[[Path], None] | None = None) -> int:
-    return cmd_run(file, lambda exp, run_dir: executor, results=results, progress=False,
-                   on_run_dir=on_run_dir)
+def _run(
+    file: Path, executor: SyntheticExecutor, results: Path, on_run_dir: Callable[[Path], None] | None = None
+) -> int:
+    return cmd_run(
+        file, lambda exp, run_dir: executor, results=results, progress=False, on_run_dir=on_run_dir
+    )
 
 
 def test_a_host_problem_stops_the_run_at_its_first_condition(tmp_path: Path, capsys) -> None:
@@ -79,8 +81,7 @@ def test_a_refused_calibration_still_skips_only_its_condition(tmp_path: Path, ca
     assert capsys.readouterr().out.count("skipped: PathMismatch") == 3
 
 
-def test_reproduce_stops_at_the_first_experiment_a_host_problem_stops(tmp_path: Path,
-                                                                      capsys) -> None:
+def test_reproduce_stops_at_the_first_experiment_a_host_problem_stops(tmp_path: Path, capsys) -> None:
     files = _experiments(tmp_path, ("alpha", "bravo", "charlie"))
     started: list[str] = []
 
@@ -88,8 +89,7 @@ def test_reproduce_stops_at_the_first_experiment_a_host_problem_stops(tmp_path: 
         started.append(file.stem)
         return _run(file, Failing(HostProblem(REASON)), tmp_path / "results", on_run_dir)
 
-    code = reproduce(files, run_one, lambda ids: pytest.fail("no report after a host problem"),
-                     say=print)
+    code = reproduce(files, run_one, lambda ids: pytest.fail("no report after a host problem"), say=print)
     out = capsys.readouterr().out
     assert code == 4 and started == ["alpha"]
     assert out.count("ptrace set fp regs failed") == 1, out

@@ -100,33 +100,75 @@ def _text(text: str) -> Callable[[], bytes]:
 
 GENERATED: dict[str, tuple[Callable[[], bytes], int, str]] = {
     # name: (file content, line, message)
-    "lists_10000_deep": (_text(_nested_lists(10_000)), VALID_LINES + 1 + 32,
-                         "yaml: nested deeper than 32 levels"),
-    "mappings_300_deep": (_text(_nested_mappings(300)), VALID_LINES + 32,
-                          "yaml: nested deeper than 32 levels"),
-    "lists_10000_deep_one_line": (_text(VALID + "seed: " + "[" * 10_000 + "]" * 10_000 + "\n"),
-                                  VALID_LINES + 1, "yaml: line is 20006 characters long"),
-    "long_line": (_text(VALID + "description: " + "x" * 5000 + "\n"), VALID_LINES + 1,
-                  "yaml: line is 5013 characters long (limit 4096)"),
-    "huge_scalar": (_text(VALID + "description: |\n" + ("  " + "x" * 99 + "\n") * 200),
-                    VALID_LINES + 1, "yaml: a value of 20000 characters (limit 10000)"),
-    "huge_integer": (_text(VALID + 'seed: !!int "' + "1" * 3000 + "\\\n  " + "1" * 3000 + '"\n'),
-                     VALID_LINES + 1, "yaml: cannot read '111"),
+    "lists_10000_deep": (
+        _text(_nested_lists(10_000)),
+        VALID_LINES + 1 + 32,
+        "yaml: nested deeper than 32 levels",
+    ),
+    "mappings_300_deep": (
+        _text(_nested_mappings(300)),
+        VALID_LINES + 32,
+        "yaml: nested deeper than 32 levels",
+    ),
+    "lists_10000_deep_one_line": (
+        _text(VALID + "seed: " + "[" * 10_000 + "]" * 10_000 + "\n"),
+        VALID_LINES + 1,
+        "yaml: line is 20006 characters long",
+    ),
+    "long_line": (
+        _text(VALID + "description: " + "x" * 5000 + "\n"),
+        VALID_LINES + 1,
+        "yaml: line is 5013 characters long (limit 4096)",
+    ),
+    "huge_scalar": (
+        _text(VALID + "description: |\n" + ("  " + "x" * 99 + "\n") * 200),
+        VALID_LINES + 1,
+        "yaml: a value of 20000 characters (limit 10000)",
+    ),
+    "huge_integer": (
+        _text(VALID + 'seed: !!int "' + "1" * 3000 + "\\\n  " + "1" * 3000 + '"\n'),
+        VALID_LINES + 1,
+        "yaml: cannot read '111",
+    ),
     # The mapping, its key and the list are 3 values: the 5001st is item 4998, on line 4999.
-    "twenty_thousand_values": (_text("seed: [\n" + "1,\n" * 20_000 + "]\n"), 4999,
-                               "yaml: more than 5000 values"),
-    "wide_alias_bomb": (_text(VALID + "x: &x0 [" + ", ".join(["lol"] * 20) + "]\n" + "".join(
-        f"x{i}: &x{i} [" + ", ".join([f"*x{i - 1}"] * 20) + "]\n" for i in range(1, 12))),
-        VALID_LINES + 3, "yaml: more than 5000 values once aliases are expanded"),
-    "merge_bomb": (_text(VALID + "m0: &m0 {" + ", ".join(f"k{i}: {i}" for i in range(10)) + "}\n"
-                         + "".join(f"m{i}: &m{i} {{<<: [" + ", ".join([f"*m{i - 1}"] * 10) + "]}\n"
-                                   for i in range(1, 9))),
-                   VALID_LINES + 4, "yaml: more than 5000 values once aliases are expanded"),
-    "larger_than_128_KiB": (_text(VALID + "# padding to a large file\n" * 6000), 1,
-                            "file: larger than 128 KiB"),
+    "twenty_thousand_values": (
+        _text("seed: [\n" + "1,\n" * 20_000 + "]\n"),
+        4999,
+        "yaml: more than 5000 values",
+    ),
+    "wide_alias_bomb": (
+        _text(
+            VALID
+            + "x: &x0 ["
+            + ", ".join(["lol"] * 20)
+            + "]\n"
+            + "".join(f"x{i}: &x{i} [" + ", ".join([f"*x{i - 1}"] * 20) + "]\n" for i in range(1, 12))
+        ),
+        VALID_LINES + 3,
+        "yaml: more than 5000 values once aliases are expanded",
+    ),
+    "merge_bomb": (
+        _text(
+            VALID
+            + "m0: &m0 {"
+            + ", ".join(f"k{i}: {i}" for i in range(10))
+            + "}\n"
+            + "".join(f"m{i}: &m{i} {{<<: [" + ", ".join([f"*m{i - 1}"] * 10) + "]}\n" for i in range(1, 9))
+        ),
+        VALID_LINES + 4,
+        "yaml: more than 5000 values once aliases are expanded",
+    ),
+    "larger_than_128_KiB": (
+        _text(VALID + "# padding to a large file\n" * 6000),
+        1,
+        "file: larger than 128 KiB",
+    ),
     "random_binary": (lambda: random.Random(7).randbytes(4096) + b"\0", 1, "file: "),
-    "utf16_big_endian": (lambda: codecs.BOM_UTF16_BE + VALID.encode("utf-16-be"), 1,
-                         "file: UTF-16 text; save the file as UTF-8"),
+    "utf16_big_endian": (
+        lambda: codecs.BOM_UTF16_BE + VALID.encode("utf-16-be"),
+        1,
+        "file: UTF-16 text; save the file as UTF-8",
+    ),
     "utf32": (lambda: VALID.encode("utf-32"), 1, "file: UTF-32 text; save the file as UTF-8"),
     "zero_bytes": (lambda: b"", 1, "experiment: the file is empty"),
     "a_scalar_not_a_mapping": (_text("just some words\n"), 1, "experiment: expected a mapping"),
@@ -143,14 +185,20 @@ def test_generated_hostile_file_is_refused_fast_in_one_line(name, tmp_path, caps
 
 def test_dev_zero_is_read_only_up_to_the_bound(capsys):
     assert refused(capsys, Path("/dev/zero")) == (
-        "/dev/zero:1: file: larger than 128 KiB (profile and experiment files are a few KB)")
+        "/dev/zero:1: file: larger than 128 KiB (profile and experiment files are a few KB)"
+    )
 
 
 def test_profile_files_are_bounded_too(tmp_path):
     path = tmp_path / "bomb.yaml"
-    path.write_text("down: &d [" + ", ".join(["x"] * 9) + "]\n" + "".join(
-        f"l{i}: &d{i} [" + ", ".join([f"*d{i - 1}" if i > 1 else "*d"] * 9) + "]\n"
-        for i in range(1, 9)))
+    path.write_text(
+        "down: &d ["
+        + ", ".join(["x"] * 9)
+        + "]\n"
+        + "".join(
+            f"l{i}: &d{i} [" + ", ".join([f"*d{i - 1}" if i > 1 else "*d"] * 9) + "]\n" for i in range(1, 9)
+        )
+    )
     with pytest.raises(LocatedError, match=rf"^{path}:4: yaml: more than 5000 values"):
         load_profile(str(path))
 
@@ -212,15 +260,19 @@ def synthetic_run(tmp_path) -> tuple[Path, Path]:
 
 def _insert_line(path: Path, number: int, text: str) -> None:
     lines = path.read_text().splitlines(keepends=True)
-    path.write_text("".join(lines[: number - 1]) + text + "\n" + "".join(lines[number - 1:]))
+    path.write_text("".join(lines[: number - 1]) + text + "\n" + "".join(lines[number - 1 :]))
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ('{"trial_id": "c0/cad', "not a JSON row (Unterminated string"),
-    ("[1, 2]", "a row must be a JSON object, not list"),
-    ('{"protocol": "quic"}', "the row has no trial_id"),
-    ("[" * 100_000, "not a JSON row"),
-], ids=["torn-in-the-middle", "list", "no-trial-id", "100000-brackets"])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"trial_id": "c0/cad', "not a JSON row (Unterminated string"),
+        ("[1, 2]", "a row must be a JSON object, not list"),
+        ('{"protocol": "quic"}', "the row has no trial_id"),
+        ("[" * 100_000, "not a JSON row"),
+    ],
+    ids=["torn-in-the-middle", "list", "no-trial-id", "100000-brackets"],
+)
 def test_damaged_row_in_the_middle_names_file_and_line(synthetic_run, capsys, text, problem):
     exp, run_dir = synthetic_run
     _insert_line(run_dir / "rows.jsonl", 2, text)
@@ -249,13 +301,19 @@ def test_torn_last_line_is_skipped_and_the_check_goes_on(synthetic_run, capsys):
     assert code == 0 and lines[-1] == "1/1 expectations passed"
 
 
-@pytest.mark.parametrize(("content", "problem"), [
-    ('{"run_id": "x",', "manifest.json:1: not valid JSON (Expecting property name"),
-    ("[1, 2, 3]", "manifest.json is not a run manifest (a JSON list, not an object)"),
-    ('{"run_id": "x", "quick": false}',
-     "manifest.json has no usable matrix_hash, sessions, conditions (written by another version"),
-    ("\xff\xfe", "manifest.json: not valid JSON"),
-], ids=["not-json", "list", "another-version", "not-utf8"])
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ('{"run_id": "x",', "manifest.json:1: not valid JSON (Expecting property name"),
+        ("[1, 2, 3]", "manifest.json is not a run manifest (a JSON list, not an object)"),
+        (
+            '{"run_id": "x", "quick": false}',
+            "manifest.json has no usable matrix_hash, sessions, conditions (written by another version",
+        ),
+        ("\xff\xfe", "manifest.json: not valid JSON"),
+    ],
+    ids=["not-json", "list", "another-version", "not-utf8"],
+)
 def test_unusable_manifest_is_one_line_exit_2(synthetic_run, capsys, content, problem):
     exp, run_dir = synthetic_run
     (run_dir / "manifest.json").write_bytes(content.encode("latin-1"))
@@ -272,9 +330,12 @@ def test_unusable_manifest_is_one_line_exit_2(synthetic_run, capsys, content, pr
 @pytest.fixture
 def analysis_run(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("QUICBED_RESULTS", str(tmp_path))
-    return write_run(tmp_path, "r1", Model(repetitions=2, workloads=("web",),
-                                           conditions={"india": (80.0, 20.0, 20.0, 0.0)}),
-                     parquet=False)
+    return write_run(
+        tmp_path,
+        "r1",
+        Model(repetitions=2, workloads=("web",), conditions={"india": (80.0, 20.0, 20.0, 0.0)}),
+        parquet=False,
+    )
 
 
 def report(capsys, run_dir: Path) -> tuple[int, list[str]]:
@@ -282,11 +343,15 @@ def report(capsys, run_dir: Path) -> tuple[int, list[str]]:
     return code, lines
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ("{not json", "not a JSON row (Expecting property name"),
-    ('"a string"', "a row must be a JSON object, not str"),
-    ("[" * 100_000, "not a JSON row (nested too deeply)"),
-], ids=["not-json", "string", "100000-brackets"])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("{not json", "not a JSON row (Expecting property name"),
+        ('"a string"', "a row must be a JSON object, not str"),
+        ("[" * 100_000, "not a JSON row (nested too deeply)"),
+    ],
+    ids=["not-json", "string", "100000-brackets"],
+)
 def test_report_refuses_a_damaged_row_naming_file_and_line(analysis_run, capsys, text, problem):
     _insert_line(analysis_run / "rows.jsonl", 3, text)
     code, lines = report(capsys, analysis_run)
@@ -302,13 +367,19 @@ def test_report_skips_a_torn_last_line_with_a_warning(analysis_run, capsys):
     assert any(line.startswith("warning: r1/rows.jsonl: last line torn") for line in lines)
 
 
-@pytest.mark.parametrize(("content", "problem"), [
-    ("{\n  oops", "manifest.json:2: not valid JSON (Expecting property name"),
-    ('"a string"', "manifest.json: a JSON str, not an object"),
-    ('{"conditions": {"c0": "india"}}', "manifest.json: 'conditions.c0' should be an object, not str"),
-    ('{"calibration": [{"measured": [1]}]}',
-     "manifest.json: 'calibration.0.measured' should be an object, not list"),
-], ids=["not-json", "string", "condition-not-object", "measured-not-object"])
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("{\n  oops", "manifest.json:2: not valid JSON (Expecting property name"),
+        ('"a string"', "manifest.json: a JSON str, not an object"),
+        ('{"conditions": {"c0": "india"}}', "manifest.json: 'conditions.c0' should be an object, not str"),
+        (
+            '{"calibration": [{"measured": [1]}]}',
+            "manifest.json: 'calibration.0.measured' should be an object, not list",
+        ),
+    ],
+    ids=["not-json", "string", "condition-not-object", "measured-not-object"],
+)
 def test_report_refuses_an_unusable_manifest(analysis_run, capsys, content, problem):
     (analysis_run / "manifest.json").write_text(content)
     code, lines = report(capsys, analysis_run)

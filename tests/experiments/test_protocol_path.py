@@ -24,9 +24,23 @@ SCHEMA = REPO / "tests" / "data" / "junit.xsd"
 def test_protocol_checks_hold_on_every_server(tmp_path: Path) -> None:
     junit = tmp_path / "checks.xml"
     env = {**os.environ, "QUICBED_RESULTS": str(tmp_path / "results")}
-    proc = subprocess.run([sys.executable, "-m", "quicbed.cli", "run", str(EXPERIMENT),
-                           "--check", "--junit", str(junit), "--no-progress"], env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "quicbed.cli",
+            "run",
+            str(EXPERIMENT),
+            "--check",
+            "--junit",
+            str(junit),
+            "--no-progress",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     checks = len(yaml.safe_load(EXPERIMENT.read_text())["expect"])

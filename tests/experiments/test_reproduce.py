@@ -84,8 +84,14 @@ class Harness:
 
     def run_one(self, file: Path, on_run_dir: Callable[[Path], None]) -> int:
         self.started.append(file.stem)
-        return cmd_run(file, lambda exp, run_dir: self.executor_for(file.stem),
-                       quick=True, results=self.results, progress=False, on_run_dir=on_run_dir)
+        return cmd_run(
+            file,
+            lambda exp, run_dir: self.executor_for(file.stem),
+            quick=True,
+            results=self.results,
+            progress=False,
+            on_run_dir=on_run_dir,
+        )
 
     def report(self, run_ids: list[str]) -> int:
         self.reported = run_ids
@@ -101,11 +107,12 @@ def _handlers() -> dict[int, object]:
 
 @pytest.mark.parametrize("sig", SIGNALS)
 @pytest.mark.parametrize("phase", ["condition", "trials"])
-def test_one_signal_stops_every_experiment_and_the_report(tmp_path, experiments, capsys, sig,
-                                                          phase):
+def test_one_signal_stops_every_experiment_and_the_report(tmp_path, experiments, capsys, sig, phase):
     before = _handlers()
-    h = Harness(tmp_path / "results",
-                lambda name: Interrupting(sig, phase) if name == "bravo" else SyntheticExecutor())
+    h = Harness(
+        tmp_path / "results",
+        lambda name: Interrupting(sig, phase) if name == "bravo" else SyntheticExecutor(),
+    )
     assert reproduce(experiments, h.run_one, h.report, say=lambda m: None) == 130
     assert h.started == ["alpha", "bravo"] and h.reported is None
     runs = h.run_dirs()
@@ -140,9 +147,12 @@ sys.exit(reproduce(experiment_files(directory), run_one, lambda ids: print("REPO
 @pytest.mark.parametrize("sig", SIGNALS)
 def test_a_signal_from_outside_stops_the_process_with_130(tmp_path, experiments, sig):
     results = tmp_path / "results"
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(experiments[0].parent),
-                             str(results)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(experiments[0].parent), str(results)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 30
     while not list(results.glob("bravo-*/manifest.json")) and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -187,8 +197,7 @@ def test_every_experiment_then_one_report_without_empty_runs(tmp_path, experimen
             raise RuntimeError("calibration failed")
             yield  # pragma: no cover
 
-    h = Harness(tmp_path / "results",
-                lambda name: NoPath() if name == "charlie" else SyntheticExecutor())
+    h = Harness(tmp_path / "results", lambda name: NoPath() if name == "charlie" else SyntheticExecutor())
     said: list[str] = []
     # The report is written; charlie's failed run (exit 1) is the command's exit code.
     assert reproduce(experiments, h.run_one, h.report, say=said.append) == 1
@@ -201,8 +210,7 @@ def test_no_rows_anywhere_is_exit_1_without_a_report(tmp_path, experiments):
     def run_one(file: Path, on_run_dir: Callable[[Path], None]) -> int:
         return 2  # a bad file: no run directory at all
 
-    assert reproduce(experiments, run_one, lambda ids: pytest.fail("no report"),
-                     say=lambda m: None) == 1
+    assert reproduce(experiments, run_one, lambda ids: pytest.fail("no report"), say=lambda m: None) == 1
 
 
 def test_cli_reproduce_runs_the_experiments_directory(tmp_path, experiments, monkeypatch):
@@ -212,16 +220,23 @@ def test_cli_reproduce_runs_the_experiments_directory(tmp_path, experiments, mon
 
     def fake_cmd_run(args: argparse.Namespace, on_run_dir=None) -> int:
         seen.append(args)
-        return cmd_run(args.file, lambda e, d: SyntheticExecutor(), quick=args.quick,
-                       resume=args.resume, retry_failed=args.retry_failed, results=results,
-                       progress=False, on_run_dir=on_run_dir)
+        return cmd_run(
+            args.file,
+            lambda e, d: SyntheticExecutor(),
+            quick=args.quick,
+            resume=args.resume,
+            retry_failed=args.retry_failed,
+            results=results,
+            progress=False,
+            on_run_dir=on_run_dir,
+        )
 
     monkeypatch.setattr(cli, "cmd_run", fake_cmd_run)
     reported: list[list[str]] = []
-    monkeypatch.setattr("quicbed.analysis.report.main_report",
-                        lambda ids, out: reported.append(ids) or 0)
+    monkeypatch.setattr("quicbed.analysis.report.main_report", lambda ids, out: reported.append(ids) or 0)
     args = cli.build_parser().parse_args(
-        ["reproduce", "--experiments", str(experiments[0].parent), "--no-progress"])
+        ["reproduce", "--experiments", str(experiments[0].parent), "--no-progress"]
+    )
     assert cli.cmd_reproduce(args) == 0
     assert [Path(a.file) for a in seen] == experiments
     assert all(a.quick and not a.retry_failed and a.resume is None for a in seen)
@@ -251,16 +266,32 @@ def _start_reproduce(directory: Path, results: Path, terminal: bool = False) -> 
     """`quicbed reproduce` as a child (signalled by the test), or as a terminal runs it: the
     session leader on a pty whose ^C the kernel sends as SIGINT to the whole foreground
     process group (docker exec, iperf3 and every helper), not to the parent alone."""
-    env = {**os.environ, "QUICBED_RESULTS": str(results), "PYTHONUNBUFFERED": "1",
-           "COLUMNS": "200", "LINES": "50", "TERM": "dumb"}
-    argv = [sys.executable, "-m", "quicbed.cli", "reproduce", "--experiments", str(directory),
-            "--full", "--no-progress", "--out", str(results / "report")]
+    env = {
+        **os.environ,
+        "QUICBED_RESULTS": str(results),
+        "PYTHONUNBUFFERED": "1",
+        "COLUMNS": "200",
+        "LINES": "50",
+        "TERM": "dumb",
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "quicbed.cli",
+        "reproduce",
+        "--experiments",
+        str(directory),
+        "--full",
+        "--no-progress",
+        "--out",
+        str(results / "report"),
+    ]
     if not terminal:
-        return Started(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True))
+        return Started(
+            subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        )
     master, slave = pty.openpty()
-    proc = subprocess.Popen(["setsid", "-c", *argv], env=env, stdin=slave, stdout=slave,
-                            stderr=slave)
+    proc = subprocess.Popen(["setsid", "-c", *argv], env=env, stdin=slave, stdout=slave, stderr=slave)
     os.close(slave)
     return Started(proc, master)
 
@@ -328,8 +359,9 @@ def _wait_for(run: Started, phase: str, results: Path, timeout: float = 300) -> 
 
 @pytest.mark.path
 @pytest.mark.usefixtures("clean_slate")
-@pytest.mark.parametrize(("how", "phase"), [("ctrl-c", "calibrating"), ("ctrl-c", "trials"),
-                                            ("sigterm", "trials")])
+@pytest.mark.parametrize(
+    ("how", "phase"), [("ctrl-c", "calibrating"), ("ctrl-c", "trials"), ("sigterm", "trials")]
+)
 def test_real_reproduce_stops_on_one_signal(tmp_path, how, phase):
     """Ctrl-C typed at reproduce's terminal (the whole process group gets SIGINT), or a
     SIGTERM to the process (a CI cancel, `timeout`): one stops everything, nothing is left."""

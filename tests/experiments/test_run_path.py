@@ -27,8 +27,13 @@ TRIALS = 20  # 1 condition x 1 server x 4 clients x 1 object x 5 repetitions
 
 def _quicbed(*args: str, results: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "QUICBED_RESULTS": str(results), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "quicbed.cli", *args, "--no-progress"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "quicbed.cli", *args, "--no-progress"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _rows(run_dir: Path) -> list[dict]:

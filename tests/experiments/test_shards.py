@@ -36,8 +36,7 @@ def _file(tmp: Path, seed: int = 1, extra: str = "") -> Path:
 
 def _run(file: Path, results: Path, **kw) -> Path:
     before = set(results.iterdir()) if results.exists() else set()
-    code = cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), results=results,
-                   progress=False, **kw)
+    code = cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), results=results, progress=False, **kw)
     assert code == 0
     (new,) = set(results.iterdir()) - before
     return new
@@ -74,8 +73,7 @@ def test_shards_run_one_after_the_other_merge_into_the_unsharded_run(tmp_path, c
     manifest = read_manifest(merged)
     assert manifest["status"] == "complete" and manifest["trials_total"] == 36
     ran_in = {c["ran_in"]["shard"] for c in manifest["conditions"].values()}
-    assert ran_in == {"1/2", "2/2"} and all(c["calibration"] for c in
-                                            manifest["conditions"].values())
+    assert ran_in == {"1/2", "2/2"} and all(c["calibration"] for c in manifest["conditions"].values())
     assert {r["run_id"] for r in load_rows(merged)[0]} == {"merged"}
     assert (merged / "rows.parquet").is_file()
 
@@ -84,16 +82,17 @@ def test_mismatched_shards_are_refused_with_the_reason(tmp_path, capsys):
     results = tmp_path / "results"
     one = _run(_file(tmp_path, seed=1), results, shard="1/2")
     other_seed = _run(_file(tmp_path, seed=2), results, shard="2/2")
-    other_text = _run(_file(tmp_path, seed=1, extra="description: changed\n"), results,
-                      shard="2/2")
+    other_text = _run(_file(tmp_path, seed=1, extra="description: changed\n"), results, shard="2/2")
     split_three = _run(_file(tmp_path, seed=1), results, shard="2/3")
     whole = _run(_file(tmp_path, seed=1), results)
     capsys.readouterr()
-    for shards, reason in (([one, other_seed], "different seed"),
-                           ([one, other_text], "different experiment text"),
-                           ([one, split_three], "different splits"),
-                           ([one, one], "shard 1 twice"),
-                           ([one, whole], "not a shard")):
+    for shards, reason in (
+        ([one, other_seed], "different seed"),
+        ([one, other_text], "different experiment text"),
+        ([one, split_three], "different splits"),
+        ([one, one], "shard 1 twice"),
+        ([one, whole], "not a shard"),
+    ):
         assert cmd_merge([str(s) for s in shards], None, results) == 2
         out = capsys.readouterr().out
         assert out.startswith("quicbed merge: cannot merge") and reason in out, out
@@ -106,8 +105,12 @@ def test_a_missing_shard_merges_as_partial_and_resume_runs_exactly_the_rest(tmp_
     out = capsys.readouterr().out
     assert "missing shard(s): 2, 3" in out and "still to run" in out
     assert read_manifest(results / "partial")["status"] == "partial"
-    assert cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), results=results,
-                   resume="partial", progress=False) == 0
+    assert (
+        cmd_run(
+            file, lambda exp, run_dir: SyntheticExecutor(), results=results, resume="partial", progress=False
+        )
+        == 0
+    )
     exp = parse_experiment(file.read_text())
     every = {t.trial_id for c in conditions(exp) for t in trials(exp, c)}
     rows = [json.loads(line) for line in (results / "partial" / "rows.jsonl").open()]
@@ -118,8 +121,17 @@ def test_a_missing_shard_merges_as_partial_and_resume_runs_exactly_the_rest(tmp_
 def test_a_shard_resumes_as_itself(tmp_path, capsys):
     file, results = _file(tmp_path), tmp_path / "results"
     shard = _run(file, results, shard="1/2")
-    assert cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), results=results,
-                   resume=shard.name, shard="2/2", progress=False) == 1
+    assert (
+        cmd_run(
+            file,
+            lambda exp, run_dir: SyntheticExecutor(),
+            results=results,
+            resume=shard.name,
+            shard="2/2",
+            progress=False,
+        )
+        == 1
+    )
     assert "is not shard 2/2 (it holds shard 1/2)" in capsys.readouterr().out
 
 

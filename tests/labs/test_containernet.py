@@ -15,8 +15,9 @@ from quicbed.labs.containernet import Containernet, parse_delay_ms
 from quicbed.paths import REPO
 
 
-@pytest.mark.parametrize(("text", "ms"), [("40ms", 40.0), ("0.04s", 40.0), ("500us", 0.5),
-                                          (40, 40.0), ("2.5 ms", 2.5)])
+@pytest.mark.parametrize(
+    ("text", "ms"), [("40ms", 40.0), ("0.04s", 40.0), ("500us", 0.5), (40, 40.0), ("2.5 ms", 2.5)]
+)
 def test_delays_read_like_mininet(text: str | int, ms: float) -> None:
     assert parse_delay_ms(text) == pytest.approx(ms)
 
@@ -26,8 +27,14 @@ def test_the_link_is_one_way_delay_in_each_direction_once() -> None:
     h1, h2 = net.addDocker("h1"), net.addDocker("h2", dimage="quicbed/nginx")
     net.addLink(h1, h2, delay="40ms", bw=20, loss=1, max_queue_size=100)
     assert (h1.role, h2.role) == ("client", "server")
-    assert net.link == {"down.delay_ms": "40.0", "up.delay_ms": "40.0", "rate_mbit": "20",
-                        "loss_pct": "1", "jitter_ms": "0.0", "queue_packets": "100"}
+    assert net.link == {
+        "down.delay_ms": "40.0",
+        "up.delay_ms": "40.0",
+        "rate_mbit": "20",
+        "loss_pct": "1",
+        "jitter_ms": "0.0",
+        "queue_packets": "100",
+    }
     with pytest.raises(InputError, match="one link only"):
         net.addLink(h1, h2, delay="1ms", bw=1)
     with pytest.raises(InputError, match="already in the network"):
@@ -40,8 +47,13 @@ def test_example_script_brings_india_up_calibrates_and_tears_down() -> None:
     from quicbed.topology.clean import leftovers
 
     script = REPO / "labs" / "examples" / "round_trips.py"
-    proc = subprocess.Popen([sys.executable, str(script), "--no-cli"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "--no-cli"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=240)
     finally:

@@ -13,8 +13,7 @@ from quicbed.labs.exercises import EXERCISES
 from quicbed.yamlio import LocatedError, parse_source
 
 RT = EXERCISES["round-trips"]
-REFERENCE = {"rtt_ms": 80.4, "tls12_rtts": 3, "tls13_rtts": 2, "quic_rtts": 1,
-             "quic_connection_ms": 84.0}
+REFERENCE = {"rtt_ms": 80.4, "tls12_rtts": 3, "tls13_rtts": 2, "quic_rtts": 1, "quic_connection_ms": 84.0}
 
 
 def _answers(text: str) -> dict:
@@ -22,8 +21,9 @@ def _answers(text: str) -> dict:
 
 
 def test_units_convert_and_all_right_answers_pass() -> None:
-    answers = _answers("rtt_ms: 0.0812 s\ntls12_rtts: 3\ntls13_rtts: 2\nquic_rtts: 1\n"
-                       "quic_connection_ms: 90 ms\n")
+    answers = _answers(
+        "rtt_ms: 0.0812 s\ntls12_rtts: 3\ntls13_rtts: 2\nquic_rtts: 1\n" "quic_connection_ms: 90 ms\n"
+    )
     assert answers["rtt_ms"] == pytest.approx(81.2)
     verdicts = grade(RT, answers, REFERENCE)
     assert all(v.passed for v in verdicts)
@@ -58,14 +58,17 @@ def test_choices() -> None:
         parse_answers(cc, parse_source("faster: reno\n", "a.yaml"))
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("rtt_ms: 80\nrtt: 3\n", "answers.yaml:2: rtt: no such question in round-trips"),
-    ("rtt_ms: 161 Mbit/s\n", "answers.yaml:1: rtt_ms: unit 'Mbit/s' does not measure this"),
-    ("tls12_rtts: 2.5\n", "answers.yaml:1: tls12_rtts: 2.5: expected a whole count"),
-    ("tls12_rtts: [3]\n", "answers.yaml:1: tls12_rtts: expected a number"),
-    ("rtt_ms: fast\n", "answers.yaml:1: rtt_ms: 'fast' is not a number with a unit (ms)"),
-    ("- 3\n", "answers.yaml:1: answers: expected a mapping"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("rtt_ms: 80\nrtt: 3\n", "answers.yaml:2: rtt: no such question in round-trips"),
+        ("rtt_ms: 161 Mbit/s\n", "answers.yaml:1: rtt_ms: unit 'Mbit/s' does not measure this"),
+        ("tls12_rtts: 2.5\n", "answers.yaml:1: tls12_rtts: 2.5: expected a whole count"),
+        ("tls12_rtts: [3]\n", "answers.yaml:1: tls12_rtts: expected a number"),
+        ("rtt_ms: fast\n", "answers.yaml:1: rtt_ms: 'fast' is not a number with a unit (ms)"),
+        ("- 3\n", "answers.yaml:1: answers: expected a mapping"),
+    ],
+)
 def test_bad_answers_files_are_located(text: str, message: str) -> None:
     with pytest.raises(LocatedError) as info:
         _answers(text)
@@ -92,8 +95,7 @@ def test_solutions_list_every_question_with_its_tolerance() -> None:
 def test_solutions_output_is_an_answers_file_that_passes(name: str) -> None:
     """`--solutions > reference.yaml` gives instructors a file `lab check` accepts."""
     exercise = EXERCISES[name]
-    ref = {q.key: (q.choices[-1] if q.choices else (3 if not q.unit else 12.5))
-           for q in exercise.questions}
+    ref = {q.key: (q.choices[-1] if q.choices else (3 if not q.unit else 12.5)) for q in exercise.questions}
     text = "\n".join(solutions(exercise, ref)) + "\n"
     answers = parse_answers(exercise, parse_source(text, "reference.yaml"))
     assert all(v.passed for v in grade(exercise, answers, ref))
@@ -110,8 +112,9 @@ def test_every_exercise_has_its_handout_example_and_row_in_the_readme(name: str)
     # every graded key is asked in the handout, and no answer is written there
     assert all(f"`{q.key}`" in handout for q in exercise.questions)
     number = exercise.handout[:2]
-    assert any(p.read_text().startswith(f'"""Lab {int(number)}.')
-               for p in (labs / "examples").glob("*.py")), f"no example script for lab {number}"
+    assert any(
+        p.read_text().startswith(f'"""Lab {int(number)}.') for p in (labs / "examples").glob("*.py")
+    ), f"no example script for lab {number}"
     assert f"`{name}`" in (labs / "README.md").read_text()
 
 
@@ -119,10 +122,20 @@ def test_every_exercise_has_its_handout_example_and_row_in_the_readme(name: str)
 
 # Stand-ins for what the checker measures on india: physics-consistent, with a path's noise.
 MEASURED = {
-    "round-trips": [REFERENCE, {"rtt_ms": 79.3, "tls12_rtts": 3, "tls13_rtts": 2, "quic_rtts": 1,
-                                "quic_connection_ms": 88.1}],
-    "queues": [{"bdp_kbyte": 200.0, "goodput_mbit_q20": 18.7, "loaded_rtt_ms_q20": 99.5,
-                "goodput_mbit_q200": 19.1, "loaded_rtt_ms_q200": 268.0, "bufferbloat_queue": "200"}],
+    "round-trips": [
+        REFERENCE,
+        {"rtt_ms": 79.3, "tls12_rtts": 3, "tls13_rtts": 2, "quic_rtts": 1, "quic_connection_ms": 88.1},
+    ],
+    "queues": [
+        {
+            "bdp_kbyte": 200.0,
+            "goodput_mbit_q20": 18.7,
+            "loaded_rtt_ms_q20": 99.5,
+            "goodput_mbit_q200": 19.1,
+            "loaded_rtt_ms_q200": 268.0,
+            "bufferbloat_queue": "200",
+        }
+    ],
 }
 
 
@@ -136,19 +149,22 @@ def test_the_physics_holds_for_india() -> None:
             assert lab_physics.physics_violations(name, profile, ref) == [], (name, ref)
 
 
-@pytest.mark.parametrize(("name", "change", "named"), [
-    ("round-trips", {"tls12_rtts": 2}, "tls12_rtts = 2, the handshake takes 3"),
-    ("round-trips", {"tls13_rtts": 3}, "tls13_rtts = 3, the handshake takes 2"),
-    ("round-trips", {"quic_rtts": 2}, "quic_rtts = 2, the handshake takes 1"),
-    ("round-trips", {"rtt_ms": 81.0}, "rtt_ms = 81.0, the physics says 80 (±1%)"),
-    ("round-trips", {"rtt_ms": 79.1}, "rtt_ms = 79.1, the physics says 80 (±1%)"),
-    ("round-trips", {"quic_connection_ms": 165.0}, "quic_connection_ms = 165.0"),
-    ("queues", {"bdp_kbyte": 1600.0}, "bdp_kbyte = 1600.0, the physics says 200 (±1%)"),
-    ("queues", {"bdp_kbyte": 100.0}, "bdp_kbyte = 100.0"),
-    ("queues", {"goodput_mbit_q200": 25.0}, "goodput_mbit_q200 = 25.0 above the link's 20"),
-    ("queues", {"loaded_rtt_ms_q20": 60.0}, "loaded_rtt_ms_q20 = 60.0 below the idle RTT 80"),
-    ("queues", {"bufferbloat_queue": "20"}, "bufferbloat_queue = 20"),
-])
+@pytest.mark.parametrize(
+    ("name", "change", "named"),
+    [
+        ("round-trips", {"tls12_rtts": 2}, "tls12_rtts = 2, the handshake takes 3"),
+        ("round-trips", {"tls13_rtts": 3}, "tls13_rtts = 3, the handshake takes 2"),
+        ("round-trips", {"quic_rtts": 2}, "quic_rtts = 2, the handshake takes 1"),
+        ("round-trips", {"rtt_ms": 81.0}, "rtt_ms = 81.0, the physics says 80 (±1%)"),
+        ("round-trips", {"rtt_ms": 79.1}, "rtt_ms = 79.1, the physics says 80 (±1%)"),
+        ("round-trips", {"quic_connection_ms": 165.0}, "quic_connection_ms = 165.0"),
+        ("queues", {"bdp_kbyte": 1600.0}, "bdp_kbyte = 1600.0, the physics says 200 (±1%)"),
+        ("queues", {"bdp_kbyte": 100.0}, "bdp_kbyte = 100.0"),
+        ("queues", {"goodput_mbit_q200": 25.0}, "goodput_mbit_q200 = 25.0 above the link's 20"),
+        ("queues", {"loaded_rtt_ms_q20": 60.0}, "loaded_rtt_ms_q20 = 60.0 below the idle RTT 80"),
+        ("queues", {"bufferbloat_queue": "20"}, "bufferbloat_queue = 20"),
+    ],
+)
 def test_a_reference_against_the_physics_is_caught(name: str, change: dict, named: str) -> None:
     ref = MEASURED[name][0] | change
     problems = lab_physics.physics_violations(name, lab_physics.exercise_profile(name), ref)
@@ -189,5 +205,4 @@ def test_a_grader_that_passes_everything_is_caught() -> None:
     w = next(w for w in lab_physics.known_wrong() if w.key == "tls12_rtts")
     assert lab_physics.wrong_graded_right(w, REFERENCE | {"tls12_rtts": 2}) is not None
     w = next(w for w in lab_physics.known_wrong() if w.side == "too high")
-    assert "not 'too high'" in (lab_physics.wrong_graded_right(w, REFERENCE | {"rtt_ms": 200.0})
-                                or "")
+    assert "not 'too high'" in (lab_physics.wrong_graded_right(w, REFERENCE | {"rtt_ms": 200.0}) or "")

@@ -26,16 +26,22 @@ from quicbed.paths import REPO
 from quicbed.yamlio import parse_source
 
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
-FAILURES = re.compile(r"command not found|No such file|\*\*\* Unknown command|Traceback|"
-                      r'"error":"[^"]|^link: |^cc: |^play: |curl: \(\d+\)', re.MULTILINE)
+FAILURES = re.compile(
+    r"command not found|No such file|\*\*\* Unknown command|Traceback|"
+    r'"error":"[^"]|^link: |^cc: |^play: |curl: \(\d+\)',
+    re.MULTILINE,
+)
 # What each handout's commands must show (beyond failing nowhere).
 SHOWS = {
     "round-trips": [r"Client Hello", r"Server Hello", r"\bQUIC\b|Initial", r"2 received|5 received"],
     "queues": [r'"throughput_mbps": ?\d', r"rtt min/avg/max/mdev"],
     "hol": [r"h2 mean \d+\.\d ms over 30 objects", r"h3 mean \d+\.\d ms over 30 objects"],
     "cc": [r'"throughput_mbps": ?\d', r"TCP congestion control: bbr"],
-    "video": [r"quic: startup \d+ ms, \d+ stalls", r"tls1\.3: startup \d+ ms, \d+ stalls",
-              r"loss_pct=5|5 % loss"],
+    "video": [
+        r"quic: startup \d+ ms, \d+ stalls",
+        r"tls1\.3: startup \d+ ms, \d+ stalls",
+        r"loss_pct=5|5 % loss",
+    ],
 }
 
 
@@ -54,8 +60,7 @@ def wrong(answers: dict) -> dict:
     for q in EXERCISES_BY_KEY.values():
         if q.key in answers:
             value = answers[q.key]
-            out[q.key] = (next(c for c in q.choices if c != value) if q.choices
-                          else float(value) * 2 + 1)
+            out[q.key] = next(c for c in q.choices if c != value) if q.choices else float(value) * 2 + 1
     return out
 
 
@@ -67,8 +72,7 @@ EXERCISES_BY_KEY = {q.key: q for e in EXERCISES.values() for q in e.questions}
 def test_handout_walks_and_checker_grades(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     args, lines = handout(name)
     # Playbacks of a few seconds show every line works; the handout's 20 s adds nothing here.
-    lines = [f"{line} {TEST_PLAY_SECONDS}" if re.fullmatch(r"play \S+", line) else line
-             for line in lines]
+    lines = [f"{line} {TEST_PLAY_SECONDS}" if re.fullmatch(r"play \S+", line) else line for line in lines]
     monkeypatch.setattr(exercises, "PLAY_SECONDS", TEST_PLAY_SECONDS)
     lab = LabSession(args[0], f"walk{name[:4].replace('-', '')}", *args[1:], "--no-calibrate")
     try:

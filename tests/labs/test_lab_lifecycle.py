@@ -31,9 +31,12 @@ def test_lab_starts_informs_and_every_end_tears_it_down(how: str) -> None:
     # Ctrl-C comes with SIGINT inherited as ignored (Python then installs no
     # KeyboardInterrupt): the case where the lab ignored Ctrl-C in the full suite.
     inherited = {"hangup": (signal.SIGHUP,), "ctrl-c": (signal.SIGINT,)}
-    lab = LabSession("india", f"life{how[:4].replace('-', '')}",
-                     *([] if how == "hangup" else ["--no-calibrate"]),
-                     ignored=inherited.get(how, ()))
+    lab = LabSession(
+        "india",
+        f"life{how[:4].replace('-', '')}",
+        *([] if how == "hangup" else ["--no-calibrate"]),
+        ignored=inherited.get(how, ()),
+    )
     try:
         lab.expect(r"client 10\.77\.1\.10", 120)  # the topology
         if how == "hangup":  # the calibrated figures, once
@@ -72,8 +75,12 @@ def test_killed_lab_is_cleaned_by_clean_lab() -> None:
         os.killpg(lab.proc.pid, signal.SIGKILL)
         lab.wait(10)
         assert leftovers()  # the kill left the lab behind
-        proc = subprocess.run([sys.executable, "-m", "quicbed.cli", "clean", "--lab", "lifekill"],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "quicbed.cli", "clean", "--lab", "lifekill"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         assert _nothing_left() == []
     finally:

@@ -18,15 +18,17 @@ pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
 
 def _containers(lab_id: str) -> list[str]:
-    proc = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}", "--filter",
-                           f"label={LABEL}.run={lab_id}"], capture_output=True, text=True,
-                          timeout=30)
+    proc = subprocess.run(
+        ["docker", "ps", "-a", "--format", "{{.Names}}", "--filter", f"label={LABEL}.run={lab_id}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     return sorted(proc.stdout.split())
 
 
 def test_two_labs_at_once_and_clean_one() -> None:
-    a, b = LabSession("india", "twoa", "--no-calibrate"), LabSession("india", "twob",
-                                                                      "--no-calibrate")
+    a, b = LabSession("india", "twoa", "--no-calibrate"), LabSession("india", "twob", "--no-calibrate")
     try:
         a.started()
         b.started()
@@ -34,8 +36,12 @@ def test_two_labs_at_once_and_clean_one() -> None:
             out = lab.command("client ping -c 3 -i 0.2 server")
             assert "3 received" in out, out
         assert _containers("twoa") == ["quicbed-twoa-client", "quicbed-twoa-server"]
-        proc = subprocess.run([sys.executable, "-m", "quicbed.cli", "clean", "--lab", "twoa"],
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "quicbed.cli", "clean", "--lab", "twoa"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         assert a.wait(10) == 130  # it was asked to tear down, and did
         assert _containers("twoa") == []

@@ -29,17 +29,36 @@ def test_compose_file_matches_descriptors() -> None:
     for name, port in ports.items():
         spec, service = shipped[name], compose["services"][name]
         repository = spec.image.rsplit(":", 1)[0]
-        assert service["image"] == (f"{repository}:${{{spec.version_key}:-"
-                                    f"{versions[spec.version_key]}}}"), name
+        assert service["image"] == (
+            f"{repository}:${{{spec.version_key}:-" f"{versions[spec.version_key]}}}"
+        ), name
         assert service["ports"] == [f"127.0.0.1:{port}:443/tcp", f"127.0.0.1:{port}:443/udp"]
         assert service["volumes"][-1].endswith(f"/logs/{name}:/var/log/quicbed"), name
 
 
 def _fetch_h3(pki: Path, port: int) -> str:
-    argv = ["docker", "run", "--rm", "--network", "host", "-v", f"{pki}:/pki:ro",
-            "quicbed/client:dev", "curl", "--http3-only", "-s", "-o", "/dev/null",
-            "-w", "%{http_version} %{response_code}", "--cacert", "/pki/ca.pem",
-            "--resolve", f"localhost:{port}:127.0.0.1", f"https://localhost:{port}/web/index.html"]
+    argv = [
+        "docker",
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "-v",
+        f"{pki}:/pki:ro",
+        "quicbed/client:dev",
+        "curl",
+        "--http3-only",
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_version} %{response_code}",
+        "--cacert",
+        "/pki/ca.pem",
+        "--resolve",
+        f"localhost:{port}:127.0.0.1",
+        f"https://localhost:{port}/web/index.html",
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout.strip()
 
 
@@ -49,8 +68,9 @@ def test_compose_stack_serves_http3(tmp_path: Path) -> None:
     prepare(out, {"web"}, [])
     env = {**os.environ, "QUICBED_COMPOSE_DIR": str(out)}
     compose = ["docker-compose", "-p", "quicbedtest", "--env-file", "versions.env"]
-    up = subprocess.run([*compose, "up", "-d"], cwd=REPO, env=env, capture_output=True,
-                        text=True, timeout=120)
+    up = subprocess.run(
+        [*compose, "up", "-d"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert up.returncode == 0, up.stderr
     try:
         for server, port in PORTS.items():

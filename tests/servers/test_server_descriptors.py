@@ -68,10 +68,10 @@ def _old_specs() -> dict[str, dict]:
                 "udp_buffers": "rcvbuf=7m sndbuf=7m on the listen socket, clamped by rmem_max",
                 "workers": "1",
                 "stream_buffer": "4m (http3_stream_buffer_size; the 64k default caps a "
-                                 "stream at 64 KB per RTT)",
+                "stream at 64 KB per RTT)",
                 "tls_session_tickets": "on, with a shared session cache; TLS 1.3 0-RTT over TCP "
-                                       "on (ssl_early_data); QUIC early data refused by nginx's "
-                                       "OpenSSL compatibility layer",
+                "on (ssl_early_data); QUIC early data refused by nginx's "
+                "OpenSSL compatibility layer",
             },
         },
         "caddy-debian": {
@@ -80,8 +80,11 @@ def _old_specs() -> dict[str, dict]:
             "command": _CADDY_CMD,
             "config": "/etc/quicbed/Caddyfile",
             "version_command": ["caddy", "build-info"],
-            "quic": {**_QUIC_GO, "stack": "quic-go (Debian's Caddy package)",
-                     "udp_buffers": "7 MiB receive; send buffer left at wmem_default"},
+            "quic": {
+                **_QUIC_GO,
+                "stack": "quic-go (Debian's Caddy package)",
+                "udp_buffers": "7 MiB receive; send buffer left at wmem_default",
+            },
         },
     }
 
@@ -106,13 +109,23 @@ def test_shipped_descriptors_reproduce_the_old_specs() -> None:
         assert spec.tls_versions == ["TLSv1.2", "TLSv1.3"]
         assert spec.http_versions == ["HTTP/1.1", "HTTP/2.0", "HTTP/3.0"]
         assert (spec.health.path, spec.health.status, spec.health.protocols) == (
-            servers.HEALTH_PATH, 204, ["h2", "h3"])
+            servers.HEALTH_PATH,
+            204,
+            ["h2", "h3"],
+        )
         assert spec.dockerfile == f"images/{name}/Dockerfile"
     assert {n: s.access_log for n, s in specs.items()} == {
-        "caddy": "caddy-json", "nginx": "quicbed-json", "caddy-debian": "caddy-json",
-        "haproxy": "haproxy-json"}
+        "caddy": "caddy-json",
+        "nginx": "quicbed-json",
+        "caddy-debian": "caddy-json",
+        "haproxy": "haproxy-json",
+    }
     assert {n: s.compose_port for n, s in specs.items()} == {
-        "caddy": 8443, "nginx": 9443, "caddy-debian": None, "haproxy": None}
+        "caddy": 8443,
+        "nginx": 9443,
+        "caddy-debian": None,
+        "haproxy": None,
+    }
     caddy_facts = {"quic_go_version": "github.com/quic-go/quic-go", "go_version": "go"}
     assert specs["caddy"].build_info_facts == specs["caddy-debian"].build_info_facts == caddy_facts
     assert specs["nginx"].build_info_facts == {}
@@ -121,13 +134,30 @@ def test_shipped_descriptors_reproduce_the_old_specs() -> None:
 def test_package_exports_the_descriptor_registry() -> None:
     assert servers.SERVERS is descriptors.SERVERS
     assert servers.get_server("nginx") is servers.SERVERS["nginx"]
-    for name in ("HEALTH_PATH", "CONTENT_MOUNT", "PKI_MOUNT", "LOG_MOUNT", "ACCESS_LOG",
-                 "ServerSpec", "ServerError", "UnknownServer", "docker_run_args", "start_server",
-                 "stop_server", "server_version", "server_settings", "read_access_log"):
+    for name in (
+        "HEALTH_PATH",
+        "CONTENT_MOUNT",
+        "PKI_MOUNT",
+        "LOG_MOUNT",
+        "ACCESS_LOG",
+        "ServerSpec",
+        "ServerError",
+        "UnknownServer",
+        "docker_run_args",
+        "start_server",
+        "stop_server",
+        "server_version",
+        "server_settings",
+        "read_access_log",
+    ):
         assert hasattr(servers, name), name
-    assert (servers.HEALTH_PATH, servers.CONTENT_MOUNT, servers.PKI_MOUNT, servers.LOG_MOUNT,
-            servers.ACCESS_LOG) == ("/.quicbed-health", "/srv/content", "/etc/quicbed/pki",
-                                    "/var/log/quicbed", "access.log")
+    assert (
+        servers.HEALTH_PATH,
+        servers.CONTENT_MOUNT,
+        servers.PKI_MOUNT,
+        servers.LOG_MOUNT,
+        servers.ACCESS_LOG,
+    ) == ("/.quicbed-health", "/srv/content", "/etc/quicbed/pki", "/var/log/quicbed", "access.log")
 
 
 # ---------------------------------------------------------------- probing with a fake docker exec
@@ -143,8 +173,9 @@ mod\tgithub.com/caddyserver/caddy/v2\t(devel)\t
 """
 
 
-def _fake_exec(monkeypatch: pytest.MonkeyPatch, answers: dict[tuple[str, ...], tuple[int, str, str]]
-               ) -> list[tuple[str, ...]]:
+def _fake_exec(
+    monkeypatch: pytest.MonkeyPatch, answers: dict[tuple[str, ...], tuple[int, str, str]]
+) -> list[tuple[str, ...]]:
     calls: list[tuple[str, ...]] = []
 
     def fake(container: str, *cmd: str, timeout: float = 10) -> subprocess.CompletedProcess:
@@ -158,15 +189,20 @@ def _fake_exec(monkeypatch: pytest.MonkeyPatch, answers: dict[tuple[str, ...], t
 
 
 def test_version_parsers(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_exec(monkeypatch, {
-        ("nginx", "-v"): (0, "", "nginx version: nginx/1.26.3\n"),
-        ("caddy", "build-info"): (0, _BUILD_INFO, ""),
-    })
+    _fake_exec(
+        monkeypatch,
+        {
+            ("nginx", "-v"): (0, "", "nginx version: nginx/1.26.3\n"),
+            ("caddy", "build-info"): (0, _BUILD_INFO, ""),
+        },
+    )
     assert servers.server_version("c", "nginx") == "1.26.3"
     assert servers.server_version("c", "caddy") == "v2.11.9"
     # Debian's Caddy has no module version: `caddy version`'s first word.
-    _fake_exec(monkeypatch, {("caddy", "build-info"): (0, _DEBIAN_BUILD_INFO, ""),
-                             ("caddy", "version"): (0, "2.6.2\n", "")})
+    _fake_exec(
+        monkeypatch,
+        {("caddy", "build-info"): (0, _DEBIAN_BUILD_INFO, ""), ("caddy", "version"): (0, "2.6.2\n", "")},
+    )
     assert servers.server_version("c", "caddy-debian") == "2.6.2"
     _fake_exec(monkeypatch, {("caddy", "build-info"): (0, _DEBIAN_BUILD_INFO, "")})
     assert servers.server_version("c", "caddy-debian") == "unknown"
@@ -187,13 +223,22 @@ def test_text_and_regex_parsers() -> None:
 
 
 def test_settings_quic_facts(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_exec(monkeypatch, {("caddy", "build-info"): (0, _BUILD_INFO, ""),
-                             ("nginx", "-v"): (0, "", "nginx version: nginx/1.26.3")})
+    _fake_exec(
+        monkeypatch,
+        {
+            ("caddy", "build-info"): (0, _BUILD_INFO, ""),
+            ("nginx", "-v"): (0, "", "nginx version: nginx/1.26.3"),
+        },
+    )
     caddy = servers.server_settings("c", "caddy")
     assert caddy["quic"] == {**_QUIC_GO, "quic_go_version": "v0.63.0", "go_version": "go1.26.11"}
     assert list(caddy["quic"])[-2:] == ["quic_go_version", "go_version"]
     assert (caddy["server"], caddy["image"], caddy["version"], caddy["config"]) == (
-        "caddy", servers.get_server("caddy").image, "v2.11.9", "/etc/quicbed/Caddyfile")
+        "caddy",
+        servers.get_server("caddy").image,
+        "v2.11.9",
+        "/etc/quicbed/Caddyfile",
+    )
     assert caddy["tls_versions"] == ["TLSv1.2", "TLSv1.3"]
     assert caddy["http_versions"] == ["HTTP/1.1", "HTTP/2.0", "HTTP/3.0"]
     nginx = servers.server_settings("c", "nginx")
@@ -202,10 +247,20 @@ def test_settings_quic_facts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_access_log_format_by_server(tmp_path: Path) -> None:
-    caddy = {"request": {"proto": "HTTP/3.0", "uri": "/a", "tls": {"version": 772}},
-             "duration": 0.001, "size": 1, "status": 200}
-    nginx = {"proto": "HTTP/2.0", "tls": "TLSv1.3", "path": "/b", "status": 200, "bytes": 2,
-             "request_time": 0.002}
+    caddy = {
+        "request": {"proto": "HTTP/3.0", "uri": "/a", "tls": {"version": 772}},
+        "duration": 0.001,
+        "size": 1,
+        "status": 200,
+    }
+    nginx = {
+        "proto": "HTTP/2.0",
+        "tls": "TLSv1.3",
+        "path": "/b",
+        "status": 200,
+        "bytes": 2,
+        "request_time": 0.002,
+    }
     (tmp_path / "access.log").write_text(f"{json.dumps(caddy)}\n{json.dumps(nginx)}\n")
     assert [e["path"] for e in servers.read_access_log(tmp_path)] == ["/a", "/b"]
     nginx_spec, debian_spec = servers.get_server("nginx"), servers.get_server("caddy-debian")
@@ -223,7 +278,11 @@ def test_fixture_is_discovered_both_ways() -> None:
         assert list(specs) == ["caddy", "nginx", "caddy-debian", "haproxy", OWN], dirs
     own = specs[OWN]
     assert (own.image, own.version, own.version_key, own.dockerfile) == (
-        "quicbed-test/own-caddy:1.0", "1.0", None, None)
+        "quicbed-test/own-caddy:1.0",
+        "1.0",
+        None,
+        None,
+    )
     assert own.version_parser == "regex" and own.access_log == "caddy-json"
 
 
@@ -231,8 +290,14 @@ def _python(code: str, dirs: str | None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != descriptors.ENV_DIRS}
     if dirs is not None:
         env[descriptors.ENV_DIRS] = dirs
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 _VALIDATE = """
@@ -255,8 +320,10 @@ def test_fixture_reaches_registry_and_experiment_validation() -> None:
     """Adding a server touches no Python module: the environment variable is all it takes."""
     with_fixture = _python(_VALIDATE, str(FIXTURES.relative_to(REPO)))
     assert with_fixture.returncode == 0, with_fixture.stderr
-    assert with_fixture.stdout.splitlines() == ["caddy,nginx,caddy-debian,haproxy,own-caddy",
-                                                "caddy,own-caddy"]
+    assert with_fixture.stdout.splitlines() == [
+        "caddy,nginx,caddy-debian,haproxy,own-caddy",
+        "caddy,own-caddy",
+    ]
     without = _python(_VALIDATE, None)
     assert without.returncode == 0, without.stderr
     lines = without.stdout.splitlines()
@@ -266,12 +333,20 @@ def test_fixture_reaches_registry_and_experiment_validation() -> None:
 
 def _build_sh_tags(names: list[str], dirs: str = "") -> list[str]:
     """images/build.sh's tag_of, sourced without its main loop."""
-    script = (f'set -euo pipefail; eval "$(sed "/^targets=/,\\$d" {REPO}/images/build.sh)"; '
-              'for n in "$@"; do tag_of "$n"; done')
+    script = (
+        f'set -euo pipefail; eval "$(sed "/^targets=/,\\$d" {REPO}/images/build.sh)"; '
+        'for n in "$@"; do tag_of "$n"; done'
+    )
     env = {**os.environ, descriptors.ENV_DIRS: dirs}
     # From images/, so that build.sh's own directory (dirname of an empty BASH_SOURCE) is right.
-    proc = subprocess.run(["bash", "-c", script, "tags", *names], env=env, capture_output=True,
-                          text=True, timeout=60, cwd=REPO / "images")
+    proc = subprocess.run(
+        ["bash", "-c", script, "tags", *names],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO / "images",
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.split()
 
@@ -289,42 +364,90 @@ VERSIONS = {"CADDY_VERSION": "v2.11.9"}
 
 # (name, edit of the valid fixture, field in the message, words of the message)
 BAD = [
-    ("missing-field", lambda t: t.replace("config: /etc/quicbed/Caddyfile\n", ""),
-     "config", "missing (required)"),
-    ("typo", lambda t: t.replace("description:", "descripton:"),
-     "descripton", "did you mean 'description'?"),
-    ("command-string", lambda t: t.replace("command: [caddy, run,", "command: caddy run #"),
-     "command", "must be a non-empty list"),
-    ("key-not-pinned", lambda t: t.replace('version: "1.0"', "version_key: NOPE_VERSION"),
-     "version_key", "NOPE_VERSION is not in versions.env"),
-    ("both-versions", lambda t: t.replace('version: "1.0"', 'version: "1.0"\nversion_key: CADDY_VERSION'),
-     "version_key", "not both"),
+    (
+        "missing-field",
+        lambda t: t.replace("config: /etc/quicbed/Caddyfile\n", ""),
+        "config",
+        "missing (required)",
+    ),
+    ("typo", lambda t: t.replace("description:", "descripton:"), "descripton", "did you mean 'description'?"),
+    (
+        "command-string",
+        lambda t: t.replace("command: [caddy, run,", "command: caddy run #"),
+        "command",
+        "must be a non-empty list",
+    ),
+    (
+        "key-not-pinned",
+        lambda t: t.replace('version: "1.0"', "version_key: NOPE_VERSION"),
+        "version_key",
+        "NOPE_VERSION is not in versions.env",
+    ),
+    (
+        "both-versions",
+        lambda t: t.replace('version: "1.0"', 'version: "1.0"\nversion_key: CADDY_VERSION'),
+        "version_key",
+        "not both",
+    ),
     ("no-version", lambda t: t.replace('version: "1.0"\n', ""), "version_key", "not neither"),
-    ("number-version", lambda t: t.replace('version: "1.0"', "version: 1.0"),
-     "version", "quote it"),
-    ("bad-tag", lambda t: t.replace('version: "1.0"', 'version: "1.0+deb"'),
-     "version", "cannot be an image tag"),
-    ("folded-image", lambda t: t.replace("image: quicbed-test/own-caddy",
-                                         "image: >-\n  quicbed-test/own-caddy"),
-     "image", "one line"),
-    ("upper-image", lambda t: t.replace("image: quicbed-test/own-caddy", "image: Quicbed/Own"),
-     "image", "not an image name"),
-    ("bad-parser", lambda t: t.replace("parser: regex", "parser: magic"),
-     "version_probe.parser", "unknown parser 'magic'; known: text, regex, go-build-info"),
-    ("bad-regex", lambda t: t.replace(r"(v\S+)'", "(v'"),
-     "version_probe.pattern", "not a regular expression"),
-    ("option-of-other-parser", lambda t: t.replace("parser: regex", "parser: go-build-info"),
-     "version_probe.pattern", "unknown field"),
-    ("bad-format", lambda t: t.replace("access_log: caddy-json", "access_log: apache"),
-     "access_log", "unknown format 'apache'; known: caddy-json, quicbed-json"),
-    ("bad-health", lambda t: t.replace("protocols: [h2, h3]", "protocols: [h2, h4]"),
-     "health.protocols[1]", "'h4' is not one of h1, h2, h3"),
+    ("number-version", lambda t: t.replace('version: "1.0"', "version: 1.0"), "version", "quote it"),
+    (
+        "bad-tag",
+        lambda t: t.replace('version: "1.0"', 'version: "1.0+deb"'),
+        "version",
+        "cannot be an image tag",
+    ),
+    (
+        "folded-image",
+        lambda t: t.replace("image: quicbed-test/own-caddy", "image: >-\n  quicbed-test/own-caddy"),
+        "image",
+        "one line",
+    ),
+    (
+        "upper-image",
+        lambda t: t.replace("image: quicbed-test/own-caddy", "image: Quicbed/Own"),
+        "image",
+        "not an image name",
+    ),
+    (
+        "bad-parser",
+        lambda t: t.replace("parser: regex", "parser: magic"),
+        "version_probe.parser",
+        "unknown parser 'magic'; known: text, regex, go-build-info",
+    ),
+    (
+        "bad-regex",
+        lambda t: t.replace(r"(v\S+)'", "(v'"),
+        "version_probe.pattern",
+        "not a regular expression",
+    ),
+    (
+        "option-of-other-parser",
+        lambda t: t.replace("parser: regex", "parser: go-build-info"),
+        "version_probe.pattern",
+        "unknown field",
+    ),
+    (
+        "bad-format",
+        lambda t: t.replace("access_log: caddy-json", "access_log: apache"),
+        "access_log",
+        "unknown format 'apache'; known: caddy-json, quicbed-json",
+    ),
+    (
+        "bad-health",
+        lambda t: t.replace("protocols: [h2, h3]", "protocols: [h2, h4]"),
+        "health.protocols[1]",
+        "'h4' is not one of h1, h2, h3",
+    ),
     ("bad-port", lambda t: t + "compose_port: 70000\n", "compose_port", "from 1 to 65535"),
-    ("no-dockerfile", lambda t: t + "dockerfile: images/nope/Dockerfile\n",
-     "dockerfile", "not a file in the repository"),
+    (
+        "no-dockerfile",
+        lambda t: t + "dockerfile: images/nope/Dockerfile\n",
+        "dockerfile",
+        "not a file in the repository",
+    ),
     ("numeric-fact", lambda t: t + "  workers: 1\n", "quic.workers", "quote it"),
-    ("relative-config", lambda t: t.replace("config: /etc/", "config: etc/"),
-     "config", "absolute path"),
+    ("relative-config", lambda t: t.replace("config: /etc/", "config: etc/"), "config", "absolute path"),
     ("yaml", lambda t: t.replace("protocols:\n  tls", "protocols:\n tls: [\n  tls"), "yaml", ""),
     ("empty", lambda t: "# nothing yet\n", "server", "the file is empty"),
     ("list", lambda t: "- image: x\n", "server", "must be a mapping"),
@@ -383,26 +506,30 @@ def test_bad_user_descriptor_fails_the_cli_in_one_line(tmp_path: Path) -> None:
     path.write_text(text)
     line = text.splitlines().index("version_key: PINNED_VERSION") + 1
     env = {**os.environ, descriptors.ENV_DIRS: str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "quicbed.cli", "run", "--dry-run",
-                           "experiments/ci/handshake.yaml"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "quicbed.cli", "run", "--dry-run", "experiments/ci/handshake.yaml"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == [
         f"quicbed: {path}:{line}: version_key: PINNED_VERSION is not in versions.env (pin it there "
-        "as PINNED_VERSION=..., or give a literal version:)"]
+        "as PINNED_VERSION=..., or give a literal version:)"
+    ]
 
 
 # ---------------------------------------------------------------- docker: the fixture serves
 
 
 def _docker(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
-                          check=check)
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=check)
 
 
 @pytest.mark.docker
-def test_fixture_server_starts_and_answers_h2_h3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                                 ) -> None:
+def test_fixture_server_starts_and_answers_h2_h3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A user's prebuilt image (here: quicbed/caddy under another name) and its descriptor are
     all it takes: images/build.sh checks the image, the server starts, answers h2 and h3."""
     base = servers.get_server("caddy").image
@@ -429,17 +556,36 @@ def test_fixture_server_starts_and_answers_h2_h3(tmp_path: Path, monkeypatch: py
         keys = pki.generate_pki(tmp_path / "pki", "127.0.0.1")
         logs = tmp_path / "logs"
         logs.mkdir()
-        _docker("run", "-d", "--network", "none", "--name", container,
-                *servers.docker_run_args(OWN, root, keys.dir, logs))
+        _docker(
+            "run",
+            "-d",
+            "--network",
+            "none",
+            "--name",
+            container,
+            *servers.docker_run_args(OWN, root, keys.dir, logs),
+        )
         # Returns once the health check answered over h2 and over h3 on :443.
         servers.start_server(container, OWN, timeout=20)
         for protocol in ("h2", "h3"):
             ok, answer = lifecycle._probe(container, spec, protocol, timeout=5)
             assert ok, (protocol, answer)
-        fetch = _docker("exec", container, "curl", "-sS", "--fail", "--http3-only", "-o",
-                        "/dev/null", "--cacert", f"{servers.PKI_MOUNT}/ca.pem", "--resolve",
-                        "server.quicbed:443:127.0.0.1", "https://server.quicbed/web/index.html",
-                        check=False)
+        fetch = _docker(
+            "exec",
+            container,
+            "curl",
+            "-sS",
+            "--fail",
+            "--http3-only",
+            "-o",
+            "/dev/null",
+            "--cacert",
+            f"{servers.PKI_MOUNT}/ca.pem",
+            "--resolve",
+            "server.quicbed:443:127.0.0.1",
+            "https://server.quicbed/web/index.html",
+            check=False,
+        )
         assert fetch.returncode == 0, fetch.stderr
         entries = servers.read_access_log(logs, spec)
         assert [(e["path"], e["proto"]) for e in entries] == [("/web/index.html", "HTTP/3.0")]

@@ -75,8 +75,7 @@ def test_cloud_files_are_incompressible_and_on_demand(tmp_path: Path) -> None:
 
 def test_landing_pages_median_about_40kb(tmp_path: Path) -> None:
     root = content.ensure_content(tmp_path, {"web"})
-    totals = sorted(sum(p.stat().st_size for p in d.iterdir())
-                    for d in (root / "web/pages").iterdir())
+    totals = sorted(sum(p.stat().st_size for p in d.iterdir()) for d in (root / "web/pages").iterdir())
     median = totals[len(totals) // 2]
     assert 35_000 < median < 45_000
     for d in (root / "web/pages").iterdir():  # every referenced asset exists
@@ -97,23 +96,29 @@ def test_pki_fresh_each_call(tmp_path: Path) -> None:
 
 def test_pki_sans_and_chain(tmp_path: Path) -> None:
     p = pki.generate_pki(tmp_path, "10.1.2.3", server_name="srv.example")
-    sans = subprocess.run(["openssl", "x509", "-in", p.cert, "-noout", "-ext", "subjectAltName"],
-                          capture_output=True, text=True, check=True).stdout
+    sans = subprocess.run(
+        ["openssl", "x509", "-in", p.cert, "-noout", "-ext", "subjectAltName"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     for want in ("DNS:srv.example", "DNS:localhost", "IP Address:10.1.2.3"):
         assert want in sans
-    subprocess.run(["openssl", "verify", "-CAfile", p.ca, p.cert], check=True,
-                   capture_output=True)
+    subprocess.run(["openssl", "verify", "-CAfile", p.ca, p.cert], check=True, capture_output=True)
 
 
 def test_spki_hash_matches_openssl(tmp_path: Path) -> None:
     p = pki.generate_pki(tmp_path, "10.0.0.2")
     # The pipeline from Chromium's documentation, one stage at a time.
-    pub = subprocess.run(["openssl", "x509", "-pubkey", "-noout", "-in", p.cert],
-                         capture_output=True, check=True).stdout
-    der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=pub,
-                         capture_output=True, check=True).stdout
-    digest = subprocess.run(["openssl", "dgst", "-sha256", "-binary"], input=der,
-                            capture_output=True, check=True).stdout
+    pub = subprocess.run(
+        ["openssl", "x509", "-pubkey", "-noout", "-in", p.cert], capture_output=True, check=True
+    ).stdout
+    der = subprocess.run(
+        ["openssl", "pkey", "-pubin", "-outform", "der"], input=pub, capture_output=True, check=True
+    ).stdout
+    digest = subprocess.run(
+        ["openssl", "dgst", "-sha256", "-binary"], input=der, capture_output=True, check=True
+    ).stdout
     assert p.spki_sha256 == base64.b64encode(digest).decode()
 
 
@@ -140,32 +145,79 @@ def test_registry_and_run_args(tmp_path: Path) -> None:
 
 
 def test_read_access_log_normalizes_both_formats(tmp_path: Path) -> None:
-    caddy = {"level": "info", "ts": 1.0, "logger": "http.log.access", "msg": "handled request",
-             "request": {"remote_ip": "127.0.0.1", "remote_port": "4433", "proto": "HTTP/3.0",
-                         "method": "GET",
-                         "uri": "/web/index.html?x=1", "tls": {"version": 772, "proto": "h3"}},
-             "duration": 0.0125, "size": 100, "status": 200}
-    nginx = {"ts": "t", "proto": "HTTP/2.0", "tls": "TLSv1.2", "alpn": "h2", "method": "GET",
-             "path": "/cloud/1KB", "status": 200, "bytes": 1024, "request_time": 0.003,
-             "conn": "7"}
-    haproxy = {"ts": "t", "proto": "HTTP/3.0", "tls": "TLSv1.3", "alpn": "h3", "resumed": 0,
-               "method": "GET", "path": "/cloud/1MB", "status": 200, "bytes": "1048576",
-               "bytes_sent": 1048800, "total_ms": 41, "remote": "10.0.0.1", "port": 50312}
+    caddy = {
+        "level": "info",
+        "ts": 1.0,
+        "logger": "http.log.access",
+        "msg": "handled request",
+        "request": {
+            "remote_ip": "127.0.0.1",
+            "remote_port": "4433",
+            "proto": "HTTP/3.0",
+            "method": "GET",
+            "uri": "/web/index.html?x=1",
+            "tls": {"version": 772, "proto": "h3"},
+        },
+        "duration": 0.0125,
+        "size": 100,
+        "status": 200,
+    }
+    nginx = {
+        "ts": "t",
+        "proto": "HTTP/2.0",
+        "tls": "TLSv1.2",
+        "alpn": "h2",
+        "method": "GET",
+        "path": "/cloud/1KB",
+        "status": 200,
+        "bytes": 1024,
+        "request_time": 0.003,
+        "conn": "7",
+    }
+    haproxy = {
+        "ts": "t",
+        "proto": "HTTP/3.0",
+        "tls": "TLSv1.3",
+        "alpn": "h3",
+        "resumed": 0,
+        "method": "GET",
+        "path": "/cloud/1MB",
+        "status": 200,
+        "bytes": "1048576",
+        "bytes_sent": 1048800,
+        "total_ms": 41,
+        "remote": "10.0.0.1",
+        "port": 50312,
+    }
     health = dict(nginx, path=servers.HEALTH_PATH)
-    lines = [json.dumps(caddy), "garbage{", json.dumps(nginx), json.dumps(health),
-             json.dumps(haproxy), json.dumps(dict(haproxy, bytes=""))]
+    lines = [
+        json.dumps(caddy),
+        "garbage{",
+        json.dumps(nginx),
+        json.dumps(health),
+        json.dumps(haproxy),
+        json.dumps(dict(haproxy, bytes="")),
+    ]
     (tmp_path / "access.log").write_text("\n".join(lines) + "\n")
     a, b, c, d = servers.read_access_log(tmp_path)
     assert (a["proto"], a["tls"], a["path"], a["bytes"], a["status"]) == (
-        "HTTP/3.0", "TLSv1.3", "/web/index.html", 100, 200)
+        "HTTP/3.0",
+        "TLSv1.3",
+        "/web/index.html",
+        100,
+        200,
+    )
     assert a["duration_ms"] == pytest.approx(12.5)
-    assert (b["proto"], b["tls"], b["path"], b["bytes"]) == ("HTTP/2.0", "TLSv1.2", "/cloud/1KB",
-                                                              1024)
+    assert (b["proto"], b["tls"], b["path"], b["bytes"]) == ("HTTP/2.0", "TLSv1.2", "/cloud/1KB", 1024)
     assert b["duration_ms"] == pytest.approx(3.0)
-    assert (a["connection"], b["connection"], c["connection"]) == (
-        "127.0.0.1:4433", "7", "10.0.0.1:50312")
+    assert (a["connection"], b["connection"], c["connection"]) == ("127.0.0.1:4433", "7", "10.0.0.1:50312")
     assert (c["proto"], c["tls"], c["bytes"], c["duration_ms"], c["resumed"]) == (
-        "HTTP/3.0", "TLSv1.3", 1048576, 41.0, False)
+        "HTTP/3.0",
+        "TLSv1.3",
+        1048576,
+        41.0,
+        False,
+    )
     assert d["bytes"] is None  # no Content-Length: unknown, not 0
     # nginx numbers every HTTP/3 stream as a connection: not a connection there
     (tmp_path / "access.log").write_text(json.dumps(dict(nginx, proto="HTTP/3.0")) + "\n")
@@ -176,8 +228,14 @@ def test_read_access_log_normalizes_both_formats(tmp_path: Path) -> None:
 def test_access_log_since_reads_each_entry_once(tmp_path: Path) -> None:
     from quicbed.servers.accesslog import access_log_since
 
-    line = {"proto": "HTTP/3.0", "tls": "TLSv1.3", "path": "/a", "status": 200, "bytes": 1,
-            "request_time": 0.001}
+    line = {
+        "proto": "HTTP/3.0",
+        "tls": "TLSv1.3",
+        "path": "/a",
+        "status": 200,
+        "bytes": 1,
+        "request_time": 0.001,
+    }
     log = tmp_path / "access.log"
     log.write_text(json.dumps(line) + "\n")
     first, offset = access_log_since(tmp_path, 0)
@@ -230,8 +288,7 @@ def _pick(root: Path, prefix: str) -> str:
 
 @pytest.mark.docker
 @pytest.mark.parametrize("mode", list(MODES))
-def test_fetch_and_access_log(box: ServerBox, content_root: Path, mode: str,
-                              tmp_path: Path) -> None:
+def test_fetch_and_access_log(box: ServerBox, content_root: Path, mode: str, tmp_path: Path) -> None:
     flags, proto, tls = MODES[mode]
     paths = ["web/sample.js", "cloud/1MB", _pick(content_root, "video/dash/chunk-stream0-")]
     proc = box.fetch(flags, paths, tmp_path)
@@ -240,8 +297,9 @@ def test_fetch_and_access_log(box: ServerBox, content_root: Path, mode: str,
     for i, path in enumerate(paths):
         got = hashlib.sha256((tmp_path / str(i)).read_bytes()).hexdigest()
         assert got == files[path]["sha256"], path
-    entries = {e["path"]: e for e in servers.read_access_log(box.logs)
-               if e["path"] in {"/" + p for p in paths}}
+    entries = {
+        e["path"]: e for e in servers.read_access_log(box.logs) if e["path"] in {"/" + p for p in paths}
+    }
     # The log accumulates over the modes; the newest entry per path is this mode's.
     assert len(entries) == len(paths)
     for path in paths:
@@ -278,8 +336,7 @@ def _broken_box(name: str, root: Path, tmp: Path, script: str) -> ServerBox:
 @pytest.mark.docker
 def test_broken_config_raises_with_log_tail(tmp_path: Path) -> None:
     root = content.ensure_content(tmp_path / "content", {"web"})
-    b = _broken_box("nginx", root, tmp_path,
-                    "echo 'this is not a directive;' >/etc/quicbed/nginx.conf")
+    b = _broken_box("nginx", root, tmp_path, "echo 'this is not a directive;' >/etc/quicbed/nginx.conf")
     try:
         start = time.monotonic()
         with pytest.raises(servers.ServerError) as err:
@@ -295,9 +352,12 @@ def test_broken_config_raises_with_log_tail(tmp_path: Path) -> None:
 def test_server_not_answering_times_out(tmp_path: Path) -> None:
     root = content.ensure_content(tmp_path / "content", {"web"})
     # Valid config, wrong port: Caddy runs but never answers on 443.
-    b = _broken_box("caddy", root, tmp_path,
-                    "printf '{\\n admin off\\n}\\n:8444 {\\n respond ok\\n}\\n' "
-                    ">/etc/quicbed/Caddyfile")
+    b = _broken_box(
+        "caddy",
+        root,
+        tmp_path,
+        "printf '{\\n admin off\\n}\\n:8444 {\\n respond ok\\n}\\n' " ">/etc/quicbed/Caddyfile",
+    )
     try:
         start = time.monotonic()
         with pytest.raises(servers.ServerError) as err:

@@ -35,8 +35,9 @@ def served(tmp_path_factory, clean_slate):
     objects = {rel: files[rel] for rel in ("web/index.html", "cloud/1MB", segment)}
     tmp = tmp_path_factory.mktemp("served")
     profile = load_profile("germany")
-    with served_testbed(profile, SERVERS, log_root=tmp / "logs", pki_dir=tmp / "pki",
-                        content_dir=root, start=True) as (tb, hosts):
+    with served_testbed(
+        profile, SERVERS, log_root=tmp / "logs", pki_dir=tmp / "pki", content_dir=root, start=True
+    ) as (tb, hosts):
         yield tb, hosts, objects, tmp / "logs", profile.rtt_ms
 
 
@@ -47,9 +48,19 @@ def test_server_serves_each_protocol_over_the_path(served, server: str, mode: st
     tool, options, log_proto, tls, rtts = MODES[mode]
     address = server_address(tb.servers.index(hosts[server]))
     for rel, meta in objects.items():
-        argv = [tool, "--url", f"https://{SERVER_NAME}/{rel}", "--resolve",
-                f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem", "--sha256",
-                "--timeout", "30", *options]
+        argv = [
+            tool,
+            "--url",
+            f"https://{SERVER_NAME}/{rel}",
+            "--resolve",
+            f"{SERVER_NAME}:443:{address}",
+            "--cacert",
+            f"{CLIENT_PKI}/ca.pem",
+            "--sha256",
+            "--timeout",
+            "30",
+            *options,
+        ]
         proc = tb.client.exec(argv, timeout=60)
         row = json.loads(proc.stdout.splitlines()[-1])
         assert row["error"] == "", row["error"]
@@ -59,7 +70,7 @@ def test_server_serves_each_protocol_over_the_path(served, server: str, mode: st
         assert row["remote_ip"] == address
         # Crossed the emulated path: a fresh handshake costs its RTTs of the 20 ms link.
         assert row["connection_time_ms"] >= 0.95 * rtts * rtt
-    entries = servers.read_access_log(logs / server)[-len(objects):]
+    entries = servers.read_access_log(logs / server)[-len(objects) :]
     assert [e["path"].lstrip("/") for e in entries] == list(objects)
     for entry in entries:
         assert (entry["proto"], entry["tls"]) == (log_proto, tls), entry

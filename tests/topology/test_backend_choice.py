@@ -38,13 +38,19 @@ expect:
 """
 
 
-def _quicbed(args: list[str], tmp_path: Path, timeout: float = 300
-             ) -> tuple[subprocess.CompletedProcess[str], float]:
-    env = {**os.environ, "QUICBED_UML_BINARY": str(STAND_IN), "PYTHONUNBUFFERED": "1",
-           "QUICBED_RESULTS": str(tmp_path / "results")}
+def _quicbed(
+    args: list[str], tmp_path: Path, timeout: float = 300
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    env = {
+        **os.environ,
+        "QUICBED_UML_BINARY": str(STAND_IN),
+        "PYTHONUNBUFFERED": "1",
+        "QUICBED_RESULTS": str(tmp_path / "results"),
+    }
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "quicbed.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "quicbed.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     return proc, time.monotonic() - start
 
 
@@ -56,9 +62,23 @@ def _expected_auto() -> tuple[str, str]:
 
 def test_auto_falls_back_and_says_why_once(tmp_path: Path) -> None:
     out = tmp_path / "cal.json"
-    proc, _ = _quicbed(["calibrate", "india", "--samples", "20", "--udp-packets", "2000",
-                        "--seconds", "2", "--client-image", TOPOLOGY_IMAGE, "--json", str(out)],
-                       tmp_path)
+    proc, _ = _quicbed(
+        [
+            "calibrate",
+            "india",
+            "--samples",
+            "20",
+            "--udp-packets",
+            "2000",
+            "--seconds",
+            "2",
+            "--client-image",
+            TOPOLOGY_IMAGE,
+            "--json",
+            str(out),
+        ],
+        tmp_path,
+    )
     name, reason = _expected_auto()
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("link backend:")]
@@ -77,8 +97,7 @@ def test_an_explicit_uml_backend_fails_at_once_with_the_reason(tmp_path: Path) -
     commands = {
         "calibrate": ["calibrate", "india", "--backend", "uml"],
         "run": ["run", str(experiments / "alpha.yaml"), "--backend", "uml", "--no-progress"],
-        "reproduce": ["reproduce", "--experiments", str(experiments), "--backend", "uml",
-                      "--no-progress"],
+        "reproduce": ["reproduce", "--experiments", str(experiments), "--backend", "uml", "--no-progress"],
     }
     for command, args in commands.items():
         proc, seconds = _quicbed(args, tmp_path, timeout=120)
@@ -125,8 +144,9 @@ def test_doctor_names_the_uml_failure_and_the_backend_auto_uses(tmp_path: Path) 
 def test_lab_check_grades_where_uml_panics(tmp_path: Path) -> None:
     """A student's right answers (the physics: 80 ms, 3/2/1 round trips) pass on this host."""
     answers = tmp_path / "answers.yaml"
-    answers.write_text("rtt_ms: 80 ms\ntls12_rtts: 3\ntls13_rtts: 2\nquic_rtts: 1\n"
-                       "quic_connection_ms: 82 ms\n")
+    answers.write_text(
+        "rtt_ms: 80 ms\ntls12_rtts: 3\ntls13_rtts: 2\nquic_rtts: 1\n" "quic_connection_ms: 82 ms\n"
+    )
     proc, _ = _quicbed(["lab", "check", "round-trips", str(answers)], tmp_path, timeout=600)
     name, reason = _expected_auto()
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]

@@ -19,9 +19,11 @@ def test_the_reason_names_the_cpu_fault_before_the_panic() -> None:
     assert proof.uml_failure(console) == PANIC_REASON
     panic_only = "Run /init as init process\nKernel panic - not syncing: VFS: Unable to mount\n"
     assert proof.uml_failure(panic_only) == (
-        "uml cannot run on this host: Kernel panic - not syncing: VFS: Unable to mount")
+        "uml cannot run on this host: Kernel panic - not syncing: VFS: Unable to mount"
+    )
     assert proof.uml_failure("booting\n", timed_out=True) == (
-        f"uml cannot run on this host: no answer within {proof.UML_PROBE_TIMEOUT_S:.0f} s")
+        f"uml cannot run on this host: no answer within {proof.UML_PROBE_TIMEOUT_S:.0f} s"
+    )
     assert proof.uml_failure("") == "uml cannot run on this host: it exited without output"
 
 
@@ -32,7 +34,8 @@ def probe_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_a_kernel_that_panics_is_proven_unable_and_the_proof_is_cached(
-        probe_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    probe_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("QUICBED_UML_BINARY", str(STAND_IN))
     first = proof.prove_uml()
     assert (first.runs, first.reason, first.cached) == (False, PANIC_REASON, False)
@@ -44,8 +47,9 @@ def test_a_kernel_that_panics_is_proven_unable_and_the_proof_is_cached(
     assert list(probe_cache.glob("uml-*.json")) == []
 
 
-def test_the_cache_is_per_kernel_binary(probe_cache: Path, monkeypatch: pytest.MonkeyPatch,
-                                        tmp_path: Path) -> None:
+def test_the_cache_is_per_kernel_binary(
+    probe_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Another UML binary (an upgrade of the package) is probed again, not read from the cache."""
     monkeypatch.setenv("QUICBED_UML_BINARY", str(STAND_IN))
     proof.prove_uml()
@@ -57,8 +61,7 @@ def test_the_cache_is_per_kernel_binary(probe_cache: Path, monkeypatch: pytest.M
     assert len(list(probe_cache.glob("uml-*.json"))) == 2
 
 
-def test_a_missing_kernel_says_what_to_install(probe_cache: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_kernel_says_what_to_install(probe_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("QUICBED_UML_BINARY", "/nonexistent/linux.uml")
     found = proof.prove_uml()
     assert not found.runs and "apt-get install user-mode-linux" in found.reason

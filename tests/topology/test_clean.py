@@ -52,7 +52,16 @@ def test_every_command_sent_into_a_namespace_is_marked(monkeypatch):
     mark = f"{MARK}={os.getpid()}"
     node = SimpleNamespace(pid=42)
     assert hosts.NsHost.popen_argv(node, ["iperf3", "-s"]) == [
-        "nsenter", "-t", "42", "-n", "--", "env", mark, "iperf3", "-s"]
+        "nsenter",
+        "-t",
+        "42",
+        "-n",
+        "--",
+        "env",
+        mark,
+        "iperf3",
+        "-s",
+    ]
     seen: list[list[str]] = []
 
     def fake_run(argv, **kwargs):
@@ -99,10 +108,13 @@ def test_a_run_kills_the_helpers_it_left_and_only_those(sleepers):
 
 
 def test_a_marked_process_never_finds_itself_or_its_parents():
-    code = ("import os; from quicbed.topology.marker import marked_processes; "
-            "print(bool({os.getpid(), os.getppid()} & set(marked_processes())))")
-    proc = subprocess.run(marked_argv([sys.executable, "-c", code]), capture_output=True,
-                          text=True, timeout=60)
+    code = (
+        "import os; from quicbed.topology.marker import marked_processes; "
+        "print(bool({os.getpid(), os.getppid()} & set(marked_processes())))"
+    )
+    proc = subprocess.run(
+        marked_argv([sys.executable, "-c", code]), capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
 
@@ -130,8 +142,9 @@ def test_quicbed_run_ends_the_helpers_its_teardown_missed(tmp_path, monkeypatch,
     exp_file.write_text(EXPERIMENT)
     made: list[LeavesAHelper] = []
     monkeypatch.setattr(paths, "RESULTS", tmp_path / "results")
-    monkeypatch.setattr(executor, "TestbedExecutor",
-                        lambda *a, **kw: made.append(LeavesAHelper()) or made[-1])
+    monkeypatch.setattr(
+        executor, "TestbedExecutor", lambda *a, **kw: made.append(LeavesAHelper()) or made[-1]
+    )
     args = cli.build_parser().parse_args(["run", str(exp_file), "--no-progress"])
     try:
         assert cli.cmd_run(args) == 0
@@ -158,8 +171,7 @@ def _india_with_two_containers():  # a TestbedConfig; imported here, as the path
     from quicbed.topology.profiles import load_profile
 
     image = os.environ.get("QUICBED_TEST_IMAGE", "debian:trixie-slim")
-    return TestbedConfig(profile=load_profile("india"), client=HostSpec(image),
-                         servers=(HostSpec(image),))
+    return TestbedConfig(profile=load_profile("india"), client=HostSpec(image), servers=(HostSpec(image),))
 
 
 @pytest.mark.path
@@ -175,8 +187,7 @@ def test_clean_after_a_bring_up_that_failed_midway(monkeypatch):
     started: list[subprocess.Popen] = []
 
     def fail_midway(tb: Testbed) -> None:
-        server, client = calibration.start_iperf(tb, calibration.IPERF_PORT, ["-t", "120"],
-                                                  timeout=150)
+        server, client = calibration.start_iperf(tb, calibration.IPERF_PORT, ["-t", "120"], timeout=150)
         router = subprocess.Popen(tb.router.popen_argv(["sleep", "600"]))
         started.extend([server, client, router])
         time.sleep(1)
@@ -193,8 +204,9 @@ def test_clean_after_a_bring_up_that_failed_midway(monkeypatch):
         assert netns != host_ns and netns not in named  # an unnamed namespace
         assert mark_of(proc.pid) == str(os.getpid())
     assert {p.pid for p in alive} <= set(cleaning.testbed_processes())
-    result = subprocess.run([sys.executable, "-m", "quicbed.cli", "clean"], capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "quicbed.cli", "clean"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     for proc in started:
         proc.wait(timeout=10)  # reaped: ended by clean, not by this test

@@ -30,8 +30,12 @@ pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
 
 def _delayline(profile: Profile) -> TestbedConfig:
-    return TestbedConfig(profile=profile, backend="delayline", client=HostSpec(TOPOLOGY_IMAGE),
-                         servers=(HostSpec(TOPOLOGY_IMAGE),))
+    return TestbedConfig(
+        profile=profile,
+        backend="delayline",
+        client=HostSpec(TOPOLOGY_IMAGE),
+        servers=(HostSpec(TOPOLOGY_IMAGE),),
+    )
 
 
 # Germany's 20 ms path at 200 Mbit/s: a rate one UML vCPU cannot forward. Not germany-lab's
@@ -40,20 +44,17 @@ def _delayline(profile: Profile) -> TestbedConfig:
 # hypervisor takes away: CI runs got 0.78 of 500 and 0.77 of 250 Mbit/s with 4-25 % of the
 # CPU stolen. A 20 ms path holds them, as the UML router's 100 Mbit/s germany test shows.
 # 500 Mbit/s is measured by `make bench` (bench/link_bench.py), which prints CPU and steal.
-@pytest.mark.parametrize(("profile", "overrides"),
-                         [("india", {}), ("germany", {"rate_mbit": "200"})])
+@pytest.mark.parametrize(("profile", "overrides"), [("india", {}), ("germany", {"rate_mbit": "200"})])
 def test_delayline_passes_calibration(profile: str, overrides: dict[str, str]) -> None:
     """20 Mbit/s at 80 ms, and 200 Mbit/s at 20 ms (≥ 90% of the rate), RTT within tolerance."""
     with Testbed(_delayline(apply_overrides(load_profile(profile), overrides))) as tb:
         assert tb.backend and tb.backend.name == "delayline"
         cal = calibrate(tb, udp_packets=20000)
-    failed = [(c.metric, c.direction, c.configured, c.measured, c.detail)
-              for c in cal.checks if not c.passed]
+    failed = [(c.metric, c.direction, c.configured, c.measured, c.detail) for c in cal.checks if not c.passed]
     assert not failed, failed
     floor = 0.94 if tb.profile.max_rate_mbit <= 100 else 0.90
     for direction in ("down", "up"):
-        goodput = next(c for c in cal.checks
-                       if c.metric == "goodput_mbit" and c.direction == direction)
+        goodput = next(c for c in cal.checks if c.metric == "goodput_mbit" and c.direction == direction)
         assert goodput.measured >= floor * tb.profile.max_rate_mbit
 
 
@@ -82,7 +83,7 @@ def test_delayline_gilbert_elliott_loss_has_bursts() -> None:
 # normal table is normal with √2·σ (IQR 1.349·√2·σ); of two uniform ±σ draws, triangular on
 # ±2σ (quartiles at ±2σ·(1 − 1/√2)). bench/link_bench.py --jitter prints the measured IQR ÷
 # this with the host's CPU steal: the tight figure (±15 %) is a benchmark's, not a test's.
-IQR_PER_SIGMA = {"normal": 1.349 * 2 ** 0.5, "uniform": 4 * (1 - 2 ** -0.5)}
+IQR_PER_SIGMA = {"normal": 1.349 * 2**0.5, "uniform": 4 * (1 - 2**-0.5)}
 JITTER_SIGMA_MS = 4.0
 
 
@@ -94,8 +95,9 @@ def test_delayline_jitter_follows_netem_tables(distribution: str) -> None:
     1.96·√2·σ below 80 (2.6 ms under the uniform bound at σ = 4 ms; its standard error here is
     0.3 ms). The IQR must be the table's within a factor (no jitter, or σ doubled, fail)."""
     sigma = JITTER_SIGMA_MS
-    profile = apply_overrides(load_profile("india"),
-                              {"jitter_ms": str(sigma), "jitter_distribution": distribution})
+    profile = apply_overrides(
+        load_profile("india"), {"jitter_ms": str(sigma), "jitter_distribution": distribution}
+    )
     with Testbed(_delayline(profile)) as tb:
         before = cpu_times()
         samples = tb.ping(count=2000, interval=0.005)
@@ -104,8 +106,10 @@ def test_delayline_jitter_follows_netem_tables(distribution: str) -> None:
     quartiles = statistics.quantiles(samples, n=4)
     low_tail = statistics.quantiles(samples, n=40)[0]
     iqr, expected = quartiles[2] - quartiles[0], IQR_PER_SIGMA[distribution] * sigma
-    seen = (f"IQR {iqr:.2f} ms (table {expected:.2f}), quartiles {quartiles}, 2.5 % at "
-            f"{low_tail:.2f} ms, {cpu}")
+    seen = (
+        f"IQR {iqr:.2f} ms (table {expected:.2f}), quartiles {quartiles}, 2.5 % at "
+        f"{low_tail:.2f} ms, {cpu}"
+    )
     assert 0.6 * expected <= iqr <= 1.6 * expected, seen
     assert abs(quartiles[1] - 80.0) < 2.0, seen
     uniform_floor = 80 - 2 * sigma - 0.5
@@ -127,8 +131,9 @@ def test_delayline_reorders_and_duplicates_like_netem() -> None:
     duplicates inside the binomial CI of the configured rate, and as many datagrams arriving
     ahead of an earlier one (netem's reorder sends them at once, past the delayed ones)."""
     packets, duplicate, reorder = 10000, 5.0, 10.0
-    profile = apply_overrides(load_profile("india"), {"duplicate_pct": str(duplicate),
-                                                      "reorder_pct": str(reorder)})
+    profile = apply_overrides(
+        load_profile("india"), {"duplicate_pct": str(duplicate), "reorder_pct": str(reorder)}
+    )
     results, seed = {}, None
     for backend in ("uml", "delayline"):
         config = replace(_delayline(profile), backend=backend)
@@ -138,8 +143,7 @@ def test_delayline_reorders_and_duplicates_like_netem() -> None:
     for backend, by_direction in results.items():
         for direction, r in by_direction.items():
             assert r["received"] == packets, (backend, direction, r)
-            ci = binomtest(r["duplicates"], packets).proportion_ci(DUPLICATE_CONFIDENCE,
-                                                                   method="exact")
+            ci = binomtest(r["duplicates"], packets).proportion_ci(DUPLICATE_CONFIDENCE, method="exact")
             if backend == "delayline":  # the seed repeats the run's draws
                 assert ci.low <= duplicate / 100 <= ci.high, (backend, direction, r, seed)
             else:  # UML's packet sockets drop some duplicates on a loaded host (one CI run: 4.4%)

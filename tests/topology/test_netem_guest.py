@@ -16,13 +16,15 @@ from quicbed.topology.guest import GUEST_INIT, GuestJob, calibrate_in_guest, gue
 
 
 def _failed(calibration: dict) -> list[tuple]:
-    return [(c["metric"], c["direction"], c["configured"], c["measured"], c["detail"])
-            for c in calibration["checks"] if not c["passed"]]
+    return [
+        (c["metric"], c["direction"], c["configured"], c["measured"], c["detail"])
+        for c in calibration["checks"]
+        if not c["passed"]
+    ]
 
 
 def _check(calibration: dict, metric: str, direction: str = "both") -> dict:
-    return next(c for c in calibration["checks"]
-                if c["metric"] == metric and c["direction"] == direction)
+    return next(c for c in calibration["checks"] if c["metric"] == metric and c["direction"] == direction)
 
 
 @pytest.mark.path

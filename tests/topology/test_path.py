@@ -27,8 +27,7 @@ pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
 def _config(profile: str, **overrides: str) -> TestbedConfig:
     prof = apply_overrides(load_profile(profile), overrides)
-    return TestbedConfig(profile=prof, client=HostSpec(TOPOLOGY_IMAGE),
-                         servers=(HostSpec(TOPOLOGY_IMAGE),))
+    return TestbedConfig(profile=prof, client=HostSpec(TOPOLOGY_IMAGE), servers=(HostSpec(TOPOLOGY_IMAGE),))
 
 
 def _by_metric(cal, metric: str, direction: str = "both"):
@@ -40,8 +39,7 @@ def test_calibration_passes_on_shipped_profiles(profile: str) -> None:
     """RTT at 80 ms (india) and 20 ms (germany), goodput at 20, 100 and asymmetric 25/5."""
     with Testbed(_config(profile)) as tb:
         cal = calibrate(tb, udp_packets=20000)
-    failed = [(c.metric, c.direction, c.configured, c.measured, c.detail)
-              for c in cal.checks if not c.passed]
+    failed = [(c.metric, c.direction, c.configured, c.measured, c.detail) for c in cal.checks if not c.passed]
     assert not failed, failed
     rtt = _by_metric(cal, "rtt_median_ms")
     assert abs(rtt.measured - tb.profile.rtt_ms) <= max(0.5, 0.01 * tb.profile.rtt_ms)
@@ -81,13 +79,28 @@ def test_host_container_has_no_route_but_the_emulated_one() -> None:
         assert tb.server.defaultIntf().updateIP() == "10.77.2.10"
 
 
-@pytest.mark.parametrize("backend", [pytest.param(b, marks=pytest.mark.backend(b))
-                                     for b in ("netem", "uml", "delayline")])
+@pytest.mark.parametrize(
+    "backend", [pytest.param(b, marks=pytest.mark.backend(b)) for b in ("netem", "uml", "delayline")]
+)
 def test_clean_leaves_nothing_after_kill_9(backend: str) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    run = subprocess.Popen([sys.executable, "-m", "quicbed.cli", "calibrate", "india",
-                            "--backend", backend, "--client-image", TOPOLOGY_IMAGE], env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "quicbed.cli",
+            "calibrate",
+            "india",
+            "--backend",
+            backend,
+            "--client-image",
+            TOPOLOGY_IMAGE,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 90
     seen = ""
     while time.monotonic() < deadline:  # kill it mid-measurement, with everything up
@@ -101,12 +114,10 @@ def test_clean_leaves_nothing_after_kill_9(backend: str) -> None:
     assert any(item.startswith("container") for item in leftovers())
     os.kill(run.pid, signal.SIGKILL)
     run.wait()
-    proc = subprocess.run([sys.executable, "-m", "quicbed.cli", "clean"], capture_output=True,
-                          text=True)
+    proc = subprocess.run([sys.executable, "-m", "quicbed.cli", "clean"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     time.sleep(0.5)
     assert leftovers() == []
-
 
 
 LOOKUP = """
@@ -130,10 +141,14 @@ def test_container_hosts_resolve_only_inside_the_testbed() -> None:
     client = HostSpec("quicbed/client:dev")  # has python3 (the base image has not)
     cfg = TestbedConfig(profile=load_profile("india"), client=client, servers=(client,))
     with Testbed(cfg) as tb:
-        proc = tb.client.exec(["python3", "-c", LOOKUP, "server.quicbed", "client",
-                               "no-such-host.example", "www.debian.org"], check=True)
-    got = {name: (found, float(took)) for name, found, took in
-           (line.split() for line in proc.stdout.splitlines())}
+        proc = tb.client.exec(
+            ["python3", "-c", LOOKUP, "server.quicbed", "client", "no-such-host.example", "www.debian.org"],
+            check=True,
+        )
+    got = {
+        name: (found, float(took))
+        for name, found, took in (line.split() for line in proc.stdout.splitlines())
+    }
     assert got["server.quicbed"][0] == "10.77.2.10"
     assert got["client"][0] == "10.77.1.10"  # its own hostname (OpenLDAP asks for it)
     for name in ("no-such-host.example", "www.debian.org"):

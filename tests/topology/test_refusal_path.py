@@ -54,24 +54,37 @@ def half_rate(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("half_rate")
-def test_calibrate_refuses_a_path_at_half_its_rate(tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_calibrate_refuses_a_path_at_half_its_rate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "cal.json"
-    code = cli.main(["calibrate", "india", "--samples", "20", "--udp-packets", "2000",
-                     "--seconds", "3", "--client-image", TOPOLOGY_IMAGE, "--json", str(out)])
+    code = cli.main(
+        [
+            "calibrate",
+            "india",
+            "--samples",
+            "20",
+            "--udp-packets",
+            "2000",
+            "--seconds",
+            "3",
+            "--client-image",
+            TOPOLOGY_IMAGE,
+            "--json",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr()
     assert code == 3, (printed.out + printed.err)[-3000:]
     cal = json.loads(out.read_text())
-    failed = {(c["metric"], c["direction"]): c["measured"] for c in cal["checks"]
-              if not c["passed"]}
+    failed = {(c["metric"], c["direction"]): c["measured"] for c in cal["checks"] if not c["passed"]}
     assert set(failed) == {("goodput_mbit", "down"), ("goodput_mbit", "up")}, failed
     assert all(0.4 * 20 <= mbit <= 0.5 * 20 for mbit in failed.values()), failed
 
 
 @pytest.mark.usefixtures("ten_ms_long")
 @pytest.mark.parametrize("force", [False, True], ids=["refused", "forced"])
-def test_run_on_a_wrong_path_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                     force: bool) -> None:
+def test_run_on_a_wrong_path_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, force: bool) -> None:
     monkeypatch.setattr(paths, "RESULTS", tmp_path / "results")
     file = tmp_path / "wrong-path.yaml"
     file.write_text(EXPERIMENT)

@@ -41,8 +41,10 @@ def test_a_signal_during_the_block_is_raised_after_the_whole_block(raising_handl
     assert steps == ["after the signal", "the rest of the teardown"]
     assert raising_handlers == [signal.SIGTERM]
     # the caller's handlers are back
-    assert all(signal.getsignal(sig) is not None and signal.getsignal(sig).__name__ == "handler"
-               for sig in STOP_SIGNALS)
+    assert all(
+        signal.getsignal(sig) is not None and signal.getsignal(sig).__name__ == "handler"
+        for sig in STOP_SIGNALS
+    )
 
 
 def test_no_signal_no_exception_and_handlers_restored(raising_handlers) -> None:

@@ -36,22 +36,32 @@ def _write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("down: {rate_mbit: 20, delay_ms: -1}\nup: {rate_mbit: 20}\n",
-     ":1: down.delay_ms: must be >= 0 ms, got -1"),
-    ("down: {rate_mbit: 20}\nup:\n  rate_mbit: 20\n  loss_pct: 101\n",
-     ":4: up.loss_pct: must be within [0, 100] %, got 101"),
-    ("down: {rate_mbit: 0}\nup: {rate_mbit: 20}\n", ":1: down.rate_mbit: must be > 0 Mbit/s, got 0"),
-    ("down: {rate_mbit: 20}\nup: {rate_mbit: 20}\nbandwidth: 3\n",
-     ":3: bandwidth: unknown key (known: description, source, down, up)"),
-    ("down:\n  rate_mbit: 20\n  dely_ms: 3\nup: {rate_mbit: 20}\n",
-     ":3: down.dely_ms: unknown key"),
-    ("down: {rate_mbit: fast}\nup: {rate_mbit: 20}\n", ":1: down.rate_mbit: must be a number"),
-    ("down: {rate_mbit: 20\nup: {rate_mbit: 20}\n", ":2: yaml: while parsing a flow mapping"),
-    ("down: {rate_mbit: 20}\n", ":1: up: missing"),
-    ("down: {rate_mbit: .nan}\nup: {rate_mbit: 20}\n",
-     ":1: down.rate_mbit: must be a finite number, got nan"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "down: {rate_mbit: 20, delay_ms: -1}\nup: {rate_mbit: 20}\n",
+            ":1: down.delay_ms: must be >= 0 ms, got -1",
+        ),
+        (
+            "down: {rate_mbit: 20}\nup:\n  rate_mbit: 20\n  loss_pct: 101\n",
+            ":4: up.loss_pct: must be within [0, 100] %, got 101",
+        ),
+        ("down: {rate_mbit: 0}\nup: {rate_mbit: 20}\n", ":1: down.rate_mbit: must be > 0 Mbit/s, got 0"),
+        (
+            "down: {rate_mbit: 20}\nup: {rate_mbit: 20}\nbandwidth: 3\n",
+            ":3: bandwidth: unknown key (known: description, source, down, up)",
+        ),
+        ("down:\n  rate_mbit: 20\n  dely_ms: 3\nup: {rate_mbit: 20}\n", ":3: down.dely_ms: unknown key"),
+        ("down: {rate_mbit: fast}\nup: {rate_mbit: 20}\n", ":1: down.rate_mbit: must be a number"),
+        ("down: {rate_mbit: 20\nup: {rate_mbit: 20}\n", ":2: yaml: while parsing a flow mapping"),
+        ("down: {rate_mbit: 20}\n", ":1: up: missing"),
+        (
+            "down: {rate_mbit: .nan}\nup: {rate_mbit: 20}\n",
+            ":1: down.rate_mbit: must be a finite number, got nan",
+        ),
+    ],
+)
 def test_bad_profile_names_file_line_field(tmp_path: Path, text: str, expected: str) -> None:
     path = _write(tmp_path, text)
     with pytest.raises(InputError) as err:
@@ -62,16 +72,18 @@ def test_bad_profile_names_file_line_field(tmp_path: Path, text: str, expected: 
 
 def test_cli_bad_profile_is_one_line_exit_2(tmp_path: Path) -> None:
     path = _write(tmp_path, "down: {rate_mbit: 20, delay_ms: -5}\nup: {rate_mbit: 20}\n")
-    proc = subprocess.run([sys.executable, "-m", "quicbed.cli", "calibrate", str(path)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "quicbed.cli", "calibrate", str(path)], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"quicbed: {path}:1: down.delay_ms: must be >= 0 ms, got -5"
     assert "Traceback" not in proc.stderr
 
 
 def test_cli_unknown_profile_exit_2() -> None:
-    proc = subprocess.run([sys.executable, "-m", "quicbed.cli", "calibrate", "atlantis"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "quicbed.cli", "calibrate", "atlantis"], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert "unknown profile 'atlantis'" in proc.stderr and "india" in proc.stderr
 
@@ -103,9 +115,13 @@ def test_overrides_one_or_both_directions() -> None:
 def test_netem_stage_carries_delay_loss_and_never_drops_itself() -> None:
     spec = LinkSpec(rate_mbit=20, delay_ms=40, loss_pct=1, jitter_ms=2)
     add = netem_commands("vec0", spec, delay_ms=39.8)[-1]
-    assert add[add.index("delay") + 1:add.index("delay") + 5] == ["39.800ms", "2.000ms",
-                                                                   "distribution", "normal"]
-    assert add[add.index("loss") + 1:add.index("loss") + 3] == ["random", "1%"]
+    assert add[add.index("delay") + 1 : add.index("delay") + 5] == [
+        "39.800ms",
+        "2.000ms",
+        "distribution",
+        "normal",
+    ]
+    assert add[add.index("loss") + 1 : add.index("loss") + 3] == ["random", "1%"]
     # 20 Mbit/s of 64-byte frames over 46 ms is ~1800 packets: the limit must exceed it.
     assert int(add[add.index("limit") + 1]) > 20e6 * 0.046 / 512
 
@@ -125,8 +141,9 @@ def test_gilbert_elliott_mean_loss() -> None:
 def test_uniform_jitter_gives_netem_no_table() -> None:
     """tc has no "uniform" table (it refuses `distribution uniform`); netem without one
     draws uniformly."""
-    add = netem_commands("vec0", LinkSpec(rate_mbit=20, delay_ms=40, jitter_ms=2,
-                                          jitter_distribution="uniform"))[-1]
+    add = netem_commands(
+        "vec0", LinkSpec(rate_mbit=20, delay_ms=40, jitter_ms=2, jitter_distribution="uniform")
+    )[-1]
     assert "distribution" not in add and "2.000ms" in add
 
 
@@ -137,10 +154,10 @@ def test_reordering_needs_a_delay() -> None:
 
 
 def test_delay_line_settings_are_netems_parameters() -> None:
-    spec = LinkSpec(rate_mbit=20, delay_ms=40, jitter_ms=2, duplicate_pct=1,
-                    gemodel=GilbertElliott(p=1, r=20))
-    settings = dict(line.split("=", 1)
-                    for line in delayline_config(spec, 39.8, seed=7, generation=3).split())
+    spec = LinkSpec(
+        rate_mbit=20, delay_ms=40, jitter_ms=2, duplicate_pct=1, gemodel=GilbertElliott(p=1, r=20)
+    )
+    settings = dict(line.split("=", 1) for line in delayline_config(spec, 39.8, seed=7, generation=3).split())
     assert settings["delay_us"] == "39800.0" and settings["jitter_us"] == "2000.0"
     assert settings["distribution"].endswith("/normal.dist")
     assert (settings["ge_p"], settings["ge_r"], settings["ge_loss_bad"]) == ("1", "20", "100")
@@ -183,37 +200,47 @@ def test_set_takes_every_sweep_axis_of_experiment_files() -> None:
             applied += 1
             continue
         assert getattr(india.down, axis) != value and getattr(india.up, axis) != value, axis
-        for key, directions in ((axis, ("down", "up")), (f"down.{axis}", ("down",)),
-                                (f"up.{axis}", ("up",))):
+        for key, directions in ((axis, ("down", "up")), (f"down.{axis}", ("down",)), (f"up.{axis}", ("up",))):
             out = apply_overrides(india, parse_overrides([f"{key}={text}"]))
             for direction in ("down", "up"):
                 spec, before = getattr(out, direction), getattr(india, direction)
                 want = value if direction in directions else getattr(before, axis)
-                assert getattr(spec, axis) == want and type(getattr(spec, axis)) is type(want), \
-                    (key, direction)
+                assert getattr(spec, axis) == want and type(getattr(spec, axis)) is type(want), (
+                    key,
+                    direction,
+                )
                 assert replace(spec, **{axis: getattr(before, axis)}) == before, (key, direction)
             applied += 1
     assert applied == 3 * len(LINK_AXES) - 2
 
 
-@pytest.mark.parametrize(("pairs", "message"), [
-    (["=3"], "--set: expected KEY=VALUE, got '=3'"),
-    (["rtt_ms"], "--set: expected KEY=VALUE, got 'rtt_ms'"),
-    (["rtt_ms= "], "--set: expected KEY=VALUE, got 'rtt_ms= '"),
-    (["rtt_ms=abc"], "--set rtt_ms: must be a number, got 'abc'"),
-    (["nonsense=1"], "--set: cannot override 'nonsense' (use PARAM, down.PARAM or up.PARAM with "
-                     "PARAM in rate_mbit, delay_ms, "),
-    (["rtt_ms=-5"], "--set rtt_ms: must be >= 0 ms, got -5"),
-    (["loss_pct=150"], "--set loss_pct: must be within [0, 100] %, got 150"),
-    (["down.loss_pct=101"], "--set down.loss_pct: must be within [0, 100] %, got 101"),
-    (["up.rtt_ms=40"], "--set up.rtt_ms: rtt_ms is a round trip and has no direction (use "
-                       "up.delay_ms for a one-way delay)"),
-    (["rtt_ms=40", "down.delay_ms=3"], "--set down.delay_ms: give rtt_ms or delay_ms, not both"),
-    (["rtt_ms=nan"], "--set rtt_ms: must be a finite number, got nan"),
-    (["rate_mbit=inf"], "--set rate_mbit: must be a finite number, got inf"),
-    (["queue_packets=1.5"], "--set queue_packets: must be a whole number, got '1.5'"),
-    (["gemodel=1"], "--set: cannot override 'gemodel'"),
-])
+@pytest.mark.parametrize(
+    ("pairs", "message"),
+    [
+        (["=3"], "--set: expected KEY=VALUE, got '=3'"),
+        (["rtt_ms"], "--set: expected KEY=VALUE, got 'rtt_ms'"),
+        (["rtt_ms= "], "--set: expected KEY=VALUE, got 'rtt_ms= '"),
+        (["rtt_ms=abc"], "--set rtt_ms: must be a number, got 'abc'"),
+        (
+            ["nonsense=1"],
+            "--set: cannot override 'nonsense' (use PARAM, down.PARAM or up.PARAM with "
+            "PARAM in rate_mbit, delay_ms, ",
+        ),
+        (["rtt_ms=-5"], "--set rtt_ms: must be >= 0 ms, got -5"),
+        (["loss_pct=150"], "--set loss_pct: must be within [0, 100] %, got 150"),
+        (["down.loss_pct=101"], "--set down.loss_pct: must be within [0, 100] %, got 101"),
+        (
+            ["up.rtt_ms=40"],
+            "--set up.rtt_ms: rtt_ms is a round trip and has no direction (use "
+            "up.delay_ms for a one-way delay)",
+        ),
+        (["rtt_ms=40", "down.delay_ms=3"], "--set down.delay_ms: give rtt_ms or delay_ms, not both"),
+        (["rtt_ms=nan"], "--set rtt_ms: must be a finite number, got nan"),
+        (["rate_mbit=inf"], "--set rate_mbit: must be a finite number, got inf"),
+        (["queue_packets=1.5"], "--set queue_packets: must be a whole number, got '1.5'"),
+        (["gemodel=1"], "--set: cannot override 'gemodel'"),
+    ],
+)
 def test_bad_set_is_one_line_naming_the_key(pairs: list[str], message: str) -> None:
     with pytest.raises(InputError) as err:
         load_profile("india", parse_overrides(pairs))
@@ -257,14 +284,18 @@ def test_cli_calibrate_accepts_rtt_ms(no_testbed: list[Any], capsys: pytest.Capt
     assert "Traceback" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("pair", "message"), [
-    ("=3", "--set: expected KEY=VALUE, got '=3'"),
-    ("rtt_ms=abc", "--set rtt_ms: must be a number, got 'abc'"),
-    ("rtt_ms=-5", "--set rtt_ms: must be >= 0 ms, got -5"),
-    ("loss_pct=150", "--set loss_pct: must be within [0, 100] %, got 150"),
-])
-def test_cli_bad_set_is_one_line_exit_2(no_testbed: list[Any], capsys: pytest.CaptureFixture,
-                                        pair: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("pair", "message"),
+    [
+        ("=3", "--set: expected KEY=VALUE, got '=3'"),
+        ("rtt_ms=abc", "--set rtt_ms: must be a number, got 'abc'"),
+        ("rtt_ms=-5", "--set rtt_ms: must be >= 0 ms, got -5"),
+        ("loss_pct=150", "--set loss_pct: must be within [0, 100] %, got 150"),
+    ],
+)
+def test_cli_bad_set_is_one_line_exit_2(
+    no_testbed: list[Any], capsys: pytest.CaptureFixture, pair: str, message: str
+) -> None:
     assert cli.main(["calibrate", "india", "--set", pair]) == 2
     assert capsys.readouterr().err == f"quicbed: {message}\n"
     assert not no_testbed
@@ -273,18 +304,36 @@ def test_cli_bad_set_is_one_line_exit_2(no_testbed: list[Any], capsys: pytest.Ca
 # --- the calibration table in a log --------------------------------------------------------------
 
 
-CALIBRATION = Calibration("india", "uml", duration_s=42, checks=[
-    Check("rtt_median_ms", "both", 80.0, 80.512, "±2.40 ms", True, "min 80.31 ms over 30 samples"),
-    Check("goodput_mbit", "down", 20, 19.1, "94%..102% of rate", True,
-          "0.955 of rate (attempts: 19.1, 19.2 Mbit/s); ideal TCP payload share 0.956"),
-    Check("router_bytes", "down", 12345678, 12399999, ">= bytes received", True,
-          "router egress vec-r-c sent 12399999 B while the receiver got 12345678 B"),
-    Check("loss_pct", "up", 1.0, 3.2, "99% CI [0.812, 1.204]", False, "640 of 20000 datagrams lost"),
-])
+CALIBRATION = Calibration(
+    "india",
+    "uml",
+    duration_s=42,
+    checks=[
+        Check("rtt_median_ms", "both", 80.0, 80.512, "±2.40 ms", True, "min 80.31 ms over 30 samples"),
+        Check(
+            "goodput_mbit",
+            "down",
+            20,
+            19.1,
+            "94%..102% of rate",
+            True,
+            "0.955 of rate (attempts: 19.1, 19.2 Mbit/s); ideal TCP payload share 0.956",
+        ),
+        Check(
+            "router_bytes",
+            "down",
+            12345678,
+            12399999,
+            ">= bytes received",
+            True,
+            "router egress vec-r-c sent 12399999 B while the receiver got 12345678 B",
+        ),
+        Check("loss_pct", "up", 1.0, 3.2, "99% CI [0.812, 1.204]", False, "640 of 20000 datagrams lost"),
+    ],
+)
 
 
-def test_calibration_table_rows_are_not_wrapped_without_a_terminal(
-        capsys: pytest.CaptureFixture) -> None:
+def test_calibration_table_rows_are_not_wrapped_without_a_terminal(capsys: pytest.CaptureFixture) -> None:
     log = io.StringIO()
     print_calibration(CALIBRATION, Console(file=log))  # a file: no terminal, no width
     print_calibration(CALIBRATION)  # the default console, on pytest's captured stdout
@@ -314,8 +363,7 @@ def test_host_cpu_share_busy_and_stolen_between_two_readings() -> None:
     assert not idle.saturated and idle.describe() == "host CPU 23% busy, 0% stolen"
 
 
-def test_loss_check_holds_a_sweep_to_a_small_false_alarm_rate_and_still_refuses_a_wrong_link(
-        ) -> None:
+def test_loss_check_holds_a_sweep_to_a_small_false_alarm_rate_and_still_refuses_a_wrong_link() -> None:
     from quicbed.topology.calibrate import _loss_check
 
     # Seen in the paper's video sweep: 4.60 % of 20,000 at a configured 5 % (2.6 σ low), which
@@ -339,12 +387,12 @@ def test_goodput_is_the_median_second_and_the_ceiling_is_the_payload_share() -> 
     )
 
     def second(mbit: float, omitted: bool = False, seconds: float = 1.0) -> dict:
-        return {"sum": {"bytes": mbit * 1e6 / 8 * seconds, "seconds": seconds,
-                        "omitted": omitted}}
+        return {"sum": {"bytes": mbit * 1e6 / 8 * seconds, "seconds": seconds, "omitted": omitted}}
 
     rates = [24.0, 19.13, 19.12, 19.13, 19.14]  # 0.985 of 20 Mbit/s as a mean
-    result = {"intervals": [second(14.5, True), second(19.1, True), *map(second, rates),
-                            second(30.0, seconds=0.4)]}
+    result = {
+        "intervals": [second(14.5, True), second(19.1, True), *map(second, rates), second(30.0, seconds=0.4)]
+    }
     assert receiver_goodput_mbit(result, "down") == pytest.approx(19.13)
     upload = {"server_output_json": result}
     assert receiver_goodput_mbit(upload, "up") == pytest.approx(19.13)

@@ -63,15 +63,38 @@ from quicbed.topology.backends.uml import (
 from quicbed.topology.hosts import NsHost
 
 __all__ = [
-    "BACKENDS", "DELAYLINE_BINARY", "DELAYLINE_DIR", "DELAYLINE_MARK", "UML_BINARY", "UML_MARK",
-    "UML_MAX_RATE_MBIT", "Backend", "DelayLineBackend", "Impairment", "Lan", "NetemBackend",
-    "BackendChoice", "Proof", "TcBackend", "UmlBackend", "announce", "backend_checks", "build_delayline",
-    "choose_backend", "delayline_config", "host_has_netem", "jitter_table", "make_backend",
-    "proofs", "prove", "router_state_dir", "tc_script", "uml_binary",
+    "BACKENDS",
+    "DELAYLINE_BINARY",
+    "DELAYLINE_DIR",
+    "DELAYLINE_MARK",
+    "UML_BINARY",
+    "UML_MARK",
+    "UML_MAX_RATE_MBIT",
+    "Backend",
+    "DelayLineBackend",
+    "Impairment",
+    "Lan",
+    "NetemBackend",
+    "BackendChoice",
+    "Proof",
+    "TcBackend",
+    "UmlBackend",
+    "announce",
+    "backend_checks",
+    "build_delayline",
+    "choose_backend",
+    "delayline_config",
+    "host_has_netem",
+    "jitter_table",
+    "make_backend",
+    "proofs",
+    "prove",
+    "router_state_dir",
+    "tc_script",
+    "uml_binary",
 ]
 
-BACKENDS: dict[str, type[Backend]] = {"netem": NetemBackend, "uml": UmlBackend,
-                                      "delayline": DelayLineBackend}
+BACKENDS: dict[str, type[Backend]] = {"netem": NetemBackend, "uml": UmlBackend, "delayline": DelayLineBackend}
 _announced: set[BackendChoice] = set()
 
 
@@ -92,19 +115,25 @@ def choose_backend(requested: str | None, max_rate_mbit: float = 0.0) -> Backend
     is one it forwards, else the delay line."""
     if requested and requested != "auto":
         if requested not in BACKENDS:
-            raise InputError(f"unknown link backend {requested!r} "
-                             f"(choose from auto, {', '.join(BACKENDS)})", field="--backend")
+            raise InputError(
+                f"unknown link backend {requested!r} " f"(choose from auto, {', '.join(BACKENDS)})",
+                field="--backend",
+            )
         proof = prove(requested)
         if not proof.runs:
-            raise HostProblem(f"--backend {requested}: {proof.reason}; leave --backend on auto "
-                              "(`quicbed doctor` shows which backends run here)")
+            raise HostProblem(
+                f"--backend {requested}: {proof.reason}; leave --backend on auto "
+                "(`quicbed doctor` shows which backends run here)"
+            )
         return BackendChoice(requested, f"--backend {requested}; {proof.reason}")
     netem = prove_netem()
     if netem.runs:
         return BackendChoice("netem", netem.reason)
     if max_rate_mbit > UML_MAX_RATE_MBIT:
-        why = (f"no sch_netem in this kernel, and {max_rate_mbit:g} Mbit/s is above what one UML "
-               f"vCPU forwards ({UML_MAX_RATE_MBIT:g})")
+        why = (
+            f"no sch_netem in this kernel, and {max_rate_mbit:g} Mbit/s is above what one UML "
+            f"vCPU forwards ({UML_MAX_RATE_MBIT:g})"
+        )
     else:
         uml = prove_uml()
         if uml.runs:
@@ -135,11 +164,18 @@ def backend_checks() -> list[Check]:
     out = []
     for name in BACKENDS:
         proof = prove(name, fresh=True)
-        out.append(Check(f"link backend {name}", proof.runs,
-                         ("runs: " if proof.runs else "cannot run here: ") + proof.reason,
-                         optional=True))
-    for label, rate in (("link backend auto", 0.0),
-                        (f"link backend auto > {UML_MAX_RATE_MBIT:g} Mbit/s", 1000.0)):
+        out.append(
+            Check(
+                f"link backend {name}",
+                proof.runs,
+                ("runs: " if proof.runs else "cannot run here: ") + proof.reason,
+                optional=True,
+            )
+        )
+    for label, rate in (
+        ("link backend auto", 0.0),
+        (f"link backend auto > {UML_MAX_RATE_MBIT:g} Mbit/s", 1000.0),
+    ):
         try:
             choice = choose_backend("auto", rate)
             out.append(Check(label, True, f"{choice.name} ({choice.reason})"))

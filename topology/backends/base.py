@@ -31,7 +31,7 @@ class Lan:
 class Backend(ABC):
     name: str
     down_dev: str  # egress toward the clients (the "down" direction)
-    up_dev: str    # egress toward the servers (the "up" direction)
+    up_dev: str  # egress toward the servers (the "up" direction)
 
     def __init__(self, router: NsHost, state_dir: Path) -> None:
         self.router, self.state_dir = router, state_dir
@@ -66,8 +66,12 @@ class TcBackend(Backend):
         """Run tc argument lists on the router; raise InputError if one is refused."""
 
     def impair(self, down: Impairment, up: Impairment) -> None:
-        self.tc([*netem_commands(self.down_dev, down[0], delay_ms=down[1]),
-                 *netem_commands(self.up_dev, up[0], delay_ms=up[1])])
+        self.tc(
+            [
+                *netem_commands(self.down_dev, down[0], delay_ms=down[1]),
+                *netem_commands(self.up_dev, up[0], delay_ms=up[1]),
+            ]
+        )
 
 
 def tc_script(commands: Sequence[Sequence[str]]) -> str:
@@ -98,8 +102,12 @@ def frame_port_up(router: NsHost, dev: str) -> None:
 def parse_counters(ip_json: str) -> dict[str, int]:
     """The counters of `ip -s -j link show DEV`."""
     stats = json.loads(ip_json)[0]["stats64"]
-    return {"tx_packets": stats["tx"]["packets"], "tx_bytes": stats["tx"]["bytes"],
-            "rx_packets": stats["rx"]["packets"], "rx_bytes": stats["rx"]["bytes"]}
+    return {
+        "tx_packets": stats["tx"]["packets"],
+        "tx_bytes": stats["tx"]["bytes"],
+        "rx_packets": stats["rx"]["packets"],
+        "rx_bytes": stats["rx"]["bytes"],
+    }
 
 
 def router_state_dir(run_id: str) -> Path:

@@ -62,13 +62,25 @@ class DelayLineBackend(Backend):
         idle = LinkSpec(rate_mbit=1.0)
         self._write_configs((idle, 0.0), (idle, 0.0))
         for direction, side in self.SIDES:
-            argv = [str(binary), "--a", f"dlr{side}x", "--b", f"dlb{side}x",
-                    "--config", str(self.dir / f"{direction}.conf"),
-                    "--applied", str(self.dir / f"{direction}.applied")]
+            argv = [
+                str(binary),
+                "--a",
+                f"dlr{side}x",
+                "--b",
+                f"dlb{side}x",
+                "--config",
+                str(self.dir / f"{direction}.conf"),
+                "--applied",
+                str(self.dir / f"{direction}.applied"),
+            ]
             log = open(self.dir / f"{direction}.log", "wb")  # written until stop
             self.processes[direction] = subprocess.Popen(
-                self.router.popen_argv(argv), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True)
+                self.router.popen_argv(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self._wait_applied()
 
     def impair(self, down: Impairment, up: Impairment) -> None:
@@ -80,8 +92,7 @@ class DelayLineBackend(Backend):
     def _write_configs(self, down: Impairment, up: Impairment) -> None:
         self.generation += 1
         for (direction, _), (spec, delay_ms) in zip(self.SIDES, (down, up), strict=True):
-            text = delayline_config(spec, delay_ms, self.seed + (direction == "up"),
-                                    self.generation)
+            text = delayline_config(spec, delay_ms, self.seed + (direction == "up"), self.generation)
             tmp = self.dir / f"{direction}.conf.tmp"
             tmp.write_text(text)
             os.replace(tmp, self.dir / f"{direction}.conf")
@@ -92,8 +103,9 @@ class DelayLineBackend(Backend):
             while self.applied(direction).get("generation") != self.generation:
                 if process.poll() is not None or time.monotonic() > deadline:
                     log = (self.dir / f"{direction}.log").read_text(errors="replace")[-1500:]
-                    raise EnvironmentProblem(f"the {direction} delay line did not take its "
-                                             f"settings:\n{log}")
+                    raise EnvironmentProblem(
+                        f"the {direction} delay line did not take its " f"settings:\n{log}"
+                    )
                 time.sleep(0.01)
 
     def applied(self, direction: str) -> dict[str, int]:
@@ -118,21 +130,29 @@ class DelayLineBackend(Backend):
         self.processes.clear()
 
     def describe(self) -> dict[str, str]:
-        return {"backend": self.name, "delayline_sha256": _sha256(DELAYLINE_BINARY)[:16],
-                "delayline_seed": str(self.seed)}
+        return {
+            "backend": self.name,
+            "delayline_sha256": _sha256(DELAYLINE_BINARY)[:16],
+            "delayline_seed": str(self.seed),
+        }
 
 
 def delayline_config(spec: LinkSpec, delay_ms: float, seed: int, generation: int) -> str:
     """The delay line's settings for one direction: netem's parameters, key=value."""
-    lines = {"delay_us": f"{delay_ms * 1000:.1f}", "jitter_us": f"{spec.jitter_ms * 1000:.1f}",
-             "limit": str(spec.delay_line_limit()), "seed": str(seed),
-             "generation": str(generation)}
+    lines = {
+        "delay_us": f"{delay_ms * 1000:.1f}",
+        "jitter_us": f"{spec.jitter_ms * 1000:.1f}",
+        "limit": str(spec.delay_line_limit()),
+        "seed": str(seed),
+        "generation": str(generation),
+    }
     if spec.jitter_ms > 0:
         lines["distribution"] = jitter_table(spec.jitter_distribution)
     if spec.gemodel:
         g = spec.gemodel
-        lines.update(ge_p=f"{g.p:g}", ge_r=f"{g.r:g}", ge_loss_bad=f"{g.loss_bad:g}",
-                     ge_loss_good=f"{g.loss_good:g}")
+        lines.update(
+            ge_p=f"{g.p:g}", ge_r=f"{g.r:g}", ge_loss_bad=f"{g.loss_bad:g}", ge_loss_good=f"{g.loss_good:g}"
+        )
     elif spec.loss_pct > 0:
         lines["loss_pct"] = f"{spec.loss_pct:g}"
     if spec.reorder_pct > 0:
@@ -146,13 +166,16 @@ def jitter_table(name: str) -> str:
     """iproute2's table for a jitter distribution (the one tc would load), or "uniform"."""
     if name == "uniform":
         return name
-    for pattern in (f"/usr/lib/*/tc/{name}.dist", f"/usr/lib/tc/{name}.dist",
-                    f"/usr/lib64/tc/{name}.dist", f"/usr/share/tc/{name}.dist"):
+    for pattern in (
+        f"/usr/lib/*/tc/{name}.dist",
+        f"/usr/lib/tc/{name}.dist",
+        f"/usr/lib64/tc/{name}.dist",
+        f"/usr/share/tc/{name}.dist",
+    ):
         found = sorted(glob.glob(pattern))
         if found:
             return found[0]
-    raise EnvironmentProblem(f"no iproute2 table for the {name} distribution "
-                             "(apt-get install iproute2)")
+    raise EnvironmentProblem(f"no iproute2 table for the {name} distribution " "(apt-get install iproute2)")
 
 
 def build_delayline() -> Path:
@@ -161,11 +184,12 @@ def build_delayline() -> Path:
     if DELAYLINE_BINARY.exists() and DELAYLINE_BINARY.stat().st_mtime >= source.stat().st_mtime:
         return DELAYLINE_BINARY
     require("delayline")
-    proc = subprocess.run(["make", "-s", "-C", str(DELAYLINE_DIR)], capture_output=True,
-                          text=True)
+    proc = subprocess.run(["make", "-s", "-C", str(DELAYLINE_DIR)], capture_output=True, text=True)
     if proc.returncode != 0 or not DELAYLINE_BINARY.exists():
-        raise EnvironmentProblem("cannot build the delay line (needs cc and make): "
-                                 f"{(proc.stderr or proc.stdout).strip()[-800:]}")
+        raise EnvironmentProblem(
+            "cannot build the delay line (needs cc and make): "
+            f"{(proc.stderr or proc.stdout).strip()[-800:]}"
+        )
     return DELAYLINE_BINARY
 
 

@@ -36,10 +36,29 @@ def host_has_netem() -> bool:
     ns = f"quicbed-probe-{os.getpid()}"
     try:
         subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
-        subprocess.run(["ip", "-n", ns, "link", "add", "probe0", "type", "veth", "peer", "name",
-                        "probe1"], check=True, capture_output=True)
-        proc = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "probe0",
-                               "root", "netem", "delay", "1ms"], capture_output=True)
+        subprocess.run(
+            ["ip", "-n", ns, "link", "add", "probe0", "type", "veth", "peer", "name", "probe1"],
+            check=True,
+            capture_output=True,
+        )
+        proc = subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "probe0",
+                "root",
+                "netem",
+                "delay",
+                "1ms",
+            ],
+            capture_output=True,
+        )
         return proc.returncode == 0
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)

@@ -82,8 +82,11 @@ def prove_delayline() -> Proof:
     # With no arguments it prints its usage and exits 2: the binary loads and runs here.
     proc = subprocess.run([str(binary)], capture_output=True, text=True, timeout=10)
     if proc.returncode != 2 or "usage" not in proc.stderr:
-        return Proof("delayline", False, f"the delay line does not run here (exit "
-                     f"{proc.returncode}): {proc.stderr.strip()[-200:]}")
+        return Proof(
+            "delayline",
+            False,
+            f"the delay line does not run here (exit " f"{proc.returncode}): {proc.stderr.strip()[-200:]}",
+        )
     return Proof("delayline", True, "the user-space delay line runs everywhere")
 
 
@@ -91,8 +94,7 @@ def prove_uml(fresh: bool = False) -> Proof:
     """Boot the UML kernel once (or read this host's cached result)."""
     binary = shutil.which(uml_binary())
     if binary is None:
-        return Proof("uml", False, f"{uml_binary()} is not installed (apt-get install "
-                     "user-mode-linux)")
+        return Proof("uml", False, f"{uml_binary()} is not installed (apt-get install " "user-mode-linux)")
     cache = PROBE_CACHE / f"uml-{_host_key(binary)}.json"
     if not fresh:
         with contextlib.suppress(OSError, ValueError, KeyError):
@@ -102,8 +104,9 @@ def prove_uml(fresh: bool = False) -> Proof:
     with contextlib.suppress(OSError):
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"runs": proof.runs, "reason": proof.reason,
-                                   "host": _host_facts(binary)}, indent=1))
+        tmp.write_text(
+            json.dumps({"runs": proof.runs, "reason": proof.reason, "host": _host_facts(binary)}, indent=1)
+        )
         os.replace(tmp, cache)
     return proof
 
@@ -129,11 +132,21 @@ def _boot_uml(binary: str) -> Proof:
     umid = f"quicbed-probe-{os.getpid()}-{int(time.monotonic() * 1000) % 100000}"
     with tempfile.TemporaryDirectory(prefix="quicbed-uml-probe-") as tmp:
         console = Path(tmp) / "console.log"
-        argv = [binary, "mem=64M", "rootfstype=hostfs", "rootflags=/", "ro",
-                f"init={UML_PROBE_INIT}", "con=null", "con0=null,fd:1", f"umid={umid}"]
+        argv = [
+            binary,
+            "mem=64M",
+            "rootfstype=hostfs",
+            "rootflags=/",
+            "ro",
+            f"init={UML_PROBE_INIT}",
+            "con=null",
+            "con0=null,fd:1",
+            f"umid={umid}",
+        ]
         with open(console, "wb") as log:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
             try:
                 proc.wait(timeout=UML_PROBE_TIMEOUT_S)
                 timed_out = False
@@ -147,8 +160,7 @@ def _boot_uml(binary: str) -> Proof:
     shutil.rmtree(Path.home() / ".uml" / umid, ignore_errors=True)
     found = re.search(rf"{UML_READY} (\S+)", text)
     if found:
-        return Proof("uml", True, f"the UML router boots here: kernel {found.group(1)}, "
-                     "its netem loads")
+        return Proof("uml", True, f"the UML router boots here: kernel {found.group(1)}, " "its netem loads")
     return Proof("uml", False, uml_failure(text, timed_out))
 
 
@@ -167,12 +179,16 @@ def uml_failure(console: str, timed_out: bool = False) -> str:
 
 def _host_facts(binary: str) -> dict[str, object]:
     stat = os.stat(binary)
-    return {"host": platform.node(), "kernel": platform.release(), "cpu": _cpu_identity(),
-            "binary": os.path.realpath(binary), "binary_size": stat.st_size,
-            "binary_mtime": int(stat.st_mtime),
-            # The init and this module: a changed probe or reason is probed again.
-            "probe": hashlib.sha256(UML_PROBE_INIT.read_bytes() + Path(__file__).read_bytes()
-                                    ).hexdigest()[:16]}
+    return {
+        "host": platform.node(),
+        "kernel": platform.release(),
+        "cpu": _cpu_identity(),
+        "binary": os.path.realpath(binary),
+        "binary_size": stat.st_size,
+        "binary_mtime": int(stat.st_mtime),
+        # The init and this module: a changed probe or reason is probed again.
+        "probe": hashlib.sha256(UML_PROBE_INIT.read_bytes() + Path(__file__).read_bytes()).hexdigest()[:16],
+    }
 
 
 def _host_key(binary: str) -> str:

@@ -50,32 +50,48 @@ class UmlBackend(TcBackend):
             for dev in (veth, f"{veth}br"):
                 frame_port_up(self.router, dev)
         self.ctl.mkdir(parents=True, exist_ok=True)
-        (self.ctl / "net.conf").write_text(f"VEC0_ADDR={client_lan.router_cidr}\n"
-                                           f"VEC1_ADDR={server_lan.router_cidr}\n")
+        (self.ctl / "net.conf").write_text(
+            f"VEC0_ADDR={client_lan.router_cidr}\n" f"VEC1_ADDR={server_lan.router_cidr}\n"
+        )
         self._boot()
 
     def _boot(self) -> None:
         init = REPO / "topology" / "uml_router.sh"
-        argv = [uml_binary(), "mem=256M", "rootfstype=hostfs", "rootflags=/", "ro",
-                f"init={init}", f"QUICBED_CTL={self.ctl}", "con=null", "con0=null,fd:1",
-                f"umid={self.umid}",
-                "vec0:transport=raw,ifname=uml0", "vec1:transport=raw,ifname=uml1"]
+        argv = [
+            uml_binary(),
+            "mem=256M",
+            "rootfstype=hostfs",
+            "rootflags=/",
+            "ro",
+            f"init={init}",
+            f"QUICBED_CTL={self.ctl}",
+            "con=null",
+            "con0=null,fd:1",
+            f"umid={self.umid}",
+            "vec0:transport=raw,ifname=uml0",
+            "vec1:transport=raw,ifname=uml1",
+        ]
         log = open(self.ctl / "console.log", "wb")  # UML writes it until stop
         # UML's packet sockets take the host's default receive buffer when its init brings
         # vec0/vec1 up; 208 KB overflowed whenever UML waited for the CPU (hundreds of drops
         # a second at 100 Mbit/s), so the default is raised for the boot only.
         with _socket_default(RMEM_DEFAULT, UML_SOCKET_BUFFER):
-            self.process = subprocess.Popen(self.router.popen_argv(argv),
-                                            stdin=subprocess.DEVNULL, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(
+                self.router.popen_argv(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             deadline = time.monotonic() + self.BOOT_TIMEOUT
             while not (self.ctl / "ready").exists():
                 timed_out = time.monotonic() > deadline
                 if self.process.poll() is not None or timed_out:
                     forget_uml_proof()  # it booted for the probe, not now: probe again next time
                     console = (self.ctl / "console.log").read_text(errors="replace")
-                    raise HostProblem(f"the UML router did not come up: "
-                                      f"{uml_failure(console, timed_out)}")
+                    raise HostProblem(
+                        f"the UML router did not come up: " f"{uml_failure(console, timed_out)}"
+                    )
                 time.sleep(0.05)
 
     def run(self, script: str) -> tuple[int, str]:
