@@ -52,8 +52,13 @@ def net_connection_rtts(connection_ms: float, client_ms: float | None, rtt_ms: f
     return (connection_ms - own) / rtt_ms
 
 
-def connection_within(rtts: int, net_ratio: float) -> bool:
-    return rtts * (1 - PATH_TOLERANCE) <= net_ratio <= rtts * (1 + CONNECTION_EXCESS)
+def connection_within(rtts: int, net_ratio: float, raw_ratio: float) -> bool:
+    """The bench's verdict: the measured connection no faster than n RTT (within the RTT's
+    1 %), and net of client and server time at most 3 % above. The floor is the raw time's:
+    endpoint time that overlaps a flight (the client's CPU while its ClientHello crosses) is
+    subtracted though it added nothing, so the net ratio may fall below n (2.967 for TLS 1.2
+    on germany, raw 3.059)."""
+    return rtts * (1 - PATH_TOLERANCE) <= raw_ratio and net_ratio <= rtts * (1 + CONNECTION_EXCESS)
 
 
 def row_connection_within(rtts: int, net_ratio: float, rtt_ms: float) -> bool:

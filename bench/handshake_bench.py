@@ -15,7 +15,8 @@ way) and one per connection without the warm-up (--cold).
 
 Pass/fail against the decided criteria (issue 13; analysis/physics.py): the path ÷ RTT
 within 1 %; the connection time net of the client's time (its CPU) and the server's (its turns
-in the server's capture), ÷ RTT, within +3 % of n (raw beside it), for every client; TCP's
+in the server's capture), ÷ RTT, at most 3 % above n, and the raw time no faster than n RTT
+(−1 %), for every client; TCP's
 10 MB goodput ÷ the TCP model ≥ 0.97; runner and bench client CPU within 0.5 ms. A run's rows,
 which have no captures, are judged net of the client's CPU within max(+3 %, +1.5 ms)
 (analysis/physics.row_connection_within).
@@ -220,7 +221,7 @@ def wire_table(tb, server, address: str, rtt: float, reps: int) -> None:
             for r, s in zip(rows, server_ms, strict=True)
         )
         conn = statistics.median(r["connection_time_ms"] for r in rows) / rtt
-        verdicts = [f"connection {verdict(connection_within(fresh, net))}"]
+        verdicts = [f"connection {verdict(connection_within(fresh, net, conn))}"]
         path_text = "-"
         if tool == "quic_perf":
             splits = [quic_split(r, at_client, at_server) for r in rows]
@@ -233,8 +234,8 @@ def wire_table(tb, server, address: str, rtt: float, reps: int) -> None:
             f"{', '.join(verdicts)}"
         )
     print(
-        f"(connection: net of client and server time, within −{PATH_TOLERANCE:.0%}/+"
-        f"{CONNECTION_EXCESS:.0%} of n RTT; path: within {PATH_TOLERANCE:.0%} of 1 RTT)"
+        f"(connection: conn÷RTT ≥ n − {PATH_TOLERANCE:.0%}, net of client and server time ≤ n + "
+        f"{CONNECTION_EXCESS:.0%}; path: within {PATH_TOLERANCE:.0%} of 1 RTT)"
     )
 
 

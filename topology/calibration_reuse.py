@@ -7,7 +7,8 @@ the RTT, measured afresh on every bring-up. Goodput and loss are taken from the 
 is keyed by the link's specification, the backend, this boot of this host and the calibration
 code, and marked as recorded in the calibration (`reused_from`) and its printed table.
 
-Nothing is reused without the variable: a user's run calibrates in full, every time.
+Nothing is reused without the variable: a user's run calibrates in full, every time. With
+it, full calibrations that pass are recorded, by runs and by `quicbed calibrate`.
 """
 
 from __future__ import annotations
@@ -31,23 +32,31 @@ REPROVEN = ("client_interfaces", "route_via_router", "rtt_median_ms")
 
 def calibrate_or_reuse(tb: Testbed, progress: Progress = lambda _m: None) -> Calibration:
     """calibrate(tb), or, with REUSE_ENV set and this path recorded there, the route and RTT
-    proven afresh beside the recorded goodput and loss."""
+    proven afresh beside the recorded goodput and loss. A route or RTT that fails its proof
+    fails the calibration as a full one would: the path is not the one recorded."""
     store = os.environ.get(REUSE_ENV)
     if not store:
         return cal_mod.calibrate(tb, progress=progress)
     record = Path(store) / f"{path_key(tb)}.json"
     recorded = _load(record)
     if recorded is not None:
-        cal = reprove(tb, recorded, progress)
-        if cal.passed:
-            return cal
+        return reprove(tb, recorded, progress)
     cal = cal_mod.calibrate(tb, progress=progress)
-    if cal.passed:
-        record.parent.mkdir(parents=True, exist_ok=True)
-        partial = record.with_suffix(".part")
-        partial.write_text(json.dumps(cal.to_dict()))
-        partial.replace(record)
+    remember(tb, cal)
     return cal
+
+
+def remember(tb: Testbed, cal: Calibration) -> None:
+    """Record a full calibration that passed, with REUSE_ENV set (`quicbed calibrate` records
+    too): later bring-ups of the same path may reuse it."""
+    store = os.environ.get(REUSE_ENV)
+    if not store or not cal.passed or cal.reused_from:
+        return
+    record = Path(store) / f"{path_key(tb)}.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    partial = record.with_suffix(".part")
+    partial.write_text(json.dumps(cal.to_dict()))
+    partial.replace(record)
 
 
 def reprove(tb: Testbed, recorded: Calibration, progress: Progress) -> Calibration:

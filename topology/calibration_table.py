@@ -13,6 +13,7 @@ from rich.table import Table
 
 from quicbed.topology import net
 from quicbed.topology.calibrate import Calibration, calibrate
+from quicbed.topology.calibration_reuse import remember
 
 Say = Callable[[str], None]
 
@@ -83,5 +84,6 @@ def calibrate_path(
             goodput_seconds=goodput_seconds,
             progress=lambda m: say(f"measuring {m}"),
         )
+        remember(tb, cal)
     print_calibration(cal)
     return cal

@@ -195,7 +195,7 @@ def test_runner_trials_time_only_the_connection(path) -> None:
     exp = load_experiment(CI_EXPERIMENT)
     address = server_address(tb.servers.index(hosts[exp.servers[0]]))
     firsts = {t.client.label: t for t in trials(exp, conditions(exp)[0]) if t.repetition == 0}
-    reps, report = 15, []
+    reps, report = 9, []
     for label, trial in firsts.items():
         argv = TestbedExecutor._tool_argv(trial, address)
         runner = [_row(tb, argv) for _ in range(reps)]

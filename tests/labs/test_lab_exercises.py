@@ -64,7 +64,7 @@ def wrong(answers: dict) -> dict:
     return out
 
 
-TEST_PLAY_SECONDS = 8
+TEST_PLAY_SECONDS = 4
 EXERCISES_BY_KEY = {q.key: q for e in EXERCISES.values() for q in e.questions}
 
 

@@ -5,8 +5,9 @@ paths are wrong behind the testbed's back, in the stages every backend shares:
 - 10 ms more RTT (the forwarding latency the testbed subtracts from each direction's delay is
   taken 10 ms too low): `quicbed run` exits 3, without --force measuring nothing, with it
   measuring every row, marked.
-A calibration of india recorded earlier in the session (topology/calibration_reuse.py) does
-not hide the longer path: every bring-up proves its RTT afresh."""
+The refused run calibrates in full, as a user's does. The forced one, in the suite, finds
+india recorded by earlier runs (topology/calibration_reuse.py): the record does not hide the
+longer path, since every bring-up proves its RTT afresh."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 
 from quicbed import cli, paths
 from quicbed.topology import net
+from quicbed.topology.calibration_reuse import REUSE_ENV
 from quicbed.topology.linkspec import LinkSpec, rate_commands
 
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
@@ -86,6 +88,8 @@ def test_calibrate_refuses_a_path_at_half_its_rate(
 @pytest.mark.parametrize("force", [False, True], ids=["refused", "forced"])
 def test_run_on_a_wrong_path_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, force: bool) -> None:
     monkeypatch.setattr(paths, "RESULTS", tmp_path / "results")
+    if not force:  # a user's run: calibrated in full. Forced, the session's record (if any)
+        monkeypatch.delenv(REUSE_ENV, raising=False)  # is reused and the reproof refuses it
     file = tmp_path / "wrong-path.yaml"
     file.write_text(EXPERIMENT)
     code = cli.main(["run", str(file), "--no-progress", *(["--force"] if force else [])])
