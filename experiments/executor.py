@@ -25,7 +25,7 @@ from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT
 from quicbed.errors import PathMismatch
 from quicbed.paths import CACHE, STATE
 from quicbed.servers import pki
-from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
+from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed, warm_up
 from quicbed.topology.backends import choose_backend, proofs
 from quicbed.topology.calibration_reuse import calibrate_or_reuse
 from quicbed.topology.calibration_table import print_calibration
@@ -152,6 +152,8 @@ class TestbedExecutor:
             return
         servers.start_server(host.container, name, timeout=30)
         self.started.add(name)
+        assert self.tb
+        warm_up(self.tb, host)
 
     def run_trial(self, trial: Trial) -> dict[str, Any]:
         assert self.tb
