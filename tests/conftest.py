@@ -49,13 +49,9 @@ def calibrations_of_this_session(tmp_path_factory: pytest.TempPathFactory):
     Tests about calibration itself call calibrate() directly or unset the variable."""
     from quicbed.topology.calibration_reuse import REUSE_ENV
 
-    before = os.environ.get(REUSE_ENV)
-    os.environ[REUSE_ENV] = str(tmp_path_factory.mktemp("calibrations"))
-    yield
-    if before is None:
-        os.environ.pop(REUSE_ENV, None)
-    else:
-        os.environ[REUSE_ENV] = before
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(REUSE_ENV, str(tmp_path_factory.mktemp("calibrations")))
+        yield
 
 
 @pytest.fixture(scope="module")

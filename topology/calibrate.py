@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,9 @@ class Calibration:
     # session (calibration_reuse.py): the time of that calibration
     reused_from: str = ""
 
+    def when(self) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started_at))
+
     @property
     def passed(self) -> bool:
         return all(c.passed for c in self.checks)
@@ -71,19 +74,28 @@ class Calibration:
 Progress = Callable[[str], None]
 
 
+# What every bring-up measures afresh, even when goodput and loss come from a record.
+REPROVEN = ("client_interfaces", "route_via_router", "rtt_median_ms")
+
+
 def calibrate(
     tb: Testbed,
     rtt_samples: int = 30,
     udp_packets: int = 20000,
     goodput_seconds: float = 5.0,
     progress: Progress = lambda _m: None,
+    recorded: Calibration | None = None,
 ) -> Calibration:
+    """Every check against the profile. With `recorded` (an earlier calibration of this path
+    in the same session: calibration_reuse.py), route and RTT are measured and goodput and
+    loss are taken from the record, each marked as recorded."""
     start = time.monotonic()
     assert tb.backend
     cal = Calibration(
         profile=tb.profile.name,
         backend=tb.backend.name,
         backend_reason=tb.backend_choice.reason if tb.backend_choice else "",
+        reused_from=recorded.when() if recorded else "",
     )
     progress("route")
     cal.checks += check_route(tb)
@@ -91,12 +103,20 @@ def calibrate(
     tb.apply_link(*tb.without_loss())
     progress("rtt")
     cal.checks.append(check_rtt(tb, rtt_samples))
-    for direction, spec in (("down", down), ("up", up)):
-        progress(f"goodput {direction}")
-        cal.checks += check_goodput(tb, direction, spec, goodput_seconds)
+    if recorded:
+        cal.checks += [
+            replace(c, detail=f"recorded {cal.reused_from}: {c.detail}")
+            for c in recorded.checks
+            if c.metric not in REPROVEN
+        ]
+    else:
+        for direction, spec in (("down", down), ("up", up)):
+            progress(f"goodput {direction}")
+            cal.checks += check_goodput(tb, direction, spec, goodput_seconds)
     tb.apply_link(down, up)
-    progress("loss")
-    cal.checks += check_loss(tb, udp_packets)
+    if not recorded:
+        progress("loss")
+        cal.checks += check_loss(tb, udp_packets)
     cal.link = tb.describe()
     cal.duration_s = round(time.monotonic() - start, 1)
     return cal

@@ -17,71 +17,47 @@ import contextlib
 import hashlib
 import json
 import os
-import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from quicbed.topology import calibrate as cal_mod
-from quicbed.topology.calibrate import Calibration, Check, Progress, check_route, check_rtt
+from quicbed.topology.calibrate import Calibration, Check, Progress, calibrate
 from quicbed.topology.net import Testbed
 
 REUSE_ENV = "QUICBED_CALIBRATION_REUSE"
-REPROVEN = ("client_interfaces", "route_via_router", "rtt_median_ms")
 
 
 def calibrate_or_reuse(tb: Testbed, progress: Progress = lambda _m: None) -> Calibration:
     """calibrate(tb), or, with REUSE_ENV set and this path recorded there, the route and RTT
     proven afresh beside the recorded goodput and loss. A route or RTT that fails its proof
     fails the calibration as a full one would: the path is not the one recorded."""
-    store = os.environ.get(REUSE_ENV)
-    if not store:
-        return cal_mod.calibrate(tb, progress=progress)
-    record = Path(store) / f"{path_key(tb)}.json"
-    recorded = _load(record)
-    if recorded is not None:
-        return reprove(tb, recorded, progress)
-    cal = cal_mod.calibrate(tb, progress=progress)
-    remember(tb, cal)
+    record = _record_of(tb)
+    recorded = _load(record) if record else None
+    cal = calibrate(tb, progress=progress, recorded=recorded)
+    if record and not recorded:
+        _store(record, cal)
     return cal
 
 
 def remember(tb: Testbed, cal: Calibration) -> None:
     """Record a full calibration that passed, with REUSE_ENV set (`quicbed calibrate` records
     too): later bring-ups of the same path may reuse it."""
+    if record := _record_of(tb):
+        _store(record, cal)
+
+
+def _record_of(tb: Testbed) -> Path | None:
     store = os.environ.get(REUSE_ENV)
-    if not store or not cal.passed or cal.reused_from:
+    return Path(store) / f"{path_key(tb)}.json" if store else None
+
+
+def _store(record: Path, cal: Calibration) -> None:
+    if not cal.passed or cal.reused_from:
         return
-    record = Path(store) / f"{path_key(tb)}.json"
     record.parent.mkdir(parents=True, exist_ok=True)
     partial = record.with_suffix(".part")
     partial.write_text(json.dumps(cal.to_dict()))
     partial.replace(record)
-
-
-def reprove(tb: Testbed, recorded: Calibration, progress: Progress) -> Calibration:
-    start = time.monotonic()
-    assert tb.backend
-    cal = Calibration(
-        profile=tb.profile.name,
-        backend=tb.backend.name,
-        backend_reason=tb.backend_choice.reason if tb.backend_choice else "",
-        reused_from=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(recorded.started_at)),
-    )
-    progress("route")
-    cal.checks += check_route(tb)
-    tb.apply_link(*tb.without_loss())
-    progress("rtt")
-    cal.checks.append(check_rtt(tb, 30))
-    tb.apply_link(tb.profile.down, tb.profile.up)
-    cal.checks += [
-        replace(c, detail=f"recorded {cal.reused_from}: {c.detail}")
-        for c in recorded.checks
-        if c.metric not in REPROVEN
-    ]
-    cal.link = tb.describe()
-    cal.duration_s = round(time.monotonic() - start, 1)
-    return cal
 
 
 def path_key(tb: Testbed) -> str:

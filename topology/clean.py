@@ -78,21 +78,13 @@ def clean() -> list[str]:
     wanted = scope()
     removed: list[str] = []
     removed += _remove_containers(_container_label(wanted))
-    umids = set()
-    for pid in testbed_processes():
-        what = _cmdline(pid)  # before the kill: afterwards it is gone
-        umids.update(re.findall(r"umid=(quicbed-\S+)", what))
-        try:
-            os.kill(pid, signal.SIGKILL)
-            removed.append(f"process {pid} ({what[:60] or '?'})")
-        except ProcessLookupError:
-            pass
+    killed, umids = _kill(testbed_processes())
+    removed += killed
     removed += _remove_root_veths()
     if wanted is None:
         removed += _remove_netns()
-        umids.update(p.name for p in (Path.home() / ".uml").glob("quicbed-*"))
-    for umid in umids:
-        shutil.rmtree(Path.home() / ".uml" / umid, ignore_errors=True)
+        umids |= {p.name for p in (Path.home() / ".uml").glob("quicbed-*")}
+    _remove_uml_dirs(umids)
     for state in ("runs", "labs"):
         for directory in (STATE / state).glob("*"):
             if dir_in_scope(directory, wanted):
@@ -117,19 +109,30 @@ def clean_testbed(run_id: str, owner: int | None = None, netns: tuple[str, ...] 
         ours |= set(marked_processes(owner))
     namespaces = ({_netns(pid) for pid in ours} | set(netns)) - {None, _netns(1), _netns("self")}
     ours |= {pid for pid in pids if _netns(pid) in namespaces}
-    umids = set()
-    for pid in sorted(ours - this_process_and_ancestors() - {owner}):
-        what = _cmdline(pid)
+    killed, umids = _kill(sorted(ours - this_process_and_ancestors() - {owner}))
+    removed += killed
+    _remove_uml_dirs(umids)
+    shutil.rmtree(STATE / "runs" / run_id, ignore_errors=True)
+    return removed
+
+
+def _kill(pids: list[int]) -> tuple[list[str], set[str]]:
+    """SIGKILL each; what was killed, and the UML ids (umid=) their command lines named."""
+    removed, umids = [], set()
+    for pid in pids:
+        what = _cmdline(pid)  # before the kill: afterwards it is gone
         umids.update(re.findall(r"umid=(quicbed-\S+)", what))
         try:
             os.kill(pid, signal.SIGKILL)
             removed.append(f"process {pid} ({what[:60] or '?'})")
         except ProcessLookupError:
             pass
+    return removed, umids
+
+
+def _remove_uml_dirs(umids: set[str]) -> None:
     for umid in umids:
         shutil.rmtree(Path.home() / ".uml" / umid, ignore_errors=True)
-    shutil.rmtree(STATE / "runs" / run_id, ignore_errors=True)
-    return removed
 
 
 def _remove_containers(label: str = LABEL) -> list[str]:
