@@ -111,10 +111,20 @@ def command_fix(cmd: HostCommand) -> str:
     return f"apt-get install {first}" + "".join(f" (or {alt})" for alt in rest)
 
 
+# A non-root user's PATH on Debian has no sbin, where tc, ip and insmod live; the testbed runs
+# them as root, whose PATH has it, so they count as present.
+SBIN_DIRS = "/usr/local/sbin:/usr/sbin:/sbin"
+
+
+def find_command(name: str) -> str | None:
+    """The command's path on PATH, or in sbin."""
+    return shutil.which(name) or shutil.which(name, path=SBIN_DIRS)
+
+
 def require(*groups: str) -> None:
     """Raise EnvironmentProblem naming the package of every missing command of these groups:
     a clear line before the first use, not a `command not found` deep in a UML console log."""
-    missing = [c for c in commands(*groups) if not shutil.which(c.name)]
+    missing = [c for c in commands(*groups) if not find_command(c.name)]
     if not missing:
         return
     fixes = sorted({c.package.split("|")[0] for c in missing})
@@ -141,7 +151,7 @@ class Check:
 def check_commands() -> list[Check]:
     out = []
     for cmd in HOST_COMMANDS:
-        path = shutil.which(cmd.name)
+        path = find_command(cmd.name)
         out.append(Check(f"command {cmd.name}", bool(path), path or f"{command_fix(cmd)}  ({cmd.why})"))
     return out
 

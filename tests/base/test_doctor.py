@@ -215,19 +215,20 @@ def _path_without(tmp_path: Path, *left_out: str) -> str:
     return str(bin_dir)
 
 
+# Left out of PATH in these tests: commands in /usr/bin (doctor also looks in sbin).
 def test_require_names_the_package_of_a_missing_command(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("PATH", _path_without(tmp_path, "insmod", "linux.uml"))
+    monkeypatch.setenv("PATH", _path_without(tmp_path, "iperf3", "linux.uml"))
     with pytest.raises(EnvironmentProblem) as err:
-        doctor.require("uml")
+        doctor.require("core", "uml")
     message = str(err.value)
-    assert "insmod" in message and "linux.uml" in message
-    assert "apt-get install kmod user-mode-linux" in message
+    assert "iperf3" in message and "linux.uml" in message
+    assert "apt-get install iperf3 user-mode-linux" in message
     with pytest.raises(ValueError):
         doctor.require("no-such-group")
 
 
 def test_doctor_cli_exits_nonzero_and_names_the_package(tmp_path: Path) -> None:
-    env = {**os.environ, "PATH": _path_without(tmp_path, "insmod")}
+    env = {**os.environ, "PATH": _path_without(tmp_path, "iperf3")}
     proc = subprocess.run(
         [sys.executable, str(REPO / "quicbed" / "doctor.py"), "--commands-only"],
         capture_output=True,
@@ -236,9 +237,31 @@ def test_doctor_cli_exits_nonzero_and_names_the_package(tmp_path: Path) -> None:
         timeout=30,
     )
     assert proc.returncode == 4, proc.stdout
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("command insmod"))
-    assert "MISSING" in line and "apt-get install kmod" in line
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("command iperf3"))
+    assert "MISSING" in line and "apt-get install iperf3" in line
     assert "1 item(s) missing" in proc.stdout
+
+
+def test_commands_in_sbin_count_for_a_user_without_sbin_on_path(tmp_path: Path) -> None:
+    """A non-root user's PATH has no /usr/sbin; `doctor --commands-only` (which `make lint`'s
+    users run without root) must not call tc and insmod missing for it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for cmd in doctor.HOST_COMMANDS:  # every command that is not in sbin, as links
+        real = shutil.which(cmd.name)
+        if real and not real.startswith(("/usr/sbin/", "/sbin/", "/usr/local/sbin/")):
+            (bin_dir / cmd.name).symlink_to(real)
+    env = {**os.environ, "PATH": str(bin_dir)}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "quicbed" / "doctor.py"), "--commands-only"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("command tc "))
+    assert "/usr/sbin/tc" in line and "MISSING" not in line, line
+    assert proc.returncode == 0, proc.stdout
 
 
 @pytest.mark.docker
