@@ -341,10 +341,18 @@ def draw_cpu(ax: plt.Axes, samples: pd.DataFrame) -> None:
         )
 
 
+def path_and_server(rows: pd.DataFrame) -> pd.Series:
+    """The profile, and the server where a run has several: each server's QUIC is a stack of
+    its own, so their sessions are never pooled in one panel."""
+    if rows["server"].nunique() > 1:
+        return rows["profile"].astype(str) + " · " + rows["server"].astype(str)
+    return rows["profile"].astype(str)
+
+
 def streaming_panel(rows: pd.DataFrame) -> pd.Series:
     loss = rows["loss_pct"].map(lambda v: f"{v:g}% loss")
-    if rows["profile"].nunique() > 1:
-        return rows["profile"].astype(str) + " · " + loss
+    if rows["profile"].nunique() > 1 or rows["server"].nunique() > 1:
+        return path_and_server(rows) + " · " + loss
     return loss
 
 
@@ -408,16 +416,18 @@ def streaming_cdfs(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
 def against_loss(
     df: pd.DataFrame, out_dir: Path, kind: str, metrics: list[Metric], name: str, title: str
 ) -> list[Figure]:
-    """One row of panels per profile, one column per metric: the median against the loss
-    rate per protocol, with 95% bootstrap CIs (the paper's streaming figures)."""
+    """One row of panels per profile (and server, where there are several), one column per
+    metric: the median against the loss rate per protocol, with 95% bootstrap CIs (the
+    paper's streaming figures)."""
     rows = df[df["workload"] == kind].assign(loss_pct=lambda d: d["loss_pct"].fillna(0))
     metrics = [m for m in metrics if rows[m.column].notna().any()]
     if rows.empty or rows["loss_pct"].nunique() < 2 or not metrics:
         return []
-    profiles = ordered_unique(rows["profile"])
+    rows = rows.assign(panel=path_and_server(rows))
+    profiles = ordered_unique(rows["panel"])
     fig, axes = panel_grid(len(profiles) * len(metrics), columns=len(metrics))
     for i, (profile, metric) in enumerate((p, m) for p in profiles for m in metrics):
-        ax, mine = axes[i], rows[rows["profile"] == profile]
+        ax, mine = axes[i], rows[rows["panel"] == profile]
         for protocol in ordered_protocols(mine["protocol"]):
             points = [
                 (loss, median_ci(pd.to_numeric(g[metric.column], errors="coerce")))
@@ -501,14 +511,15 @@ def example_session(rows: pd.DataFrame) -> pd.Series | None:
 
 
 def streaming_example_traces(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
-    """One playback per protocol at the loss rate nearest 5 %, per profile: buffer level
+    """One playback per protocol at the loss rate nearest 5 %, per profile (and server): buffer level
     over time, stalls shaded, and the rendition's bitrate (the paper's example traces)."""
     rows = streaming_rows(df)
     if rows.empty or "trace_path" not in rows:
         return []
     examples = []
-    for profile in ordered_unique(rows["profile"]):
-        mine = rows[rows["profile"] == profile]
+    rows = rows.assign(panel=path_and_server(rows))
+    for profile in ordered_unique(rows["panel"]):
+        mine = rows[rows["panel"] == profile]
         loss = min(mine["loss_pct"].unique(), key=lambda v: (abs(v - EXAMPLE_LOSS_PCT), -v))
         for protocol in ordered_protocols(mine["protocol"]):
             session = example_session(mine[(mine["loss_pct"] == loss) & (mine["protocol"] == protocol)])
