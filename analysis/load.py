@@ -284,7 +284,9 @@ def add_loss_response(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> None
     computed = [loss_response.row_columns(row, paths[i]) for i, row in df[missing].to_dict("index").items()]
     for column in columns:
         values = pd.Series([c[column] for c in computed], index=df.index[missing], dtype=object)
+        df[column] = df[column].astype(object)
         df.loc[missing, column] = values
+    df["loss_bound_mbit"] = pd.to_numeric(df["loss_bound_mbit"], errors="coerce")
 
 
 def prepare(df: pd.DataFrame, manifests: list[dict[str, Any]], mixed: bool) -> pd.DataFrame:

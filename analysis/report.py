@@ -216,21 +216,20 @@ CONGESTION_INTRO = (
 
 
 def flagged_sentences(groups: list[CongestionGroup]) -> list[str]:
-    """One sentence per condition and flagged stack, with its figures (several flagged groups
-    of one stack: the range of their medians)."""
+    """One sentence per condition and flagged stack, with the figures of each flagged group
+    (what the client fetched, how many trials)."""
     by_stack: dict[tuple[str, str], list[CongestionGroup]] = {}
     for g in groups:
         if g.verdict == lr.NOT_RESPONSIVE:
             by_stack.setdefault((g.condition, g.stack), []).append(g)
     out = []
     for (condition, stack), mine in by_stack.items():
-        low, high = min(g.goodput for g in mine), max(g.goodput for g in mine)
-        rate = fmt(low) if len(mine) == 1 else f"{fmt(low)}–{fmt(high)}"
-        what = ", ".join(f"{g.keys[3]} {g.keys[4]} {g.keys[5]}" for g in mine)
+        figures = ", ".join(
+            f"{fmt(g.goodput)} Mbit/s ({g.keys[3]}, {g.keys[4]} {g.keys[5]}, n={g.n})" for g in mine
+        )
         out.append(
-            f"{condition}: {stack}: {rate} Mbit/s ({what}; median of {sum(g.n for g in mine)} "
-            f"trials) against a bound of {fmt(mine[0].path.bound_mbit)} Mbit/s at "
-            f"{mine[0].path.describe()}: {lr.NOT_RESPONSIVE}"
+            f"{condition}: {stack}: {figures} against a bound of {fmt(mine[0].path.bound_mbit)} "
+            f"Mbit/s at {mine[0].path.describe()}: {lr.NOT_RESPONSIVE}"
         )
     return out
 
