@@ -80,6 +80,9 @@ def test_goodput_of_each_tools_row():
     playback = {"tool": "chromium", "workload": "video", "bytes": 3e6, "t_start": 100.0, "t_done": 130.0}
     assert lr.goodput_mbit(playback) == pytest.approx(0.8)
     assert lr.is_demand_limited(playback)
+    # A browser's page load: download_time_ms is the document's alone, the bytes the page's.
+    page = {"tool": "chromium", "bytes": 600_000, "download_time_ms": 50.0, "t_start": 1.0, "t_done": 2.2}
+    assert lr.goodput_mbit(page) == pytest.approx(4.0)
     assert lr.is_demand_limited({"tool": "video_download", "workload": "video"})
     assert not lr.is_demand_limited({"tool": "tls_perf", "workload": "cloud"})
     failed = {"tool": "tls_perf", "bytes": 1000, "download_time_ms": None, "t_done": None}
