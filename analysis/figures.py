@@ -21,12 +21,14 @@ import pandas as pd
 
 from quicbed.workloads import ReportSection, report_sections
 
+from . import loss_response as lr
 from .model import (
     PAGELOAD,
     STALL_TIME,
     STARTUP,
     STREAMING,
     SWITCHES,
+    TRANSFER_KINDS,
     VIDEO_CONNECTION,
     VIDEO_STALL,
     VIDEO_THROUGHPUT,
@@ -38,6 +40,7 @@ from .model import (
     size_label,
 )
 from .stats import median_ci
+from .tables import CongestionGroup
 
 RTT_GUIDES = (1, 2, 3)
 X_SPAN = "The x axis spans about the 1st to the 99th percentile."
@@ -677,3 +680,53 @@ def make_figures(ok: pd.DataFrame, out_dir: Path) -> list[Figure]:
     """All figures the successful rows `ok` support, written to out_dir: each workload's
     report sections, in their order."""
     return [f for spec in report_sections() for f in section_figures(ok, out_dir, spec)]
+
+
+CONGESTION = "congestion"  # the report's Congestion response section
+
+
+def goodput_against_bound(groups: list[CongestionGroup], out_dir: Path) -> list[Figure]:
+    """Per condition under loss, each stack's median goodput per client and object (log
+    scale) against the loss bound: Mathis's (solid), twice it (the flag, dotted) and
+    Padhye's (dashed). Groups too short for a verdict are left out."""
+    shown = [g for g in groups if g.verdict != lr.TOO_SHORT]
+    if not shown:
+        return []
+    conditions = list(dict.fromkeys(g.condition for g in shown))
+    fig, axes = panel_grid(len(conditions), columns=2)
+    for ax, condition in zip(axes, conditions, strict=True):
+        mine = [g for g in shown if g.condition == condition]
+        stacks = list(dict.fromkeys(g.stack for g in mine))
+        for g in mine:
+            flagged = g.verdict == lr.NOT_RESPONSIVE
+            ax.scatter(
+                stacks.index(g.stack),
+                g.goodput,
+                marker="o" if g.keys[4] in TRANSFER_KINDS else "s",
+                color="#D55E00" if flagged else "#0072B2",
+                s=30,
+                zorder=3,
+            )
+        path = mine[0].path
+        for value, style, label in (
+            (path.bound_mbit, "-", "Mathis bound"),
+            (lr.FLAG_FACTOR * path.bound_mbit, ":", f"{lr.FLAG_FACTOR:g}× bound (flag)"),
+            (path.padhye_mbit, "--", "Padhye bound"),
+        ):
+            ax.axhline(value, color="#555555", linestyle=style, linewidth=1, label=label)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(stacks)), stacks, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("goodput (Mbit/s), median")
+        ax.set_title(f"{condition}: {path.describe()}", fontsize=9)
+        ax.grid(alpha=0.3, which="both", axis="y")
+        ax.legend(fontsize=7)
+    caption = (
+        "Median goodput per stack, client and object (circles: transfers; squares: a "
+        "player, a browser or the paced video download), red where not loss-responsive, "
+        "against the bounds a loss-responsive sender cannot exceed at the path's loss and RTT."
+    )
+    return [
+        save(
+            fig, out_dir, "congestion_goodput_vs_bound", CONGESTION, "Goodput against the loss bound", caption
+        )
+    ]

@@ -18,7 +18,7 @@ from . import loss_response as lr
 from . import render
 from .claims import NO_DATA, Direction, Verdict, evaluate, expectation_claim
 from .expectations import compile_expectation
-from .figures import Figure, make_figures
+from .figures import CONGESTION, Figure, goodput_against_bound, make_figures
 from .load import AnalysisError, load_runs, loss_paths, resolve_run_dir, results_root
 from .manifest import calibration_entries, flatten, mixed_hosts
 from .overhead import account
@@ -30,6 +30,7 @@ from .tables import (
     congestion_table,
     failures_table,
     flag_table,
+    flagged_stacks,
     fmt,
     pageload_vs_download_table,
     streaming_table,
@@ -67,6 +68,11 @@ def flags(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> list[str]:
         if e["calibrated"] and not e.get("passed")
     ]
     out += mixed_hosts(calibration_entries(manifests))
+    out += [
+        f"Not loss-responsive under loss: {stack}; figures resting on it measure its congestion "
+        "control, not its protocol (see Congestion response)."
+        for stack in flagged_stacks(df[~df["failed"]])
+    ]
     counts = [
         ("failed", df["failed"], "excluded from statistics"),
         ("CPU-bound", df["cpu_bound"], "a host's CPU, not the path, may have limited them"),
@@ -234,7 +240,9 @@ def flagged_sentences(groups: list[CongestionGroup]) -> list[str]:
     return out
 
 
-def congestion_section(ok: pd.DataFrame, manifests: list[dict[str, Any]]) -> Section | None:
+def congestion_section(
+    ok: pd.DataFrame, manifests: list[dict[str, Any]], figures: list[Figure] | None = None
+) -> Section | None:
     """Per condition × server × client (and what it fetched) under loss: the stack's median
     goodput against the bounds; None when no run has loss."""
     groups = congestion_groups(ok, loss_paths(ok, manifests))
@@ -258,6 +266,7 @@ def congestion_section(ok: pd.DataFrame, manifests: list[dict[str, Any]]) -> Sec
                 + ")."
             )
         )
+    blocks += figure_blocks(figures or [], CONGESTION)
     return Section("Congestion response", blocks)
 
 
@@ -381,7 +390,7 @@ def build_sections(
         summary_section(df, manifests, warnings),
         directions_section(ok, quick=any(m.get("quick") for m in manifests)),
         expectations_section(ok, manifests),
-        congestion_section(ok, manifests),
+        congestion_section(ok, manifests, figures),
         *(workload_section(spec, ok, figures) for spec in report_sections()),
         run_section(df, manifests),
         flagged_section(df),
@@ -413,7 +422,9 @@ def write_files(df: pd.DataFrame, manifests: list[dict[str, Any]], out: Path, wa
     # Figures of an earlier report of the same runs would linger unreferenced.
     for stale in [*figure_dir.glob("*.png"), *figure_dir.glob("*.svg")]:
         stale.unlink()
-    figures = make_figures(df[~df["failed"]], figure_dir)
+    ok = df[~df["failed"]]
+    figures = make_figures(ok, figure_dir)
+    figures += goodput_against_bound(congestion_groups(ok, loss_paths(ok, manifests)), figure_dir)
     sections = build_sections(df, manifests, figures, warnings)
     title = "quicbed report: " + ", ".join(str(m.get("run_id")) for m in manifests)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

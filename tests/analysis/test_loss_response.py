@@ -16,6 +16,7 @@ from analysis_synthetic import Model, base_row, manifest
 from quicbed.analysis import load_runs, write_report
 from quicbed.analysis import loss_response as lr
 from quicbed.analysis.claims import evaluate
+from quicbed.analysis.tables import stacks
 from quicbed.experiments.matrix import Condition
 from quicbed.experiments.runner import run_experiment
 from quicbed.experiments.schema import parse_experiment
@@ -265,6 +266,11 @@ def test_the_report_has_the_section_and_flags_nginx_quic(lossy_report):
     assert len(nginx) == 1 and "| 0.28 |" in nginx[0] and "| not loss-responsive |" in nginx[0]
     assert len(caddy) == 1 and "| responsive |" in caddy[0]
     assert any("kernel TCP (cubic) under haproxy" in line and "| responsive |" in line for line in table)
+    assert "(figures/congestion_goodput_vs_bound.png)" in text
+    # and the summary warns before any number is read
+    assert "Not loss-responsive under loss: nginx's QUIC (20 of 120 trials)" in section(
+        lossy_report, "Summary"
+    )
 
 
 def test_claims_resting_on_a_flagged_stack_say_so(lossy_report, tmp_path):
@@ -302,3 +308,18 @@ def test_no_section_without_loss(tmp_path):
     df.assign(loss_pct=0.0).to_json(run_dir / "rows.jsonl", orient="records", lines=True)
     markdown = write_report([str(run_dir)]).with_suffix(".md").read_text()
     assert "## Congestion response" not in markdown
+
+
+def test_the_stack_is_the_servers_quic_or_the_kernels_tcp_and_its_cc():
+    rows = pd.DataFrame(
+        {
+            "server": ["nginx", "nginx", "caddy"],
+            "protocol": ["quic", "tls1.3", "tls1.2"],
+            "param_server.tcp_cc": ["bbr", "bbr", None],
+        }
+    )
+    assert stacks(rows).tolist() == [
+        "nginx's QUIC",
+        "kernel TCP (bbr) under nginx",
+        "kernel TCP (cubic) under caddy",
+    ]
