@@ -5,7 +5,9 @@ A claim (Direction) is a text plus a function over the successful rows returning
 To add a paper finding, write a check and append a Direction to DIRECTIONS; an `expect:` line
 becomes a Direction through `expectation_claim` (the language: analysis/expectations.py).
 The report shows both; `quicbed check` judges expect lines per condition with the same
-`expectations.judge`.
+`expectations.judge`. A claim over transfer rates names the analysis kinds it rests on
+(`rates_of`): when some of those rows came from a sender that is not loss-responsive
+(analysis/loss_response.py), its verdict's text says so.
 """
 
 from __future__ import annotations
