@@ -16,6 +16,7 @@ from analysis_synthetic import Model, base_row, manifest
 from quicbed.analysis import load_runs, write_report
 from quicbed.analysis import loss_response as lr
 from quicbed.analysis.claims import evaluate
+from quicbed.analysis.figures import path_and_server, streaming_panel
 from quicbed.analysis.tables import stacks
 from quicbed.experiments.matrix import Condition
 from quicbed.experiments.runner import run_experiment
@@ -323,3 +324,11 @@ def test_the_stack_is_the_servers_quic_or_the_kernels_tcp_and_its_cc():
         "kernel TCP (bbr) under nginx",
         "kernel TCP (cubic) under caddy",
     ]
+
+
+def test_streaming_figures_never_pool_servers():
+    one = pd.DataFrame({"profile": ["india", "india"], "server": ["nginx", "nginx"], "loss_pct": [5.0, 5.0]})
+    two = one.assign(server=["nginx", "caddy"])
+    assert path_and_server(one).tolist() == ["india", "india"]
+    assert path_and_server(two).tolist() == ["india · nginx", "india · caddy"]
+    assert streaming_panel(two).tolist() == ["india · nginx · 5% loss", "india · caddy · 5% loss"]
