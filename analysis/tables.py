@@ -309,13 +309,6 @@ class CongestionGroup:
     def ratio(self) -> float:
         return self.goodput / self.path.bound_mbit
 
-    def sentence(self) -> str:
-        """'nginx's QUIC: 6.9 Mbit/s against a bound of 0.56 Mbit/s at 9.9 % loss ...'."""
-        return (
-            f"{self.stack}: {fmt(self.goodput)} Mbit/s against a bound of "
-            f"{fmt(self.path.bound_mbit)} Mbit/s at {self.path.describe()}: {self.verdict}"
-        )
-
 
 def congestion_groups(ok: pd.DataFrame, paths: pd.Series) -> list[CongestionGroup]:
     """The successful rows under loss that have a goodput, grouped (CONGESTION_KEYS)."""
