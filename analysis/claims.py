@@ -5,7 +5,9 @@ A claim (Direction) is a text plus a function over the successful rows returning
 To add a paper finding, write a check and append a Direction to DIRECTIONS; an `expect:` line
 becomes a Direction through `expectation_claim` (the language: analysis/expectations.py).
 The report shows both; `quicbed check` judges expect lines per condition with the same
-`expectations.judge`.
+`expectations.judge`. A claim over transfer rates names the analysis kinds it rests on
+(`rates_of`): when some of those rows came from a sender that is not loss-responsive
+(analysis/loss_response.py), its verdict's text says so.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from .model import (
 )
 from .physics import HANDSHAKE_RTTS, row_connection_within, row_upper_rtts
 from .stats import MIN_N, Comparison, compare, median_ci
-from .tables import compare_protocols, fmt, fmt_est, lowest_quality, protocol_values
+from .tables import compare_protocols, flagged_stacks, fmt, fmt_est, lowest_quality, protocol_values
 
 HOLDS, FAILS, NO_DATA = "holds", "does not hold", "not enough data"
 SMALL_FILE = 20 * MB  # the paper's split between QUIC's and TLS 1.2's regimes
@@ -52,6 +54,10 @@ class Verdict:
 class Direction:
     claim: str
     check: Callable[[pd.DataFrame], Verdict]
+    # The analysis kinds whose transfer rates the claim rests on: a claim over them says so
+    # when some of those rows came from a sender that is not loss-responsive (its figures
+    # then measure that sender's congestion control, not the protocol). () = none.
+    rates_of: tuple[str, ...] = ()
 
 
 def verdict(ok: bool, found: list[str]) -> Verdict:
@@ -428,15 +434,21 @@ DIRECTIONS: list[Direction] = [
         "TTFB and download time of small pages: QUIC still wins, but the relative "
         "gain shrinks as the connection proceeds",
         gain_shrinks,
+        rates_of=("web",),
     ),
     Direction(
-        "Cloud storage: QUIC has the higher throughput for files ≤ 20 MB", throughput_direction(small=True)
+        "Cloud storage: QUIC has the higher throughput for files ≤ 20 MB",
+        throughput_direction(small=True),
+        rates_of=("cloud",),
     ),
     Direction(
         "Cloud storage: TLS 1.2 has the higher throughput for files > 20 MB",
         throughput_direction(small=False),
+        rates_of=("cloud",),
     ),
-    Direction("QUIC uses about 2× the CPU on a 200 MB download (≈90% vs ≈50%)", cpu_ratio),
+    Direction(
+        "QUIC uses about 2× the CPU on a 200 MB download (≈90% vs ≈50%)", cpu_ratio, rates_of=("cloud",)
+    ),
     Direction(
         "Video: handshakes to the media servers are faster over QUIC "
         "(534 ms from India, 406 ms from Germany)",
@@ -445,12 +457,23 @@ DIRECTIONS: list[Direction] = [
     Direction(
         "Video: the overall download rate is higher over TLS/TCP",
         video_direction("throughput_mbps", quic_lower=True, unit="Mbit/s"),
+        rates_of=("video",),
     ),
     Direction("Streaming: startup delay is similar without loss", startup_no_loss),
-    Direction("Streaming: with loss QUIC starts faster (≈40% at 5% loss)", startup_with_loss),
-    Direction("Streaming: TLS/TCP stalls last longer at high loss (up to 50% at 10%)", stalls_longer),
-    Direction("Streaming: quality switches rise with loss for both protocols", switches_rise),
-    Direction("Streaming: the lowest quality falls to 144p at 5–10% loss", lowest_144p),
+    Direction(
+        "Streaming: with loss QUIC starts faster (≈40% at 5% loss)", startup_with_loss, rates_of=(STREAMING,)
+    ),
+    Direction(
+        "Streaming: TLS/TCP stalls last longer at high loss (up to 50% at 10%)",
+        stalls_longer,
+        rates_of=(STREAMING,),
+    ),
+    Direction(
+        "Streaming: quality switches rise with loss for both protocols", switches_rise, rates_of=(STREAMING,)
+    ),
+    Direction(
+        "Streaming: the lowest quality falls to 144p at 5–10% loss", lowest_144p, rates_of=(STREAMING,)
+    ),
 ]
 
 
@@ -482,6 +505,23 @@ def expectation_claim(exp: Expectation) -> Direction:
     return Direction(f"expect: {exp.text}", check)
 
 
+def resting_on_flagged(ok: pd.DataFrame, kinds: tuple[str, ...]) -> str | None:
+    """'rests on nginx's QUIC (12 of 40 trials), not loss-responsive', when rows of these kinds
+    include trials flagged by analysis/loss_response.py; else None."""
+    if not kinds or "loss_response" not in ok:
+        return None
+    stacks = flagged_stacks(ok[ok["workload"].isin(kinds)])
+    if not stacks:
+        return None
+    return f"rests on {' and '.join(stacks)}, not loss-responsive (see Congestion response)"
+
+
+def with_caveat(ok: pd.DataFrame, d: Direction, v: Verdict) -> Verdict:
+    caveat = resting_on_flagged(ok, d.rates_of)
+    return v if caveat is None else Verdict(v.status, (*v.found, caveat))
+
+
 def evaluate(ok: pd.DataFrame, claims: list[Direction] | None = None) -> list[tuple[Direction, Verdict]]:
-    """Every claim against the successful rows (default: the paper's findings)."""
-    return [(d, d.check(ok)) for d in (DIRECTIONS if claims is None else claims)]
+    """Every claim against the successful rows (default: the paper's findings); a claim whose
+    rates rest on a sender that is not loss-responsive says so in its verdict's text."""
+    return [(d, with_caveat(ok, d, d.check(ok))) for d in (DIRECTIONS if claims is None else claims)]

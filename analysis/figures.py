@@ -21,12 +21,14 @@ import pandas as pd
 
 from quicbed.workloads import ReportSection, report_sections
 
+from . import loss_response as lr
 from .model import (
     PAGELOAD,
     STALL_TIME,
     STARTUP,
     STREAMING,
     SWITCHES,
+    TRANSFER_KINDS,
     VIDEO_CONNECTION,
     VIDEO_STALL,
     VIDEO_THROUGHPUT,
@@ -38,6 +40,7 @@ from .model import (
     size_label,
 )
 from .stats import median_ci
+from .tables import CongestionGroup
 
 RTT_GUIDES = (1, 2, 3)
 X_SPAN = "The x axis spans about the 1st to the 99th percentile."
@@ -341,10 +344,18 @@ def draw_cpu(ax: plt.Axes, samples: pd.DataFrame) -> None:
         )
 
 
+def path_and_server(rows: pd.DataFrame) -> pd.Series:
+    """The profile, and the server where a run has several: each server's QUIC is a stack of
+    its own, so their sessions are never pooled in one panel."""
+    if rows["server"].nunique() > 1:
+        return rows["profile"].astype(str) + " · " + rows["server"].astype(str)
+    return rows["profile"].astype(str)
+
+
 def streaming_panel(rows: pd.DataFrame) -> pd.Series:
     loss = rows["loss_pct"].map(lambda v: f"{v:g}% loss")
-    if rows["profile"].nunique() > 1:
-        return rows["profile"].astype(str) + " · " + loss
+    if rows["profile"].nunique() > 1 or rows["server"].nunique() > 1:
+        return path_and_server(rows) + " · " + loss
     return loss
 
 
@@ -408,16 +419,18 @@ def streaming_cdfs(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
 def against_loss(
     df: pd.DataFrame, out_dir: Path, kind: str, metrics: list[Metric], name: str, title: str
 ) -> list[Figure]:
-    """One row of panels per profile, one column per metric: the median against the loss
-    rate per protocol, with 95% bootstrap CIs (the paper's streaming figures)."""
+    """One row of panels per profile (and server, where there are several), one column per
+    metric: the median against the loss rate per protocol, with 95% bootstrap CIs (the
+    paper's streaming figures)."""
     rows = df[df["workload"] == kind].assign(loss_pct=lambda d: d["loss_pct"].fillna(0))
     metrics = [m for m in metrics if rows[m.column].notna().any()]
     if rows.empty or rows["loss_pct"].nunique() < 2 or not metrics:
         return []
-    profiles = ordered_unique(rows["profile"])
+    rows = rows.assign(panel=path_and_server(rows))
+    profiles = ordered_unique(rows["panel"])
     fig, axes = panel_grid(len(profiles) * len(metrics), columns=len(metrics))
     for i, (profile, metric) in enumerate((p, m) for p in profiles for m in metrics):
-        ax, mine = axes[i], rows[rows["profile"] == profile]
+        ax, mine = axes[i], rows[rows["panel"] == profile]
         for protocol in ordered_protocols(mine["protocol"]):
             points = [
                 (loss, median_ci(pd.to_numeric(g[metric.column], errors="coerce")))
@@ -501,14 +514,15 @@ def example_session(rows: pd.DataFrame) -> pd.Series | None:
 
 
 def streaming_example_traces(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
-    """One playback per protocol at the loss rate nearest 5 %, per profile: buffer level
+    """One playback per protocol at the loss rate nearest 5 %, per profile (and server): buffer level
     over time, stalls shaded, and the rendition's bitrate (the paper's example traces)."""
     rows = streaming_rows(df)
     if rows.empty or "trace_path" not in rows:
         return []
     examples = []
-    for profile in ordered_unique(rows["profile"]):
-        mine = rows[rows["profile"] == profile]
+    rows = rows.assign(panel=path_and_server(rows))
+    for profile in ordered_unique(rows["panel"]):
+        mine = rows[rows["panel"] == profile]
         loss = min(mine["loss_pct"].unique(), key=lambda v: (abs(v - EXAMPLE_LOSS_PCT), -v))
         for protocol in ordered_protocols(mine["protocol"]):
             session = example_session(mine[(mine["loss_pct"] == loss) & (mine["protocol"] == protocol)])
@@ -666,3 +680,53 @@ def make_figures(ok: pd.DataFrame, out_dir: Path) -> list[Figure]:
     """All figures the successful rows `ok` support, written to out_dir: each workload's
     report sections, in their order."""
     return [f for spec in report_sections() for f in section_figures(ok, out_dir, spec)]
+
+
+CONGESTION = "congestion"  # the report's Congestion response section
+
+
+def goodput_against_bound(groups: list[CongestionGroup], out_dir: Path) -> list[Figure]:
+    """Per condition under loss, each stack's median goodput per client and object (log
+    scale) against the loss bound: Mathis's (solid), twice it (the flag, dotted) and
+    Padhye's (dashed). Groups too short for a verdict are left out."""
+    shown = [g for g in groups if g.verdict != lr.TOO_SHORT]
+    if not shown:
+        return []
+    conditions = list(dict.fromkeys(g.condition for g in shown))
+    fig, axes = panel_grid(len(conditions), columns=2)
+    for ax, condition in zip(axes, conditions, strict=True):
+        mine = [g for g in shown if g.condition == condition]
+        stacks = list(dict.fromkeys(g.stack for g in mine))
+        for g in mine:
+            flagged = g.verdict == lr.NOT_RESPONSIVE
+            ax.scatter(
+                stacks.index(g.stack),
+                g.goodput,
+                marker="o" if g.keys[4] in TRANSFER_KINDS else "s",
+                color="#D55E00" if flagged else "#0072B2",
+                s=30,
+                zorder=3,
+            )
+        path = mine[0].path
+        for value, style, label in (
+            (path.bound_mbit, "-", "Mathis bound"),
+            (lr.FLAG_FACTOR * path.bound_mbit, ":", f"{lr.FLAG_FACTOR:g}× bound (flag)"),
+            (path.padhye_mbit, "--", "Padhye bound"),
+        ):
+            ax.axhline(value, color="#555555", linestyle=style, linewidth=1, label=label)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(stacks)), stacks, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("goodput (Mbit/s), median")
+        ax.set_title(f"{condition}: {path.describe()}", fontsize=9)
+        ax.grid(alpha=0.3, which="both", axis="y")
+        ax.legend(fontsize=7)
+    caption = (
+        "Median goodput per stack, client and object (circles: transfers; squares: a "
+        "player, a browser or the paced video download), red where not loss-responsive, "
+        "against the bounds a loss-responsive sender cannot exceed at the path's loss and RTT."
+    )
+    return [
+        save(
+            fig, out_dir, "congestion_goodput_vs_bound", CONGESTION, "Goodput against the loss bound", caption
+        )
+    ]

@@ -20,7 +20,8 @@ from quicbed import paths, rowschema
 from quicbed.errors import QuicbedError
 from quicbed.workloads import derived_kinds
 
-from .manifest import calibrated_rtt, manifest_differences
+from . import loss_response
+from .manifest import calibrated_rtt, calibration_entries, manifest_differences
 from .model import (
     OPTIONAL_COLUMNS,
     is_failed,
@@ -243,6 +244,51 @@ def rtt_reference(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> pd.Serie
     return df["calib_rtt_ms"].fillna(manifest_rtt).fillna(df["rtt_ms"]).astype(float)
 
 
+def calibrated_down_loss(manifests: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
+    """(run_id, condition) -> the calibrated downlink loss (%), where the manifest has one."""
+    return {
+        (e["run"], e["condition"]): float(e["loss_down_pct"])
+        for e in calibration_entries(manifests)
+        if isinstance(e.get("loss_down_pct"), int | float)
+    }
+
+
+def loss_paths(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> pd.Series:
+    """Each row's PathLoss (or None): the calibrated downlink loss of its condition, else the
+    configured one; the calibrated RTT (rtt_reference); the configured downlink rate."""
+    measured = calibrated_down_loss(manifests)
+    rtt = rtt_reference(df, manifests)
+    return pd.Series(
+        [
+            loss_response.path_loss(measured.get((run, cond)), loss, r, rate)
+            for run, cond, loss, r, rate in zip(
+                df["run_id"], df["condition"], df["loss_pct"], rtt, df["rate_down_mbit"], strict=True
+            )
+        ],
+        index=df.index,
+        dtype=object,
+    )
+
+
+def add_loss_response(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> None:
+    """The runner's loss_bound_mbit / loss_response / loss_bound_basis, computed with the same
+    function for rows that lack them (runs older than the check)."""
+    columns = [c.name for c in rowschema.LOSS_RESPONSE]
+    for column in columns:
+        if column not in df:
+            df[column] = None
+    missing = df["loss_response"].isna()
+    if not missing.any():
+        return
+    paths = loss_paths(df, manifests)
+    computed = [loss_response.row_columns(row, paths[i]) for i, row in df[missing].to_dict("index").items()]
+    for column in columns:
+        values = pd.Series([c[column] for c in computed], index=df.index[missing], dtype=object)
+        df[column] = df[column].astype(object)
+        df.loc[missing, column] = values
+    df["loss_bound_mbit"] = pd.to_numeric(df["loss_bound_mbit"], errors="coerce")
+
+
 def prepare(df: pd.DataFrame, manifests: list[dict[str, Any]], mixed: bool) -> pd.DataFrame:
     """Add missing optional columns and the derived ones every later stage relies on."""
     df = df.reset_index(drop=True)
@@ -262,6 +308,7 @@ def prepare(df: pd.DataFrame, manifests: list[dict[str, Any]], mixed: bool) -> p
     # noise, so such trials have no RTT-normalised values (NaN) anywhere.
     df["rtt_ref_ms"] = rtt.where(rtt >= MIN_RTT_MS)
     df["object_bytes"] = object_size_bytes(df)
+    add_loss_response(df, manifests)
     # Runs with different setups are kept apart (the run id becomes part of the facet)
     # rather than pooled; a second server is likewise never pooled with the first.
     # The runner's condition ids (c0, c1...) are opaque; its labels ("india loss_pct=1") read.

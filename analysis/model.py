@@ -34,6 +34,7 @@ from quicbed.workloads.metrics import (  # noqa: E402, F401 - re-exported for th
     STREAMING,
     SWITCHES,
     TIMING_METRICS,
+    TRANSFER_KINDS,
     TTFB,
     VIDEO_CONNECTION,
     VIDEO_STALL,

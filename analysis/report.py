@@ -14,18 +14,23 @@ import yaml
 
 from quicbed.workloads import ReportSection, report_sections
 
+from . import loss_response as lr
 from . import render
 from .claims import NO_DATA, Direction, Verdict, evaluate, expectation_claim
 from .expectations import compile_expectation
-from .figures import Figure, make_figures
-from .load import AnalysisError, load_runs, resolve_run_dir, results_root
+from .figures import CONGESTION, Figure, goodput_against_bound, make_figures
+from .load import AnalysisError, load_runs, loss_paths, resolve_run_dir, results_root
 from .manifest import calibration_entries, flatten, mixed_hosts
 from .overhead import account
 from .render import Block, Bullets, FigureBlock, Section, Table, Text, VerdictList
 from .tables import (
+    CongestionGroup,
     comparison_table,
+    congestion_groups,
+    congestion_table,
     failures_table,
     flag_table,
+    flagged_stacks,
     fmt,
     pageload_vs_download_table,
     streaming_table,
@@ -63,6 +68,11 @@ def flags(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> list[str]:
         if e["calibrated"] and not e.get("passed")
     ]
     out += mixed_hosts(calibration_entries(manifests))
+    out += [
+        f"Not loss-responsive under loss: {stack}; figures resting on it measure its congestion "
+        "control, not its protocol (see Congestion response)."
+        for stack in flagged_stacks(df[~df["failed"]])
+    ]
     counts = [
         ("failed", df["failed"], "excluded from statistics"),
         ("CPU-bound", df["cpu_bound"], "a host's CPU, not the path, may have limited them"),
@@ -195,6 +205,71 @@ def workload_section(spec: ReportSection, ok: pd.DataFrame, figures: list[Figure
     return Section(spec.title, blocks + figure_blocks(figures, spec.figures))
 
 
+CONGESTION_INTRO = (
+    "Whether each sender's goodput (payload bytes over the time they took) is one a "
+    "loss-responsive (Reno-like, TCP-friendly) congestion control can reach at the path's "
+    "loss p (the data direction's, calibrated where measured) and RTT R. The bound is Mathis "
+    "et al.'s square-root law, 1448 B × √(3/2) / (R √p), with one ACK per packet: the generous "
+    "end (delayed ACKs and timeouts only lower it; Padhye et al.'s formula with timeouts, beside "
+    "it, is lower still). CUBIC is in its Reno-friendly region here, so it holds for CUBIC too. "
+    f"Verdicts: '{lr.NOT_RESPONSIVE}' above {lr.FLAG_FACTOR:g}× the bound; '{lr.NOT_BINDING}' "
+    f"when the bound is above {lr.LINK_SHARE:.0%} of the link's rate; '{lr.DEMAND_LIMITED}' for "
+    "a player, a browser or the paced video download below that (its rate is its demand's); "
+    f"'{lr.TOO_SHORT}' under {lr.MIN_PACKETS} full packets. A comparison of QUIC against TCP "
+    "through a sender that is not loss-responsive measures that sender's congestion control, "
+    "not QUIC."
+)
+
+
+def flagged_sentences(groups: list[CongestionGroup]) -> list[str]:
+    """One sentence per condition and flagged stack, with the figures of each flagged group
+    (what the client fetched, how many trials)."""
+    by_stack: dict[tuple[str, str], list[CongestionGroup]] = {}
+    for g in groups:
+        if g.verdict == lr.NOT_RESPONSIVE:
+            by_stack.setdefault((g.condition, g.stack), []).append(g)
+    out = []
+    for (condition, stack), mine in by_stack.items():
+        figures = ", ".join(
+            f"{fmt(g.goodput)} Mbit/s ({g.keys[3]}, {g.keys[4]} {g.keys[5]}, n={g.n})" for g in mine
+        )
+        out.append(
+            f"{condition}: {stack}: {figures} against a bound of {fmt(mine[0].path.bound_mbit)} "
+            f"Mbit/s at {mine[0].path.describe()}: {lr.NOT_RESPONSIVE}"
+        )
+    return out
+
+
+def congestion_section(
+    ok: pd.DataFrame, manifests: list[dict[str, Any]], figures: list[Figure] | None = None
+) -> Section | None:
+    """Per condition × server × client (and what it fetched) under loss: the stack's median
+    goodput against the bounds; None when no run has loss."""
+    groups = congestion_groups(ok, loss_paths(ok, manifests))
+    if not groups:
+        return None
+    blocks: list[Block] = [Text(CONGESTION_INTRO)]
+    flagged = flagged_sentences(groups)
+    if flagged:
+        blocks += [Text("Not loss-responsive:"), Bullets(flagged, warn=True)]
+    short = [g for g in groups if g.verdict == lr.TOO_SHORT]
+    shown = [g for g in groups if g.verdict != lr.TOO_SHORT]
+    if shown:
+        runs = ok["run_id"].nunique()
+        blocks.append(Table(congestion_table(shown, runs), "Goodput against the loss bound per stack"))
+    if short:
+        blocks.append(
+            Text(
+                f"{len(short)} group(s) not shown: {lr.TOO_SHORT} (median payload under "
+                f"{lr.MIN_PACKETS} full packets: "
+                + ", ".join(sorted({f"{g.keys[4]} {g.keys[5]}" for g in short}))
+                + ")."
+            )
+        )
+    blocks += figure_blocks(figures or [], CONGESTION)
+    return Section("Congestion response", blocks)
+
+
 def manifest_table(manifests: list[dict[str, Any]]) -> pd.DataFrame:
     flat = [flatten({k: v for k, v in m.items() if k not in MANIFEST_SKIP}) for m in manifests]
     keys = list(dict.fromkeys(k for f in flat for k in f))
@@ -315,6 +390,7 @@ def build_sections(
         summary_section(df, manifests, warnings),
         directions_section(ok, quick=any(m.get("quick") for m in manifests)),
         expectations_section(ok, manifests),
+        congestion_section(ok, manifests, figures),
         *(workload_section(spec, ok, figures) for spec in report_sections()),
         run_section(df, manifests),
         flagged_section(df),
@@ -346,7 +422,9 @@ def write_files(df: pd.DataFrame, manifests: list[dict[str, Any]], out: Path, wa
     # Figures of an earlier report of the same runs would linger unreferenced.
     for stale in [*figure_dir.glob("*.png"), *figure_dir.glob("*.svg")]:
         stale.unlink()
-    figures = make_figures(df[~df["failed"]], figure_dir)
+    ok = df[~df["failed"]]
+    figures = make_figures(ok, figure_dir)
+    figures += goodput_against_bound(congestion_groups(ok, loss_paths(ok, manifests)), figure_dir)
     sections = build_sections(df, manifests, figures, warnings)
     title = "quicbed report: " + ", ".join(str(m.get("run_id")) for m in manifests)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

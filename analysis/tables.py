@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from . import loss_response as lr
 from .model import (
     PAGELOAD,
     STREAMING,
@@ -190,16 +192,21 @@ def lowest_quality(values: pd.Series) -> str:
     return min(heights, key=lambda k: heights[k]) if heights else "–"
 
 
+STREAMING_KEYS = ["loss_pct", "server", "protocol"]
+
+
 def streaming_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Stalls and quality switches against loss, per protocol."""
+    """Stalls and quality switches against loss, per server and protocol: each server's QUIC
+    is its own stack (its own congestion control), so servers are never pooled."""
     rows = df[df["workload"] == STREAMING]
     lines = []
-    for values, group in group_frames(rows, ["loss_pct", "protocol"]):
+    for values, group in group_frames(rows, STREAMING_KEYS):
         stalls = group["stall_durations_ms"].map(listed)
         durations = [d for ds in stalls for d in ds]
+        verdicts = group["loss_response"].dropna().value_counts() if "loss_response" in group else {}
         lines.append(
             {
-                **key_columns(["loss_pct", "protocol"], values),
+                **key_columns(STREAMING_KEYS, values),
                 "sessions n": str(len(group)),
                 "startup delay median (ms) [95% CI]": fmt_est(median_ci(group["startup_delay_ms"])),
                 "stalls per session (mean)": fmt(group["stall_count"].mean()),
@@ -208,6 +215,7 @@ def streaming_table(df: pd.DataFrame) -> pd.DataFrame:
                 "stall time per session (mean, ms)": fmt(stalls.map(lambda ds: float(np.sum(ds))).mean()),
                 "quality switches (median)": fmt(group["quality_switches"].median()),
                 "lowest quality": lowest_quality(group["lowest_quality"]),
+                "congestion response (sessions)": ", ".join(f"{n} {v}" for v, n in verdicts.items()) or "–",
             }
         )
     return pd.DataFrame(lines)
@@ -263,3 +271,108 @@ def flag_table(df: pd.DataFrame, column: str) -> pd.DataFrame:
                 {**key_columns(["facet", "protocol"], values), "flagged trials": f"{count} of {len(rows)}"}
             )
     return pd.DataFrame(lines)
+
+
+# --- congestion response (analysis/loss_response.py) ----------------------------------------
+CONGESTION_KEYS = ["run_id", "condition", "server", "client", "workload", "object"]
+
+
+def stacks(rows: pd.DataFrame) -> pd.Series:
+    """Each row's sender: the server's QUIC stack or the kernel's TCP and its congestion control."""
+    cc = rows["param_server.tcp_cc"] if "param_server.tcp_cc" in rows else pd.Series(None, index=rows.index)
+    return pd.Series(
+        [
+            lr.stack_label(str(s), str(p), c)
+            for s, p, c in zip(rows["server"], rows["protocol"], cc, strict=True)
+        ],
+        index=rows.index,
+        dtype=object,
+    )
+
+
+@dataclass(frozen=True)
+class CongestionGroup:
+    """One condition × server × client × workload × object under loss: its trials' median
+    goodput and payload, the path's bounds and the group's verdict."""
+
+    keys: tuple
+    condition: str
+    stack: str
+    path: lr.PathLoss
+    n: int
+    goodput: float
+    payload: float
+    verdict: str
+    trial_verdicts: dict[str, int]
+
+    @property
+    def ratio(self) -> float:
+        return self.goodput / self.path.bound_mbit
+
+
+def congestion_groups(ok: pd.DataFrame, paths: pd.Series) -> list[CongestionGroup]:
+    """The successful rows under loss that have a goodput, grouped (CONGESTION_KEYS)."""
+    goodput = pd.Series([lr.goodput_mbit(r) for r in ok.to_dict("records")], index=ok.index, dtype=float)
+    lossy = paths.reindex(ok.index).map(lambda p: p is not None and p.loss_pct > 0).astype(bool)
+    rows = ok[lossy & goodput.notna()]
+    if rows.empty:  # (assigning a Series to an empty frame would adopt the Series' index)
+        return []
+    rows = rows.assign(goodput=goodput[rows.index], stack=stacks(rows))
+    groups = []
+    for keys, group in group_frames(rows, CONGESTION_KEYS):
+        path = paths[group.index[0]]
+        rate, payload = float(group["goodput"].median()), float(group["bytes"].astype(float).median())
+        label = group["condition_label"].dropna()
+        groups.append(
+            CongestionGroup(
+                keys=keys,
+                condition=str(label.iloc[0]) if len(label) else str(keys[1]),
+                stack=str(group["stack"].iloc[0]),
+                path=path,
+                n=len(group),
+                goodput=rate,
+                payload=payload,
+                verdict=lr.verdict(rate, payload, path, lr.is_demand_limited(group.iloc[0].to_dict())),
+                trial_verdicts=group["loss_response"].dropna().value_counts().to_dict(),
+            )
+        )
+    return groups
+
+
+def congestion_table(groups: list[CongestionGroup], runs: int = 1) -> pd.DataFrame:
+    """Per group: median goodput, the two bounds, goodput ÷ Mathis's, the verdict."""
+    lines = []
+    for g in groups:
+        run, _, server, client, workload, obj = g.keys
+        lines.append(
+            {
+                **({"run": str(run)} if runs > 1 else {}),
+                "condition": g.condition,
+                "loss (%)": f"{g.path.loss_pct:.3g} ({g.path.basis})",
+                "RTT (ms)": fmt(g.path.rtt_ms),
+                "stack": g.stack,
+                "server": str(server),
+                "client": str(client),
+                "workload": str(workload),
+                "object": str(obj),
+                "n": str(g.n),
+                "goodput median (Mbit/s)": fmt(g.goodput),
+                "bound: Mathis (Mbit/s)": fmt(g.path.bound_mbit),
+                "bound: Padhye (Mbit/s)": fmt(g.path.padhye_mbit),
+                "goodput ÷ Mathis": fmt(g.ratio),
+                "verdict": g.verdict,
+                "trials": ", ".join(f"{n} {v}" for v, n in g.trial_verdicts.items()) or "–",
+            }
+        )
+    return pd.DataFrame(lines)
+
+
+def flagged_stacks(ok: pd.DataFrame) -> list[str]:
+    """'nginx's QUIC (12 of 40 trials)': the stacks of the rows flagged not loss-responsive."""
+    if "loss_response" not in ok or ok.empty:
+        return []
+    flagged = ok[ok["loss_response"] == lr.NOT_RESPONSIVE]
+    if flagged.empty:
+        return []
+    counts = stacks(flagged).value_counts()
+    return [f"{stack} ({n} of {len(ok)} trials)" for stack, n in counts.items()]

@@ -32,6 +32,7 @@ from rich.progress import (
 )
 
 from quicbed import paths, rowschema
+from quicbed.analysis import loss_response
 from quicbed.analysis.expectations import statistic
 from quicbed.analysis.overhead import account, summary_lines
 from quicbed.errors import HostProblem, PathMismatch
@@ -338,7 +339,8 @@ def _run_trial(
     row = make_row(run_id, trial, tool_row, calib) | timing
     # The tools write "" for success; rows say None, so one test (`error is None`) holds.
     row["error"] = error or row.get("error") or None
-    return row
+    # Whether the sender's rate is one a loss-responsive congestion control could reach here.
+    return row | loss_response.runner_columns(row, calib)
 
 
 def make_row(run_id: str, trial: Trial, tool_row: dict[str, Any], calib: dict[str, Any]) -> dict[str, Any]:

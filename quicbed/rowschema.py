@@ -170,12 +170,29 @@ STREAMING = _columns(
     ("player", "", "the player and its version (dash.js 5.2.1)"),
     ("player_settings", "", "the player's buffer and ABR settings"),
 )
+# The congestion-response check (analysis/loss_response.py): written by the runner with each
+# row, and computed by the analysis (analysis/load.py) for rows of older runs that lack them.
+LOSS_RESPONSE = _columns(
+    ("loss_bound_mbit", "Mbit/s", "the most a Reno-like sender reaches at the path's loss and RTT"),
+    ("loss_response", "", "the goodput against that bound: responsive, not loss-responsive..."),
+    ("loss_bound_basis", "", "the bound's loss: calibrated (measured) or configured"),
+)
 SWEEP_PREFIX = "param_"  # a swept axis's value, e.g. param_server.tcp_cc
 CLASH_PREFIX = "tool_"  # a tool value that disagrees with an axis of the same name
 
 COLUMNS: dict[str, Column] = {
     c.name: c
-    for group in (AXES, TOOL, TOOL_OPTIONAL, BROWSER, VIDEO_DOWNLOAD, EXECUTOR, RUNNER, STREAMING)
+    for group in (
+        AXES,
+        TOOL,
+        TOOL_OPTIONAL,
+        BROWSER,
+        VIDEO_DOWNLOAD,
+        EXECUTOR,
+        RUNNER,
+        STREAMING,
+        LOSS_RESPONSE,
+    )
     for c in group
 }
 

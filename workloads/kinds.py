@@ -165,7 +165,7 @@ class Video(WorkloadKind):
             figures="streaming",
             plots=("streaming_against_loss", "streaming_cdfs", "streaming_example_traces"),
             table="streaming",
-            table_caption="Stalls and quality switches against loss",
+            table_caption="Stalls and quality switches against loss, per server",
         ),
     )
 
