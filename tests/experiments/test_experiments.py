@@ -14,7 +14,7 @@ from quicbed.clients.tools import TOOLS
 from quicbed.experiments import links
 from quicbed.experiments.executor import TestbedExecutor
 from quicbed.experiments.matrix import conditions, count_per_condition, trials
-from quicbed.experiments.plan import dry_run
+from quicbed.experiments.plan import dry_run, trial_seconds
 from quicbed.experiments.schema import (
     ExperimentError,
     load_experiment,
@@ -258,6 +258,17 @@ def test_dry_run_counts_and_estimate():
     text = dry_run(parse_experiment(GOOD))
     assert "= 48 trials" in text and "8 conditions x 48 = 384 trials" in text
     assert "estimated duration: 0h" in text
+
+
+def test_estimate_under_loss_uses_the_loss_responsive_rate():
+    """At 10 % loss on india a 1 MB transfer takes about 15 s (0.56 Mbit/s), not 0.4 s."""
+    text = (Path(__file__).parents[2] / "experiments" / "ci" / "loss-response.yaml").read_text()
+    lossy = parse_experiment(text)
+    clean = parse_experiment(text.replace("loss_pct: [10]", "loss_pct: [0]"))
+    (lossy_cond,), (clean_cond,) = conditions(lossy), conditions(clean)
+    tls = lossy.clients[0]
+    assert trial_seconds(lossy, lossy_cond, tls, "1MB") > 14
+    assert trial_seconds(clean, clean_cond, tls, "1MB") < 2
 
 
 def test_cloud_workload_and_what_cannot_run_yet():
