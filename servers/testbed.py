@@ -70,9 +70,12 @@ def served_testbed(
         yield tb, hosts
 
 
-# A server's first TLS handshake after it starts cost 40 ms more than every later one on india
-# (nginx: the first row of a paper-web condition, the first trial of a path test; +10 ms on
-# germany). One untimed fetch over TCP and one over QUIC take it before anything is measured.
+# A server's first connection after the path comes up cost half an RTT more than every later
+# one (+40 ms on india, +150 ms at 300 ms RTT): its container has no neighbour (ARP) entry for
+# its gateway yet, and the lookup's reply crosses the emulated delay (`quicbed explain` shows
+# the SYN-ACK one one-way delay late). Calibration pings the first server only. One untimed
+# fetch over TCP and one over QUIC make the entry, and take any first-handshake cost of the
+# server itself, before anything is measured.
 WARM_UP_URL = f"https://{SERVER_NAME}/web/index.html"  # a 404 without web content: same handshake
 WARM_UP_TIMEOUT_S = 10
 
