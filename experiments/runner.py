@@ -440,6 +440,7 @@ def _start_manifest(
     session = {"started_at": _now(), "pid": os.getpid(), "status": "running", "git": git_info()}
     if retry_failed:
         session["retry_failed"] = True
+    session["capture"] = list(exp.capture)  # a resume may capture otherwise
     if resume:
         manifest = read_manifest(run_dir)
         if manifest.get("matrix_hash") != exp.matrix_hash():
@@ -465,6 +466,7 @@ def _start_manifest(
         "experiment_text": exp.text,
         "matrix_hash": exp.matrix_hash(),
         "quick": exp.quick,
+        "capture": list(exp.capture),  # per trial beside the rows (trials/); per session too
         "seed": exp.seed,
         "order": exp.order,
         "trials_total": len(conds) * count_per_condition(exp),
