@@ -56,7 +56,8 @@ class PacketCapture:
     def start(self) -> None:
         """Returns once tcpdump listens (its "listening on" line), so the tool's first packet
         is in the file; raises CaptureError with tcpdump's words otherwise."""
-        argv = ["tcpdump", "-i", self.intf, "-n", "-s", "0", "-U", "-w", str(self.path)]
+        # --immediate-mode: packets still in a ring-buffer block at SIGINT would be lost.
+        argv = ["tcpdump", "-i", self.intf, "-n", "-s", "0", "--immediate-mode", "-U", "-w", str(self.path)]
         # -n alone enters the netns: nsenter execs tcpdump, so the pid is tcpdump's own.
         self.proc = subprocess.Popen(
             ["nsenter", "-t", str(self.pid), "-n", "--", *marked_argv(argv)],
@@ -151,6 +152,7 @@ class TrialCapture:
     missing: dict[str, str] = field(default_factory=dict)
     pcap: PacketCapture | None = None
     qlog: ServerQlog | None = None
+    spent_s: float = 0.0  # the capture's own time, which the row's wall_s leaves out
 
     @property
     def rel_dir(self) -> str:
@@ -183,6 +185,13 @@ class TrialCapture:
 
     def start(self, pid: int, intf_names: list[str]) -> None:
         """Before the tool: the directory, the server's earlier qlog files away, tcpdump."""
+        clock = time.monotonic()
+        try:
+            self._start(pid, intf_names)
+        finally:
+            self.spent_s += time.monotonic() - clock
+
+    def _start(self, pid: int, intf_names: list[str]) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         for name in rowschema.CAPTURE_FILES.values():  # a retried trial starts afresh
             (self.dir / name).unlink(missing_ok=True)
@@ -204,12 +213,15 @@ class TrialCapture:
 
     def stop_packets(self) -> None:
         """Right after the tool exits: tcpdump flushes and ends."""
+        clock = time.monotonic()
         if self.pcap:
             self.pcap.stop()
+        self.spent_s += time.monotonic() - clock
 
     def finish(self) -> dict[str, Any]:
-        """After the server has logged the trial: its qlog; then the row's two columns."""
+        """After the server has logged the trial: its qlog; then the row's capture columns."""
         self.stop_packets()
+        clock = time.monotonic()
         if self.qlog and not self.qlog.collect(self.dir / rowschema.CAPTURE_FILES["qlog/server"]):
             self.missing["qlog/server"] = f"{self.server.name} wrote no qlog during the trial"
         files = []
@@ -225,7 +237,12 @@ class TrialCapture:
             for stray in (self.dir / "client.sqlog.d").iterdir():
                 stray.unlink()
             (self.dir / "client.sqlog.d").rmdir()
-        return {"capture_files": files, "capture_missing": dict(sorted(self.missing.items()))}
+        self.spent_s += time.monotonic() - clock
+        return {
+            "capture_files": files,
+            "capture_missing": dict(sorted(self.missing.items())),
+            "capture_s": round(self.spent_s, 3),
+        }
 
     def _asked(self, kind: str) -> bool:
         return kind.split("/")[0] in self.kinds

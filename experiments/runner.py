@@ -334,7 +334,11 @@ def _run_trial(
         tool_row, error = exc.row, exc.reason
     except Exception as exc:  # an executor bug must not lose the rest of the run
         tool_row, error = {}, f"{type(exc).__name__}: {exc}"
-    timing = {"started_at": started, "wall_s": round(time.monotonic() - t0, 3), "attempt": attempt}
+    # A capture's own start and stop (tcpdump, the server's qlog) are the trial's bookkeeping,
+    # not its time: the executor says how long they took (capture_s) and wall_s leaves it out.
+    capture_s = tool_row.get("capture_s") if tool_row else None
+    wall = time.monotonic() - t0 - (capture_s if isinstance(capture_s, int | float) else 0.0)
+    timing = {"started_at": started, "wall_s": round(wall, 3), "attempt": attempt}
     row = make_row(run_id, trial, tool_row, calib) | timing
     # The tools write "" for success; rows say None, so one test (`error is None`) holds.
     row["error"] = error or row.get("error") or None

@@ -184,6 +184,7 @@ CAPTURE_FILES: dict[str, str] = {
 CAPTURE = _columns(
     ("capture_files", "", "capture files of the trial, relative to the run directory (executor)"),
     ("capture_missing", "", "capture kind -> why it was not written, e.g. qlog/server (executor)"),
+    ("capture_s", "s", "the capture's own time around the tool (tcpdump, server qlog); not in wall_s"),
 )
 SWEEP_PREFIX = "param_"  # a swept axis's value, e.g. param_server.tcp_cc
 CLASH_PREFIX = "tool_"  # a tool value that disagrees with an axis of the same name
