@@ -104,11 +104,7 @@ class TestbedExecutor:
         return {
             "kinds": list(self.exp.capture),
             "dir": f"{rowschema.TRIALS_DIR}/<trial id with / as ~>/",
-            "server_qlog": {
-                name: f"{spec.qlog_env} -> {spec.qlog_dir}" if spec.qlog_env else f"cannot: {spec.no_qlog}"
-                for name in self.exp.servers
-                if (spec := servers.get_server(name))
-            },
+            "server_qlog": {name: _server_qlog(servers.get_server(name)) for name in self.exp.servers},
             "client_qlog": {c.label: _client_qlog(c.protocol, TOOLS[c.tool]) for c in self.exp.clients},
         }
 
@@ -301,6 +297,10 @@ class TestbedExecutor:
             trial.client.options,
             workload.tool_args(trial.workload.duration_s, dict(trial.workload.settings)),
         )
+
+
+def _server_qlog(spec: servers.ServerSpec) -> str:
+    return f"{spec.qlog_env} -> {spec.qlog_dir}" if spec.qlog_env else f"cannot: {spec.no_qlog}"
 
 
 def _client_qlog(protocol: str, tool: Tool) -> str:
