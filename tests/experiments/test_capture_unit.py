@@ -4,6 +4,7 @@ qlog: field. The real files on a real path: test_capture_path.py."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from quicbed import rowschema
 from quicbed.clients.tools import TOOLS
 from quicbed.experiments.capture import CLIENT_TRIALS, ServerQlog, TrialCapture, path_interface
 from quicbed.experiments.commands import cmd_run
+from quicbed.experiments.matrix import conditions, trials
+from quicbed.experiments.runner import _run_trial
 from quicbed.experiments.schema import ExperimentError, parse_capture, parse_experiment
 from quicbed.servers import get_server
 from quicbed.servers.descriptors import load_descriptor
@@ -127,3 +130,18 @@ def test_descriptor_qlog_field_is_checked(tmp_path: Path, qlog: str, message: st
     server.write_text(f"{kept}\n{qlog}\n")
     with pytest.raises(LocatedError, match=message):
         load_descriptor(server)
+
+
+def test_the_captures_own_time_is_left_out_of_wall_s() -> None:
+    class Slow:  # an executor whose trial spends 0.3 s, 0.25 s of it capturing
+        def ensure_server(self, name: str) -> None:
+            pass
+
+        def run_trial(self, trial: object) -> dict:
+            time.sleep(0.3)
+            return {"capture_s": 0.25}
+
+    exp = parse_experiment(BASE, "t.yaml")
+    (cond,) = conditions(exp)
+    row = _run_trial(trials(exp, cond)[0], Slow(), {}, "run")  # type: ignore[arg-type]
+    assert 0.04 <= row["wall_s"] < 0.2 and row["capture_s"] == 0.25
