@@ -61,6 +61,21 @@ class Tool:
     # What the tool takes of the workload's arguments (the video's duration; the browser also
     # the player's settings): workloads/kinds.py WorkloadKind.tool_args.
     workload_flags: tuple[str, ...] = ("--duration",)
+    # Capture (experiment capture:): the flag that takes a key-log path (SSLKEYLOGFILE format)
+    # and the one that takes a qlog path (JSON-SEQ, its QUIC connections'); "" = it cannot,
+    # and no_qlog says why a QUIC trial of it writes none (the row's capture_missing).
+    keylog_flag: str = "--keylog"
+    qlog_flag: str = ""
+    no_qlog: str = ""
+
+    def capture_argv(self, keylog: str | None, qlog: str | None) -> list[str]:
+        """The flags that make the tool write its key log and qlog to these paths (None: not
+        asked for); a path the tool cannot write is left out (see no_qlog)."""
+        out: list[str] = []
+        for flag, path in ((self.keylog_flag, keylog), (self.qlog_flag, qlog)):
+            if flag and path:
+                out += [flag, path]
+        return out
 
     def argv(
         self,
@@ -158,6 +173,7 @@ TOOLS: dict[str, Tool] = {
             flags={"backend": "--backend", "kex": "--groups"},
             values={"kex": KEX_GROUPS},
             expand={"resume": _RESUME_ARGS},
+            qlog_flag="--qlog",  # ngtcp2's qlog callback; libcurl: OpenSSL 3.5's QLOGDIR
         ),
         # The paper's non-adaptive video test (clients/perf): audio and video in parallel, paced
         # like playout; two TLS/TCP connections, or one QUIC connection with two streams.
@@ -179,6 +195,7 @@ TOOLS: dict[str, Tool] = {
                     "tls1.2": ("--transport", "tcp", "--tls", "1.2"),
                 }
             },
+            qlog_flag="--qlog",
         ),
         Tool(
             name="chromium",
@@ -192,6 +209,7 @@ TOOLS: dict[str, Tool] = {
             flags={"protocol": "--protocol"},
             start_s=1.5,  # a fresh browser and profile per trial
             workload_flags=("--duration", "--player-settings"),
+            no_qlog="chromium: NetLog not collected yet",
         ),
     )
 }

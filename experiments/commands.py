@@ -21,7 +21,7 @@ from .check import check
 from .merge import merge_runs
 from .plan import dry_run
 from .runner import Dispatcher, Executor, RunAborted, run_experiment
-from .schema import Experiment, load_experiment
+from .schema import Experiment, load_experiment, parse_capture
 from .shard import parse_shard, plan
 from .store import load_rows, new_run_id, read_manifest
 
@@ -43,8 +43,10 @@ def cmd_run(
     ray: str | None = None,
     ray_workers: int | None = None,
     ray_retries: int = 1,
+    capture: str | None = None,
 ) -> int:
-    """`quicbed run FILE [--resume ID [--retry-failed]] [--dry-run] [--check] [--quick]`.
+    """`quicbed run FILE [--resume ID [--retry-failed]] [--dry-run] [--check] [--quick]
+    [--capture qlog,pcap,keys]` (capture: overrides the file's `capture:`).
 
     make_executor(exp, run_dir) is called once, after the file validated and unless dry; --force belongs to
     the executor (pass it through your factory). on_run_dir(run_dir) is told the run directory
@@ -61,6 +63,12 @@ def cmd_run(
     except QuicbedError as exc:  # bad file, bad profile, missing run: one line, no traceback
         console.print(str(exc), markup=False)
         return 2
+    if capture is not None:  # the command line overrides the file's capture:
+        try:
+            exp.capture = parse_capture(capture)
+        except ValueError as exc:
+            console.print(f"--capture: {exc}", markup=False)
+            return 2
     try:
         part = parse_shard(shard) if shard else None
         if part and ray:

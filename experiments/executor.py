@@ -21,7 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from quicbed import rowschema, servers
-from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT
+from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT, Tool
 from quicbed.errors import PathMismatch
 from quicbed.paths import CACHE, STATE
 from quicbed.servers import pki
@@ -37,6 +37,7 @@ from quicbed.topology.net import (
 )
 from quicbed.workloads import WORKLOADS
 
+from .capture import CLIENT_TRIALS, TrialCapture
 from .matrix import Condition, Trial
 from .runner import TrialError
 from .schema import Experiment
@@ -94,6 +95,17 @@ class TestbedExecutor:
             "client_image": _image_info(self.client_image),
             "server_images": {name: _image_info(spec.image) for name, spec in servers.SERVERS.items()},
             "pki": "fresh private CA per run (not stored with the results)",
+            **({"capture": self._capture_info()} if self.exp.capture else {}),
+        }
+
+    def _capture_info(self) -> dict[str, Any]:
+        """What this run captures, and what each of its stacks can write (its descriptor's
+        and its adapter's word); per trial, the row's capture_files and capture_missing."""
+        return {
+            "kinds": list(self.exp.capture),
+            "dir": f"{rowschema.TRIALS_DIR}/<trial id with / as ~>/",
+            "server_qlog": {name: _server_qlog(servers.get_server(name)) for name in self.exp.servers},
+            "client_qlog": {c.label: _client_qlog(c.protocol, TOOLS[c.tool]) for c in self.exp.clients},
         }
 
     @contextlib.contextmanager
@@ -103,6 +115,9 @@ class TestbedExecutor:
         timing: dict[str, float] = {}
         clock = time.monotonic()
         self.log_root, self.log_offsets = self.run_dir / rowschema.LOGS_DIR / cond.id, {}
+        trials_dir = self.run_dir / rowschema.TRIALS_DIR
+        if self.exp.capture:
+            trials_dir.mkdir(parents=True, exist_ok=True)
         with served_testbed(
             cond.link,
             names,
@@ -112,6 +127,8 @@ class TestbedExecutor:
             backend=self.backend,
             client_image=self.client_image,
             tcp_cc=str(cond.params.get("server.tcp_cc", "cubic")),
+            # The tools write key logs and qlog straight into the run directory.
+            client_mounts=((trials_dir, CLIENT_TRIALS),) if self.exp.capture else (),
         ) as (tb, hosts):
             timing["bringup_s"], clock = time.monotonic() - clock, time.monotonic()
             self.tb, self.hosts, self.started = tb, hosts, set()
@@ -150,7 +167,7 @@ class TestbedExecutor:
         host = self.hosts[name]
         if name in self.started and self._server_alive(host, name):
             return
-        servers.start_server(host.container, name, timeout=30)
+        servers.start_server(host.container, name, timeout=30, qlog="qlog" in self.exp.capture)
         self.started.add(name)
         assert self.tb
         warm_up(self.tb, host)
@@ -160,19 +177,31 @@ class TestbedExecutor:
         host = self.hosts[trial.server]
         argv = self._tool_argv(trial, server_address(self.tb.servers.index(host)))
         self._server_log(trial.server)  # skip what earlier trials (or a restart) logged
-        retrans = _tcp_retrans(host.container_pid)
-        before = {h: _cpu_usec(h.container) for h in (self.tb.client, host)}
-        start = time.monotonic()
-        proc = self.tb.client.exec(argv, timeout=trial.timeout_s + 15)
-        wall = time.monotonic() - start
+        capture = self._capture(trial)
+        if capture:
+            argv += capture.tool_args()
+            capture.start(self.tb.client.pid, [i.name for i in self.tb.client.intfList()])
+        try:
+            # The capture starts before and stops after this: tool_wall_s holds neither.
+            retrans = _tcp_retrans(host.container_pid)
+            before = {h: _cpu_usec(h.container) for h in (self.tb.client, host)}
+            start = time.monotonic()
+            proc = self.tb.client.exec(argv, timeout=trial.timeout_s + 15)
+            wall = time.monotonic() - start
+        finally:
+            if capture:
+                capture.stop_packets()
         cpu = {h: (_cpu_usec(h.container) - before[h]) / 1e4 / wall for h in before}
         retrans = _tcp_retrans(host.container_pid) - retrans
         rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-        if not rows and proc.returncode == UNSUPPORTED_EXIT:
-            raise TrialError(f"unsupported: {proc.stderr.strip()[-300:]}")
         if not rows:
+            # A failed trial's capture is the one most worth opening: the row names it.
+            kept = capture.finish() if capture else None
+            if proc.returncode == UNSUPPORTED_EXIT:
+                raise TrialError(f"unsupported: {proc.stderr.strip()[-300:]}", kept)
             raise TrialError(
-                f"{trial.client.tool} gave no row (exit {proc.returncode}): " f"{proc.stderr.strip()[-300:]}"
+                f"{trial.client.tool} gave no row (exit {proc.returncode}): " f"{proc.stderr.strip()[-300:]}",
+                kept,
             )
         row = rows[-1]
         if "trace" in row:  # a player's per-second trace: a file beside the rows, not a cell
@@ -185,6 +214,8 @@ class TestbedExecutor:
             **self._server_saw(trial.server),
             server_tcp_retrans=retrans if retrans >= 0 else None,
         )
+        if capture:  # after _server_saw: the server has logged, and closed, the trial's connections
+            row.update(capture.finish())
         # A tool may know better (a browser's processes during the load alone): either says so.
         row["cpu_bound"] = bool(row.get("cpu_bound")) or max(cpu.values()) >= CPU_BOUND_PCT
         if row.get("error"):
@@ -192,6 +223,23 @@ class TestbedExecutor:
         return row
 
     # -- helpers -------------------------------------------------------------------------
+    def _capture(self, trial: Trial) -> TrialCapture | None:
+        if not self.exp.capture:
+            return None
+        assert self.tb
+        # A namespace client (no container) runs the tool on the host's filesystem.
+        docker_client = isinstance(self.tb.client, DockerHost)
+        return TrialCapture(
+            kinds=self.exp.capture,
+            run_dir=self.run_dir,
+            trial_id=trial.trial_id,
+            tool=TOOLS[trial.client.tool],
+            quic=trial.client.protocol == "quic",
+            server=servers.get_server(trial.server),
+            server_log_dir=self.log_root / trial.server,
+            client_root=CLIENT_TRIALS if docker_client else str(self.run_dir / rowschema.TRIALS_DIR),
+        )
+
     def _server_log(self, server: str) -> list[dict[str, Any]]:
         """The access-log entries the server wrote since the last call."""
         entries, self.log_offsets[server] = servers.access_log_since(
@@ -249,6 +297,16 @@ class TestbedExecutor:
             trial.client.options,
             workload.tool_args(trial.workload.duration_s, dict(trial.workload.settings)),
         )
+
+
+def _server_qlog(spec: servers.ServerSpec) -> str:
+    return f"{spec.qlog_env} -> {spec.qlog_dir}" if spec.qlog_env else f"cannot: {spec.no_qlog}"
+
+
+def _client_qlog(protocol: str, tool: Tool) -> str:
+    if protocol != "quic":
+        return "cannot: TCP, qlog is QUIC's"
+    return f"{tool.qlog_flag} FILE" if tool.qlog_flag else f"cannot: {tool.no_qlog}"
 
 
 def _transfer_s(row: dict[str, Any]) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from quicbed.analysis.loss_response import mathis_mbit
+from quicbed.rowschema import TRIALS_DIR
 from quicbed.workloads import object_bytes
 
 from .matrix import Condition, conditions, count_per_condition
@@ -75,6 +76,13 @@ def dry_run(exp: Experiment) -> str:
         f"estimated duration: {hms(estimate_seconds(exp))} (rough: {SETUP_S:g} s setup per "
         f"condition, handshake/slow-start/rate model per trial)",
         f"expectations: {len(exp.expect)}",
+        "capture: "
+        + (
+            f"{', '.join(exp.capture)} per trial, in {TRIALS_DIR}/<trial id>/ (what a stack cannot "
+            "write is listed in its row's capture_missing)"
+            if exp.capture
+            else "none"
+        ),
     ]
     return "\n".join(lines)
 

@@ -335,7 +335,11 @@ def _run_trial(
         tool_row, error = exc.row, exc.reason
     except Exception as exc:  # an executor bug must not lose the rest of the run
         tool_row, error = {}, f"{type(exc).__name__}: {exc}"
-    timing = {"started_at": started, "wall_s": round(time.monotonic() - t0, 3), "attempt": attempt}
+    # A capture's own start and stop (tcpdump, the server's qlog) are the trial's bookkeeping,
+    # not its time: the executor says how long they took (capture_s) and wall_s leaves it out.
+    capture_s = tool_row.get("capture_s") if tool_row else None
+    wall = time.monotonic() - t0 - (capture_s if isinstance(capture_s, int | float) else 0.0)
+    timing = {"started_at": started, "wall_s": round(wall, 3), "attempt": attempt}
     row = make_row(run_id, trial, tool_row, calib) | timing
     # The tools write "" for success; rows say None, so one test (`error is None`) holds.
     row["error"] = error or row.get("error") or None
@@ -442,6 +446,7 @@ def _start_manifest(
     session = {"started_at": _now(), "pid": os.getpid(), "status": "running", "git": git_info()}
     if retry_failed:
         session["retry_failed"] = True
+    session["capture"] = list(exp.capture)  # a resume may capture otherwise
     if resume:
         manifest = read_manifest(run_dir)
         if manifest.get("matrix_hash") != exp.matrix_hash():
@@ -467,6 +472,7 @@ def _start_manifest(
         "experiment_text": exp.text,
         "matrix_hash": exp.matrix_hash(),
         "quick": exp.quick,
+        "capture": list(exp.capture),  # per trial beside the rows (trials/); per session too
         "seed": exp.seed,
         "order": exp.order,
         "trials_total": len(conds) * count_per_condition(exp),

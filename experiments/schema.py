@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.analysis.expectations import Expectation, compile_expectation
+from quicbed.rowschema import CAPTURE_KINDS
 from quicbed.servers.player import ABR_RULES, Setting
 from quicbed.workloads import WORKLOADS
 from quicbed.yamlio import LocatedError as ExperimentError
@@ -47,6 +48,7 @@ _TOP_KEYS = {
     "timeout_s",
     "expect",
     "quick",
+    "capture",
 }
 _REQUIRED = {"name", "profiles", "servers", "clients", "workload"}
 
@@ -85,10 +87,14 @@ class Experiment:
     expect: list[Expectation] = field(default_factory=list)
     description: str = ""
     quick: bool = False
+    # What each trial captures beside its row (rowschema.CAPTURE_KINDS): qlog, pcap, keys.
+    capture: tuple[str, ...] = ()
 
     def matrix_hash(self) -> str:
-        """Identifies what the matrix contains, so --resume refuses an edited experiment."""
-        parts = {k: v for k, v in asdict(self).items() if k not in ("file", "text", "expect")}
+        """Identifies what the matrix contains, so --resume refuses an edited experiment.
+        Capture is left out: it changes what is kept of a trial, not which trials run."""
+        skip = ("file", "text", "expect", "capture")
+        parts = {k: v for k, v in asdict(self).items() if k not in skip}
         blob = json.dumps(parts, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -153,6 +159,8 @@ def _build(src: Source, text: str) -> Experiment:
             f"{exp.timeout_s:g} s is not longer than the "
             f"{played:g} s of video each trial plays (workload.duration_s)",
         )
+    if "capture" in d:
+        exp.capture = _capture(src, d["capture"])
     exp.expect = check_list(
         src, ("expect",), d.get("expect", []), lambda p, v: _expect(src, p, v), allow_empty=True
     )
@@ -325,6 +333,26 @@ def _settings(
     return tuple(out)
 
 
+def _capture(src: Source, value: Any) -> tuple[str, ...]:
+    kinds = check_list(
+        src,
+        ("capture",),
+        value if value is not None else [],
+        lambda p, v: check_choice(src, p, v, CAPTURE_KINDS, "capture"),
+        allow_empty=True,
+    )
+    return tuple(sorted(kinds))
+
+
+def parse_capture(text: str) -> tuple[str, ...]:
+    """`--capture qlog,pcap,keys` (or "none"); ValueError names the first unknown kind."""
+    kinds = [k.strip() for k in text.split(",") if k.strip() and k.strip() != "none"]
+    for kind in kinds:
+        if kind not in CAPTURE_KINDS:
+            raise ValueError(f"unknown capture {kind!r} (known: {', '.join(CAPTURE_KINDS)})")
+    return tuple(sorted(set(kinds)))
+
+
 def _expect(src: Source, path: PathKey, value: Any) -> Expectation:
     text = check_str(src, path, value)
     try:
@@ -333,4 +361,4 @@ def _expect(src: Source, path: PathKey, value: Any) -> Expectation:
         raise src.error(path, str(exc)) from None
 
 
-__all__ = ["Experiment", "ExperimentError", "load_experiment", "parse_experiment"]
+__all__ = ["Experiment", "ExperimentError", "load_experiment", "parse_capture", "parse_experiment"]

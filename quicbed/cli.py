@@ -177,6 +177,7 @@ def cmd_run(args: argparse.Namespace, on_run_dir: Callable[[Path], None] | None 
                 ray=args.ray,
                 ray_workers=args.ray_workers,
                 ray_retries=args.ray_retries,
+                capture=args.capture,
             )
         finally:
             # A helper a teardown missed (an interrupt mid-calibration) must not outlive it.
@@ -319,6 +320,12 @@ def build_parser() -> argparse.ArgumentParser:
         "its stored trials (default 1; the rest: --resume)",
     )
     p.add_argument("--quick", action="store_true", help="use the file's quick: settings")
+    p.add_argument(
+        "--capture",
+        metavar="KINDS",
+        help="per trial, keep qlog, pcap and/or keys (comma-separated, or none) in "
+        "trials/<trial id>/; overrides the file's capture:",
+    )
     p.add_argument(
         "--force", action="store_true", help="measure even through a path that failed calibration (recorded)"
     )

@@ -19,6 +19,7 @@ LOCK_FILE = ".lock"  # one runner per run directory
 LOGS_DIR = "logs"  # logs/<condition>/<server>/: the servers' own logs
 REPORT_DIR = "report"  # report.md, report.html and the figures
 TRACES_DIR = "traces"  # traces/<trial id with / as ~>.json: a player's per-second trace
+TRIALS_DIR = "trials"  # trials/<trial id with / as ~>/: a trial's capture (experiment capture:)
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,21 @@ LOSS_RESPONSE = _columns(
     ("loss_response", "", "the goodput against that bound: responsive, not loss-responsive..."),
     ("loss_bound_basis", "", "the bound's loss: calibrated (measured) or configured"),
 )
+# --- capture (experiment `capture: [qlog, pcap, keys]`): the capture builder and
+# `quicbed explain` share these names; a row without capture has neither column.
+CAPTURE_KINDS: tuple[str, ...] = ("keys", "pcap", "qlog")
+# What a trial's capture directory may hold (fixed names).
+CAPTURE_FILES: dict[str, str] = {
+    "pcap": "client.pcap",  # tcpdump on the client's path interface, the whole trial
+    "keys": "keys.log",  # the client's TLS secrets (SSLKEYLOGFILE format)
+    "qlog/client": "client.sqlog",  # the client's qlog (JSON-SEQ, RFC 7464)
+    "qlog/server": "server.sqlog",  # the server's qlog of the trial's connection(s)
+}
+CAPTURE = _columns(
+    ("capture_files", "", "capture files of the trial, relative to the run directory (executor)"),
+    ("capture_missing", "", "capture kind -> why it was not written, e.g. qlog/server (executor)"),
+    ("capture_s", "s", "the capture's own time around the tool (tcpdump, server qlog); not in wall_s"),
+)
 SWEEP_PREFIX = "param_"  # a swept axis's value, e.g. param_server.tcp_cc
 CLASH_PREFIX = "tool_"  # a tool value that disagrees with an axis of the same name
 
@@ -192,6 +208,7 @@ COLUMNS: dict[str, Column] = {
         RUNNER,
         STREAMING,
         LOSS_RESPONSE,
+        CAPTURE,
     )
     for c in group
 }
@@ -282,6 +299,11 @@ CHECKS: dict[str, str] = {
 def trace_path(trial_id: str) -> str:
     """Where a trial's trace lives in its run directory (trial ids contain slashes)."""
     return f"{TRACES_DIR}/{trial_id.replace('/', '~')}.json"
+
+
+def capture_dir(trial_id: str) -> str:
+    """A trial's capture directory, relative to its run directory (trial ids contain slashes)."""
+    return f"{TRIALS_DIR}/{trial_id.replace('/', '~')}"
 
 
 def is_known(column: str) -> bool:

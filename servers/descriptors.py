@@ -20,7 +20,7 @@ from quicbed.paths import REPO, read_versions
 from quicbed.yamlio import LocatedError, PathKey, Source, load_source
 
 from .accesslog import FORMATS
-from .spec import Health, ServerSpec, UnknownServer
+from .spec import LOG_MOUNT, Health, ServerSpec, UnknownServer
 from .versionparse import PARSERS
 
 ENV_DIRS = "QUICBED_SERVER_DIRS"
@@ -44,6 +44,7 @@ _OPTIONAL = (
     "quic",
     "build_info_facts",
     "compose_port",
+    "qlog",
 )
 _TLS = ("TLSv1.0", "TLSv1.1", "TLSv1.2", "TLSv1.3")
 _HTTP = ("HTTP/1.1", "HTTP/2.0", "HTTP/3.0")
@@ -259,6 +260,7 @@ def load_descriptor(
             if key in quic:
                 raise src.error(("build_info_facts", "facts", key), "is also a quic: fact")
 
+    qlog_env, qlog_dir, no_qlog = _qlog(src, d.get("qlog"), name)
     compose_port = d.get("compose_port")
     if compose_port is not None:
         _int(src, ("compose_port",), compose_port, 1, 65535)
@@ -283,12 +285,35 @@ def load_descriptor(
         build_info_command=bi_command,
         build_info_facts=bi_facts,
         compose_port=compose_port,
+        qlog_env=qlog_env,
+        qlog_dir=qlog_dir,
+        no_qlog=no_qlog,
         dockerfile=dockerfile,
         version_key=version_key,
         order=_int(src, ("order",), d.get("order", 100), 0, 10_000),
         description=description,
         file=file,
     )
+
+
+def _qlog(src: Source, value: Any, name: str) -> tuple[str, str, str]:
+    """`qlog: {env: QLOGDIR, dir: /var/log/quicbed/qlog}` (the variable that makes the stack
+    write one file per connection into dir, under the log mount so the host sees it), or
+    `qlog: {cannot: why}`. Absent: it writes none, for want of a descriptor that says how."""
+    if value is None:
+        return "", "", f"{name}: its descriptor says of no qlog"
+    q = _mapping(src, ("qlog",), value, (), ("env", "dir", "cannot"))
+    if "cannot" in q:
+        if set(q) != {"cannot"}:
+            raise src.error(("qlog",), "give env and dir, or cannot, not both")
+        return "", "", _string(src, ("qlog", "cannot"), q["cannot"])
+    if set(q) != {"env", "dir"}:
+        raise src.error(("qlog",), "give env and dir (how the stack writes qlog), or cannot: why")
+    env = _string(src, ("qlog", "env"), q["env"], _ENV_KEY, "an environment variable")
+    qdir = _string(src, ("qlog", "dir"), q["dir"])
+    if not qdir.startswith(f"{LOG_MOUNT}/") or ".." in qdir.split("/"):
+        raise src.error(("qlog", "dir"), f"{qdir!r} must be under {LOG_MOUNT}/ (the host reads it there)")
+    return env, qdir, ""
 
 
 # ---------------------------------------------------------------- discovery, registry

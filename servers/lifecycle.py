@@ -108,9 +108,10 @@ def _failure(container: str, spec: ServerSpec, why: str) -> ServerError:
     )
 
 
-def start_server(container: str, name: str, timeout: float = 20) -> None:
+def start_server(container: str, name: str, timeout: float = 20, qlog: bool = False) -> None:
     """Start the server in the running container; return once it answers its health check
-    (h2 and h3 on :443 for the shipped servers).
+    (h2 and h3 on :443 for the shipped servers). With `qlog`, a server whose descriptor says
+    how (qlog: env, dir) writes a qlog file per connection into its qlog dir.
 
     Raises ServerError (exit code + the server's log tail) if it exits or does not answer
     within timeout seconds; a server that did not come up is killed again.
@@ -137,8 +138,14 @@ def start_server(container: str, name: str, timeout: float = 20) -> None:
         f"{shlex.join(spec.command)} >>{spec.server_log} 2>&1 & "
         f"echo $! >{pid_file}; wait $!; echo $? >{exit_file}"
     )
+    env = ["-e", f"{spec.qlog_env}={spec.qlog_dir}"] if qlog and spec.qlog_env else []
+    if env:
+        exec_in(container, "mkdir", "-p", spec.qlog_dir)
     proc = subprocess.run(
-        ["docker", "exec", "-d", container, "sh", "-c", launcher], capture_output=True, text=True, timeout=15
+        ["docker", "exec", "-d", *env, container, "sh", "-c", launcher],
+        capture_output=True,
+        text=True,
+        timeout=15,
     )
     if proc.returncode != 0:
         raise ServerError(f"docker exec in {container} failed: {proc.stderr.strip()}")

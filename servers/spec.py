@@ -62,6 +62,11 @@ class ServerSpec:
     # Extra QUIC facts read from the binary's Go build info: command, and fact -> module.
     build_info_command: list[str] = field(default_factory=list)
     build_info_facts: dict[str, str] = field(default_factory=dict)
+    # qlog (experiment capture: qlog): the environment variable that makes the stack write one
+    # file per connection into qlog_dir (under LOG_MOUNT); or no_qlog, why it writes none.
+    qlog_env: str = ""
+    qlog_dir: str = ""
+    no_qlog: str = ""
     compose_port: int | None = None  # published on 127.0.0.1 by docker-compose.yml
     dockerfile: str | None = None  # relative to the repository; None: a prebuilt image
     version_key: str | None = None  # the versions.env key `version` comes from

@@ -42,11 +42,13 @@ def served_testbed(
     tcp_cc: str = "cubic",
     start: bool = False,
     run_id: str | None = None,
+    client_mounts: tuple[tuple[Path, str], ...] = (),
 ) -> Iterator[tuple[Testbed, dict[str, DockerHost]]]:
     """The path with one container per named server (content, PKI and logs mounted) and the
     client with the CA. With `start`, every server is started and ready; otherwise the caller
     starts them (the runner does, once per condition, after calibration). `run_id` names the
-    testbed's containers and state (a lab's id); default a fresh one."""
+    testbed's containers and state (a lab's id); default a fresh one. `client_mounts`:
+    (host directory, path in the client) pairs, writable (a run's capture files)."""
     ensure_pki(pki_dir)
     specs = []
     for name in names:
@@ -58,7 +60,10 @@ def served_testbed(
         profile=profile,
         backend=backend,
         tcp_cc=tcp_cc,
-        client=HostSpec(client_image, ("-v", f"{pki_dir}:{CLIENT_PKI}:ro")),
+        client=HostSpec(
+            client_image,
+            ("-v", f"{pki_dir}:{CLIENT_PKI}:ro", *(a for h, c in client_mounts for a in ("-v", f"{h}:{c}"))),
+        ),
         servers=tuple(specs),
         **({"run_id": run_id} if run_id else {}),
     )

@@ -77,6 +77,7 @@ struct nq {
     size_t early_bytes;           /* stream bytes sent before the handshake completed */
     const struct perf_quic_hooks *hooks;  /* video_download: every response goes there */
     double t_before;
+    FILE *qlog;                   /* --qlog: ngtcp2's qlog callback appends here */
 };
 
 static uint64_t now_ns(void)
@@ -518,6 +519,15 @@ static ngtcp2_path conn_path(struct nq *q)
     return p;
 }
 
+/* ngtcp2 hands over its qlog (JSON-SEQ records) in pieces; FIN ends the connection's. */
+static void on_qlog_write(void *ud, uint32_t flags, const void *data, size_t len)
+{
+    struct nq *q = ud;
+    fwrite(data, 1, len, q->qlog);
+    if (flags & NGTCP2_QLOG_WRITE_FLAG_FIN)
+        fflush(q->qlog);
+}
+
 static ngtcp2_cc_algo cc_algo(const char *name)
 {
     if (name && strcmp(name, "reno") == 0)
@@ -540,6 +550,8 @@ static int setup_conn(struct nq *q)
     s.max_window = 24u << 20;         /* flow-control auto-tuning may grow windows to these */
     s.max_stream_window = 16u << 20;
     s.cc_algo = cc_algo(q->o->cc);
+    if (q->qlog)
+        s.qlog_write = on_qlog_write;
     ngtcp2_transport_params_default(&p);
     p.initial_max_streams_uni = 3;
     p.initial_max_stream_data_bidi_local = 1u << 20;
@@ -739,6 +751,8 @@ static void cleanup(struct nq *q)
         gnutls_deinit(q->tls);
     if (q->fd >= 0)
         close(q->fd);
+    if (q->qlog)
+        fclose(q->qlog);
     perf_sink_close(&q->sink, q->row);
 }
 
@@ -765,6 +779,9 @@ static int start_conn(struct nq *q)
              gnutls_check_version(NULL));
     if (perf_sink_open(&q->sink, q->o, q->row) != 0 || parse_url(q) != 0 || open_socket(q) != 0)
         return -1;
+    /* appended: a --resume warm-up connection and the measured one share the file */
+    if (q->o->qlog && !(q->qlog = fopen(q->o->qlog, "ab")))
+        return fail(q, "qlog: cannot open %.200s", q->o->qlog);
     q->cpu_start = perf_now_thread_cpu();
     q->t_before = perf_now_realtime();
     return setup_tls(q) == 0 && setup_conn(q) == 0 ? 0 : -1;

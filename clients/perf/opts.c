@@ -11,7 +11,7 @@
 enum { OPT_URL = 256, OPT_RESOLVE, OPT_CACERT, OPT_INSECURE, OPT_PAUSE, OPT_TIMEOUT, OPT_CPU,
        OPT_KEYLOG, OPT_OUTPUT_BODY, OPT_DISCARD, OPT_SHA256, OPT_RESUME, OPT_TLS, OPT_HTTP,
        OPT_BACKEND, OPT_VERSION, OPT_VERBOSE, OPT_CURL_TIMERS, OPT_CC,
-       OPT_GROUPS, OPT_COLD, OPT_TRANSPORT, OPT_DURATION, OPT_BUFFER, OPT_RENDITION };
+       OPT_GROUPS, OPT_COLD, OPT_TRANSPORT, OPT_DURATION, OPT_BUFFER, OPT_RENDITION, OPT_QLOG };
 
 static const struct option long_opts[] = {
     {"url", required_argument, NULL, OPT_URL},
@@ -23,6 +23,7 @@ static const struct option long_opts[] = {
     {"timeout", required_argument, NULL, OPT_TIMEOUT},
     {"cpu", no_argument, NULL, OPT_CPU},
     {"keylog", required_argument, NULL, OPT_KEYLOG},
+    {"qlog", required_argument, NULL, OPT_QLOG},
     {"output-body", required_argument, NULL, OPT_OUTPUT_BODY},
     {"discard", no_argument, NULL, OPT_DISCARD},
     {"sha256", no_argument, NULL, OPT_SHA256},
@@ -55,6 +56,7 @@ void perf_usage(const struct perf_tool *tool, FILE *out)
             "  --timeout S               whole-transfer limit in seconds (default 30)\n"
             "  --cpu                     sample process/system CPU every 500 ms\n"
             "  --keylog FILE             write TLS secrets (SSLKEYLOGFILE format)\n"
+            "  --qlog FILE               QUIC: append each connection's qlog (JSON-SEQ) to FILE\n"
             "  --output-body FILE | --discard  keep or drop the body (default: drop, count bytes)\n"
             "  --sha256                  put the body's SHA-256 into the row\n"
             "  --resume                  warm-up connection, then resume its TLS session\n"
@@ -265,6 +267,7 @@ static int apply_opt(const struct perf_tool *tool, int c, const char *arg, struc
     case OPT_TIMEOUT: return parse_double(arg, 0.001, &o->timeout_s);
     case OPT_CPU: o->cpu = 1; return 0;
     case OPT_KEYLOG: o->keylog = arg; return 0;
+    case OPT_QLOG: o->qlog = arg; return 0;
     case OPT_OUTPUT_BODY: o->output_body = arg; return 0;
     case OPT_DISCARD: o->output_body = NULL; return 0;
     case OPT_SHA256: o->sha256 = 1; return 0;

@@ -28,6 +28,7 @@ struct perf_opts {
     double timeout_s;
     int cpu;
     const char *keylog;
+    const char *qlog;             /* --qlog: the QUIC connections' qlog (JSON-SEQ), NULL = none */
     const char *output_body;      /* NULL: discard (bytes are still counted) */
     int sha256;
     int resume;

@@ -163,6 +163,7 @@ void perf_warm_up(const struct perf_tool *tool, const struct perf_opts *o,
     warm.timeout_s = WARM_UP_TIMEOUT_S;
     warm.cpu = warm.sha256 = 0;
     warm.output_body = NULL;
+    warm.qlog = NULL;  /* the loopback attempt is no connection of the trial's */
     struct silent s = {.fd = fd, .quic = quic};
     pthread_t ender;
     int ending = pthread_create(&ender, NULL, end_after_first_flight, &s) == 0;

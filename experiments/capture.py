@@ -1,0 +1,251 @@
+"""Per-trial capture (experiment `capture: [qlog, pcap, keys]`): the files of the contract in
+quicbed/rowschema.py (CAPTURE_FILES), written into the trial's directory trials/<trial id>/.
+
+- pcap: the host's tcpdump in the client's network namespace, on its interface on the path,
+  started and seen listening before the tool runs, stopped (SIGINT: it flushes) after it exits;
+  it writes straight into the run directory, so nothing is copied.
+- keys and the client's qlog: the tool writes them itself (its adapter's keylog_flag and
+  qlog_flag, clients/tools.py) into the run directory's trials/, bind-mounted into the client
+  container at CLIENT_TRIALS for the condition: no per-trial copy (a `docker cp` costs 40 ms a
+  file here).
+- the server's qlog: a server whose descriptor says how (servers/<name>/server.yaml `qlog:`)
+  writes one file per connection into its log directory; the files that appeared during the
+  trial are concatenated into server.sqlog (JSON-SEQ allows it: each file starts with its
+  header record) and removed.
+
+What could not be written, and why, goes to the row's capture_missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quicbed import rowschema
+from quicbed.clients.tools import Tool
+from quicbed.servers.spec import LOG_MOUNT, ServerSpec
+from quicbed.topology.marker import marked_argv
+
+CLIENT_TRIALS = "/var/lib/quicbed/trials"  # the run directory's trials/ inside the client
+LISTEN_TIMEOUT_S = 5.0  # tcpdump says "listening on" within ~50 ms; a busy host may be slower
+STOP_TIMEOUT_S = 5.0
+# A server writes a connection's qlog until the connection closes, just after the client's
+# last packet: new files are awaited this long, and taken once their size holds still.
+SERVER_QLOG_WAIT_S = 2.0
+SETTLE_S = 0.1
+
+
+class CaptureError(RuntimeError):
+    """A capture could not start (the trial runs without it; the row says why)."""
+
+
+class PacketCapture:
+    """tcpdump on `intf` in the network namespace of `pid`, full packets, into `path`."""
+
+    def __init__(self, pid: int, intf: str, path: Path) -> None:
+        self.pid, self.intf, self.path = pid, intf, path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Returns once tcpdump listens (its "listening on" line), so the tool's first packet
+        is in the file; raises CaptureError with tcpdump's words otherwise."""
+        # --immediate-mode: packets still in a ring-buffer block at SIGINT would be lost.
+        argv = ["tcpdump", "-i", self.intf, "-n", "-s", "0", "--immediate-mode", "-U", "-w", str(self.path)]
+        # -n alone enters the netns: nsenter execs tcpdump, so the pid is tcpdump's own.
+        self.proc = subprocess.Popen(
+            ["nsenter", "-t", str(self.pid), "-n", "--", *marked_argv(argv)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        assert self.proc.stderr
+        said, deadline = b"", time.monotonic() + LISTEN_TIMEOUT_S
+        while b"listening on" not in said:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.proc.poll() is not None:
+                self.stop()
+                raise CaptureError(f"tcpdump did not start: {said.decode(errors='replace').strip()[-200:]}")
+            ready, _, _ = select.select([self.proc.stderr], [], [], left)
+            if ready:
+                said += os.read(self.proc.stderr.fileno(), 4096)
+
+    def stop(self) -> None:
+        """SIGINT: tcpdump writes out what it holds and exits."""
+        if not self.proc:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stderr:
+            self.proc.stderr.close()
+        self.proc = None
+
+
+def path_interface(intf_names: list[str]) -> str:
+    """The client's interface on the emulated path: its only one besides lo."""
+    names = [n for n in intf_names if n != "lo"]
+    if len(names) != 1:
+        raise CaptureError(f"the client has {len(names)} path interfaces ({', '.join(names)})")
+    return names[0]
+
+
+class ServerQlog:
+    """The qlog files a server writes into its log directory (host side), per trial."""
+
+    def __init__(self, log_dir: Path, spec: ServerSpec) -> None:
+        self.dir = log_dir / Path(spec.qlog_dir).relative_to(LOG_MOUNT)
+
+    def forget_earlier(self) -> None:
+        """Files of connections before the trial (health checks, warm-ups) are no trial's."""
+        for path in self._files():
+            path.unlink(missing_ok=True)
+
+    def collect(self, dest: Path) -> bool:
+        """The trial's files, once written out, concatenated into dest; False if none came."""
+        deadline = time.monotonic() + SERVER_QLOG_WAIT_S
+        sizes: dict[Path, int] = {}
+        while time.monotonic() < deadline:
+            now = {p: p.stat().st_size for p in self._files()}
+            if now and now == sizes:
+                break
+            sizes = now
+            time.sleep(SETTLE_S)
+        files = sorted(sizes, key=lambda p: p.stat().st_mtime_ns)
+        if not files:
+            return False
+        with dest.open("ab") as out:
+            for path in files:
+                out.write(path.read_bytes())
+                path.unlink()
+        return True
+
+    def _files(self) -> list[Path]:
+        try:
+            return [p for p in self.dir.iterdir() if p.is_file()]
+        except OSError:  # not made yet: the server wrote nothing
+            return []
+
+
+@dataclass
+class TrialCapture:
+    """One trial's capture: what the executor starts before the tool and ends after it."""
+
+    kinds: tuple[str, ...]
+    run_dir: Path
+    trial_id: str
+    tool: Tool
+    quic: bool  # the trial's protocol is QUIC (qlog is QUIC's)
+    server: ServerSpec
+    server_log_dir: Path  # the server's log directory on the host
+    client_root: str  # the run directory's trials/ as the tool sees it
+    missing: dict[str, str] = field(default_factory=dict)
+    pcap: PacketCapture | None = None
+    qlog: ServerQlog | None = None
+    spent_s: float = 0.0  # the capture's own time, which the row's wall_s leaves out
+
+    @property
+    def rel_dir(self) -> str:
+        return rowschema.capture_dir(self.trial_id)
+
+    @property
+    def dir(self) -> Path:
+        return self.run_dir / self.rel_dir
+
+    def _tool_path(self, kind: str) -> str:
+        name = rowschema.CAPTURE_FILES[kind]
+        return f"{self.client_root}/{Path(self.rel_dir).name}/{name}"
+
+    def tool_args(self) -> list[str]:
+        """The tool's capture flags (its adapter's), and the reasons for what it cannot."""
+        keylog = qlog = None
+        if "keys" in self.kinds:
+            if self.tool.keylog_flag:
+                keylog = self._tool_path("keys")
+            else:
+                self.missing["keys"] = f"{self.tool.name} takes no key log"
+        if "qlog" in self.kinds:
+            if not self.quic:
+                self.missing["qlog/client"] = "TCP trial: qlog is QUIC's"
+            elif self.tool.qlog_flag:
+                qlog = self._tool_path("qlog/client")
+            else:
+                self.missing["qlog/client"] = self.tool.no_qlog or f"{self.tool.name} writes no qlog"
+        return self.tool.capture_argv(keylog, qlog)
+
+    def start(self, pid: int, intf_names: list[str]) -> None:
+        """Before the tool: the directory, the server's earlier qlog files away, tcpdump."""
+        clock = time.monotonic()
+        try:
+            self._start(pid, intf_names)
+        finally:
+            self.spent_s += time.monotonic() - clock
+
+    def _start(self, pid: int, intf_names: list[str]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for name in rowschema.CAPTURE_FILES.values():  # a retried trial starts afresh
+            (self.dir / name).unlink(missing_ok=True)
+        if "qlog" in self.kinds:
+            if not self.quic:
+                self.missing["qlog/server"] = "TCP trial: qlog is QUIC's"
+            elif self.server.qlog_env:
+                self.qlog = ServerQlog(self.server_log_dir, self.server)
+                self.qlog.forget_earlier()
+            else:
+                self.missing["qlog/server"] = self.server.no_qlog or f"{self.server.name} writes no qlog"
+        if "pcap" in self.kinds:
+            try:
+                self.pcap = PacketCapture(pid, path_interface(intf_names), self.dir / "client.pcap")
+                self.pcap.start()
+            except (CaptureError, OSError) as exc:
+                self.pcap = None
+                self.missing["pcap"] = str(exc)
+
+    def stop_packets(self) -> None:
+        """Right after the tool exits: tcpdump flushes and ends."""
+        clock = time.monotonic()
+        if self.pcap:
+            self.pcap.stop()
+        self.spent_s += time.monotonic() - clock
+
+    def finish(self) -> dict[str, Any]:
+        """After the server has logged the trial: its qlog; then the row's capture columns."""
+        self.stop_packets()
+        clock = time.monotonic()
+        if self.qlog and not self.qlog.collect(self.dir / rowschema.CAPTURE_FILES["qlog/server"]):
+            self.missing["qlog/server"] = f"{self.server.name} wrote no qlog during the trial"
+        files = []
+        for kind, name in rowschema.CAPTURE_FILES.items():
+            if not self._asked(kind):
+                continue
+            path = self.dir / name
+            if path.is_file() and path.stat().st_size > 0:
+                files.append(f"{self.rel_dir}/{name}")
+            elif kind not in self.missing:
+                self.missing[kind] = f"{self._writer(kind)} wrote nothing"
+        with contextlib.suppress(OSError):  # libcurl's QLOGDIR, if the tool died before its end
+            for stray in (self.dir / "client.sqlog.d").iterdir():
+                stray.unlink()
+            (self.dir / "client.sqlog.d").rmdir()
+        self.spent_s += time.monotonic() - clock
+        return {
+            "capture_files": files,
+            "capture_missing": dict(sorted(self.missing.items())),
+            "capture_s": round(self.spent_s, 3),
+        }
+
+    def _asked(self, kind: str) -> bool:
+        return kind.split("/")[0] in self.kinds
+
+    def _writer(self, kind: str) -> str:
+        return {"pcap": "tcpdump", "qlog/server": self.server.name}.get(kind, self.tool.name)
