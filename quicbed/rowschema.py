@@ -19,6 +19,10 @@ LOCK_FILE = ".lock"  # one runner per run directory
 LOGS_DIR = "logs"  # logs/<condition>/<server>/: the servers' own logs
 REPORT_DIR = "report"  # report.md, report.html and the figures
 TRACES_DIR = "traces"  # traces/<trial id with / as ~>.json: a player's per-second trace
+TRIALS_DIR = "trials"  # trials/<trial id with / as ~>/: a trial's capture (CAPTURE_FILES)
+# A trial's capture files, fixed names: the client's packets, its TLS secrets, its qlog and the
+# server's qlog (several server connections: server-N.sqlog beside it).
+CAPTURE_FILES = ("client.pcap", "keys.log", "client.sqlog", "server.sqlog")
 
 
 @dataclass(frozen=True)
@@ -265,6 +269,11 @@ CHECKS: dict[str, str] = {
 def trace_path(trial_id: str) -> str:
     """Where a trial's trace lives in its run directory (trial ids contain slashes)."""
     return f"{TRACES_DIR}/{trial_id.replace('/', '~')}.json"
+
+
+def capture_dir(trial_id: str) -> str:
+    """Where a trial's capture files live in its run directory (trial ids contain slashes)."""
+    return f"{TRIALS_DIR}/{trial_id.replace('/', '~')}"
 
 
 def is_known(column: str) -> bool:
