@@ -85,8 +85,20 @@ TLS_TYPES = {
 QUIC_LONG = {"0": "Initial", "1": "0-RTT", "2": "Handshake", "3": "Retry"}
 QUIC_CRYPTO, QUIC_HANDSHAKE_DONE = "6", "30"
 H2_HEADERS = H3_HEADERS = "1"
+# HTTP/2 and HTTP/3 frame types the handshake's packets carry (the same numbers in both).
+HTTP_FRAMES = {
+    "0": "DATA",
+    "1": "HEADERS",
+    "3": "RST_STREAM",
+    "4": "SETTINGS",
+    "6": "PING",
+    "7": "GOAWAY",
+    "8": "WINDOW_UPDATE",
+}
 TCP_FIRST_BYTE = 1  # tshark's relative sequence numbers: the SYN is 0
 LOSSES_SHOWN = 8
+LATE_SHARE = 0.1  # a server packet later than 1.1 RTT after what it answered is flagged
+CLIENT_LATE_MS = 5.0  # a client packet later than this after what it waited for is flagged
 NO_CAPTURE = "the trial has no capture, run with --capture pcap,keys,qlog"
 
 
@@ -204,6 +216,8 @@ def describe(p: Packet) -> str:
     if "tcp.len" in p.f:
         if p.has("tcp.flags.syn", "1"):
             parts.append("SYN-ACK" if p.has("tcp.flags.ack", "1") else "SYN")
+        if p.has("tcp.analysis.retransmission"):
+            parts.append("retransmission")
         if p.has("tls.record.content_type", "20"):
             parts.append("ChangeCipherSpec")
     else:
@@ -211,8 +225,9 @@ def describe(p: Packet) -> str:
         if p.has("quic.frame_type", QUIC_HANDSHAKE_DONE):
             parts.append("HANDSHAKE_DONE")
     parts += [TLS_TYPES.get(t, f"TLS({t})") for t in p.f.get("tls.handshake.type", [])]
-    if p.has("http2.type", H2_HEADERS) or p.has("http3.frame_type", H3_HEADERS):
-        parts.append("HEADERS")
+    for name in ("http2.type", "http3.frame_type"):
+        frames = [HTTP_FRAMES.get(t, f"frame({t})") for t in p.f.get(name, [])]
+        parts += list(dict.fromkeys(frames))  # each kind once, in order
     if p.has("http.request.method"):
         parts.append("request")
     if "tcp.len" in p.f and p.payload():
@@ -295,7 +310,8 @@ def handshake_evidence(packets: list[Packet], protocol: str, rtt_ms: float, keye
         p = packets[i]
         if not (carries(p) or i in chain):
             continue
-        wait = waited_for(packets, i, rtt_s)
+        found = waited_for(packets, i, rtt_s)
+        wait = found if found is not None and found >= start else None
         timeline.append(
             {
                 "frame": _frame(p, i),
@@ -303,7 +319,10 @@ def handshake_evidence(packets: list[Packet], protocol: str, rtt_ms: float, keye
                 "t_ms": _ms(p.t - t0),
                 "t_rtts": _rtts(p.t - t0, rtt_s),
                 "what": describe(p),
-                "waited_for": _frame(packets[wait], wait) if wait is not None and wait >= start else None,
+                "waited_for": _frame(packets[wait], wait) if wait is not None else None,
+                # The time since what it waited for: a server packet's is an RTT unless a
+                # loss, a retransmission timer or the server held it; a client's, its CPU.
+                "waited_ms": _ms(p.t - packets[wait].t) if wait is not None else None,
                 "on_chain": i in chain,
             }
         )
@@ -561,11 +580,11 @@ def evidence(run_dir: Path, trial_id: str) -> dict[str, Any]:
     pcap = cap / "client.pcap"
     if not pcap.is_file() or pcap.stat().st_size == 0:
         raise ExplainError(f"{trial_id}: {NO_CAPTURE}")
-    rtt_ms = float(row.get("calib_rtt_ms") or row.get("rtt_ms") or 0.0)
     text = run_tshark(cap)
     packets = connection_packets(text, client_port(text, row))
     if not packets:
         raise ExplainError(f"{trial_id}: the capture holds no packets of the trial's connection")
+    rtt_ms, rtt_source = path_rtt(row, packets)
     out = {
         "run": run_dir.name,
         "trial_id": trial_id,
@@ -573,12 +592,27 @@ def evidence(run_dir: Path, trial_id: str) -> dict[str, Any]:
         "server": row.get("server"),
         "client": row.get("client"),
         "calib_rtt_ms": rtt_ms,
+        "rtt_source": rtt_source,
         "row": {k: row.get(k) for k in ("connection_time_ms", "ttfb_ms", "download_time_ms", "bytes")},
         "capture_missing": row.get("capture_missing") or {},
         **explain_packets(packets, str(row.get("protocol")), rtt_ms, (cap / "keys.log").is_file()),
     }
     out.update(qlog_evidence(cap))
     return out
+
+
+def path_rtt(row: dict[str, Any], packets: list[Packet]) -> tuple[float, str]:
+    """The RTT the timeline counts in: the row's calibrated one, else its configured one, else
+    the capture's first exchange (SYN to SYN-ACK, Initial to the server's first packet)."""
+    for column in ("calib_rtt_ms", "rtt_ms"):
+        value = row.get(column)
+        if isinstance(value, int | float) and math.isfinite(value) and value > 0:
+            return float(value), column
+    start = _first(packets, lambda p: p.from_client)
+    reply = _first(packets, lambda p: not p.from_client)
+    if start is None or reply is None:
+        raise ExplainError("the capture has no exchange to take an RTT from, and the row none")
+    return (packets[reply].t - packets[start].t) * 1e3, "first exchange in the capture"
 
 
 def qlog_evidence(cap: Path) -> dict[str, Any]:
@@ -602,13 +636,15 @@ def format_text(ev: dict[str, Any]) -> str:
     rtt = ev["calib_rtt_ms"]
     lines = [
         f"{ev['trial_id']} ({ev['protocol']}, HTTP/{ev['http_version']}, "
-        f"{'decrypted' if ev['decrypted'] else 'not decrypted: no keys.log'}), RTT {rtt:.1f} ms",
+        f"{'decrypted' if ev['decrypted'] else 'not decrypted: no keys.log'}), "
+        f"RTT {rtt:.1f} ms ({ev['rtt_source']})",
         "",
-        "handshake (from the first SYN / QUIC Initial; * = on the request's chain):",
+        "handshake (from the first SYN / QUIC Initial; * = on the request's chain; "
+        "<- #N: waited for frame N):",
         f"{'frame':>6} {'from':<6} {'ms':>9} {'RTTs':>6}  what (waited for)",
     ]
     for s in ev["timeline"]:
-        wait = f"  <- #{s['waited_for']}" if s["waited_for"] is not None else ""
+        wait = f"  <- #{s['waited_for']}{_late(s, rtt)}" if s["waited_for"] is not None else ""
         lines.append(
             f"{s['frame']:>6}{'*' if s['on_chain'] else ' '}{s['from']:<6} {s['t_ms']:>9.1f} "
             f"{_num(s['t_rtts'], '6.2f')}  {s['what']}{wait}"
@@ -629,6 +665,17 @@ def format_text(ev: dict[str, Any]) -> str:
     for kind, reason in (ev.get("capture_missing") or {}).items():
         lines.append(f"not captured: {kind}: {reason}")
     return "\n".join(lines)
+
+
+def _late(step: dict[str, Any], rtt_ms: float) -> str:
+    """How much longer than it had to a packet waited: a server packet beyond one RTT (by
+    LATE_SHARE of it), a client packet beyond CLIENT_LATE_MS."""
+    waited = step["waited_ms"]
+    if step["from"] == "server" and waited > (1 + LATE_SHARE) * rtt_ms:
+        return f" +{waited - rtt_ms:.1f} ms beyond an RTT"
+    if step["from"] == "client" and waited > CLIENT_LATE_MS:
+        return f" after {waited:.1f} ms"
+    return ""
 
 
 def window_lines(ev: dict[str, Any]) -> list[str]:

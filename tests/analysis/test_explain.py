@@ -5,7 +5,8 @@ india (80 ms, 20 Mbit/s) by tests/trial_capture.py: nginx 1.26 serving cloud/1MB
 (TLS 1.2 and 1.3, HTTP/2) and quic_perf (ngtcp2 and libcurl backends), each decrypted with the
 tool's --keylog. meta.json holds the fields they were printed with and the trials' rows. The
 no-loss ones keep their first 250 frames; the libcurl QUIC one is whole (gzip): nginx's first
-flights overflowed the path's queue and its losses are the recorded loss case.
+flights overflowed the path's queue and its losses are the recorded QUIC loss case; the
+TCP one is tls_perf (TLS 1.3) on india with 3 % loss, whole (gzip).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def _recorded(name: str) -> tuple[list[Packet], dict]:
 
 def _explained(name: str) -> dict:
     packets, row = _recorded(name)
-    return explain.explain_packets(packets, row["protocol"], row["calib_rtt_ms"], keyed=True)
+    rtt_ms, _ = explain.path_rtt(row, packets)
+    return explain.explain_packets(packets, row["protocol"], rtt_ms, keyed=True)
 
 
 @pytest.mark.parametrize(
@@ -106,6 +108,26 @@ def test_quic_losses_are_holes_filled_a_round_trip_later() -> None:
     # server: about one RTT plus the queue (the flights are what overflowed it).
     assert all(1.0 <= x["took_rtts"] <= 1.5 for x in losses), losses[:3]
     assert all(x["what"].startswith("stream 0 ") for x in losses)
+
+
+def test_tcp_losses_and_a_lost_server_flight() -> None:
+    """india at 3 % loss (its calibration failed under the loss: the row has no RTT, the
+    capture's SYN to SYN-ACK gives it). The server's first TLS flight was lost: it came again
+    after the retransmission timer, and the chain still counts 2 round trips."""
+    packets, row = _recorded("loss3-tls1.3")
+    rtt_ms, source = explain.path_rtt(row, packets)
+    assert source == "first exchange in the capture" and 79 < rtt_ms < 82
+    ev = _explained("loss3-tls1.3")
+    assert ev["handshake_rtts"] == 2
+    server_flight = next(s for s in ev["timeline"] if "ServerHello" in s["what"])
+    assert server_flight["waited_ms"] > 3 * rtt_ms  # the RTO, not an RTT
+    assert explain._late(server_flight, rtt_ms).startswith(" +")
+    losses = ev["losses"]
+    assert len(losses) >= 20 and all(x["recovered_ms"] is not None for x in losses)
+    assert ev["retransmitted_segments"] > 0
+    took = sorted(x["took_rtts"] for x in losses)
+    assert 0.95 <= took[len(took) // 2] <= 1.5, took  # most: fast retransmit, one RTT
+    assert all(x["what"].startswith("seq ") and x["bytes"] % 1448 == 0 for x in losses)
 
 
 def test_hole_tracker_recovers_only_when_every_byte_is_back() -> None:
