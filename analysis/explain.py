@@ -207,7 +207,9 @@ def carries(p: Packet) -> bool:
     not only ACKs and padding."""
     if "tcp.len" in p.f:
         return p.has("tcp.flags.syn", "1") or p.has("tcp.flags.fin", "1") or p.payload()
-    return any(t not in ("0", "1", "2", "3") for t in p.f.get("quic.frame_type", []))
+    if "quic.frame_type" not in p.f:
+        return True  # not decrypted: any packet may carry something
+    return any(t not in ("0", "1", "2", "3") for t in p.f["quic.frame_type"])
 
 
 def describe(p: Packet) -> str:
@@ -291,6 +293,16 @@ def _first(packets: list[Packet], pred: Any, start: int = 0) -> int | None:
     return next((i for i in range(start, len(packets)) if pred(packets[i])), None)
 
 
+def _encrypted_request(packets: list[Packet], quic: bool, handshake: int | None) -> int | None:
+    """Without keys, the request is where it must be: QUIC's first 1-RTT packet from the
+    client; over TCP the client's first payload after the handshake's end (approximate)."""
+    if quic:
+        return _first(packets, lambda p: p.from_client and p.has("quic.header_form", "0"))
+    if handshake is None:
+        return None
+    return _first(packets, lambda p: p.from_client and carries(p), handshake + 1)
+
+
 def handshake_evidence(packets: list[Packet], protocol: str, rtt_ms: float, keyed: bool) -> dict[str, Any]:
     """The handshake's packets until the first byte, its events and its round trips."""
     quic = is_quic(packets)
@@ -302,6 +314,8 @@ def handshake_evidence(packets: list[Packet], protocol: str, rtt_ms: float, keye
         raise ExplainError("the capture holds no SYN or QUIC Initial of the trial's connection")
     t0, rtt_s = packets[start].t, rtt_ms / 1e3
     request = _first(packets, is_request, start)
+    if request is None and not keyed:
+        request = _encrypted_request(packets, quic, ev.get("handshake"))
     first_byte = ev.get("first_byte")
     end = first_byte if first_byte is not None else (request if request is not None else len(packets) - 1)
     chain = handshake_chain(packets, request, rtt_s) if request is not None else []

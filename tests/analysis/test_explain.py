@@ -6,7 +6,9 @@ india (80 ms, 20 Mbit/s) by tests/trial_capture.py: nginx 1.26 serving cloud/1MB
 tool's --keylog. meta.json holds the fields they were printed with and the trials' rows. The
 no-loss ones keep their first 250 frames; the libcurl QUIC one is whole (gzip): nginx's first
 flights overflowed the path's queue and its losses are the recorded QUIC loss case; the
-TCP one is tls_perf (TLS 1.3) on india with 3 % loss, whole (gzip).
+TCP one is tls_perf (TLS 1.3) on india with 3 % loss, whole (gzip). india-tls1.3-nokeys is
+india-tls1.3 decoded without its keys. long-haproxy-*: TLS 1.2 to HAProxy on a 300 ms,
+10/2 Mbit/s path, the first connection after the server started and one after a warm-up.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ META = json.loads((FIXTURES / "meta.json").read_text())
 
 def _recorded(name: str) -> tuple[list[Packet], dict]:
     row = META["trials"][name]
-    path = FIXTURES / f"india-{name}.txt"
+    path = FIXTURES / f"{name}.txt"
     text = (
         path.read_text()
         if path.is_file()
@@ -42,14 +44,15 @@ def _recorded(name: str) -> tuple[list[Packet], dict]:
     return packets, row
 
 
-def _explained(name: str) -> dict:
+def _explained(name: str, keyed: bool = True) -> dict:
     packets, row = _recorded(name)
     rtt_ms, _ = explain.path_rtt(row, packets)
-    return explain.explain_packets(packets, row["protocol"], rtt_ms, keyed=True)
+    return explain.explain_packets(packets, row["protocol"], rtt_ms, keyed=keyed)
 
 
 @pytest.mark.parametrize(
-    ("name", "rtts"), [("tls1.2", 3), ("tls1.3", 2), ("quic-ngtcp2", 1), ("quic-libcurl", 1)]
+    ("name", "rtts"),
+    [("india-tls1.2", 3), ("india-tls1.3", 2), ("india-quic-ngtcp2", 1), ("india-quic-libcurl", 1)],
 )
 def test_handshake_round_trips_counted_along_the_chain(name: str, rtts: int) -> None:
     ev = _explained(name)
@@ -62,7 +65,7 @@ def test_handshake_round_trips_counted_along_the_chain(name: str, rtts: int) -> 
 
 
 def test_tls13_timeline_names_what_each_packet_waited_for() -> None:
-    ev = _explained("tls1.3")
+    ev = _explained("india-tls1.3")
     steps = {s["what"].split()[0]: s for s in ev["timeline"]}
     syn, hello = steps["SYN"], steps["ClientHello"]
     assert steps["SYN-ACK"]["waited_for"] == syn["frame"]
@@ -74,14 +77,14 @@ def test_tls13_timeline_names_what_each_packet_waited_for() -> None:
 
 
 def test_quic_timeline_shows_coalesced_packets() -> None:
-    ev = _explained("quic-ngtcp2")
+    ev = _explained("india-quic-ngtcp2")
     first = ev["timeline"][0]
     assert first["what"].startswith("Initial ClientHello") and first["t_ms"] == 0
     reply = ev["timeline"][1]
     assert reply["what"].startswith("Initial+Handshake ServerHello") and reply["waited_for"] == first["frame"]
 
 
-@pytest.mark.parametrize("name", ["tls1.2", "tls1.3"])
+@pytest.mark.parametrize("name", ["india-tls1.2", "india-tls1.3"])
 def test_tcp_initial_window_is_linux_ten_segments_then_doubles(name: str) -> None:
     ev = _explained(name)
     assert ev["initial_window_packets"] == 10
@@ -94,13 +97,13 @@ def test_tcp_initial_window_is_linux_ten_segments_then_doubles(name: str) -> Non
 def test_nginx_quic_first_flight_is_128_kib() -> None:
     """nginx 1.26 sizes QUIC's initial window from its max_udp_payload_size (65527):
     min(10 x 65527, max(2 x 65527, 14720)) = 131054 B, a whole flight of ~110 packets."""
-    ev = _explained("quic-ngtcp2")
+    ev = _explained("india-quic-ngtcp2")
     assert 105 <= ev["initial_window_packets"] <= 115, ev["rounds"][:2]
     assert 120_000 <= ev["initial_window_bytes"] <= 131_054 + 1500
 
 
 def test_quic_losses_are_holes_filled_a_round_trip_later() -> None:
-    ev = _explained("quic-libcurl")
+    ev = _explained("india-quic-libcurl")
     losses = ev["losses"]
     assert len(losses) > 10 and ev["lost_packets"] >= len(losses)
     assert all(x["recovered_ms"] is not None for x in losses)
@@ -114,10 +117,10 @@ def test_tcp_losses_and_a_lost_server_flight() -> None:
     """india at 3 % loss (its calibration failed under the loss: the row has no RTT, the
     capture's SYN to SYN-ACK gives it). The server's first TLS flight was lost: it came again
     after the retransmission timer, and the chain still counts 2 round trips."""
-    packets, row = _recorded("loss3-tls1.3")
+    packets, row = _recorded("india-loss3-tls1.3")
     rtt_ms, source = explain.path_rtt(row, packets)
     assert source == "first exchange in the capture" and 79 < rtt_ms < 82
-    ev = _explained("loss3-tls1.3")
+    ev = _explained("india-loss3-tls1.3")
     assert ev["handshake_rtts"] == 2
     server_flight = next(s for s in ev["timeline"] if "ServerHello" in s["what"])
     assert server_flight["waited_ms"] > 3 * rtt_ms  # the RTO, not an RTT
@@ -128,6 +131,42 @@ def test_tcp_losses_and_a_lost_server_flight() -> None:
     took = sorted(x["took_rtts"] for x in losses)
     assert 0.95 <= took[len(took) // 2] <= 1.5, took  # most: fast retransmit, one RTT
     assert all(x["what"].startswith("seq ") and x["bytes"] % 1448 == 0 for x in losses)
+
+
+def test_without_keys_the_handshake_is_counted_on_record_types() -> None:
+    """The india TLS 1.3 trial decoded without its keys.log: the request is the client's
+    first payload after its Finished; the first byte the server's next payload (a ticket)."""
+    ev = _explained("india-tls1.3-nokeys", keyed=False)
+    assert ev["handshake_rtts"] == 2 and not ev["decrypted"]
+    assert 3.0 <= ev["first_byte_rtts"] < 3.1
+    assert ev["initial_window_packets"] == 10
+
+
+def test_long_path_first_connection_waits_half_an_rtt_for_the_syn_ack() -> None:
+    """300 ms, 10/2 Mbit/s; HAProxy freshly started and never reached before (the path's
+    calibration pings the first server only). The first connection's SYN-ACK came 150 ms (one
+    one-way delay) late: the server had no neighbour entry for its gateway, and resolving it
+    crossed the delay line; the next connection (the warm fixture: after the executor's
+    warm_up) had none of it."""
+    cold, warm = _explained("long-haproxy-tls1.2-cold"), _explained("long-haproxy-tls1.2-warm")
+    assert cold["handshake_rtts"] == warm["handshake_rtts"] == 3
+    syn_ack = next(s for s in cold["timeline"] if s["what"] == "SYN-ACK")
+    assert 445 <= syn_ack["waited_ms"] <= 455 and syn_ack["on_chain"]
+    assert explain._late(syn_ack, 300.0).startswith(" +15")
+    assert 3.45 <= cold["request_ms"] / 300.0 <= 3.55
+    warm_syn_ack = next(s for s in warm["timeline"] if s["what"] == "SYN-ACK")
+    assert 299 <= warm_syn_ack["waited_ms"] <= 305 and explain._late(warm_syn_ack, 300.0) == ""
+    assert 3.0 <= warm["request_ms"] / 300.0 <= 3.05
+
+
+def test_a_server_packet_answers_only_what_could_have_reached_the_server() -> None:
+    """Made up: the client's ClientHello at 0, a bare ACK 1 ms before the server's reply
+    arrives one RTT later. The ACK cannot have caused the reply: it answers the hello."""
+    hello = Packet(0.0, True, {"tcp.len": ["200"], "frame.number": ["1"]})
+    ack = Packet(0.099, True, {"tcp.len": ["0"], "frame.number": ["2"]})
+    reply = Packet(0.100, False, {"tcp.len": ["900"], "frame.number": ["3"]})
+    assert explain.waited_for([hello, ack, reply], 2, rtt_s=0.1) == 0
+    assert explain.waited_for([hello, ack, reply], 1, rtt_s=0.1) is None  # nothing from the server yet
 
 
 def test_hole_tracker_recovers_only_when_every_byte_is_back() -> None:
@@ -147,7 +186,7 @@ def test_stream_frames_match_offsets_through_the_off_and_len_bits() -> None:
     """Recorded (quic-ngtcp2, frame 3): the client's first 1-RTT packet, four STREAM frames
     at offset 0 (no OFF bit: tshark prints no offset). Then a made-up mix, for the rule that
     offsets and lengths belong to the frames whose OFF and LEN bits are set, in order."""
-    packets, _ = _recorded("quic-ngtcp2")
+    packets, _ = _recorded("india-quic-ngtcp2")
     first_request = next(p for p in packets if p.has("http3.frame_type", "1"))
     assert explain.stream_frames(first_request) == [(2, 0, 16), (10, 0, 1), (6, 0, 1), (0, 0, 48)]
     mixed = Packet(
