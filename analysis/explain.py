@@ -99,17 +99,25 @@ TCP_FIRST_BYTE = 1  # tshark's relative sequence numbers: the SYN is 0
 LOSSES_SHOWN = 8
 LATE_SHARE = 0.1  # a server packet later than 1.1 RTT after what it answered is flagged
 CLIENT_LATE_MS = 5.0  # a client packet later than this after what it waited for is flagged
+# The capture contract's file names (quicbed/rowschema.py).
+PCAP, KEYS = rowschema.CAPTURE_FILES["pcap"], rowschema.CAPTURE_FILES["keys"]
+QLOGS = (rowschema.CAPTURE_FILES["qlog/server"], rowschema.CAPTURE_FILES["qlog/client"])
 NO_CAPTURE = "the trial has no capture, run with --capture pcap,keys,qlog"
 
 
 class ExplainError(AnalysisError):
-    """A run, trial or capture that cannot be explained: one line, exit 2."""
+    """A trial that cannot be explained, in one line: exit 2 for a run or trial that does not
+    exist, 1 for a trial with nothing to explain (no capture, an empty one)."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 # --- reading ---------------------------------------------------------------------------------
 def run_tshark(cap_dir: Path) -> str:
     """The capture's frames as tshark_fields_argv prints them, decoded in the client image."""
-    keylog = "/cap/keys.log" if (cap_dir / "keys.log").is_file() else None
+    keylog = f"/cap/{KEYS}" if (cap_dir / KEYS).is_file() else None
     argv = [
         "docker",
         "run",
@@ -119,12 +127,12 @@ def run_tshark(cap_dir: Path) -> str:
         "-v",
         f"{cap_dir.resolve()}:/cap:ro",
         CLIENT_IMAGE,
-        *tshark_fields_argv("/cap/client.pcap", keylog, FIELDS),
+        *tshark_fields_argv(f"/cap/{PCAP}", keylog, FIELDS),
     ]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ExplainError(f"tshark could not read {cap_dir / 'client.pcap'}: {last}")
+        raise ExplainError(f"tshark could not read {cap_dir / PCAP}: {last}", exit_code=1)
     return proc.stdout
 
 
@@ -588,31 +596,38 @@ def find_row(run_dir: Path, trial_id: str) -> dict[str, Any]:
 
 def evidence(run_dir: Path, trial_id: str) -> dict[str, Any]:
     """The trial's evidence as a dict (handshake_rtts, first_byte_ms, initial_window_packets /
-    _bytes, rounds, losses, qlog windows...); ExplainError if there is none."""
+    _bytes, rounds, losses, qlog windows...); ExplainError if there is none. With qlogs but no
+    packets, the qlogs' part alone and `no_packets` saying why."""
     row = find_row(run_dir, trial_id)
     cap = run_dir / rowschema.capture_dir(trial_id)
-    pcap = cap / "client.pcap"
-    if not pcap.is_file() or pcap.stat().st_size == 0:
-        raise ExplainError(f"{trial_id}: {NO_CAPTURE}")
-    text = run_tshark(cap)
-    packets = connection_packets(text, client_port(text, row))
-    if not packets:
-        raise ExplainError(f"{trial_id}: the capture holds no packets of the trial's connection")
-    rtt_ms, rtt_source = path_rtt(row, packets)
-    out = {
+    out: dict[str, Any] = {
         "run": run_dir.name,
         "trial_id": trial_id,
         "protocol": row.get("protocol"),
         "server": row.get("server"),
         "client": row.get("client"),
-        "calib_rtt_ms": rtt_ms,
-        "rtt_source": rtt_source,
         "row": {k: row.get(k) for k in ("connection_time_ms", "ttfb_ms", "download_time_ms", "bytes")},
         "capture_missing": row.get("capture_missing") or {},
-        **explain_packets(packets, str(row.get("protocol")), rtt_ms, (cap / "keys.log").is_file()),
     }
-    out.update(qlog_evidence(cap))
-    return out
+    qlogs = qlog_evidence(cap)
+    packets, why = [], NO_CAPTURE
+    if _nonempty(cap / PCAP):
+        text = run_tshark(cap)
+        packets = connection_packets(text, client_port(text, row))
+        why = f"{PCAP} holds no packets of the trial's connection"
+    if not packets and not qlogs:
+        raise ExplainError(f"{trial_id}: {why}", exit_code=1)
+    if packets:
+        rtt_ms, rtt_source = path_rtt(row, packets)
+        out |= {"calib_rtt_ms": rtt_ms, "rtt_source": rtt_source}
+        out |= explain_packets(packets, str(row.get("protocol")), rtt_ms, (cap / KEYS).is_file())
+    else:
+        out["no_packets"] = why
+    return out | qlogs
+
+
+def _nonempty(path: Path) -> bool:
+    return path.is_file() and path.stat().st_size > 0
 
 
 def path_rtt(row: dict[str, Any], packets: list[Packet]) -> tuple[float, str]:
@@ -630,27 +645,40 @@ def path_rtt(row: dict[str, Any], packets: list[Packet]) -> tuple[float, str]:
 
 
 def qlog_evidence(cap: Path) -> dict[str, Any]:
-    """Congestion windows and losses from the server's qlog, else the client's."""
-    for name in ("server.sqlog", "client.sqlog"):
-        path = cap / name
-        if path.is_file() and path.stat().st_size:
-            events = read_qlog(path)
-            cwnd = qlog_cwnd(events)
-            return {
-                "qlog": name,
-                "qlog_initial_cwnd_bytes": cwnd[0][1] if cwnd else None,
-                "qlog_cwnd": cwnd,
-                "qlog_lost": qlog_losses(events),
-            }
-    return {}
+    """Each qlog's congestion windows and lost packets; the initial window is the server's
+    (it sends the response), else the client's."""
+    qlogs: dict[str, dict[str, Any]] = {}
+    for name in QLOGS:
+        if _nonempty(cap / name):
+            events = read_qlog(cap / name)
+            qlogs[name] = {"cwnd": qlog_cwnd(events), "lost": qlog_losses(events)}
+    if not qlogs:
+        return {}
+    first = next((name for name, q in qlogs.items() if q["cwnd"]), None)
+    return {
+        "qlogs": qlogs,
+        "qlog_initial_cwnd_bytes": qlogs[first]["cwnd"][0][1] if first else None,
+        "qlog_initial_cwnd_from": first,
+    }
 
 
 # --- printing ----------------------------------------------------------------------------------
 def format_text(ev: dict[str, Any]) -> str:
+    """The evidence as the terminal shows it: the timeline, windows, losses, what is missing."""
+    if "timeline" in ev:
+        lines = packet_lines(ev)
+    else:
+        lines = [f"{ev['trial_id']} ({ev['protocol']}): no packet timeline: {ev['no_packets']}"]
+    lines += ["", *qlog_lines(ev)] if ev.get("qlogs") else []
+    lines += [f"not captured: {kind}: {reason}" for kind, reason in ev["capture_missing"].items()]
+    return "\n".join(lines)
+
+
+def packet_lines(ev: dict[str, Any]) -> list[str]:
     rtt = ev["calib_rtt_ms"]
     lines = [
         f"{ev['trial_id']} ({ev['protocol']}, HTTP/{ev['http_version']}, "
-        f"{'decrypted' if ev['decrypted'] else 'not decrypted: no keys.log'}), "
+        f"{'decrypted' if ev['decrypted'] else f'not decrypted: no {KEYS}'}), "
         f"RTT {rtt:.1f} ms ({ev['rtt_source']})",
         "",
         "handshake (from the first SYN / QUIC Initial; * = on the request's chain; "
@@ -663,10 +691,10 @@ def format_text(ev: dict[str, Any]) -> str:
             f"{s['frame']:>6}{'*' if s['on_chain'] else ' '}{s['from']:<6} {s['t_ms']:>9.1f} "
             f"{_num(s['t_rtts'], '6.2f')}  {s['what']}{wait}"
         )
-    expected = ev["expected_rtts"]
+    expected, n = ev["expected_rtts"], ev["handshake_rtts"]
     lines.append(
-        f"handshake: {ev['handshake_rtts']} round trips before the request "
-        f"(expected {expected if expected is not None else '?'} for {ev['protocol']}); "
+        f"handshake: {_num(n, 'd')} round trip{'' if n == 1 else 's'} before the request "
+        f"(expected {_num(expected, 'd')} for {ev['protocol']}); "
         f"the request left at {_num(ev['request_ms'], '.1f')} ms = "
         f"{_num(_div(ev['request_ms'], rtt), '.2f')} RTT"
     )
@@ -675,10 +703,18 @@ def format_text(ev: dict[str, Any]) -> str:
         f" (row: connection {_num(ev['row']['connection_time_ms'], '.1f')} ms, "
         f"ttfb {_num(ev['row']['ttfb_ms'], '.1f')} ms)"
     )
-    lines += ["", *window_lines(ev), "", *loss_lines(ev)]
-    for kind, reason in (ev.get("capture_missing") or {}).items():
-        lines.append(f"not captured: {kind}: {reason}")
-    return "\n".join(lines)
+    return [*lines, "", *window_lines(ev), "", *loss_lines(ev)]
+
+
+def qlog_lines(ev: dict[str, Any]) -> list[str]:
+    out = []
+    for name, q in ev["qlogs"].items():
+        cw = q["cwnd"]
+        window = f"congestion window {cw[0][1]} B at first, {max(c for _, c in cw)} B at most" if cw else ""
+        out.append(f"{name}: {window or 'no congestion window'}; {len(q['lost'])} packet(s) lost")
+        for lost in q["lost"][:LOSSES_SHOWN]:
+            out.append(f"  packet {lost['packet_number']} lost at {lost['t_ms']:.1f} ms ({lost['trigger']})")
+    return out
 
 
 def _late(step: dict[str, Any], rtt_ms: float) -> str:
@@ -703,11 +739,6 @@ def window_lines(ev: dict[str, Any]) -> list[str]:
         + (" ..." if len(ev["rounds"]) > 12 else "")
         + " packets",
     ]
-    if ev.get("qlog_cwnd"):
-        cw = ev["qlog_cwnd"]
-        out.append(
-            f"{ev['qlog']}: congestion window {cw[0][1]} B at first, {max(c for _, c in cw)} B at most"
-        )
     return out
 
 
@@ -733,11 +764,6 @@ def loss_lines(ev: dict[str, Any]) -> list[str]:
         took_rtts = sorted(x["took_rtts"] for x in losses if x["took_rtts"] is not None)
         median = f"{took_rtts[len(took_rtts) // 2]:.2f} RTT" if took_rtts else "-"
         out.append(f"  ... {len(losses) - LOSSES_SHOWN} more (median recovery of all: {median})")
-    for lost in ev.get("qlog_lost", [])[:LOSSES_SHOWN]:
-        out.append(
-            f"  {ev['qlog']}: packet {lost['packet_number']} lost at {lost['t_ms']:.1f} ms "
-            f"({lost['trigger']})"
-        )
     return out
 
 
@@ -750,15 +776,16 @@ def _num(v: float | None, spec: str) -> str:
 
 
 def main_explain(run: str, trial_id: str, as_json: bool = False) -> int:
-    """`quicbed explain RUN TRIAL [--json]`: 0 explained; 1 no capture; 2 no such run/trial."""
+    """`quicbed explain RUN TRIAL [--json]`: 0 explained; 1 nothing captured; 2 no such run
+    or trial."""
     try:
         run_dir = resolve_run_dir(run)
         ev = evidence(run_dir, trial_id)
-    except ExplainError as exc:
-        print(f"quicbed explain: {exc}", file=sys.stderr)
-        return 1 if NO_CAPTURE in str(exc) else 2
     except AnalysisError as exc:
         print(f"quicbed explain: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(ev, indent=1) if as_json else format_text(ev))
+        return exc.exit_code
+    try:
+        print(json.dumps(ev, indent=1) if as_json else format_text(ev))
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        sys.stderr.close()
     return 0

@@ -19,10 +19,7 @@ LOCK_FILE = ".lock"  # one runner per run directory
 LOGS_DIR = "logs"  # logs/<condition>/<server>/: the servers' own logs
 REPORT_DIR = "report"  # report.md, report.html and the figures
 TRACES_DIR = "traces"  # traces/<trial id with / as ~>.json: a player's per-second trace
-TRIALS_DIR = "trials"  # trials/<trial id with / as ~>/: a trial's capture (CAPTURE_FILES)
-# A trial's capture files, fixed names: the client's packets, its TLS secrets, its qlog and the
-# server's qlog (several server connections: server-N.sqlog beside it).
-CAPTURE_FILES = ("client.pcap", "keys.log", "client.sqlog", "server.sqlog")
+TRIALS_DIR = "trials"  # trials/<trial id with / as ~>/: a trial's capture (experiment capture:)
 
 
 @dataclass(frozen=True)
@@ -174,12 +171,27 @@ STREAMING = _columns(
     ("player", "", "the player and its version (dash.js 5.2.1)"),
     ("player_settings", "", "the player's buffer and ABR settings"),
 )
+# --- capture (experiment `capture: [qlog, pcap, keys]`): the capture builder and
+# `quicbed explain` share these names; a row without capture has neither column.
+CAPTURE_KINDS: tuple[str, ...] = ("keys", "pcap", "qlog")
+# What a trial's capture directory may hold (fixed names).
+CAPTURE_FILES: dict[str, str] = {
+    "pcap": "client.pcap",  # tcpdump on the client's path interface, the whole trial
+    "keys": "keys.log",  # the client's TLS secrets (SSLKEYLOGFILE format)
+    "qlog/client": "client.sqlog",  # the client's qlog (JSON-SEQ, RFC 7464)
+    "qlog/server": "server.sqlog",  # the server's qlog of the trial's connection(s)
+}
+CAPTURE = _columns(
+    ("capture_files", "", "capture files of the trial, relative to the run directory (executor)"),
+    ("capture_missing", "", "capture kind -> why it was not written, e.g. qlog/server (executor)"),
+    ("capture_s", "s", "the capture's own time around the tool (tcpdump, server qlog); not in wall_s"),
+)
 SWEEP_PREFIX = "param_"  # a swept axis's value, e.g. param_server.tcp_cc
 CLASH_PREFIX = "tool_"  # a tool value that disagrees with an axis of the same name
 
 COLUMNS: dict[str, Column] = {
     c.name: c
-    for group in (AXES, TOOL, TOOL_OPTIONAL, BROWSER, VIDEO_DOWNLOAD, EXECUTOR, RUNNER, STREAMING)
+    for group in (AXES, TOOL, TOOL_OPTIONAL, BROWSER, VIDEO_DOWNLOAD, EXECUTOR, RUNNER, STREAMING, CAPTURE)
     for c in group
 }
 
@@ -272,7 +284,7 @@ def trace_path(trial_id: str) -> str:
 
 
 def capture_dir(trial_id: str) -> str:
-    """Where a trial's capture files live in its run directory (trial ids contain slashes)."""
+    """A trial's capture directory, relative to its run directory (trial ids contain slashes)."""
     return f"{TRIALS_DIR}/{trial_id.replace('/', '~')}"
 
 

@@ -9,12 +9,14 @@ flights overflowed the path's queue and its losses are the recorded QUIC loss ca
 TCP one is tls_perf (TLS 1.3) on india with 3 % loss, whole (gzip). india-tls1.3-nokeys is
 india-tls1.3 decoded without its keys. long-haproxy-*: TLS 1.2 to HAProxy on a 300 ms,
 10/2 Mbit/s path, the first connection after the server started and one after a warm-up.
+caddy-*.sqlog: the server's (quic-go) and the client's (ngtcp2) qlog of one QUIC trial.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -203,7 +205,22 @@ def test_stream_frames_match_offsets_through_the_off_and_len_bits() -> None:
     assert explain.stream_frames(mixed) == [(3, 10, 8), (3, 0, 1), (7, 4, 1), (0, 583, 0)]
 
 
-def test_qlog_windows_and_losses(tmp_path: Path) -> None:
+def test_qlog_initial_windows_of_quic_go_and_ngtcp2(tmp_path: Path) -> None:
+    """Real qlogs of one trial (india, Caddy 2.11 with quic-go 0.63 serving quic_perf's
+    ngtcp2 backend; `quicbed run --capture` of the capture branch): quic-go starts at 32
+    packets of 1200 B, ngtcp2 at 10. The server's is the trial's initial window."""
+    shutil.copy(FIXTURES / "caddy-quic-go-server.sqlog", tmp_path / "server.sqlog")
+    shutil.copy(FIXTURES / "caddy-ngtcp2-client.sqlog", tmp_path / "client.sqlog")
+    ev = explain.qlog_evidence(tmp_path)
+    assert ev["qlog_initial_cwnd_bytes"] == 38_400 == 32 * 1200
+    assert ev["qlog_initial_cwnd_from"] == "server.sqlog"
+    assert ev["qlogs"]["client.sqlog"]["cwnd"][0][1] == 12_000
+    assert ev["qlogs"]["server.sqlog"]["lost"] == []
+
+
+def test_qlog_records_old_names_losses_and_a_torn_end(tmp_path: Path) -> None:
+    """Made up: draft-01 style category/event names beside draft-03 ones, a packet_lost, a
+    metrics update without a window, and a torn last record (a stack killed mid-write)."""
     records = [
         {"qlog_version": "0.3", "trace": {}},
         {"time": 0.5, "name": "recovery:metrics_updated", "data": {"congestion_window": 38400}},
@@ -224,11 +241,8 @@ def test_qlog_windows_and_losses(tmp_path: Path) -> None:
     path.write_text("".join("\x1e" + json.dumps(r) + "\n" for r in records) + "\x1e{torn")
     events = explain.read_qlog(path)
     assert explain.qlog_cwnd(events) == [(0.5, 38400), (95.0, 19200)]
-    assert explain.qlog_losses(events) == [
-        {"t_ms": 90.0, "packet_number": 7, "trigger": "reordering_threshold"}
-    ]
-    ev = explain.qlog_evidence(tmp_path)
-    assert ev["qlog"] == "server.sqlog" and ev["qlog_initial_cwnd_bytes"] == 38400
+    lost = explain.qlog_losses(events)
+    assert lost == [{"t_ms": 90.0, "packet_number": 7, "trigger": "reordering_threshold"}]
 
 
 def _run_dir(tmp_path: Path, rows: list[dict]) -> Path:
@@ -255,3 +269,19 @@ def test_cli_trial_without_capture_says_how_to_get_one(tmp_path: Path, capsys, m
     assert main(["explain", "run1", "c0/nginx/tls1.3/web/0"]) == 1
     err = capsys.readouterr().err.strip()
     assert err == f"quicbed explain: c0/nginx/tls1.3/web/0: {explain.NO_CAPTURE}"
+
+
+def test_cli_qlogs_without_packets_are_still_explained(tmp_path: Path, capsys) -> None:
+    trial = "c0/caddy/quic-h3-ngtcp2/index.html/r0"
+    missing = {"pcap": "tcpdump failed"}
+    run = _run_dir(tmp_path, [{"trial_id": trial, "protocol": "quic", "capture_missing": missing}])
+    cap = run / rowschema.capture_dir(trial)
+    cap.mkdir(parents=True)
+    shutil.copy(FIXTURES / "caddy-quic-go-server.sqlog", cap / "server.sqlog")
+    assert main(["explain", str(run), trial]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{trial} (quic): no packet timeline: {explain.NO_CAPTURE}"
+    assert "server.sqlog: congestion window 38400 B at first, 38400 B at most; 0 packet(s) lost" in out
+    assert out[-1] == "not captured: pcap: tcpdump failed"
+    assert main(["explain", str(run), trial, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["qlog_initial_cwnd_bytes"] == 38400
