@@ -467,16 +467,19 @@ def _subtract(ranges: list[tuple[int, int]], begin: int, end: int) -> list[tuple
     return out
 
 
-def tcp_losses(packets: list[Packet]) -> tuple[HoleTracker, int]:
-    """Holes in the server's sequence space, and the segments tshark calls retransmissions."""
-    tracker, flagged = HoleTracker(TCP_FIRST_BYTE), 0
+def tcp_losses(packets: list[Packet]) -> tuple[HoleTracker, dict[str, int]]:
+    """Holes in the server's sequence space, and what tshark flags: retransmissions, and
+    segments after one it did not see (its count of holes, a cross-check of ours)."""
+    tracker = HoleTracker(TCP_FIRST_BYTE)
+    flags = {"retransmitted_segments": 0, "tshark_lost_segments": 0}
     for i, p in enumerate(packets):
         if p.from_client or not p.payload() or "tcp.seq" not in p.f:
             continue
         seq, nxt = int(p.f["tcp.seq"][0]), int(p.f["tcp.nxtseq"][0])
         tracker.receive(seq, nxt, p.t, _frame(p, i))
-        flagged += p.has("tcp.analysis.retransmission")
-    return tracker, flagged
+        flags["retransmitted_segments"] += p.has("tcp.analysis.retransmission")
+        flags["tshark_lost_segments"] += p.has("tcp.analysis.lost_segment")
+    return tracker, flags
 
 
 def stream_frames(p: Packet) -> list[tuple[int, int, int]]:
@@ -550,11 +553,8 @@ def loss_evidence(packets: list[Packet], t0: float, rtt_s: float) -> dict[str, A
             ],
             "lost_packets": sum(g["count"] for g in gaps),
         }
-    tracker, flagged = tcp_losses(packets)
-    return {
-        "losses": loss_list([(f"seq {h.start}-{h.end}", h) for h in tracker.holes], t0, rtt_s),
-        "retransmitted_segments": flagged,
-    }
+    tracker, flags = tcp_losses(packets)
+    return {"losses": loss_list([(f"seq {h.start}-{h.end}", h) for h in tracker.holes], t0, rtt_s), **flags}
 
 
 # --- the whole trial ---------------------------------------------------------------------------
@@ -748,7 +748,10 @@ def loss_lines(ev: dict[str, Any]) -> list[str]:
     if "lost_packets" in ev:
         head += f", {ev['lost_packets']} server packet number(s) never seen (lost, or skipped)"
     if "retransmitted_segments" in ev:
-        head += f", {ev['retransmitted_segments']} segment(s) tshark calls retransmissions"
+        head += (
+            f" (tshark: {ev['tshark_lost_segments']} after a segment not captured), "
+            f"{ev['retransmitted_segments']} segment(s) tshark calls retransmissions"
+        )
     out = [head]
     for item in losses[:LOSSES_SHOWN]:
         took = (

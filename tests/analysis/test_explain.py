@@ -131,6 +131,7 @@ def test_tcp_losses_and_a_lost_server_flight() -> None:
     losses = ev["losses"]
     assert len(losses) >= 20 and all(x["recovered_ms"] is not None for x in losses)
     assert ev["retransmitted_segments"] > 0
+    assert ev["tshark_lost_segments"] == len(losses)  # tshark finds the same holes
     took = sorted(x["took_rtts"] for x in losses)
     assert 0.95 <= took[len(took) // 2] <= 1.5, took  # most: fast retransmit, one RTT
     assert all(x["what"].startswith("seq ") and x["bytes"] % 1448 == 0 for x in losses)

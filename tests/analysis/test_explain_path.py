@@ -57,12 +57,15 @@ def test_explain_counts_the_handshake_and_the_first_flight(run_dir, client: str,
     assert main(["explain", str(run_dir), trial]) == 0
     text = capsys.readouterr().out
     print(text)
-    assert f"handshake: {rtts} round trips before the request (expected {rtts}" in text
+    assert f"handshake: {rtts} round trip" in text and f"before the request (expected {rtts} for" in text
     ev = evidence(run_dir, trial)
     assert ev["handshake_rtts"] == rtts
     assert lo_p <= ev["initial_window_packets"] <= hi_p, ev["rounds"][:3]
     assert lo_b <= ev["initial_window_bytes"] <= hi_b, ev["rounds"][:3]
     assert f"initial window: {ev['initial_window_packets']} packets" in text
-    # The wire's first byte is the tool's (wirecheck holds the 1 ms bound; a coarse one here).
-    assert abs(ev["first_byte_ms"] - ev["row"]["ttfb_ms"]) < 3.0
+    # The tool's TTFB runs from before its SYN/Initial left to after the first byte arrived:
+    # never shorter than the wire's (clock slack aside); a busy host makes it longer (3.2 ms
+    # seen once), wirecheck holds the tight bound.
+    late_ms = ev["row"]["ttfb_ms"] - ev["first_byte_ms"]
+    assert -0.25 <= late_ms <= 0.1 * ev["calib_rtt_ms"], late_ms
     assert rtts + 1 <= ev["first_byte_rtts"] < rtts + 1.15
