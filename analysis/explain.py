@@ -571,6 +571,8 @@ def explain_packets(packets: list[Packet], protocol: str, rtt_ms: float, keyed: 
         "first_byte_rtts": hs["events_rtts"].get("first_byte"),
         "initial_window_packets": initial["packets"] if initial else None,
         "initial_window_bytes": initial["bytes"] if initial else None,
+        # One flight held the whole response: the window was not reached, only bounded below.
+        "initial_window_reached": len(flights) > 1,
         "rounds": flights,
         **loss_evidence(packets, hs["t0"], rtt_s),
     }
@@ -732,8 +734,13 @@ def window_lines(ev: dict[str, Any]) -> list[str]:
     if not ev["rounds"]:
         return ["initial window: no response data in the capture"]
     out = [
-        f"initial window: {ev['initial_window_packets']} packets, {ev['initial_window_bytes']} B "
-        "(the server's first flight after the request)",
+        f"initial window: {'' if ev['initial_window_reached'] else 'at least '}"
+        f"{ev['initial_window_packets']} packets, {ev['initial_window_bytes']} B "
+        + (
+            "(the server's first flight after the request)"
+            if ev["initial_window_reached"]
+            else "(the whole response fit in the first flight)"
+        ),
         "flights per round trip: "
         + ", ".join(f"{r['packets']}" for r in ev["rounds"][:12])
         + (" ..." if len(ev["rounds"]) > 12 else "")

@@ -90,7 +90,7 @@ def test_quic_timeline_shows_coalesced_packets() -> None:
 @pytest.mark.parametrize("name", ["india-tls1.2", "india-tls1.3"])
 def test_tcp_initial_window_is_linux_ten_segments_then_doubles(name: str) -> None:
     ev = _explained(name)
-    assert ev["initial_window_packets"] == 10
+    assert ev["initial_window_packets"] == 10 and ev["initial_window_reached"]
     flights = [r["packets"] for r in ev["rounds"]]
     assert flights[:2] == [10, 20], flights
     assert flights[2] > flights[1], flights  # still slow start (delayed ACKs: less than 40)
@@ -173,6 +173,8 @@ def test_india_first_connection_to_an_unpinged_nginx_waits_half_an_rtt() -> None
     assert 1.45 <= syn_ack["t_rtts"] <= 1.55
     assert explain._late(syn_ack, 80.2).startswith(" +40")
     assert ev["handshake_rtts"] == 3 and 3.5 <= ev["request_ms"] / 80.2 <= 3.6
+    # 1 KB: the response is one flight, which bounds the initial window only from below.
+    assert ev["rounds"] == ev["rounds"][:1] and not ev["initial_window_reached"]
 
 
 def test_a_server_packet_answers_only_what_could_have_reached_the_server() -> None:

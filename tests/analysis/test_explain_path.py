@@ -60,6 +60,7 @@ def test_explain_counts_the_handshake_and_the_first_flight(run_dir, client: str,
     assert f"handshake: {rtts} round trip" in text and f"before the request (expected {rtts} for" in text
     ev = evidence(run_dir, trial)
     assert ev["handshake_rtts"] == rtts
+    assert ev["initial_window_reached"], ev["rounds"]  # 1 MB: more than one flight
     assert lo_p <= ev["initial_window_packets"] <= hi_p, ev["rounds"][:3]
     assert lo_b <= ev["initial_window_bytes"] <= hi_b, ev["rounds"][:3]
     assert f"initial window: {ev['initial_window_packets']} packets" in text
