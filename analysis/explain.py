@@ -5,12 +5,15 @@ packets (client.pcap), decrypted with its TLS secrets (keys.log) by tshark in th
 image, and the qlogs where a stack wrote them. From it, `evidence()` works out:
 
 - the handshake: its packets from the first SYN / QUIC Initial, in ms and in RTTs of the row's
-  calib_rtt_ms, which packet each waited for, and the handshake's round trips counted along
-  that chain from the request back to the first packet (TLS 1.2: 3, TLS 1.3: 2, QUIC: 1);
+  calib_rtt_ms, which packet each waited for (a server packet more than an RTT after what it
+  answered is flagged: a lost flight, a server that held it, a neighbour entry resolved across
+  the delay line), and the handshake's round trips counted along that chain from the request
+  back to the first packet (TLS 1.2: 3, TLS 1.3: 2, QUIC: 1);
 - the response's first byte;
-- the server's initial window (its first flight of response data, before an ACK of it can
-  have come back) and each later round trip's flight, from the capture; QUIC's congestion
-  window from a qlog (recovery:metrics_updated) where one exists;
+- the server's initial window (its first flight after the request, before an ACK of it can
+  have come back; a lower bound when the whole response fit in it) and each later round
+  trip's flight, from the capture; QUIC's congestion windows from the qlogs
+  (recovery:metrics_updated) where they exist;
 - losses: holes in the server's TCP sequence space or QUIC stream data (and gaps in QUIC packet
   numbers), from the packet after the hole until the hole was filled; qlog packet_lost events.
 
