@@ -211,6 +211,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return main_report(args.run_ids, args.out)
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    from quicbed.analysis.explain import main_explain
+
+    return main_explain(args.run, args.trial, as_json=args.json)
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
     """Every experiment in experiments/paper or --experiments DIR (quick unless --full), then
     one report; one Ctrl-C/SIGTERM/SIGHUP stops it all (experiments/reproduce.py)."""
@@ -370,6 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_ids", nargs="+", metavar="RUN_ID", help="run ids (results/) or paths")
     p.add_argument("--out", help="output directory (default: next to the runs)")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("explain", help="one trial's timeline from its capture (run --capture)")
+    p.add_argument("run", metavar="RUN", help="a run id (results/) or a run directory")
+    p.add_argument("trial", metavar="TRIAL", help="a trial id as in rows.jsonl (c0/nginx/tls1.3-h2/...)")
+    p.add_argument("--json", action="store_true", help="print the evidence as JSON")
+    p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("reproduce", help="run experiments/paper (quick) and write the report")
     p.add_argument("--full", action="store_true", help="the full repetitions (hours)")

@@ -108,36 +108,43 @@ def _split(value: str) -> list[str]:
     return out
 
 
-def read_packets(pcap: Path, port: int, keylog: Path | None) -> list[Packet]:
-    """Decodes the frames to or from the client's port with tshark."""
-    cmd = [
-        "tshark",
-        "-n",
-        "-r",
-        str(pcap),
-        "-Y",
-        f"tcp.port == {port} || udp.port == {port}",
-        "-T",
-        "fields",
-        "-E",
-        "separator=|",
-        "-E",
-        "aggregator=,",
-    ]
+def tshark_fields_argv(
+    pcap: str, keylog: str | None, fields: list[str], display_filter: str = ""
+) -> list[str]:
+    """tshark's arguments that print `fields` of each frame, one line each, '|' between fields
+    and ',' between a field's values (several TLS records, QUIC packets or frames)."""
+    cmd = ["tshark", "-n", "-r", pcap]
+    if display_filter:
+        cmd += ["-Y", display_filter]
+    cmd += ["-T", "fields", "-E", "separator=|", "-E", "aggregator=,"]
     if keylog:
         cmd += ["-o", f"tls.keylog_file:{keylog}"]
-    for name in FIELDS:
+    for name in fields:
         cmd += ["-e", name]
+    return cmd
+
+
+def parse_fields(text: str, fields: list[str], client_port: int) -> list[Packet]:
+    """tshark_fields_argv's output as Packets; the first field is frame.time_epoch. A frame is
+    the client's when its source port is `client_port`."""
+    packets = []
+    for line in text.splitlines():
+        cols = line.split("|")
+        f = {name: _split(v) for name, v in zip(fields, cols, strict=False) if v}
+        src = (f.get("tcp.srcport") or f.get("udp.srcport") or ["0"])[0]
+        packets.append(Packet(float(cols[0]), int(src) == client_port, f))
+    return packets
+
+
+def read_packets(pcap: Path, port: int, keylog: Path | None) -> list[Packet]:
+    """Decodes the frames to or from the client's port with tshark."""
+    cmd = tshark_fields_argv(
+        str(pcap), str(keylog) if keylog else None, FIELDS, f"tcp.port == {port} || udp.port == {port}"
+    )
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise RuntimeError(f"tshark failed: {res.stderr.strip()}")
-    packets = []
-    for line in res.stdout.splitlines():
-        cols = line.split("|")
-        f = {name: _split(v) for name, v in zip(FIELDS, cols, strict=False) if v}
-        src = (f.get("tcp.srcport") or f.get("udp.srcport") or ["0"])[0]
-        packets.append(Packet(float(cols[0]), int(src) == port, f))
-    return packets
+    return parse_fields(res.stdout, FIELDS, port)
 
 
 def _first(packets: list[Packet], pred: Pred, start: int = 0) -> int | None:
