@@ -210,6 +210,8 @@ def load_run(run: str | Path, notes: list[str]) -> tuple[pd.DataFrame, dict[str,
         raise AnalysisError(f"run {run_dir.name}: rows lack the column(s) {', '.join(missing)}")
     if "run_id" not in rows:
         rows["run_id"] = manifest["run_id"]
+    if "capture_files" in rows:  # its trials' captures, for `explain` and the report's evidence
+        rows["run_dir"] = str(run_dir)
     if "trace_file" in rows:  # a player's per-second trace, beside the rows of its run
         rows["trace_path"] = rows["trace_file"].map(
             lambda rel: str(run_dir / rel) if isinstance(rel, str) and rel else None

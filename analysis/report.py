@@ -16,13 +16,14 @@ from quicbed.workloads import ReportSection, report_sections
 
 from . import loss_response as lr
 from . import render
-from .claims import NO_DATA, Direction, Verdict, evaluate, expectation_claim
+from .claims import FAILS, NO_DATA, Direction, Verdict, evaluate, expectation_claim, gain_shrinks
 from .expectations import compile_expectation
 from .figures import CONGESTION, Figure, goodput_against_bound, make_figures
 from .load import AnalysisError, load_runs, loss_paths, resolve_run_dir, results_root
 from .manifest import calibration_entries, flatten, mixed_hosts
 from .overhead import account
 from .render import Block, Bullets, FigureBlock, Section, Table, Text, VerdictList
+from .stacks import StackWindow, explain_gain_shrinks, measured_windows, windows_table
 from .tables import (
     CongestionGroup,
     comparison_table,
@@ -105,11 +106,14 @@ def summary_section(df: pd.DataFrame, manifests: list[dict[str, Any]], warnings:
 NEEDS_FULL = "needs FULL=1"
 
 
-def directions_section(ok: pd.DataFrame, quick: bool = False) -> Section:
+def directions_section(
+    ok: pd.DataFrame, quick: bool = False, windows: list[StackWindow] | None = None
+) -> Section:
     """The paper's findings against the rows. From a quick run, a finding that has not the
     samples a verdict needs is marked as needing the full run, not left as a bare "not enough
-    data": the quick slice is chosen for time, and says which claims it cannot judge."""
-    verdicts = evaluate(ok)
+    data": the quick slice is chosen for time, and says which claims it cannot judge. A finding
+    that does not hold says what the captured evidence makes of it, where it has a reading."""
+    verdicts = [(d, explained(d, v, windows or [])) for d, v in evaluate(ok)]
     blocks: list[Block] = [
         Text(
             "Each finding of the paper (as a direction), what this run found, and whether "
@@ -128,6 +132,12 @@ def directions_section(ok: pd.DataFrame, quick: bool = False) -> Section:
             )
         )
     return Section("Against the paper", [*blocks, VerdictList(verdicts)])
+
+
+def explained(d: Direction, v: Verdict, windows: list[StackWindow]) -> Verdict:
+    if d.check is not gain_shrinks or v.status != FAILS:
+        return v
+    return Verdict(v.status, (*v.found, explain_gain_shrinks(windows)))
 
 
 def expect_lines(experiment_text: object) -> list[str]:
@@ -361,11 +371,21 @@ def overhead_table(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> pd.Data
     return pd.DataFrame(out)
 
 
-def run_section(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> Section:
+def run_section(
+    df: pd.DataFrame, manifests: list[dict[str, Any]], windows: list[StackWindow] | None = None
+) -> Section:
     blocks: list[Block] = [
         Table(manifest_table(manifests), "Manifest"),
         Table(calibration_table(manifests), "Calibration: configured against measured"),
     ]
+    if windows:
+        blocks.append(
+            Table(
+                windows_table(windows),
+                "What the stacks did, as measured: initial congestion windows from captured "
+                "trials (`quicbed explain RUN TRIAL` shows one trial's timeline)",
+            )
+        )
     overhead = overhead_table(df, manifests)
     if not overhead.empty:
         blocks.append(Table(overhead, "The testbed's own time: wall time against transfers"))
@@ -383,16 +403,20 @@ def flagged_section(df: pd.DataFrame) -> Section | None:
 
 
 def build_sections(
-    df: pd.DataFrame, manifests: list[dict[str, Any]], figures: list[Figure], warnings: list[str]
+    df: pd.DataFrame,
+    manifests: list[dict[str, Any]],
+    figures: list[Figure],
+    warnings: list[str],
+    windows: list[StackWindow] | None = None,
 ) -> list[Section]:
     ok = df[~df["failed"]]
     sections = [
         summary_section(df, manifests, warnings),
-        directions_section(ok, quick=any(m.get("quick") for m in manifests)),
+        directions_section(ok, quick=any(m.get("quick") for m in manifests), windows=windows),
         expectations_section(ok, manifests),
         congestion_section(ok, manifests, figures),
         *(workload_section(spec, ok, figures) for spec in report_sections()),
-        run_section(df, manifests),
+        run_section(df, manifests, windows),
         flagged_section(df),
     ]
     return [s for s in sections if s is not None]
@@ -425,7 +449,7 @@ def write_files(df: pd.DataFrame, manifests: list[dict[str, Any]], out: Path, wa
     ok = df[~df["failed"]]
     figures = make_figures(ok, figure_dir)
     figures += goodput_against_bound(congestion_groups(ok, loss_paths(ok, manifests)), figure_dir)
-    sections = build_sections(df, manifests, figures, warnings)
+    sections = build_sections(df, manifests, figures, warnings, measured_windows(ok))
     title = "quicbed report: " + ", ".join(str(m.get("run_id")) for m in manifests)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     (out / "report.md").write_text(render.markdown(title, stamp, sections, out))

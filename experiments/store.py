@@ -234,6 +234,17 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise StoreError(f"cannot write {path}: {_why(exc)}") from None
 
 
+def _has_empty_struct(kind: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_struct(kind):
+        fields = [kind.field(i).type for i in range(kind.num_fields)]
+        return not fields or any(_has_empty_struct(f) for f in fields)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return bool(_has_empty_struct(kind.value_type))
+    return False
+
+
 def write_parquet(rows: list[dict[str, Any]], path: Path) -> Path:
     import pandas as pd
     import pyarrow as pa
@@ -244,8 +255,11 @@ def write_parquet(rows: list[dict[str, Any]], path: Path) -> Path:
     for name in frame.columns:
         try:
             columns[name] = pa.array(frame[name].tolist(), from_pandas=True)
+            if _has_empty_struct(columns[name].type):
+                raise pa.ArrowInvalid("Parquet cannot hold a struct without fields")
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-            # Mixed shapes (e.g. a tool row with a dict here, a number there): keep as JSON text.
+            # Mixed shapes (e.g. a tool row with a dict here, a number there), or only empty
+            # dicts (capture_missing when every kind was written): keep as JSON text.
             columns[name] = pa.array(
                 [None if _missing(v) else json.dumps(v, default=_jsonable) for v in frame[name]]
             )

@@ -145,3 +145,20 @@ def test_the_captures_own_time_is_left_out_of_wall_s() -> None:
     (cond,) = conditions(exp)
     row = _run_trial(trials(exp, cond)[0], Slow(), {}, "run")  # type: ignore[arg-type]
     assert 0.04 <= row["wall_s"] < 0.2 and row["capture_s"] == 0.25
+
+
+def test_parquet_holds_rows_whose_capture_missing_is_always_empty(tmp_path) -> None:
+    """A run capturing every kind its stacks write has `capture_missing: {}` in every row:
+    pyarrow makes that a struct without fields, which Parquet cannot hold (a quick paper-web
+    run with `capture: [pcap, keys]` ended in that traceback). It is kept as JSON text."""
+    import pyarrow.parquet as pq
+
+    from quicbed.experiments.store import write_parquet
+
+    rows = [
+        {"trial_id": "c0/caddy/quic-h3/x/r0", "capture_missing": {}, "nested": [{}]},
+        {"trial_id": "c0/caddy/quic-h3/x/r1", "capture_missing": {}, "nested": [{}]},
+    ]
+    table = pq.read_table(write_parquet(rows, tmp_path / "rows.parquet"))
+    assert table.column("capture_missing").to_pylist() == ["{}", "{}"]
+    assert table.column("nested").to_pylist() == ["[{}]", "[{}]"]
