@@ -225,23 +225,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from quicbed.paths import REPO
 
     def run_one(file: Path, on_run_dir: Callable[[Path], None]) -> int:
-        run_args = argparse.Namespace(
-            file=str(file),
-            resume=None,
-            retry_failed=False,
-            dry_run=False,
-            check=False,
-            quick=not args.full,
-            force=False,
-            backend=args.backend,
-            client_image="quicbed/client:dev",
-            no_progress=args.no_progress,
-            junit=None,
-            shard=None,
-            ray=None,
-            ray_workers=None,
-            ray_retries=1,
-        )
+        # `quicbed run`'s own parser gives every option its default: a Namespace written here
+        # by hand missed one added later (--capture), and reproduce died in a traceback.
+        words = ["run", str(file), "--backend", args.backend]
+        words += ["--quick"] * (not args.full) + ["--no-progress"] * args.no_progress
+        run_args = build_parser().parse_args(words)
         return cmd_run(run_args, on_run_dir=on_run_dir)
 
     directory = Path(args.experiments) if args.experiments else REPO / "experiments" / "paper"

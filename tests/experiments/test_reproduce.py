@@ -241,6 +241,13 @@ def test_cli_reproduce_runs_the_experiments_directory(tmp_path, experiments, mon
     assert [Path(a.file) for a in seen] == experiments
     assert all(a.quick and not a.retry_failed and a.resume is None for a in seen)
     assert len(reported) == 1 and len(reported[0]) == len(NAMES)
+    # Every option `quicbed run` has, with its default: the real cmd_run reads them all (a
+    # Namespace written by hand once lacked --capture, and reproduce died in a traceback).
+    run_defaults = vars(cli.build_parser().parse_args(["run", "x.yaml"]))
+    for a in seen:
+        assert {k: v for k, v in vars(a).items() if k not in ("file", "quick", "no_progress")} == {
+            k: v for k, v in run_defaults.items() if k not in ("file", "quick", "no_progress")
+        }
 
 
 def test_cli_reproduce_with_an_empty_directory_is_bad_input(tmp_path):
