@@ -227,15 +227,19 @@ def test_require_names_the_package_of_a_missing_command(tmp_path: Path, monkeypa
         doctor.require("no-such-group")
 
 
-def test_doctor_cli_exits_nonzero_and_names_the_package(tmp_path: Path) -> None:
-    env = {**os.environ, "PATH": _path_without(tmp_path, "iperf3")}
-    proc = subprocess.run(
+def _doctor_commands_only(path: str) -> subprocess.CompletedProcess[str]:
+    """`doctor.py --commands-only` as a bare script, with only `path` as PATH."""
+    return subprocess.run(
         [sys.executable, str(REPO / "quicbed" / "doctor.py"), "--commands-only"],
         capture_output=True,
         text=True,
-        env=env,
+        env={**os.environ, "PATH": path},
         timeout=30,
     )
+
+
+def test_doctor_cli_exits_nonzero_and_names_the_package(tmp_path: Path) -> None:
+    proc = _doctor_commands_only(_path_without(tmp_path, "iperf3"))
     assert proc.returncode == 4, proc.stdout
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("command iperf3"))
     assert "MISSING" in line and "apt-get install iperf3" in line
@@ -251,14 +255,7 @@ def test_commands_in_sbin_count_for_a_user_without_sbin_on_path(tmp_path: Path) 
         real = shutil.which(cmd.name)
         if real and not real.startswith(("/usr/sbin/", "/sbin/", "/usr/local/sbin/")):
             (bin_dir / cmd.name).symlink_to(real)
-    env = {**os.environ, "PATH": str(bin_dir)}
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "quicbed" / "doctor.py"), "--commands-only"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=30,
-    )
+    proc = _doctor_commands_only(str(bin_dir))
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("command tc "))
     assert "/usr/sbin/tc" in line and "MISSING" not in line, line
     assert proc.returncode == 0, proc.stdout
