@@ -6,7 +6,8 @@
 #   make reproduce  run experiments/paper (quick; FULL=1 for all repetitions) and write the report
 #   make images     build the container images (cached: a second run takes seconds)
 #   make actionlint build the workflow linter make test runs (cached in $QUICBED_CACHE/bin)
-#   make clean      remove every namespace, link, container and UML router the testbed made
+#   make vm         fetch the QEMU router's kernel (Debian's) and build its initramfs
+#   make clean      remove every namespace, link, container and UML or QEMU router the testbed made
 SHELL := /bin/bash
 include versions.env
 export
@@ -23,7 +24,7 @@ PYTEST_ARGS ?=
 # Every Debian package the host needs (bookworm and trixie alike). quicbed/doctor.py lists the
 # commands the code runs and which package gives each; tests/base/test_doctor.py holds the two lists
 # together, and a throwaway container proves that this step alone gives them all.
-APT_PACKAGES := docker.io user-mode-linux kmod mount mininet iperf3 debootstrap iputils-ping ethtool \
+APT_PACKAGES := docker.io user-mode-linux qemu-system-x86 busybox-static apt kmod mount mininet iperf3 debootstrap iputils-ping ethtool \
 	tcpdump iproute2 net-tools python3-minimal python3-venv python3-pip openssl ca-certificates curl iptables \
 	procps docker-compose gcc libc6-dev make git
 # Installed where the release has them: Debian 13 moved the docker command out of docker.io.
@@ -34,11 +35,11 @@ LINT_APT_PACKAGES := shellcheck
 # The stages that install as quicbed.<stage> (pyproject.toml's package-dir).
 STAGES := topology servers clients experiments analysis workloads labs
 
-.PHONY: test unit lint deps docker venv cluster images delayline content lab clean bench reproduce \
+.PHONY: test unit lint deps docker venv cluster images delayline vm content lab clean bench reproduce \
 	doctor compose-prepare compose-up actionlint
 
 # --durations: the slowest tests, so a test that grows slow shows in every CI log.
-test: deps docker venv cluster images delayline actionlint doctor lint
+test: deps docker venv cluster images delayline vm actionlint doctor lint
 	$(VENV)/bin/pytest -v -rs --durations=25 $(PYTEST_ARGS)
 
 # The unit tier: pure logic, no root, Docker or namespaces; under a minute.
@@ -119,6 +120,11 @@ actionlint: docker
 delayline: deps
 	@$(MAKE) -s -C topology/delayline
 
+# The QEMU router's guest (`vm` backend): Debian's kernel package (VM_KERNEL_* in versions.env),
+# downloaded and unpacked into $(QUICBED_CACHE)/vm, and its initramfs (topology/backends/vmimage.py).
+vm: deps venv
+	@$(PY) -m quicbed.topology.backends.vmimage
+
 content: venv
 	$(PY) -m quicbed.servers.content
 
@@ -128,11 +134,11 @@ compose-prepare: venv
 compose-up: compose-prepare images
 	docker-compose --env-file versions.env up -d
 
-lab: deps docker venv images delayline doctor
+lab: deps docker venv images delayline vm doctor
 	$(QUICBED) lab $(PROFILE)
 
 # Quick by default (about 12½ minutes on 2 cores); FULL=1 runs the paper's repetitions.
-reproduce: deps docker venv images delayline doctor
+reproduce: deps docker venv images delayline vm doctor
 	$(QUICBED) reproduce $(if $(FULL),--full,)
 
 bench: deps docker venv images

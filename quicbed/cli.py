@@ -15,7 +15,7 @@ from quicbed.labs.lab import LabClosed
 
 Handler = Callable[[argparse.Namespace], int]
 # topology.backends.BACKENDS and "auto"; spelled out so that `--help` needs no Mininet import.
-BACKEND_CHOICES = ("auto", "netem", "uml", "delayline")
+BACKEND_CHOICES = ("auto", "netem", "vm", "uml", "delayline")
 
 
 def _link_args(p: argparse.ArgumentParser) -> None:

@@ -78,14 +78,21 @@ HOST_COMMANDS: tuple[HostCommand, ...] = (
     HostCommand("mount", "mount", "uml", "the UML router's init mounts proc, sys, hostfs"),
     HostCommand("mkfifo", "coreutils", "uml", "the UML router's init waits on a fifo"),
     HostCommand("uname", "coreutils", "uml", "the UML router's init finds its modules"),
+    HostCommand("dirname", "coreutils", "uml", "the router inits find router_serve.sh beside them"),
     HostCommand("sync", "coreutils", "uml", "the netem guest's init flushes its results to the host"),
+    HostCommand("qemu-system-x86_64", "qemu-system-x86", "vm", "the QEMU router (Debian's kernel)"),
+    HostCommand("busybox", "busybox-static", "vm", "the QEMU router's initramfs (static)"),
+    HostCommand("modprobe", "kmod", "vm", "the QEMU router's module list (--show-depends)"),
+    HostCommand("depmod", "kmod", "vm", "indexes the QEMU router's kernel modules"),
+    HostCommand("dpkg-deb", "dpkg", "vm", "unpacks the QEMU router's kernel package"),
+    HostCommand("apt-get", "apt", "vm", "downloads the QEMU router's kernel package (make vm)"),
     HostCommand("make", "make", "delayline", "builds the delay line (topology/delayline)"),
     HostCommand("gcc", "gcc", "delayline", "builds the delay line"),
     HostCommand("debootstrap", "debootstrap", "images", "base images without a registry"),
     HostCommand("docker-compose", "docker-compose", "images", "make compose-up"),
     HostCommand("tcpdump", "tcpdump", "bench", "bench/handshake_bench.py captures"),
 )
-GROUPS = ("core", "uml", "delayline", "images", "bench")
+GROUPS = ("core", "uml", "vm", "delayline", "images", "bench")
 
 
 class MissingRequirement(Exception):

@@ -1,11 +1,11 @@
 """Remove everything the testbed made, even after `kill -9` of a run.
 
-What a run leaves when killed: containers (labelled `quicbed`), UML routers and delay lines
-(found by their `umid=quicbed-` argument and binary name) that keep the router namespace
-alive, Mininet shells, processes started inside those namespaces, veths half-made in the root
-namespace, and probe namespaces. Every command the testbed sends into a namespace carries the
-QUICBED_TESTBED mark in its environment (topology/marker.py), so a helper is found even in a
-namespace that has no name and no other process left.
+What a run leaves when killed: containers (labelled `quicbed`), UML and QEMU routers and delay
+lines (found by their `umid=quicbed-` or `-name quicbed-vm-` argument and binary name) that keep
+the router namespace alive, Mininet shells, processes started inside those namespaces, veths
+half-made in the root namespace, and probe namespaces. Every command the testbed sends into a
+namespace carries the QUICBED_TESTBED mark in its environment (topology/marker.py), so a helper
+is found even in a namespace that has no name and no other process left.
 
 With QUICBED_SCOPE set (the test suite sets one per session; topology/marker.py), clean and
 leftovers see only what was started under that scope: a user's lab or run on the same host is
@@ -22,7 +22,7 @@ import subprocess
 from pathlib import Path
 
 from quicbed.paths import STATE
-from quicbed.topology.backends import DELAYLINE_MARK, UML_MARK
+from quicbed.topology.backends import DELAYLINE_MARK, UML_MARK, VM_MARK
 from quicbed.topology.hosts import LABEL
 from quicbed.topology.marker import (
     dir_in_scope,
@@ -56,7 +56,9 @@ def _pids() -> list[int]:
 
 
 def _is_testbed_process(cmdline: str) -> bool:
-    return UML_MARK in cmdline or DELAYLINE_MARK in cmdline or bool(_SHELL.search(cmdline))
+    return any(mark in cmdline for mark in (UML_MARK, VM_MARK, DELAYLINE_MARK)) or bool(
+        _SHELL.search(cmdline)
+    )
 
 
 def testbed_processes() -> list[int]:

@@ -10,30 +10,9 @@ mount -t proc proc /proc || fail "mount proc"
 mount -t sysfs sys /sys
 mount -t tmpfs tmpfs /tmp
 mount -t hostfs -o "$QUICBED_CTL" hostfs /mnt || fail "mount control dir $QUICBED_CTL"
-C=/mnt
 mods=/usr/lib/uml/modules/$(uname -r)/kernel/net/sched
 for m in sch_htb sch_tbf sch_netem; do insmod "$mods/$m.ko" || fail "insmod $m"; done
-. "$C/net.conf" || fail "read net.conf"
-ip link set lo up
-ip link set vec0 up && ip addr add "$VEC0_ADDR" dev vec0 || fail "vec0"
-ip link set vec1 up && ip addr add "$VEC1_ADDR" dev vec1 || fail "vec1"
-for dev in vec0 vec1; do ethtool -K "$dev" gso off tso off gro off >/dev/null 2>&1; done
-echo 1 > /proc/sys/net/ipv4/ip_forward
-echo 0 > /proc/sys/net/ipv4/conf/all/send_redirects
-echo 0 > /proc/sys/net/ipv4/conf/vec0/send_redirects
-echo 0 > /proc/sys/net/ipv4/conf/vec1/send_redirects
-uname -r > "$C/ready"
-echo QUICBED-READY
-# Wait with bash's read timeout on a fifo that never speaks: polling without a fork every
-# tick, which on UML is slow enough to delay netem's timers.
-mkfifo /tmp/tick && exec 3<>/tmp/tick
-while :; do
-  if [ -f "$C/cmd" ]; then
-    sh "$C/cmd" > "$C/out.tmp" 2>&1
-    echo $? > "$C/rc.tmp"
-    rm -f "$C/cmd"
-    mv "$C/out.tmp" "$C/out"
-    mv "$C/rc.tmp" "$C/rc"
-  fi
-  read -r -t 0.05 -u 3 _
-done
+# shellcheck disable=SC2034 # router_serve.sh's
+C=/mnt DEV0=vec0 DEV1=vec1
+# shellcheck source=topology/router_serve.sh
+. "$(dirname "$0")/router_serve.sh"

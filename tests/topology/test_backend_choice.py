@@ -1,6 +1,7 @@
 """The link backend is chosen by proof, on the real path: with a stand-in UML kernel that
-panics at boot as Debian's does on Xeons with AVX-512/AMX (fixtures/uml-panics), `auto` falls
-back to the delay line and says why once, the run's manifest and report name the backend and
+panics at boot as Debian's does on Xeons with AVX-512/AMX (fixtures/uml-panics) and a stand-in
+QEMU that boots no guest (fixtures/qemu-fails), `auto` falls back to the delay line and says
+why once, the run's manifest and report name the backend and
 the reason, an explicit `--backend uml` fails at once with that reason, doctor names the
 failure, and `quicbed lab check` still grades. On a host whose kernel has netem, auto takes
 netem and never needs UML: those tests check that instead."""
@@ -23,7 +24,9 @@ from quicbed.topology.clean import leftovers
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
 STAND_IN = Path(__file__).parents[1] / "fixtures" / "uml-panics" / "linux.uml"
+QEMU_STAND_IN = Path(__file__).parents[1] / "fixtures" / "qemu-fails" / "qemu-system-x86_64"
 PANIC_REASON = "uml cannot run on this CPU: ptrace set fp regs failed, errno = 14"
+QEMU_LINE = "qemu-system-x86_64: stand-in: no guest boots on this host"
 TOPOLOGY_IMAGE = os.environ.get("QUICBED_TEST_IMAGE", "debian:trixie-slim")
 FAIL_FAST_S = 30  # the issue's bound: a run that can never start exits within it
 EXPERIMENT = """\
@@ -44,6 +47,7 @@ def _quicbed(
     env = {
         **os.environ,
         "QUICBED_UML_BINARY": str(STAND_IN),
+        "QUICBED_QEMU_BINARY": str(QEMU_STAND_IN),
         "PYTHONUNBUFFERED": "1",
         "QUICBED_RESULTS": str(tmp_path / "results"),
     }
@@ -57,7 +61,10 @@ def _quicbed(
 def _expected_auto() -> tuple[str, str]:
     if host_has_netem():
         return "netem", "the host kernel has sch_netem"
-    return "delayline", PANIC_REASON
+    vm = f"vm cannot run on this host: tcg: {QEMU_LINE}; kvm: {QEMU_LINE}"
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        vm = f"vm cannot run on this host: tcg: {QEMU_LINE}; kvm: no usable /dev/kvm"
+    return "delayline", f"no sch_netem in this kernel; {vm}; {PANIC_REASON}"
 
 
 def test_auto_falls_back_and_says_why_once(tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ def test_host_container_has_no_route_but_the_emulated_one() -> None:
 
 
 @pytest.mark.parametrize(
-    "backend", [pytest.param(b, marks=pytest.mark.backend(b)) for b in ("netem", "uml", "delayline")]
+    "backend", [pytest.param(b, marks=pytest.mark.backend(b)) for b in ("netem", "vm", "uml", "delayline")]
 )
 def test_clean_leaves_nothing_after_kill_9(backend: str) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

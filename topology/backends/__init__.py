@@ -8,8 +8,11 @@ namespace, a boot of the UML kernel, a run of the delay line.
 - `uml` (uml.py): the host kernel has no sch_netem (this machine, CI, WSL2). A User-Mode Linux
   kernel, whose modules include sch_netem, is the router: its two vector interfaces sit on veths
   in the router namespace, and the same tc commands run inside it.
-- `delayline` (delayline.py): no sch_netem either, at rates one UML vCPU cannot forward
-  (> 100 Mbit/s here). The router namespace routes; between its interfaces and the LAN bridges,
+- `vm` (vm.py): no sch_netem either. Debian's kernel in a QEMU guest (KVM where it boots, else
+  TCG) is the router: its two virtio NICs sit on taps in the router namespace, and the same tc
+  commands run inside it.
+- `delayline` (delayline.py): no sch_netem either, at rates the UML and QEMU routers cannot
+  forward (> 100 Mbit/s here). The router namespace routes; between its interfaces and the LAN bridges,
   a C delay line (topology/delayline) applies netem's algorithms to the router's egress in user
   space.
 
@@ -23,6 +26,7 @@ re-exported here, so they import from `quicbed.topology.backends` alone.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +56,7 @@ from quicbed.topology.backends.proof import (
     prove_delayline,
     prove_netem,
     prove_uml,
+    prove_vm,
     uml_binary,
 )
 from quicbed.topology.backends.uml import (
@@ -60,6 +65,8 @@ from quicbed.topology.backends.uml import (
     UML_MAX_RATE_MBIT,
     UmlBackend,
 )
+from quicbed.topology.backends.vm import VM_MAX_RATE_MBIT, VmBackend
+from quicbed.topology.backends.vmimage import VM_MARK
 from quicbed.topology.hosts import NsHost
 
 __all__ = [
@@ -70,6 +77,8 @@ __all__ = [
     "UML_BINARY",
     "UML_MARK",
     "UML_MAX_RATE_MBIT",
+    "VM_MARK",
+    "VM_MAX_RATE_MBIT",
     "Backend",
     "DelayLineBackend",
     "Impairment",
@@ -79,6 +88,7 @@ __all__ = [
     "Proof",
     "TcBackend",
     "UmlBackend",
+    "VmBackend",
     "announce",
     "backend_checks",
     "build_delayline",
@@ -94,7 +104,12 @@ __all__ = [
     "uml_binary",
 ]
 
-BACKENDS: dict[str, type[Backend]] = {"netem": NetemBackend, "uml": UmlBackend, "delayline": DelayLineBackend}
+BACKENDS: dict[str, type[Backend]] = {
+    "netem": NetemBackend,
+    "vm": VmBackend,
+    "uml": UmlBackend,
+    "delayline": DelayLineBackend,
+}
 _announced: set[BackendChoice] = set()
 
 
@@ -111,8 +126,8 @@ class BackendChoice:
 
 def choose_backend(requested: str | None, max_rate_mbit: float = 0.0) -> BackendChoice:
     """The backend named by the user, once it has proven that it runs here (HostProblem if not);
-    on auto: the host's netem where it works, else the UML router if it boots here and the rate
-    is one it forwards, else the delay line."""
+    on auto, the first that runs here and forwards the profile's rate: the host's netem, a
+    QEMU router with Debian's kernel, a UML router, the delay line."""
     if requested and requested != "auto":
         if requested not in BACKENDS:
             raise InputError(
@@ -129,20 +144,29 @@ def choose_backend(requested: str | None, max_rate_mbit: float = 0.0) -> Backend
     netem = prove_netem()
     if netem.runs:
         return BackendChoice("netem", netem.reason)
-    if max_rate_mbit > UML_MAX_RATE_MBIT:
-        why = (
-            f"no sch_netem in this kernel, and {max_rate_mbit:g} Mbit/s is above what one UML "
-            f"vCPU forwards ({UML_MAX_RATE_MBIT:g})"
-        )
-    else:
-        uml = prove_uml()
-        if uml.runs:
-            return BackendChoice("uml", f"no sch_netem in this kernel; {uml.reason}")
-        why = uml.reason
+    passed_over = []
+    for proof, ceiling in _kernel_routers():
+        if not proof.runs:
+            passed_over.append(proof.reason)
+        elif max_rate_mbit > ceiling:
+            passed_over.append(
+                f"{max_rate_mbit:g} Mbit/s is above what the {proof.backend} router forwards ({ceiling:g})"
+            )
+        else:
+            return BackendChoice(proof.backend, f"no sch_netem in this kernel; {proof.reason}")
+    why = "no sch_netem in this kernel; " + "; ".join(passed_over)
     delayline = prove_delayline()
     if not delayline.runs:
         raise HostProblem(f"no link backend runs on this host: {why}; {delayline.reason}")
     return BackendChoice("delayline", why)
+
+
+def _kernel_routers() -> Iterator[tuple[Proof, float]]:
+    """The routers with a kernel of their own, in auto's order, each with its rate ceiling
+    (proven one at a time: a QEMU router that runs spares the UML boot)."""
+    vm = prove_vm()
+    yield vm, VM_MAX_RATE_MBIT.get(vm.accelerator, 0.0)
+    yield prove_uml(), UML_MAX_RATE_MBIT
 
 
 def announce(choice: BackendChoice) -> None:

@@ -5,11 +5,15 @@ that only carry frames, the egress counters, and the run's state directory."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from quicbed.errors import EnvironmentProblem
 from quicbed.paths import STATE
 from quicbed.topology.hosts import NsHost
 from quicbed.topology.linkspec import LinkSpec, netem_commands
@@ -115,3 +119,26 @@ def router_state_dir(run_id: str) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     mark_scope(path)
     return path
+
+
+class ControlDir:
+    """Commands into a router kernel of its own (UML, QEMU) and their results back, through a
+    host directory its init polls (topology/router_serve.sh): cmd in; out and rc back."""
+
+    def __init__(self, path: Path, what: str, timeout_s: float = 15.0) -> None:
+        self.path, self.what, self.timeout_s = path, what, timeout_s
+
+    def run(self, script: str, process: subprocess.Popen[bytes] | None) -> tuple[int, str]:
+        for name in ("rc", "out"):
+            (self.path / name).unlink(missing_ok=True)
+        tmp = self.path / "cmd.tmp"
+        tmp.write_text(script)
+        os.replace(tmp, self.path / "cmd")
+        deadline = time.monotonic() + self.timeout_s
+        while not (self.path / "rc").exists():
+            if process is None or process.poll() is not None:
+                raise EnvironmentProblem(f"the {self.what} has stopped")
+            if time.monotonic() > deadline:
+                raise EnvironmentProblem(f"the {self.what} did not answer a command in time")
+            time.sleep(0.02)
+        return int((self.path / "rc").read_text().strip() or 1), (self.path / "out").read_text()

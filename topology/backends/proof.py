@@ -6,11 +6,15 @@ A backend is chosen only after it has shown that it runs here:
   router's qdisc modules, puts a netem qdisc on its loopback and answers, within seconds. On
   Xeons with AVX-512/AMX it panics at boot (`ptrace set fp regs failed, errno = 14`) whatever
   the package's version: only a boot tells;
+- `vm`: QEMU boots Debian's kernel (vmimage.py) with `vm_probe.sh` as its init, which takes a
+  netem qdisc and answers: first under KVM (on some hosts KVM exists but a stock kernel hangs
+  in it, e.g. a nested, PVM-backed KVM), then under TCG;
 - `delayline`: the user-space delay line builds and runs.
 
-The UML boot is cached per host, CPU (model and flags), host kernel and UML binary, under
-$QUICBED_CACHE/probes; `quicbed doctor` boots it afresh and rewrites the cache. The UML
-binary may be replaced through $QUICBED_UML_BINARY (a stand-in kernel that panics, in tests).
+The UML and QEMU boots are cached per host, CPU (model and flags), host kernel and binary,
+under $QUICBED_CACHE/probes; `quicbed doctor` boots them afresh and rewrites the cache. The UML
+binary may be replaced through $QUICBED_UML_BINARY (a stand-in kernel that panics, in tests),
+and QEMU through $QUICBED_QEMU_BINARY (a stand-in that cannot boot a guest).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from pathlib import Path
 from quicbed.paths import CACHE, REPO
 
 UML_PROBE_INIT = REPO / "topology" / "uml_probe.sh"
+VM_PROBE_INIT = REPO / "topology" / "vm_probe.sh"
+VM_PROBE_TIMEOUT_S = {"kvm": 10.0, "tcg": 25.0}  # TCG boots in ~5 s; a hung KVM boot never answers
 UML_PROBE_TIMEOUT_S = 20.0
 UML_READY = "QUICBED-PROBE-OK"
 PROBE_CACHE = CACHE / "probes"
@@ -40,7 +46,9 @@ PROBE_CACHE = CACHE / "probes"
 _FAILURE_LINES = (
     re.compile(r"ptrace set fp regs failed, errno = \d+"),
     re.compile(r"QUICBED-PROBE-FAILED: .*"),
+    re.compile(r"QUICBED-FAILED: .*"),
     re.compile(r"Kernel panic - not syncing: .*"),
+    re.compile(r"qemu-system-x86_64: .*"),
 )
 _CPU_FAILURE = re.compile(r"ptrace set fp regs")
 
@@ -53,6 +61,8 @@ class Proof:
     runs: bool
     reason: str
     cached: bool = False
+    accelerator: str = ""  # vm: kvm or tcg, the one that booted
+    boot_s: float = 0.0  # vm: wall time from QEMU's start to the probe's answer
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -95,27 +105,114 @@ def prove_uml(fresh: bool = False) -> Proof:
     binary = shutil.which(uml_binary())
     if binary is None:
         return Proof("uml", False, f"{uml_binary()} is not installed (apt-get install " "user-mode-linux)")
-    cache = PROBE_CACHE / f"uml-{_host_key(binary)}.json"
-    if not fresh:
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            data = json.loads(cache.read_text())
-            return Proof("uml", bool(data["runs"]), str(data["reason"]), cached=True)
+    cache = PROBE_CACHE / f"uml-{_host_key(binary, UML_PROBE_INIT)}.json"
+    cached = None if fresh else _read_proof(cache)
+    if cached:
+        return cached
     proof = _boot_uml(binary)
+    _write_proof(cache, proof, _host_facts(binary, UML_PROBE_INIT))
+    return proof
+
+
+def _read_proof(cache: Path) -> Proof | None:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        data = json.loads(cache.read_text())
+        fields = {k: data[k] for k in ("backend", "runs", "reason", "accelerator", "boot_s") if k in data}
+        return Proof(**fields, cached=True)
+    return None
+
+
+def _write_proof(cache: Path, proof: Proof, host: dict[str, object]) -> None:
     with contextlib.suppress(OSError):
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(
-            json.dumps({"runs": proof.runs, "reason": proof.reason, "host": _host_facts(binary)}, indent=1)
-        )
+        tmp.write_text(json.dumps({**proof.to_dict(), "host": host}, indent=1))
         os.replace(tmp, cache)
-    return proof
 
 
 def forget_uml_proof() -> None:
     """Drop this host's cached UML proof (a router that then failed to boot)."""
     binary = shutil.which(uml_binary())
     if binary:
-        (PROBE_CACHE / f"uml-{_host_key(binary)}.json").unlink(missing_ok=True)
+        (PROBE_CACHE / f"uml-{_host_key(binary, UML_PROBE_INIT)}.json").unlink(missing_ok=True)
+
+
+def prove_vm(fresh: bool = False) -> Proof:
+    """Boot the QEMU router's kernel once, KVM first (or read this host's cached result)."""
+    from quicbed.topology.backends.vmimage import kernel_ready, pinned_kernel, qemu_binary
+
+    qemu = shutil.which(qemu_binary())
+    if qemu is None:
+        return Proof("vm", False, f"{qemu_binary()} is not installed (apt-get install qemu-system-x86)")
+    kernel = pinned_kernel()
+    if not kernel_ready(kernel):
+        return Proof("vm", False, f"the QEMU router's kernel {kernel.package} is not fetched here: make vm")
+    cache = PROBE_CACHE / f"vm-{_host_key(qemu, VM_PROBE_INIT, kernel.vmlinuz)}.json"
+    cached = None if fresh else _read_proof(cache)
+    if cached:
+        return cached
+    kvm = _boot_vm("kvm") if os.access("/dev/kvm", os.R_OK | os.W_OK) else "no usable /dev/kvm"
+    proof = kvm if isinstance(kvm, Proof) else _boot_vm("tcg", f"kvm: {kvm}")
+    if isinstance(proof, str):
+        proof = Proof("vm", False, f"vm cannot run on this host: tcg: {proof}; kvm: {kvm}")
+    _write_proof(cache, proof, _host_facts(qemu, VM_PROBE_INIT, kernel.vmlinuz))
+    return proof
+
+
+def forget_vm_proof() -> None:
+    """Drop this host's cached QEMU proof (a router that then failed to boot)."""
+    for path in PROBE_CACHE.glob("vm-*.json"):
+        path.unlink(missing_ok=True)
+
+
+def _boot_vm(accel: str, other: str = "") -> Proof | str:
+    """A Proof if the probe answered under this accelerator, else why not (one line)."""
+    from quicbed.errors import QuicbedError
+    from quicbed.topology.backends.vmimage import VM_MARK, qemu_argv
+
+    try:
+        argv = qemu_argv(f"{VM_MARK}probe-{os.getpid()}", accel, VM_PROBE_INIT, {}, memory_mb=128)
+    except QuicbedError as exc:
+        return str(exc)
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=VM_PROBE_TIMEOUT_S[accel])
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=10)
+        timed_out = True
+    seconds = time.monotonic() - started
+    text = out.decode(errors="replace")
+    found = re.search(rf"{UML_READY} (\S+)", text)
+    if found:
+        note = f" ({other})" if other else ""
+        reason = (
+            f"the QEMU router boots here under {accel} in {seconds:.1f} s: kernel {found.group(1)}, "
+            f"its netem loads{note}"
+        )
+        return Proof("vm", True, reason, accelerator=accel, boot_s=round(seconds, 2))
+    return vm_failure(text, timed_out, VM_PROBE_TIMEOUT_S[accel])
+
+
+def vm_failure(console: str, timed_out: bool = False, timeout_s: float = 0.0) -> str:
+    """One line on why the QEMU guest did not come up, from its console."""
+    for pattern in _FAILURE_LINES:
+        found = pattern.search(console)
+        if found:
+            return found.group(0).strip()
+    if timed_out:
+        return f"the guest did not answer within {timeout_s:.0f} s" if timeout_s else "no answer in time"
+    lines = [ln.strip() for ln in console.splitlines() if ln.strip()]
+    return lines[-1] if lines else "QEMU exited without output"
 
 
 def prove(backend: str, fresh: bool = False) -> Proof:
@@ -123,6 +220,8 @@ def prove(backend: str, fresh: bool = False) -> Proof:
         return prove_netem()
     if backend == "uml":
         return prove_uml(fresh)
+    if backend == "vm":
+        return prove_vm(fresh)
     if backend == "delayline":
         return prove_delayline()
     raise ValueError(f"unknown backend {backend!r}")
@@ -177,7 +276,7 @@ def uml_failure(console: str, timed_out: bool = False) -> str:
     return f"uml cannot run on this host: {lines[-1] if lines else 'it exited without output'}"
 
 
-def _host_facts(binary: str) -> dict[str, object]:
+def _host_facts(binary: str, *probe_files: Path) -> dict[str, object]:
     stat = os.stat(binary)
     return {
         "host": platform.node(),
@@ -186,13 +285,15 @@ def _host_facts(binary: str) -> dict[str, object]:
         "binary": os.path.realpath(binary),
         "binary_size": stat.st_size,
         "binary_mtime": int(stat.st_mtime),
-        # The init and this module: a changed probe or reason is probed again.
-        "probe": hashlib.sha256(UML_PROBE_INIT.read_bytes() + Path(__file__).read_bytes()).hexdigest()[:16],
+        # The init (and guest kernel) and this module: a changed probe or reason is probed again.
+        "probe": hashlib.sha256(b"".join(p.read_bytes() for p in (*probe_files, Path(__file__)))).hexdigest()[
+            :16
+        ],
     }
 
 
-def _host_key(binary: str) -> str:
-    facts = json.dumps(_host_facts(binary), sort_keys=True)
+def _host_key(binary: str, *probe_files: Path) -> str:
+    facts = json.dumps(_host_facts(binary, *probe_files), sort_keys=True)
     return hashlib.sha256(facts.encode()).hexdigest()[:16]
 
 
@@ -213,7 +314,7 @@ def _cpu_identity() -> str:
 
 def main() -> int:
     """`python -m quicbed.topology.backends.proof`: every backend's proof, one line each."""
-    for backend in ("netem", "uml", "delayline"):
+    for backend in ("netem", "vm", "uml", "delayline"):
         p = prove(backend, fresh="--fresh" in sys.argv)
         print(f"{backend}: {'runs' if p.runs else 'cannot run here'}: {p.reason}")
     return 0

@@ -17,7 +17,14 @@ from pathlib import Path
 from quicbed.doctor import require
 from quicbed.errors import EnvironmentProblem, HostProblem, InputError
 from quicbed.paths import REPO
-from quicbed.topology.backends.base import Lan, TcBackend, frame_port_up, parse_counters, tc_script
+from quicbed.topology.backends.base import (
+    ControlDir,
+    Lan,
+    TcBackend,
+    frame_port_up,
+    parse_counters,
+    tc_script,
+)
 from quicbed.topology.backends.proof import forget_uml_proof, uml_binary, uml_failure
 from quicbed.topology.hosts import NsHost
 
@@ -96,19 +103,7 @@ class UmlBackend(TcBackend):
 
     def run(self, script: str) -> tuple[int, str]:
         """Run a shell script inside the UML router through the control directory."""
-        for name in ("rc", "out"):
-            (self.ctl / name).unlink(missing_ok=True)
-        tmp = self.ctl / "cmd.tmp"
-        tmp.write_text(script)
-        os.replace(tmp, self.ctl / "cmd")
-        deadline = time.monotonic() + self.COMMAND_TIMEOUT
-        while not (self.ctl / "rc").exists():
-            if self.process is None or self.process.poll() is not None:
-                raise EnvironmentProblem("the UML router has stopped")
-            if time.monotonic() > deadline:
-                raise EnvironmentProblem("the UML router did not answer a command in time")
-            time.sleep(0.02)
-        return int((self.ctl / "rc").read_text().strip() or 1), (self.ctl / "out").read_text()
+        return ControlDir(self.ctl, "UML router", self.COMMAND_TIMEOUT).run(script, self.process)
 
     def tc(self, commands: Sequence[Sequence[str]]) -> str:
         rc, out = self.run(tc_script(commands))

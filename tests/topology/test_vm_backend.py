@@ -1,0 +1,117 @@
+"""The QEMU router's pure logic: the initramfs archive (the kernel's `newc` cpio format), the
+QEMU command line, the reason a failed boot gives, and the order in which `auto` tries the
+backends. Booting it is proven on the real path (the probe in doctor, every path test on auto
+where it is chosen, test_path.py's kill -9 case)."""
+
+from __future__ import annotations
+
+import io
+import stat
+from pathlib import Path
+
+import pytest
+
+from quicbed.topology import backends
+from quicbed.topology.backends import proof, vmimage
+from quicbed.topology.backends.proof import Proof
+
+
+def _read_newc(data: bytes) -> list[tuple[str, int, bytes]]:
+    """Entries of a newc archive, read as the kernel's initramfs unpacker does: a 110-byte
+    ASCII header, the name, padding to 4 bytes, the data, padding to 4 bytes."""
+    entries, pos = [], 0
+    while True:
+        header = data[pos : pos + 110]
+        assert header[:6] == b"070701", header[:6]
+        fields = [int(header[6 + 8 * i : 14 + 8 * i], 16) for i in range(13)]
+        mode, size, namesize = fields[1], fields[6], fields[11]
+        name = data[pos + 110 : pos + 110 + namesize - 1].decode()
+        assert data[pos + 110 + namesize - 1] == 0
+        pos += 110 + namesize
+        pos += -pos % 4
+        body = data[pos : pos + size]
+        pos += size
+        pos += -pos % 4
+        if name == "TRAILER!!!":
+            assert pos == len(data)
+            return entries
+        entries.append((name, mode, body))
+
+
+def test_the_initramfs_archive_holds_what_was_put_in_it() -> None:
+    out = io.BytesIO()
+    files = [("init", 0o755, b"#!/bin/busybox sh\n"), ("modules/01-a.ko", 0o644, b"x" * 5)]
+    vmimage.write_newc(out, ["bin", "modules"], files)
+    entries = _read_newc(out.getvalue())
+    assert [(n, stat.S_IFMT(m)) for n, m, _ in entries] == [
+        ("bin", stat.S_IFDIR),
+        ("modules", stat.S_IFDIR),
+        ("init", stat.S_IFREG),
+        ("modules/01-a.ko", stat.S_IFREG),
+    ]
+    assert entries[2][2] == b"#!/bin/busybox sh\n" and stat.S_IMODE(entries[2][1]) == 0o755
+    assert entries[3][2] == b"xxxxx" and stat.S_IMODE(entries[3][1]) == 0o644
+
+
+def test_the_qemu_command_line_has_one_nic_per_tap_in_order(tmp_path: Path) -> None:
+    kernel = vmimage.GuestKernel("6.1.0-0-amd64", "6.1-1", tmp_path)
+    argv = vmimage.qemu_argv(
+        "quicbed-vm-x",
+        "tcg",
+        Path("/r/vm_router.sh"),
+        {"A": "1"},
+        ctl=tmp_path / "ctl",
+        taps=("vm0", "vm1"),
+        kernel=kernel,
+        initrd=tmp_path / "initrd.gz",
+    )
+    netdevs = [argv[i + 1] for i, word in enumerate(argv) if word == "-netdev"]
+    assert netdevs == [
+        "tap,id=n0,ifname=vm0,script=no,downscript=no",
+        "tap,id=n1,ifname=vm1,script=no,downscript=no",
+    ]
+    assert argv[argv.index("-accel") + 1] == "tcg" and "-cpu" not in argv
+    shares = [argv[i + 1] for i, word in enumerate(argv) if word == "-virtfs"]
+    assert "path=/,mount_tag=hostroot" in shares[0] and "readonly=on" in shares[0]
+    assert f"path={tmp_path / 'ctl'},mount_tag=ctl" in shares[1] and "readonly" not in shares[1]
+    cmdline = argv[argv.index("-append") + 1].split()
+    assert "QUICBED_INIT=/r/vm_router.sh" in cmdline and "A=1" in cmdline
+    kvm = vmimage.qemu_argv("n", "kvm", Path("/i"), {}, kernel=kernel, initrd=tmp_path / "i.gz")
+    assert kvm[kvm.index("-accel") + 1] == "kvm" and "-cpu" in kvm
+
+
+def test_a_failed_boot_names_its_cause() -> None:
+    assert proof.vm_failure("SeaBIOS\nQUICBED-PROBE-FAILED: insmod 9p.ko\n") == (
+        "QUICBED-PROBE-FAILED: insmod 9p.ko"
+    )
+    assert proof.vm_failure("qemu-system-x86_64: failed to set MSR 0x10a to 0x69\n") == (
+        "qemu-system-x86_64: failed to set MSR 0x10a to 0x69"
+    )
+    assert proof.vm_failure("Probing EDD ... ok\n", timed_out=True, timeout_s=10) == (
+        "the guest did not answer within 10 s"
+    )
+
+
+def _proofs(monkeypatch: pytest.MonkeyPatch, vm: Proof, uml: Proof) -> None:
+    monkeypatch.setattr(backends, "prove_netem", lambda: Proof("netem", False, "no sch_netem"))
+    monkeypatch.setattr(backends, "prove_vm", lambda: vm)
+    monkeypatch.setattr(backends, "prove_uml", lambda: uml)
+    monkeypatch.setattr(backends, "prove_delayline", lambda: Proof("delayline", True, "runs"))
+
+
+TCG = Proof("vm", True, "boots under tcg", accelerator="tcg")
+UML = Proof("uml", True, "boots")
+
+
+def test_auto_takes_the_qemu_router_then_uml_then_the_delay_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    _proofs(monkeypatch, TCG, UML)
+    assert backends.choose_backend("auto", 20).name == "vm"
+    fast = backends.choose_backend("auto", 500)
+    assert fast.name == "delayline"
+    ceiling = backends.VM_MAX_RATE_MBIT["tcg"]
+    assert f"500 Mbit/s is above what the vm router forwards ({ceiling:g})" in fast.reason
+    _proofs(monkeypatch, Proof("vm", False, "vm cannot run on this host: no kernel"), UML)
+    uml = backends.choose_backend("auto", 20)
+    assert uml.name == "uml" and "boots" in uml.reason
+    _proofs(monkeypatch, Proof("vm", False, "no kernel"), Proof("uml", False, "panics"))
+    assert backends.choose_backend("auto", 20).reason == "no sch_netem in this kernel; no kernel; panics"

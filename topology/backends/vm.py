@@ -1,0 +1,129 @@
+"""`vm`: the host kernel has no sch_netem, and a real Linux kernel is the router: Debian's kernel
+in a small QEMU guest (vmimage.py), with KVM where a boot probe shows that it boots and TCG
+elsewhere. Its two virtio NICs sit on tap devices in the router namespace, one on each LAN
+bridge, and the same tc commands as in the `netem` backend run inside it
+(topology/vm_router.sh is its init; commands and results pass through a control directory
+shared over 9p, as with UML)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from quicbed.doctor import require
+from quicbed.errors import EnvironmentProblem, HostProblem, InputError
+from quicbed.paths import REPO
+from quicbed.topology.backends.base import (
+    ControlDir,
+    Lan,
+    TcBackend,
+    frame_port_up,
+    parse_counters,
+    tc_script,
+)
+from quicbed.topology.backends.proof import forget_vm_proof, prove_vm, vm_failure
+from quicbed.topology.backends.vmimage import VM_MARK, pinned_kernel, qemu_argv, qemu_version
+from quicbed.topology.hosts import NsHost
+
+VM_ROUTER_INIT = REPO / "topology" / "vm_router.sh"
+# Above this, the TCG router falls short of the rate on 2 cores (bench/link_bench.py); `auto`
+# then takes the delay line.
+VM_MAX_RATE_MBIT = {"kvm": 1000.0, "tcg": 100.0}
+
+
+class VmBackend(TcBackend):
+    name = "vm"
+    down_dev, up_dev = "eth0", "eth1"
+    BOOT_TIMEOUT = 30.0
+    COMMAND_TIMEOUT = 20.0
+
+    def __init__(self, router: NsHost, state_dir: Path) -> None:
+        super().__init__(router, state_dir)
+        self.ctl = state_dir / "vm"
+        self.vm_name = f"{VM_MARK}{uuid.uuid4().hex[:8]}"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.accelerator = "?"
+        self.boot_s = 0.0
+
+    def forward(self, client_lan: Lan, server_lan: Lan) -> None:
+        require("vm")
+        proof = prove_vm()
+        if not proof.runs:
+            raise HostProblem(proof.reason)
+        self.accelerator = proof.accelerator or "tcg"
+        # The router namespace only carries frames: the guest's NICs own the addresses.
+        for lan, tap in ((client_lan, "vm0"), (server_lan, "vm1")):
+            self.router.run(["ip", "tuntap", "add", "dev", tap, "mode", "tap"])
+            self.router.run(["ip", "link", "set", tap, "master", lan.bridge])
+            frame_port_up(self.router, tap)
+        self.ctl.mkdir(parents=True, exist_ok=True)
+        (self.ctl / "net.conf").write_text(
+            f"VEC0_ADDR={client_lan.router_cidr}\nVEC1_ADDR={server_lan.router_cidr}\n"
+        )
+        self._boot()
+
+    def _boot(self) -> None:
+        argv = qemu_argv(
+            self.vm_name, self.accelerator, VM_ROUTER_INIT, {}, ctl=self.ctl, taps=("vm0", "vm1")
+        )
+        log = open(self.ctl / "console.log", "wb")  # QEMU writes it until stop
+        started = time.monotonic()
+        self.process = subprocess.Popen(
+            self.router.popen_argv(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = started + self.BOOT_TIMEOUT
+        while not (self.ctl / "ready").exists():
+            timed_out = time.monotonic() > deadline
+            if self.process.poll() is not None or timed_out:
+                forget_vm_proof()  # it booted for the probe, not now: probe again next time
+                console = (self.ctl / "console.log").read_text(errors="replace")
+                raise HostProblem(f"the QEMU router did not come up: {vm_failure(console, timed_out)}")
+            time.sleep(0.05)
+        self.boot_s = time.monotonic() - started
+
+    def run(self, script: str) -> tuple[int, str]:
+        """Run a shell script inside the QEMU router through the control directory."""
+        return ControlDir(self.ctl, "QEMU router", self.COMMAND_TIMEOUT).run(script, self.process)
+
+    def tc(self, commands: Sequence[Sequence[str]]) -> str:
+        rc, out = self.run(tc_script(commands))
+        if rc != 0:
+            raise InputError(f"the QEMU router refused a link parameter: {out.strip()}")
+        return out
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        out = {}
+        for dev in (self.down_dev, self.up_dev):
+            rc, text = self.run(f"ip -s -j link show {dev}\n")
+            if rc != 0:
+                raise EnvironmentProblem(f"cannot read counters of {dev} in the QEMU router: {text}")
+            out[dev] = parse_counters(text)
+        return out
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def describe(self) -> dict[str, str]:
+        ready = self.ctl / "ready"
+        kernel = pinned_kernel()
+        return {
+            "backend": self.name,
+            "vm_kernel": ready.read_text().strip() if ready.exists() else "?",
+            "vm_kernel_package": f"{kernel.package} {kernel.version}",
+            "vm_accelerator": self.accelerator,
+            "vm_boot_s": f"{self.boot_s:.2f}",
+            "qemu": qemu_version(),
+        }
