@@ -5,14 +5,21 @@ RTT error under load: ping's median RTT while a paced UDP flow fills 90% of the 
 standing queue), minus the configured RTT.
 
     make bench            # or: .venv/bin/python bench/link_bench.py [--profiles india ...]
+
+`--rates 20 100 500 1000 --backends vm delayline`: the backends side by side on one link
+(20 ms RTT, 1 % loss for the loss figure) at each rate: bring-up time, TCP goodput ÷ the
+model (rate × 1448/1514), RTT error idle and under a 90 % load, loss against the configured
+1 %, and the router's own CPU (its processes; the host kernel's for netem) during the TCP flow.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
+import time
 
 from quicbed.topology.calibrate import (
     cpu_times,
@@ -20,6 +27,7 @@ from quicbed.topology.calibrate import (
     goodput_floor,
     host_cpu_between,
     iperf,
+    probe_datagrams,
     receiver_goodput_mbit,
     start_iperf,
 )
@@ -101,18 +109,92 @@ def bench_jitter(image: str, backend: str, sigma: float = 4.0) -> None:
     )
 
 
+LOSS_PCT = 1.0
+LOSS_PACKETS = 5000
+
+
+def process_cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) so far of these processes and their threads."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def bench_rate(rate: float, backend: str, image: str, seconds: int) -> dict[str, float | str]:
+    profile = apply_overrides(load_profile("germany"), {"rate_mbit": str(rate), "loss_pct": str(LOSS_PCT)})
+    cfg = TestbedConfig(profile=profile, backend=backend, client=HostSpec(image), servers=(HostSpec(image),))
+    started = time.monotonic()
+    with Testbed(cfg) as tb:
+        bring_up = time.monotonic() - started
+        assert tb.backend
+        tb.apply_link(*tb.without_loss())
+        idle = tb.ping(count=40, interval=0.05)
+        pids, before = tb.backend.router_pids(), time.monotonic()
+        cpu_before = process_cpu_s(pids)
+        result = iperf(tb, ["-t", str(seconds), "-O", "2", "-R"], timeout=seconds + 40)
+        router_cpu = (process_cpu_s(pids) - cpu_before) / (time.monotonic() - before)
+        goodput = receiver_goodput_mbit(result, "down")
+        load_bps = 0.9 * rate * 1e6 * 1470 / 1512
+        server, client = start_iperf(
+            tb, 5202, ["-u", "-R", "-b", f"{load_bps:.0f}", "-l", "1470", "-t", "8"], timeout=60
+        )
+        loaded = tb.ping(count=80, interval=0.05)
+        finish_iperf(server, client)
+        tb.apply_link(profile.down, profile.up)
+        probe = probe_datagrams(tb, LOSS_PACKETS)
+        lost = sum(LOSS_PACKETS - r["received"] + r["duplicates"] for r in probe.values())
+        return {
+            "backend": tb.backend.name,
+            "rate_mbit": rate,
+            "bring_up_s": bring_up,
+            "ratio_of_model": goodput / (rate * IDEAL),
+            "rtt_error_idle_ms": statistics.median(idle) - profile.rtt_ms,
+            "rtt_error_load_ms": statistics.median(loaded) - profile.rtt_ms,
+            "loss_pct": 100 * lost / (2 * LOSS_PACKETS),
+            "router_cpu": router_cpu if pids else float("nan"),
+        }
+
+
+def print_rates(rows: list[dict[str, float | str]]) -> None:
+    print(f"\nlink backends side by side (germany's 20 ms RTT at each rate; loss set to {LOSS_PCT:g} %)")
+    print(
+        f"{'backend':<10}{'rate':>6}{'bring-up':>10}{'÷model':>8}{'err idle':>10}{'err load':>10}"
+        f"{'loss %':>8}{'router cpu':>12}"
+    )
+    for r in rows:
+        print(
+            f"{r['backend']:<10}{r['rate_mbit']:>6g}{r['bring_up_s']:>9.1f}s{r['ratio_of_model']:>8.3f}"
+            f"{r['rtt_error_idle_ms']:>+10.2f}{r['rtt_error_load_ms']:>+10.2f}{r['loss_pct']:>8.2f}"
+            f"{r['router_cpu']:>12.0%}"
+        )
+    print(
+        "(÷model: TCP goodput ÷ (rate × 1448/1514); err: median ping RTT − configured, idle and"
+        " under a 90 % UDP load; router cpu: its processes' CPU during the TCP flow, of one core)"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--profiles", nargs="+", default=["india", "germany", "germany-lab"])
     parser.add_argument("--image", default="debian:trixie-slim")
     parser.add_argument("--seconds", type=int, default=10)
-    parser.add_argument("--backend", default="auto", help="auto, netem, uml or delayline")
+    parser.add_argument("--backend", default="auto", help="auto, netem, vm, uml or delayline")
+    parser.add_argument("--rates", nargs="+", type=float, help="the side-by-side table at these rates")
+    parser.add_argument("--backends", nargs="+", default=["vm", "delayline"], help="with --rates")
     parser.add_argument(
         "--jitter", action="store_true", help="only the jitter tables' IQR (normal, uniform) on india"
     )
     args = parser.parse_args()
     if args.jitter:
         bench_jitter(args.image, args.backend)
+        return 0
+    if args.rates:
+        print_rates([bench_rate(r, b, args.image, args.seconds) for r in args.rates for b in args.backends])
         return 0
     rows = [bench_profile(p, args.image, args.seconds, args.backend) for p in args.profiles]
     kernel = subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout.strip()

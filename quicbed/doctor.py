@@ -214,7 +214,7 @@ def check_kernel() -> list[Check]:
             netem,
             "ok: the netem backend"
             if netem
-            else "absent: the uml and delayline backends stand in (their items above)",
+            else "absent: the vm, uml and delayline backends stand in (their items above)",
             optional=True,
         ),
     ]

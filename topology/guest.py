@@ -1,9 +1,11 @@
-"""The `netem` backend where the host kernel has no sch_netem: run it in a User-Mode Linux guest.
+"""The `netem` backend where the host kernel has no sch_netem: run it in a guest kernel.
 
 Every machine whose kernel has sch_netem (a laptop, a cloud VM) gets the `netem` backend: tc
 netem in the router namespace of the host kernel. This machine and CI cannot load it, so the
-guest brings such a kernel: Debian's UML kernel (its modules include sch_netem), booted with
-the host's / as a read-only root (topology/uml_guest.sh is its init). Inside it the whole
+guest brings such a kernel, booted with the host's / as a read-only root: Debian's kernel under
+QEMU where its probe boots (the `vm` backend's guest, vmimage.py; topology/vm_guest.sh is its
+init), else Debian's UML kernel where it boots (topology/uml_guest.sh; it panics on Xeons with
+AVX-512/AMX). Inside it the whole
 topology comes up in namespace-only form (client and server are plain namespaces running the
 host's ping, iperf3 and udpprobe.py: no Docker in the guest) with `--backend netem`, and
 `calibrate` runs unchanged. The control directory carries job.json in and calibration.json,
@@ -29,11 +31,14 @@ from typing import Any
 from quicbed.doctor import require
 from quicbed.errors import EnvironmentProblem, HostProblem, QuicbedError
 from quicbed.paths import REPO
-from quicbed.topology.backends import prove_uml, router_state_dir, uml_binary
+from quicbed.topology.backends import VM_MARK, prove_uml, prove_vm, router_state_dir, uml_binary
+from quicbed.topology.backends.vmimage import qemu_argv
 from quicbed.topology.profiles import load_profile, parse_overrides
 
 GUEST_INIT = REPO / "topology" / "uml_guest.sh"
+VM_GUEST_INIT = REPO / "topology" / "vm_guest.sh"
 GUEST_MEM = "512M"
+VM_GUEST_MEM_MB = 768
 DEFAULT_TIMEOUT_S = 900.0
 # One UML vCPU runs the endpoints, the router and the probes: fewer datagrams than on the host
 # (the loss checks still have their binomial interval; 1 % of 8000 gives ~80 loss runs).
@@ -58,6 +63,7 @@ class GuestResult:
     log: str  # the guest's progress and its calibration table
     kernel: str  # the guest kernel's release
     seconds: float  # boot to power-off
+    guest: str = "uml"  # which kernel: "vm (tcg)", "vm (kvm)" or "uml"
 
     @property
     def passed(self) -> bool:
@@ -68,16 +74,17 @@ class GuestResult:
 def calibrate_in_guest(job: GuestJob, timeout_s: float = DEFAULT_TIMEOUT_S) -> GuestResult:
     """Boot the guest, calibrate job's profile through the netem backend inside it, power off.
     Raises EnvironmentProblem (with the console and log tails) if the guest gives no result."""
-    require("uml")
-    proof = prove_uml()
-    if not proof.runs:
-        raise HostProblem(f"the netem guest is a UML kernel: {proof.reason}")
+    guest = _guest_kernel()
     load_profile(job.profile, job.overrides)  # bad input fails here, not in the guest's log
     ctl = router_state_dir(uuid.uuid4().hex[:8]) / "guest"
     ctl.mkdir(parents=True)
     (ctl / "job.json").write_text(json.dumps(asdict(job)))
     start = time.monotonic()
-    _boot_and_wait(ctl, timeout_s)
+    if guest == "uml":
+        argv = guest_argv(ctl, f"quicbed-guest-{uuid.uuid4().hex[:8]}")
+    else:
+        argv = vm_guest_argv(ctl, f"{VM_MARK}guest-{uuid.uuid4().hex[:8]}", guest.split()[1].strip("()"))
+    _boot_and_wait(ctl, argv, timeout_s)
     seconds = time.monotonic() - start
     log = _read(ctl / "guest.log")
     result_file = ctl / "calibration.json"
@@ -87,17 +94,44 @@ def calibrate_in_guest(job: GuestJob, timeout_s: float = DEFAULT_TIMEOUT_S) -> G
             f"{_read(ctl / 'rc').strip() or 'none'}):\n{_tails(ctl)}"
         )
     return GuestResult(
-        json.loads(result_file.read_text()), log, _read(ctl / "kernel").strip(), round(seconds, 1)
+        json.loads(result_file.read_text()), log, _read(ctl / "kernel").strip(), round(seconds, 1), guest
     )
+
+
+def _guest_kernel() -> str:
+    """Debian's kernel under QEMU where it boots here, else the UML kernel where that boots."""
+    vm = prove_vm()
+    if vm.runs:
+        require("vm")
+        return f"vm ({vm.accelerator})"
+    uml = prove_uml()
+    if uml.runs:
+        require("uml")
+        return "uml"
+    raise HostProblem(f"no guest kernel boots here: {vm.reason}; {uml.reason}")
+
+
+def _keep() -> str:
+    """The checkout and the interpreter's environment: the guest mounts them again over its own
+    /tmp when they live there (a CI clone in /tmp would otherwise vanish under the tmpfs)."""
+    inside = Path(sys.prefix).resolve().is_relative_to(REPO.resolve())
+    return ":".join([str(REPO), *([] if inside else [sys.prefix])])
+
+
+def vm_guest_argv(ctl: Path, name: str, accel: str, python: str = sys.executable) -> list[str]:
+    """QEMU's command line for the guest, the job's control directory on /mnt. One vCPU: with
+    two, TCG's goodput on india fell to 0.939-0.948 of the rate (one vCPU: 0.955-0.956)."""
+    env = {"QUICBED_PYTHON": python, "QUICBED_KEEP": _keep()}
+    for value in (str(ctl), *env.values()):
+        if any(c.isspace() for c in value):
+            raise EnvironmentProblem(f"the guest's kernel command line cannot carry {value!r} (whitespace)")
+    return qemu_argv(name, accel, VM_GUEST_INIT, env, memory_mb=VM_GUEST_MEM_MB, ctl=ctl)
 
 
 def guest_argv(ctl: Path, umid: str, python: str = sys.executable) -> list[str]:
     """linux.uml's command line. Unknown KEY=VALUE words reach init's environment; the kernel
     splits its command line on spaces, so no path may contain one."""
-    # The checkout and the interpreter's environment: the guest mounts them again over its own
-    # /tmp when they live there (a CI clone in /tmp would otherwise vanish under the tmpfs).
-    inside = Path(sys.prefix).resolve().is_relative_to(REPO.resolve())
-    keep = ":".join([str(REPO), *([] if inside else [sys.prefix])])
+    keep = _keep()
     for value in (str(ctl), python, str(GUEST_INIT), keep):
         if any(c.isspace() for c in value):
             raise EnvironmentProblem(
@@ -119,12 +153,11 @@ def guest_argv(ctl: Path, umid: str, python: str = sys.executable) -> list[str]:
     ]
 
 
-def _boot_and_wait(ctl: Path, timeout_s: float) -> None:
-    # umid=quicbed-…: `quicbed clean` finds the guest as it finds a UML router.
-    umid = f"quicbed-guest-{uuid.uuid4().hex[:8]}"
+def _boot_and_wait(ctl: Path, argv: list[str], timeout_s: float) -> None:
+    # umid=quicbed-… or -name quicbed-vm-…: `quicbed clean` finds the guest as it finds a router.
     with open(ctl / "console.log", "wb") as console:
         process = subprocess.Popen(
-            guest_argv(ctl, umid),
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=console,
             stderr=subprocess.STDOUT,
@@ -137,10 +170,10 @@ def _boot_and_wait(ctl: Path, timeout_s: float) -> None:
                 f"the netem guest did not finish in {timeout_s:.0f} s:\n" f"{_tails(ctl)}"
             ) from None
         finally:
-            _stop(process, umid)
+            _stop(process, argv)
 
 
-def _stop(process: subprocess.Popen[bytes], umid: str) -> None:
+def _stop(process: subprocess.Popen[bytes], argv: list[str]) -> None:
     if process.poll() is None:
         # UML runs as a process group (its processes are ptrace children): end them all.
         try:
@@ -148,7 +181,9 @@ def _stop(process: subprocess.Popen[bytes], umid: str) -> None:
         except ProcessLookupError:
             pass
         process.wait(timeout=10)
-    shutil.rmtree(Path.home() / ".uml" / umid, ignore_errors=True)
+    for word in argv:
+        if word.startswith("umid="):
+            shutil.rmtree(Path.home() / ".uml" / word.removeprefix("umid="), ignore_errors=True)
 
 
 def _read(path: Path) -> str:
@@ -199,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m quicbed.topology.guest", description=__doc__.split("\n")[0]
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("calibrate", help="calibrate a profile via kernel netem in a UML guest")
+    p = sub.add_parser("calibrate", help="calibrate a profile via kernel netem in a guest kernel")
     p.add_argument("profile")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--samples", type=int, default=30, help="ping samples (>= 20)")
@@ -223,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"quicbed guest: {exc}", file=sys.stderr)
         return exc.exit_code
     print(result.log, end="")
-    print(f"guest kernel {result.kernel}; {result.seconds:.0f} s from boot to power-off")
+    print(f"guest kernel {result.kernel} ({result.guest}); {result.seconds:.0f} s from boot to power-off")
     if args.json:
         Path(args.json).write_text(json.dumps(result.calibration, indent=2))
     return 0 if result.passed else 3

@@ -142,7 +142,7 @@ def test_the_uml_init_scripts_commands_are_declared_for_uml(init: str) -> None:
     assert UML_BINARY in uml
 
 
-@pytest.mark.parametrize("init", ["vm_router.sh", "vm_probe.sh"])
+@pytest.mark.parametrize("init", ["vm_router.sh", "vm_probe.sh", "vm_guest.sh"])
 def test_the_qemu_router_scripts_commands_are_declared(init: str) -> None:
     """Run on the host's / inside the guest: the host's commands, as the UML inits' are."""
     declared = {c.name for c in doctor.commands("vm", "uml", "core")}

@@ -1,6 +1,7 @@
 """The `netem` backend (tc netem in the host kernel's router namespace), run for real where the
-host kernel has no sch_netem: inside a User-Mode Linux guest (topology/guest.py), with the
-namespace-only topology and the same calibration checks as every other backend.
+host kernel has no sch_netem: inside a guest kernel (topology/guest.py: Debian's kernel under
+QEMU, which boots on every CPU under TCG; UML where QEMU cannot run), with the namespace-only
+topology and the same calibration checks as every other backend.
 
 Not covered in the guest: Docker hosts (client and server are plain namespaces there), so
 neither the images nor their name service; those are the other path tests' part.
@@ -11,8 +12,16 @@ from __future__ import annotations
 import pytest
 
 from quicbed.errors import EnvironmentProblem
+from quicbed.paths import read_versions
 from quicbed.topology.calibrate import GOODPUT_CEILING
-from quicbed.topology.guest import GUEST_INIT, GuestJob, calibrate_in_guest, guest_argv
+from quicbed.topology.guest import (
+    GUEST_INIT,
+    VM_GUEST_INIT,
+    GuestJob,
+    calibrate_in_guest,
+    guest_argv,
+    vm_guest_argv,
+)
 
 
 def _failed(calibration: dict) -> list[tuple]:
@@ -28,14 +37,15 @@ def _check(calibration: dict, metric: str, direction: str = "both") -> dict:
 
 
 @pytest.mark.path
-@pytest.mark.backend("uml")  # the guest is a UML kernel
-def test_netem_backend_calibrates_in_a_uml_guest() -> None:
+@pytest.mark.backend("vm")  # the guest is Debian's kernel under QEMU
+def test_netem_backend_calibrates_in_a_guest_kernel() -> None:
     """One boot for the loss pair: calibration measures RTT and goodput with the loss switched
     off (the lossless path) and then the loss itself, so india at 1 % covers both."""
     result = calibrate_in_guest(GuestJob("india", {"loss_pct": "1"}))
     print(result.log)  # the guest's progress and calibration table (pytest -s shows it)
     print(f"guest kernel {result.kernel}; {result.seconds:.0f} s from boot to power-off")
     cal = result.calibration
+    assert result.guest.startswith("vm") and result.kernel == read_versions()["VM_KERNEL_ABI"]
     assert cal["backend"] == "netem" and cal["link"]["backend"] == "netem"
     assert not _failed(cal), _failed(cal)
     assert abs(_check(cal, "rtt_median_ms")["measured"] - 80.0) <= 0.8
@@ -52,3 +62,12 @@ def test_guest_command_line_carries_the_clean_mark_and_refuses_spaces(tmp_path) 
     assert f"init={GUEST_INIT}" in argv and GUEST_INIT.stat().st_mode & 0o111
     with pytest.raises(EnvironmentProblem):
         guest_argv(tmp_path / "a b", "quicbed-guest-x")
+
+
+def test_the_qemu_guest_command_line_carries_the_clean_mark_and_refuses_spaces(tmp_path) -> None:
+    argv = vm_guest_argv(tmp_path, "quicbed-vm-guest-x", "tcg", python="/usr/bin/python3")
+    assert argv[argv.index("-name") + 1] == "quicbed-vm-guest-x"  # `quicbed clean` finds it
+    assert f"QUICBED_INIT={VM_GUEST_INIT}" in argv[argv.index("-append") + 1]
+    assert VM_GUEST_INIT.stat().st_mode & 0o111
+    with pytest.raises(EnvironmentProblem):
+        vm_guest_argv(tmp_path / "a b", "quicbed-vm-guest-x", "tcg")

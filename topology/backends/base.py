@@ -58,6 +58,10 @@ class Backend(ABC):
     def stop(self) -> None:  # noqa: B027 - optional hook
         pass
 
+    def router_pids(self) -> list[int]:
+        """The host processes that forward (none where the host kernel does)."""
+        return []
+
     def describe(self) -> dict[str, str]:
         return {"backend": self.name}
 

@@ -118,6 +118,9 @@ class DelayLineBackend(Backend):
             return {}
         return {key: int(value) for key, value in (ln.split("=", 1) for ln in lines)}
 
+    def router_pids(self) -> list[int]:
+        return [p.pid for p in self.processes.values()]
+
     def stop(self) -> None:
         for process in self.processes.values():
             process.terminate()  # it writes its final counters

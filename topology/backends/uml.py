@@ -120,6 +120,9 @@ class UmlBackend(TcBackend):
             out[dev] = parse_counters(text)
         return out
 
+    def router_pids(self) -> list[int]:
+        return [self.process.pid] if self.process else []
+
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
             # UML runs as a process group (its processes are ptrace children): end them all.

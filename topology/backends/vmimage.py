@@ -47,6 +47,8 @@ VM_MODULES = (
     "sch_fq",
     "sch_codel",
     "tcp_bbr",
+    "veth",  # the netem guest's topology (topology/guest.py)
+    "bridge",
 )
 
 
@@ -203,6 +205,7 @@ def qemu_argv(
     env: dict[str, str],
     *,
     memory_mb: int = 256,
+    cpus: int = 1,
     ctl: Path | None = None,
     taps: Sequence[str] = (),
     kernel: GuestKernel | None = None,
@@ -216,7 +219,7 @@ def qemu_argv(
     cmdline = " ".join(
         ["console=ttyS0", "quiet", "panic=-1", "net.ifnames=0", f"QUICBED_INIT={init}", *words]
     )
-    argv = [qemu_binary(), "-name", name, *accelerator_args(accel), "-m", str(memory_mb), "-smp", "1"]
+    argv = [qemu_binary(), "-name", name, *accelerator_args(accel), "-m", str(memory_mb), "-smp", str(cpus)]
     argv += ["-nographic", "-nodefaults", "-no-reboot", "-serial", "stdio"]
     argv += ["-kernel", str(kernel.vmlinuz), "-initrd", str(initrd or initramfs(kernel)), "-append", cmdline]
     argv += ["-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"]
