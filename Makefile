@@ -123,7 +123,7 @@ delayline: deps
 # The QEMU router's guest (`vm` backend): Debian's kernel package (VM_KERNEL_* in versions.env),
 # downloaded and unpacked into $(QUICBED_CACHE)/vm, and its initramfs (topology/backends/vmimage.py).
 vm: deps venv
-	@$(PY) -m quicbed.topology.backends.vmimage
+	@$(PY) -c 'from quicbed.topology.backends.vmimage import main; main()'
 
 content: venv
 	$(PY) -m quicbed.servers.content

@@ -5,12 +5,15 @@ where it is chosen, test_path.py's kill -9 case)."""
 
 from __future__ import annotations
 
+import gzip
 import io
+import lzma
 import stat
 from pathlib import Path
 
 import pytest
 
+from quicbed.errors import HostProblem
 from quicbed.topology import backends
 from quicbed.topology.backends import proof, vmimage
 from quicbed.topology.backends.proof import Proof
@@ -115,3 +118,13 @@ def test_auto_takes_the_qemu_router_then_uml_then_the_delay_line(monkeypatch: py
     assert uml.name == "uml" and "boots" in uml.reason
     _proofs(monkeypatch, Proof("vm", False, "no kernel"), Proof("uml", False, "panics"))
     assert backends.choose_backend("auto", 20).reason == "no sch_netem in this kernel; no kernel; panics"
+
+
+@pytest.mark.parametrize("compress", [lzma.compress, gzip.compress])
+def test_the_elf_kernel_is_found_inside_a_bzimage(compress) -> None:
+    elf = b"\x7fELF" + bytes(range(256)) * 64
+    decoy = b"\xfd7zXZ\x00 not a stream \x1f\x8b\x08 nor this"
+    bzimage = b"MZ setup code " + decoy + compress(elf) + b"\x00" * 100
+    assert vmimage.extract_vmlinux(bzimage) == elf
+    with pytest.raises(HostProblem):
+        vmimage.extract_vmlinux(b"MZ" + compress(b"not an ELF file"))

@@ -139,6 +139,7 @@ def forget_uml_proof() -> None:
 
 def prove_vm(fresh: bool = False) -> Proof:
     """Boot the QEMU router's kernel once, KVM first (or read this host's cached result)."""
+    from quicbed.topology.backends import vmimage
     from quicbed.topology.backends.vmimage import kernel_ready, pinned_kernel, qemu_binary
 
     qemu = shutil.which(qemu_binary())
@@ -147,7 +148,9 @@ def prove_vm(fresh: bool = False) -> Proof:
     kernel = pinned_kernel()
     if not kernel_ready(kernel):
         return Proof("vm", False, f"the QEMU router's kernel {kernel.package} is not fetched here: make vm")
-    cache = PROBE_CACHE / f"vm-{_host_key(qemu, VM_PROBE_INIT, kernel.vmlinuz)}.json"
+    # The guest's kernel, its probe, and the QEMU command line (vmimage.py) key the cache.
+    probe_files = (VM_PROBE_INIT, kernel.vmlinuz, Path(vmimage.__file__))
+    cache = PROBE_CACHE / f"vm-{_host_key(qemu, *probe_files)}.json"
     cached = None if fresh else _read_proof(cache)
     if cached:
         return cached
@@ -155,7 +158,7 @@ def prove_vm(fresh: bool = False) -> Proof:
     proof = kvm if isinstance(kvm, Proof) else _boot_vm("tcg", f"kvm: {kvm}")
     if isinstance(proof, str):
         proof = Proof("vm", False, f"vm cannot run on this host: tcg: {proof}; kvm: {kvm}")
-    _write_proof(cache, proof, _host_facts(qemu, VM_PROBE_INIT, kernel.vmlinuz))
+    _write_proof(cache, proof, _host_facts(qemu, *probe_files))
     return proof
 
 

@@ -14,12 +14,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
+import lzma
 import os
 import shutil
 import stat
 import subprocess
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +76,12 @@ class GuestKernel:
         return self.root / "boot" / f"vmlinuz-{self.abi}"
 
     @property
+    def vmlinux(self) -> Path:
+        """The uncompressed kernel, which QEMU boots through its PVH entry: no BIOS hand-over
+        and no decompression under TCG (2.1 s to the probe's answer instead of 4.4 s)."""
+        return self.root / "vmlinux"
+
+    @property
     def modules_dir(self) -> Path:
         return self.root / "lib" / "modules" / self.abi
 
@@ -85,7 +94,7 @@ def pinned_kernel() -> GuestKernel:
 
 def kernel_ready(kernel: GuestKernel | None = None) -> bool:
     kernel = kernel or pinned_kernel()
-    return kernel.vmlinuz.is_file() and (kernel.modules_dir / "modules.dep").is_file()
+    return kernel.vmlinux.is_file() and (kernel.modules_dir / "modules.dep").is_file()
 
 
 def fetch_kernel(kernel: GuestKernel | None = None) -> GuestKernel:
@@ -116,11 +125,36 @@ def fetch_kernel(kernel: GuestKernel | None = None) -> GuestKernel:
         unpacked = work / "root"
         subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(unpacked)], check=True, timeout=300)
         subprocess.run(["depmod", "-b", str(unpacked), kernel.abi], check=True, timeout=120)
+        (unpacked / "vmlinux").write_bytes(
+            extract_vmlinux((unpacked / kernel.vmlinuz.relative_to(kernel.root)).read_bytes())
+        )
         shutil.rmtree(kernel.root, ignore_errors=True)
         os.replace(unpacked, kernel.root)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return kernel
+
+
+def extract_vmlinux(bzimage: bytes) -> bytes:
+    """The ELF kernel inside a bzImage: the payload after the first XZ (Debian's) or gzip magic
+    that decompresses to an ELF file."""
+    for magic, decompress in ((b"\xfd7zXZ\x00", _unxz), (b"\x1f\x8b\x08", _gunzip)):
+        start = bzimage.find(magic)
+        while start != -1:
+            with contextlib.suppress(lzma.LZMAError, zlib.error, EOFError):
+                elf = decompress(bzimage[start:])
+                if elf[:4] == b"\x7fELF":
+                    return elf
+            start = bzimage.find(magic, start + 1)
+    raise HostProblem("the QEMU router's kernel image holds no XZ or gzip payload with an ELF kernel")
+
+
+def _unxz(data: bytes) -> bytes:
+    return lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(data)
+
+
+def _gunzip(data: bytes) -> bytes:
+    return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data)
 
 
 def module_files(kernel: GuestKernel) -> list[Path]:
@@ -221,7 +255,7 @@ def qemu_argv(
     )
     argv = [qemu_binary(), "-name", name, *accelerator_args(accel), "-m", str(memory_mb), "-smp", str(cpus)]
     argv += ["-nographic", "-nodefaults", "-no-reboot", "-serial", "stdio"]
-    argv += ["-kernel", str(kernel.vmlinuz), "-initrd", str(initrd or initramfs(kernel)), "-append", cmdline]
+    argv += ["-kernel", str(kernel.vmlinux), "-initrd", str(initrd or initramfs(kernel)), "-append", cmdline]
     argv += ["-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"]
     if ctl is not None:
         argv += ["-virtfs", f"local,path={ctl},mount_tag=ctl,security_model=none,multidevs=remap"]
@@ -239,7 +273,7 @@ def qemu_version() -> str:
 def main() -> int:
     """`make vm`: fetch the pinned kernel and build the initramfs."""
     kernel = fetch_kernel()
-    print(f"QEMU router kernel {kernel.package} {kernel.version}: {kernel.vmlinuz}")
+    print(f"QEMU router kernel {kernel.package} {kernel.version}: {kernel.vmlinux}")
     print(f"initramfs: {initramfs(kernel)}")
     return 0
 
