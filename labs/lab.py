@@ -3,8 +3,8 @@ however the session ends.
 
 Every lab has an id (`--id`, default a fresh one). It names the lab's containers
 (`quicbed-ID-client`), its state directory (STATE/labs/ID: PKI, server logs, lab.json), the
-testbed's run directory (STATE/runs/ID: UML or delay-line control files) and so its UML router,
-so two labs on one host share nothing by name; `quicbed clean --lab ID` removes one lab, plain
+testbed's run directory (STATE/runs/ID: UML, QEMU or delay-line control files) and so its
+router, so two labs on one host share nothing by name; `quicbed clean --lab ID` removes one lab, plain
 `quicbed clean` every one. Node names inside a lab stay `client`, `router`, `server`: each
 lab's veths are made directly inside its own namespaces (topology/net.py), never in the host's.
 

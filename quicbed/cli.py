@@ -32,8 +32,9 @@ def _link_args(p: argparse.ArgumentParser) -> None:
         default="auto",
         choices=BACKEND_CHOICES,
         help="where the netem stage runs (auto: the host kernel's netem if it works, "
-        "else a UML router if it boots here and the rate is <= 100 Mbit/s, else the "
-        "delay line; `quicbed doctor` shows which run here)",
+        "else a QEMU router with Debian's kernel (<= 200 Mbit/s), else a UML router "
+        "(<= 100 Mbit/s), where each boots here, else the delay line; `quicbed doctor` "
+        "shows which run here)",
     )
     p.add_argument("--tcp-cc", default="cubic", help="TCP congestion control in every host")
     p.add_argument("--client-image", default=None, help="client container image")
@@ -389,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("clean", help="remove every namespace, link, container and UML router")
+    p = sub.add_parser("clean", help="remove every namespace, link, container and UML or QEMU router")
     p.add_argument("--lab", metavar="ID", help="remove only this lab (quicbed lab --id)")
     p.set_defaults(func=cmd_clean)
     return parser
