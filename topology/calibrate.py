@@ -3,12 +3,15 @@ route (the client's packets cross the router), each against the profile.
 
 Goodput is measured with loss switched off (TCP goodput under random loss measures TCP, not
 the link); loss is then measured on the full link with a paced UDP stream well below the rate.
+The up goodput's flow also gives the RTT under load (the bottleneck queue it builds: drop-tail
+fills it, an AQM holds it near its target), and the router shows which queue runs there.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 import subprocess
 import sys
@@ -20,7 +23,7 @@ from typing import Any
 
 from scipy.stats import binomtest
 
-from quicbed.topology.linkspec import FRAME_BYTES, LinkSpec
+from quicbed.topology.linkspec import FQ_FLOW_LIMIT, FRAME_BYTES, LinkSpec
 from quicbed.topology.net import ADDRESSES, ROUTER_CLIENT_IP, Testbed
 
 IPERF_PORT = 5201
@@ -112,7 +115,12 @@ def calibrate(
     else:
         for direction, spec in (("down", down), ("up", up)):
             progress(f"goodput {direction}")
-            cal.checks += check_goodput(tb, direction, spec, goodput_seconds)
+            checks, best = goodput_checks(tb, direction, spec, goodput_seconds)
+            cal.checks += checks
+        cal.checks.append(check_loaded_rtt(tb, best))
+        # Before the lossy link is applied, which makes the queues afresh: their counters
+        # still hold the goodput flows' drops.
+        cal.checks += [check_queue(tb, direction, spec) for direction, spec in (("down", down), ("up", up))]
     tb.apply_link(down, up)
     if not recorded:
         progress("loss")
@@ -212,9 +220,17 @@ class GoodputAttempt:
     received: int
     crossed: int
     cpu: HostCpu
+    flow_rtts_ms: tuple[float, ...] = ()  # up only: the sender's smoothed RTT, per second
+    ping_ms: tuple[float, ...] = ()  # up only: ping alongside the flow, after its slow start
 
 
 def check_goodput(tb: Testbed, direction: str, spec: LinkSpec, seconds: float) -> list[Check]:
+    return goodput_checks(tb, direction, spec, seconds)[0]
+
+
+def goodput_checks(
+    tb: Testbed, direction: str, spec: LinkSpec, seconds: float
+) -> tuple[list[Check], GoodputAttempt]:
     """TCP goodput of one direction, and the router's counters proving the bytes crossed it.
 
     Further attempts are made only while the goodput falls short: on a 2-core host a CPU
@@ -242,7 +258,7 @@ def check_goodput(tb: Testbed, direction: str, spec: LinkSpec, seconds: float) -
             "this rate now (stop other work, or calibrate a lower rate)"
         )
     egress = f"router egress {_egress(tb, direction)}"
-    return [
+    checks = [
         Check(
             "goodput_mbit",
             direction,
@@ -262,6 +278,7 @@ def check_goodput(tb: Testbed, direction: str, spec: LinkSpec, seconds: float) -
             f"{egress} sent {best.crossed} B while the receiver got {best.received} B",
         ),
     ]
+    return checks, best
 
 
 def _egress(tb: Testbed, direction: str) -> str:
@@ -269,14 +286,19 @@ def _egress(tb: Testbed, direction: str) -> str:
     return tb.backend.down_dev if direction == "down" else tb.backend.up_dev
 
 
+GOODPUT_OMIT_S = 2  # iperf3's -O: slow start, left out of every figure
+
+
 def _goodput_once(tb: Testbed, direction: str, seconds: float) -> GoodputAttempt:
     assert tb.backend
     egress = _egress(tb, direction)
     before = tb.backend.counters()[egress]
     cpu_before = cpu_times()
+    # Up, the client is the sender: its iperf3 reports the flow's RTT, and a ping beside it.
+    ping = _start_ping(tb, seconds + GOODPUT_OMIT_S) if direction == "up" else None
     result = iperf(
         tb,
-        ["-t", str(seconds), "-O", "2", *(["-R"] if direction == "down" else [])],
+        ["-t", str(seconds), "-O", str(GOODPUT_OMIT_S), *(["-R"] if direction == "down" else [])],
         timeout=seconds + 30 + 10 * tb.profile.rtt_ms / 1000,
     )
     cpu = host_cpu_between(cpu_before, cpu_times())
@@ -286,7 +308,151 @@ def _goodput_once(tb: Testbed, direction: str, seconds: float) -> GoodputAttempt
         _received_bytes(result, direction),
         after["tx_bytes"] - before["tx_bytes"],
         cpu,
+        tuple(sender_rtts_ms(result)) if direction == "up" else (),
+        tuple(_finish_ping(*ping)) if ping else (),
     )
+
+
+# -- the queue under load -------------------------------------------------------------------
+PING_LOAD_SHARE = 0.002  # of the up rate: ping must not dent the goodput it runs beside
+ACK_FRAME_BYTES = 66  # a TCP ACK with timestamps, on the wire
+
+
+def _start_ping(tb: Testbed, seconds: float) -> tuple[subprocess.Popen[str], float]:
+    rate_bps = tb.profile.up.rate_mbit * 1e6
+    interval = max(0.05, PING_FRAME_BYTES * 8 / (PING_LOAD_SHARE * rate_bps))
+    count = max(1, int(seconds / interval))
+    argv = ["ping", "-n", "-c", str(count), "-i", f"{interval:.3f}", "-W", "3"]
+    proc = subprocess.Popen(
+        tb.client.popen_argv([*argv, ADDRESSES["server"]]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    return proc, interval
+
+
+def _finish_ping(proc: subprocess.Popen[str], interval: float) -> list[float]:
+    """Replies sent after the flow's slow start (icmp_seq counts from 1, one per interval)."""
+    try:
+        out, _ = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    samples = []
+    for line in out.splitlines():
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        if "time" in fields and "icmp_seq" in fields and int(fields["icmp_seq"]) * interval > GOODPUT_OMIT_S:
+            samples.append(float(fields["time"]))
+    return samples
+
+
+def sender_rtts_ms(result: dict[str, Any]) -> list[float]:
+    """The sending client's smoothed RTT (tcp_info, in µs) at the end of each measured second."""
+    return [
+        stream["rtt"] / 1000
+        for interval in result.get("intervals", [])
+        if not interval["sum"].get("omitted")
+        for stream in interval["streams"][:1]
+        if stream.get("rtt")
+    ]
+
+
+@dataclass(frozen=True)
+class LoadedRtt:
+    """What the up bottleneck's queue should add to the RTT of a flow that saturates it."""
+
+    base_ms: float  # the path's RTT with a full frame up and an ACK down, nothing queued
+    expected_ms: float
+    low_ms: float
+    high_ms: float
+    why: str
+
+
+def expected_loaded_rtt(down: LinkSpec, up: LinkSpec) -> LoadedRtt:
+    """A drop-tail queue (and fq's per-flow limit) fills before it drops: the flow's RTT
+    reaches base + the full queue, and after each loss TCP backs off and drains part of it
+    (cubic's 0.7: about a third of a one-BDP queue), so its median lies between. An AQM holds
+    the standing queue near its target: base + target, plus a packet's time or 2 ms (the
+    sender's smoothing, timers); PIE's control is looser, so twice its target."""
+    rtt = down.delay_ms + up.delay_ms
+    frame_ms = FRAME_BYTES * 8 / (up.rate_mbit * 1e3)
+    base = rtt + frame_ms + ACK_FRAME_BYTES * 8 / (down.rate_mbit * 1e3)
+    jitter = down.jitter_ms + up.jitter_ms
+    margin = max(2.0, frame_ms) + jitter
+    aqm = up.aqm
+    target = aqm.target()
+    if target is not None:
+        high = base + (2 * target if aqm.kind == "pie" else target + margin)
+        return LoadedRtt(
+            base, base + target, base - rtt_tolerance_ms(rtt, jitter), high, f"target {target:g} ms"
+        )
+    packets = up.queue_limit_packets(rtt)
+    if aqm.kind == "fq":
+        packets = min(packets, FQ_FLOW_LIMIT)
+    full = packets * frame_ms
+    why = f"full queue {full:.1f} ms ({packets} packets{' per flow' if aqm.kind == 'fq' else ''})"
+    return LoadedRtt(base, base + full, base + 0.25 * full - jitter, base + full + margin, why)
+
+
+def check_loaded_rtt(tb: Testbed, attempt: GoodputAttempt) -> Check:
+    """The RTT of the up goodput's flow, against what its queue should add (expected_loaded_rtt).
+
+    Measured as the bulk flow's own RTT (the sender's sRTT from tcp_info, per second), not by
+    ping: fq_codel, cake and fq give every flow its own queue, so a ping beside the flow waits
+    behind nothing and shows the idle path, whatever the bulk flow's queue holds. The ping's
+    median is in the detail: under drop-tail and pie (one queue) it sees what the flow sees."""
+    up = tb.profile.up
+    band = expected_loaded_rtt(tb.profile.down, up)
+    tolerance = f"{band.low_ms:.1f}..{band.high_ms:.1f} ms"
+    pings = attempt.ping_ms
+    ping = f"ping beside it {statistics.median(pings):.1f} ms ({len(pings)})" if pings else "no ping replies"
+    detail = f"{up.aqm.kind}: base {band.base_ms:.1f} ms + {band.why}; {ping}"
+    if not attempt.flow_rtts_ms:
+        return Check("rtt_loaded_ms", "up", round(band.expected_ms, 3), math.nan, tolerance, False, detail)
+    median = statistics.median(attempt.flow_rtts_ms)
+    return Check(
+        "rtt_loaded_ms",
+        "up",
+        round(band.expected_ms, 3),
+        round(median, 3),
+        tolerance,
+        band.low_ms <= median <= band.high_ms,
+        f"median of the flow's sRTT over {len(attempt.flow_rtts_ms)} s; {detail}",
+    )
+
+
+@dataclass(frozen=True)
+class LeafQdisc:
+    kind: str
+    line: str  # its `tc qdisc show` line
+    dropped: int
+
+
+def leaf_qdisc(tc_s_output: str) -> LeafQdisc | None:
+    """The bottleneck's leaf (handle 10:) in `tc -s qdisc show dev X`, and its drops."""
+    blocks = [b for b in ("\n" + tc_s_output).split("\nqdisc ") if b.strip()]
+    for block in blocks:
+        head, *rest = block.splitlines()
+        words = head.split()
+        if len(words) >= 2 and words[1] == "10:":
+            found = re.search(r"dropped (\d+)", " ".join(rest))
+            return LeafQdisc(words[0], f"qdisc {head.strip()}", int(found.group(1)) if found else 0)
+    return None
+
+
+def check_queue(tb: Testbed, direction: str, spec: LinkSpec) -> Check:
+    """The queue in place at this direction's bottleneck is the spec's, read from the kernel
+    that runs it (Backend.queue_stats), with what it dropped during the goodput flow."""
+    assert tb.backend
+    port = tb.bottleneck_port(direction)
+    leaf = leaf_qdisc(tb.backend.queue_stats(port))
+    wanted = spec.aqm.qdisc
+    found = leaf is not None and leaf.kind == wanted
+    detail = (
+        f"{port}: {leaf.line}; dropped {leaf.dropped} in the goodput flow" if leaf else f"{port}: no leaf"
+    )
+    return Check("queue_discipline", direction, 1, float(found), f"leaf qdisc {wanted}", found, detail)
 
 
 def probe_datagrams(tb: Testbed, packets: int) -> dict[str, dict[str, int]]:

@@ -28,6 +28,7 @@ from quicbed.topology.backends import (
     BackendChoice,
     Lan,
     announce,
+    check_queues,
     choose_backend,
     make_backend,
     router_state_dir,
@@ -160,6 +161,10 @@ class Testbed:
         if any(spec.image for spec in (cfg.client, *cfg.servers)):
             require_docker()
         self.backend_choice = choose_backend(self.config.backend, self.profile.max_rate_mbit)
+        # An aqm this backend's kernel lacks is refused before anything is brought up.
+        check_queues(
+            self.profile.down, self.profile.up, self.backend_choice, f"profile {self.profile.name}: "
+        )
         announce(self.backend_choice)
         net = Mininet(topo=None, build=False, controller=None, cleanup=False)
         self.net = net
@@ -308,6 +313,14 @@ class Testbed:
             for intf in self.router.intfList()
             if intf.name != "lo"
         ]
+
+    def bottleneck_port(self, direction: str) -> str:
+        """The router's port whose queue is this direction's bottleneck: toward the server
+        for "up", toward the client for "down"."""
+        host = self.server if direction == "up" else self.client
+        return next(
+            intf.name for intf in self.router.intfList() if intf.name != "lo" and intf.link.intf2.node is host
+        )
 
     def without_loss(self) -> tuple[LinkSpec, LinkSpec]:
         down, up = self.profile.down, self.profile.up

@@ -45,7 +45,7 @@ from quicbed.topology.backends.delayline import (
     delayline_config,
     jitter_table,
 )
-from quicbed.topology.backends.netem import NetemBackend, host_has_netem
+from quicbed.topology.backends.netem import NetemBackend, host_has_netem, host_has_qdisc
 from quicbed.topology.backends.proof import (
     Proof,
     prove,
@@ -61,6 +61,7 @@ from quicbed.topology.backends.uml import (
     UmlBackend,
 )
 from quicbed.topology.hosts import NsHost
+from quicbed.topology.linkspec import Aqm, LinkSpec
 
 __all__ = [
     "BACKENDS",
@@ -82,9 +83,11 @@ __all__ = [
     "announce",
     "backend_checks",
     "build_delayline",
+    "check_queues",
     "choose_backend",
     "delayline_config",
     "host_has_netem",
+    "host_has_qdisc",
     "jitter_table",
     "make_backend",
     "proofs",
@@ -182,6 +185,44 @@ def backend_checks() -> list[Check]:
         except QuicbedError as exc:
             out.append(Check(label, False, str(exc)))
     return out
+
+
+def check_queues(down: LinkSpec, up: LinkSpec, choice: BackendChoice, where: str = "") -> None:
+    """Refuse, before anything is brought up, a bottleneck queue (`aqm`) that the chosen
+    backend's kernel cannot run: one line naming the field, the backend chosen and which
+    backends run it. `where` prefixes the field (a file, an experiment's condition)."""
+    kinds = {"down": down.aqm, "up": up.aqm}
+    for direction, aqm in kinds.items():
+        if BACKENDS[choice.name].runs_queue(aqm):
+            continue
+        both = kinds["down"].kind == kinds["up"].kind
+        field = f"{where}{'' if both else direction + '.'}aqm"
+        raise InputError(queue_refusal(aqm, choice), field=field)
+
+
+def queue_refusal(aqm: Aqm, choice: BackendChoice) -> str:
+    """Why the chosen backend cannot run this queue, and which backends could."""
+    chosen = BACKENDS[choice.name]
+    how = (
+        f"--backend {choice.name}"
+        if choice.reason.startswith("--backend")
+        else f"auto chose {choice.name} here"
+    )
+    kernel = "this host's kernel" if chosen.queue_kinds is None else f"{choice.name}'s kernel"
+    able, runnable = [], []
+    for name, backend in BACKENDS.items():
+        if name == choice.name or not backend.runs_queue(aqm):
+            continue
+        proof = prove(name)
+        able.append(name if proof.runs else f"{name} (not on this host: {proof.reason})")
+        if proof.runs:
+            runnable.append(name)
+    message = f"{aqm.kind} needs a backend whose kernel has {aqm.module}; {how}, and {kernel} has none"
+    if chosen.queue_kinds is None:
+        hosted = [name for name, backend in BACKENDS.items() if backend.queue_kinds is None]
+        message += f" ({', '.join(hosted)} queue in it)"
+    message += f"; backends that run it: {', '.join(able)}" if able else "; no backend runs it on this host"
+    return message + (f"; run with --backend {runnable[0]}" if runnable else "")
 
 
 def make_backend(name: str, router: NsHost, state_dir: Path) -> Backend:

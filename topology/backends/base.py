@@ -9,10 +9,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from quicbed.paths import STATE
 from quicbed.topology.hosts import NsHost
-from quicbed.topology.linkspec import LinkSpec, netem_commands
+from quicbed.topology.linkspec import Aqm, LinkSpec, netem_commands
 from quicbed.topology.marker import mark_scope
 
 # One direction of the netem stage: the spec and the delay netem should add (the spec's delay
@@ -32,9 +33,30 @@ class Backend(ABC):
     name: str
     down_dev: str  # egress toward the clients (the "down" direction)
     up_dev: str  # egress toward the servers (the "up" direction)
+    # The queue kinds (linkspec.AQM_KINDS) the kernel under this backend's bottleneck has.
+    # None: that kernel is this host's (netem, uml and delayline put htb and its queue in the
+    # router namespace), so each kind is proven here (host_has_qdisc). A backend that brings
+    # its own kernel names what it has, e.g. `queue_kinds = frozenset(AQM_KINDS)`.
+    queue_kinds: ClassVar[frozenset[str] | None] = None
 
     def __init__(self, router: NsHost, state_dir: Path) -> None:
         self.router, self.state_dir = router, state_dir
+
+    @classmethod
+    def runs_queue(cls, aqm: Aqm) -> bool:
+        """Whether this backend's bottleneck can run the queue: drop-tail (pfifo) always."""
+        if aqm.kind == "droptail":
+            return True
+        if cls.queue_kinds is not None:
+            return aqm.kind in cls.queue_kinds
+        from quicbed.topology.backends.netem import host_has_qdisc
+
+        return host_has_qdisc(aqm.kind)
+
+    def queue_stats(self, dev: str) -> str:
+        """`tc -s qdisc show dev DEV` where the bottleneck runs: the router namespace here; a
+        backend whose bottleneck is in its own kernel reads it there."""
+        return self.router.run(["tc", "-s", "qdisc", "show", "dev", dev]).stdout
 
     @abstractmethod
     def forward(self, client_lan: Lan, server_lan: Lan) -> None: ...

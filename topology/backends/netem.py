@@ -29,11 +29,17 @@ class NetemBackend(TcBackend):
         return proc.stdout
 
 
-@functools.cache
 def host_has_netem() -> bool:
-    """Probe for sch_netem in a scratch namespace (never touches a real interface); once per
-    process, as every testbed and the executor ask and the kernel does not change."""
-    ns = f"quicbed-probe-{os.getpid()}"
+    """Probe for sch_netem in a scratch namespace (never touches a real interface)."""
+    return host_has_qdisc("netem", "delay", "1ms")
+
+
+@functools.cache
+def host_has_qdisc(kind: str, *args: str) -> bool:
+    """Whether this kernel takes a `kind` qdisc (with args), proven by adding one in a scratch
+    namespace, never by a module's presence on disk; once per process and qdisc, as every
+    testbed and the executor ask and the kernel does not change."""
+    ns = f"quicbed-probe-{os.getpid()}-{kind}"
     try:
         subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
         subprocess.run(
@@ -42,21 +48,7 @@ def host_has_netem() -> bool:
             capture_output=True,
         )
         proc = subprocess.run(
-            [
-                "ip",
-                "netns",
-                "exec",
-                ns,
-                "tc",
-                "qdisc",
-                "add",
-                "dev",
-                "probe0",
-                "root",
-                "netem",
-                "delay",
-                "1ms",
-            ],
+            ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "probe0", "root", kind, *args],
             capture_output=True,
         )
         return proc.returncode == 0
