@@ -284,8 +284,11 @@ class Testbed:
         self.forwarding_rtt_ms = max(0.0, statistics.median(samples) - 2 * PROBE_DELAY_MS)
 
     def apply_link(self, down: LinkSpec, up: LinkSpec) -> None:
-        """Shape both directions; a backend that cannot apply a parameter raises."""
+        """Shape both directions; a backend that cannot apply a parameter raises (a queue its
+        kernel lacks, before anything changes: a lab's `link aqm=...` on this path)."""
         assert self.backend
+        if self.backend_choice:
+            check_queues(down, up, self.backend_choice)
         rtt = down.delay_ms + up.delay_ms
         half = self.forwarding_rtt_ms / 2
         applied: dict[str, Any] = {"forwarding_rtt_ms": round(self.forwarding_rtt_ms, 3)}

@@ -258,7 +258,7 @@ def test_the_loaded_rtt_is_the_base_plus_what_the_queue_holds() -> None:
     fq_codel = expected_loaded_rtt(INDIA, LinkSpec(rate_mbit=20, delay_ms=40, aqm=Aqm("fq_codel")))
     assert fq_codel.expected_ms == pytest.approx(fq_codel.base_ms + 5)
     assert fq_codel.high_ms == pytest.approx(fq_codel.base_ms + 5 + 2)  # 2 ms > one frame's 0.6
-    assert fq_codel.high_ms < droptail.low_ms  # an AQM's band is well below drop-tail's
+    assert fq_codel.high_ms < droptail.base_ms + 0.25 * 133 * 0.6056  # far below a full queue
     cake = expected_loaded_rtt(INDIA, LinkSpec(rate_mbit=20, delay_ms=40, aqm=Aqm("cake", interval_ms=200)))
     assert cake.expected_ms == pytest.approx(cake.base_ms + 10)  # 5 % of cake's rtt
     fq = expected_loaded_rtt(INDIA, LinkSpec(rate_mbit=20, delay_ms=40, aqm=Aqm("fq")))
