@@ -61,7 +61,7 @@ from quicbed.topology.backends.uml import (
     UmlBackend,
 )
 from quicbed.topology.hosts import NsHost
-from quicbed.topology.linkspec import Aqm, LinkSpec
+from quicbed.topology.linkspec import AQM_KINDS, Aqm, LinkSpec
 
 __all__ = [
     "BACKENDS",
@@ -175,6 +175,7 @@ def backend_checks() -> list[Check]:
                 optional=True,
             )
         )
+    out.append(queue_check())
     for label, rate in (
         ("link backend auto", 0.0),
         (f"link backend auto > {UML_MAX_RATE_MBIT:g} Mbit/s", 1000.0),
@@ -223,6 +224,18 @@ def queue_refusal(aqm: Aqm, choice: BackendChoice) -> str:
         message += f" ({', '.join(hosted)} queue in it)"
     message += f"; backends that run it: {', '.join(able)}" if able else "; no backend runs it on this host"
     return message + (f"; run with --backend {runnable[0]}" if runnable else "")
+
+
+def queue_check() -> Check:
+    """Which bottleneck queues (`aqm`) this host's kernel runs, each proven in a scratch
+    namespace: netem, uml and delayline queue in it."""
+    aqms = [kind for kind in AQM_KINDS if kind != "droptail"]
+    have = [kind for kind in aqms if host_has_qdisc(kind)]
+    lacks = [f"sch_{kind}" for kind in aqms if kind not in have]
+    detail = f"droptail{''.join(', ' + kind for kind in have)}"
+    if lacks:
+        detail += f" (this kernel has no {', '.join(lacks)})"
+    return Check("bottleneck queues (aqm) in this kernel", True, detail, optional=True)
 
 
 def make_backend(name: str, router: NsHost, state_dir: Path) -> Backend:
