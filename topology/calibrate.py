@@ -23,7 +23,7 @@ from typing import Any
 
 from scipy.stats import binomtest
 
-from quicbed.topology.linkspec import FQ_FLOW_LIMIT, FRAME_BYTES, LinkSpec
+from quicbed.topology.linkspec import FQ_FLOW_LIMIT, FRAME_BYTES, Aqm, LinkSpec
 from quicbed.topology.net import ADDRESSES, ROUTER_CLIENT_IP, Testbed
 
 IPERF_PORT = 5201
@@ -113,13 +113,20 @@ def calibrate(
             if c.metric not in REPROVEN
         ]
     else:
+        aqm = any(spec.aqm.kind != "droptail" for spec in (down, up))
+        if aqm:  # the rate is proven under drop-tail (AQM_LOAD_FLOWS says why)
+            tb.apply_link(*(replace(spec, aqm=Aqm()) for spec in tb.without_loss()))
         for direction, spec in (("down", down), ("up", up)):
             progress(f"goodput {direction}")
             checks, best = goodput_checks(tb, direction, spec, goodput_seconds)
             cal.checks += checks
+        if aqm:
+            tb.apply_link(*tb.without_loss())
+            progress(f"rtt under load ({AQM_LOAD_FLOWS} flows)")
+            best = _goodput_once(tb, "up", goodput_seconds, flows=AQM_LOAD_FLOWS)
         cal.checks.append(check_loaded_rtt(tb, best))
         # Before the lossy link is applied, which makes the queues afresh: their counters
-        # still hold the goodput flows' drops.
+        # still hold the loaded flows' drops.
         cal.checks += [check_queue(tb, direction, spec) for direction, spec in (("down", down), ("up", up))]
     tb.apply_link(down, up)
     if not recorded:
@@ -288,26 +295,26 @@ def _egress(tb: Testbed, direction: str) -> str:
 
 GOODPUT_OMIT_S = 2  # iperf3's -O: slow start, left out of every figure
 # An AQM keeps the queue near its target, far below a long path's BDP, so one TCP flow cannot
-# fill the link: each drop halves (cubic: 0.7) its window and the link idles while it grows
-# back (india with fq_codel in the netem guest: 0.71 to 0.74 of the rate with one flow, 0.943
-# to 0.947 with four). With several flows one flow's back-off is a fraction of the rate: the
-# rate is proven, not TCP's sawtooth. Drop-tail keeps its single flow (a BDP of queue fills the
-# link).
-AQM_GOODPUT_FLOWS = 8
+# fill the link: each drop cuts its window (cubic: to 0.7) and the link idles while it grows
+# back (india with fq_codel in the netem guest: 0.71 to 0.74 of the rate with one flow; 0.943
+# to 0.947 with four, 0.927 with eight). That is TCP's response to the AQM, not the link's
+# rate, as goodput under random loss would be: so the rate is proven with the drop-tail queue
+# in place (htb is the same), and the AQM then gets its own saturating flows, this many, for
+# the RTT under load (several, so the link is busy and each flow's queue stands).
+AQM_LOAD_FLOWS = 4
 
 
-def _goodput_once(tb: Testbed, direction: str, seconds: float) -> GoodputAttempt:
+def _goodput_once(tb: Testbed, direction: str, seconds: float, flows: int = 1) -> GoodputAttempt:
     assert tb.backend
     egress = _egress(tb, direction)
     before = tb.backend.counters()[egress]
     cpu_before = cpu_times()
     # Up, the client is the sender: its iperf3 reports the flow's RTT, and a ping beside it.
     ping = _start_ping(tb, seconds + GOODPUT_OMIT_S) if direction == "up" else None
-    spec = tb.profile.down if direction == "down" else tb.profile.up
-    flows = [] if spec.aqm.kind == "droptail" else ["-P", str(AQM_GOODPUT_FLOWS)]
+    parallel = ["-P", str(flows)] if flows > 1 else []
     result = iperf(
         tb,
-        ["-t", str(seconds), "-O", str(GOODPUT_OMIT_S), *flows, *(["-R"] if direction == "down" else [])],
+        ["-t", str(seconds), "-O", str(GOODPUT_OMIT_S), *parallel, *(["-R"] if direction == "down" else [])],
         timeout=seconds + 30 + 10 * tb.profile.rtt_ms / 1000,
     )
     cpu = host_cpu_between(cpu_before, cpu_times())
@@ -411,7 +418,9 @@ def expected_loaded_rtt(down: LinkSpec, up: LinkSpec) -> LoadedRtt:
 
 
 def check_loaded_rtt(tb: Testbed, attempt: GoodputAttempt) -> Check:
-    """The RTT of the up goodput's flow, against what its queue should add (expected_loaded_rtt).
+    """The RTT of the flows that saturate the up bottleneck (drop-tail: the up goodput's one
+    flow; an AQM: AQM_LOAD_FLOWS of them), against what its queue should add
+    (expected_loaded_rtt).
 
     Measured as the bulk flow's own RTT (the sender's sRTT from tcp_info, per second), not by
     ping: fq_codel, cake and fq give every flow its own queue, so a ping beside the flow waits
@@ -465,7 +474,7 @@ def check_queue(tb: Testbed, direction: str, spec: LinkSpec) -> Check:
     wanted = spec.aqm.qdisc
     found = leaf is not None and leaf.kind == wanted
     detail = (
-        f"{port}: {leaf.line}; dropped {leaf.dropped} in the goodput flow" if leaf else f"{port}: no leaf"
+        f"{port}: {leaf.line}; dropped {leaf.dropped} under load" if leaf else f"{port}: no leaf"
     )
     return Check("queue_discipline", direction, 1, float(found), f"leaf qdisc {wanted}", found, detail)
 
