@@ -473,9 +473,7 @@ def check_queue(tb: Testbed, direction: str, spec: LinkSpec) -> Check:
     leaf = leaf_qdisc(tb.backend.queue_stats(port))
     wanted = spec.aqm.qdisc
     found = leaf is not None and leaf.kind == wanted
-    detail = (
-        f"{port}: {leaf.line}; dropped {leaf.dropped} under load" if leaf else f"{port}: no leaf"
-    )
+    detail = f"{port}: {leaf.line}; dropped {leaf.dropped} under load" if leaf else f"{port}: no leaf"
     return Check("queue_discipline", direction, 1, float(found), f"leaf qdisc {wanted}", found, detail)
 
 
