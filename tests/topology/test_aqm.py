@@ -263,6 +263,8 @@ def test_the_loaded_rtt_is_the_base_plus_what_the_queue_holds() -> None:
     assert cake.expected_ms == pytest.approx(cake.base_ms + 10)  # 5 % of cake's rtt
     fq = expected_loaded_rtt(INDIA, LinkSpec(rate_mbit=20, delay_ms=40, aqm=Aqm("fq")))
     assert fq.expected_ms == pytest.approx(fq.base_ms + 100 * 0.6056, abs=1e-3)  # its flow_limit
+    fq4 = expected_loaded_rtt(INDIA, LinkSpec(rate_mbit=20, delay_ms=40, aqm=Aqm("fq")), flows=4)
+    assert fq4.expected_ms == droptail.expected_ms  # 4 flows fill all 133 packets, in turn
 
 
 def test_the_flow_rtt_is_the_senders_per_measured_second() -> None:
