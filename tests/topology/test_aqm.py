@@ -177,7 +177,7 @@ class GuestKernel(Backend):
 @pytest.fixture
 def no_aqm_here(monkeypatch: pytest.MonkeyPatch) -> None:
     """This host's kernel, as here: no sch_fq_codel, sch_cake, ... (never probed in a unit test)."""
-    monkeypatch.setattr("quicbed.topology.backends.netem.host_has_qdisc", lambda kind, *a: False)
+    monkeypatch.setattr("quicbed.topology.backends.base.host_has_qdisc", lambda kind, *a: False)
 
 
 @pytest.mark.usefixtures("no_aqm_here")

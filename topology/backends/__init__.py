@@ -33,6 +33,7 @@ from quicbed.topology.backends.base import (
     Impairment,
     Lan,
     TcBackend,
+    host_has_qdisc,
     router_state_dir,
     tc_script,
 )
@@ -45,7 +46,7 @@ from quicbed.topology.backends.delayline import (
     delayline_config,
     jitter_table,
 )
-from quicbed.topology.backends.netem import NetemBackend, host_has_netem, host_has_qdisc
+from quicbed.topology.backends.netem import NetemBackend, host_has_netem
 from quicbed.topology.backends.proof import (
     Proof,
     prove,

@@ -4,7 +4,10 @@ that only carry frames, the egress counters, and the run's state directory."""
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,8 +52,6 @@ class Backend(ABC):
             return True
         if cls.queue_kinds is not None:
             return aqm.kind in cls.queue_kinds
-        from quicbed.topology.backends.netem import host_has_qdisc
-
         return host_has_qdisc(aqm.kind)
 
     def queue_stats(self, dev: str) -> str:
@@ -137,3 +138,25 @@ def router_state_dir(run_id: str) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     mark_scope(path)
     return path
+
+
+@functools.cache
+def host_has_qdisc(kind: str, *args: str) -> bool:
+    """Whether this kernel takes a `kind` qdisc (with args), proven by adding one in a scratch
+    namespace, never by a module's presence on disk; once per process and qdisc, as every
+    testbed and the executor ask and the kernel does not change."""
+    ns = f"quicbed-probe-{os.getpid()}-{kind}"
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+        subprocess.run(
+            ["ip", "-n", ns, "link", "add", "probe0", "type", "veth", "peer", "name", "probe1"],
+            check=True,
+            capture_output=True,
+        )
+        proc = subprocess.run(
+            ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "probe0", "root", kind, *args],
+            capture_output=True,
+        )
+        return proc.returncode == 0
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
