@@ -21,7 +21,11 @@ Link = Profile
 PROFILES_DIR = topo.PROFILE_DIR
 # rtt_ms is ours: half of it is each direction's delay_ms. gemodel is a mapping, not sweepable.
 LINK_AXES: tuple[str, ...] = (*(f for f in field_names() if f != "gemodel"), "rtt_ms")
-_AXIS_TYPES: dict[str, tuple[type, ...]] = {"jitter_distribution": (str,), "queue_packets": (int,)}
+_AXIS_TYPES: dict[str, tuple[type, ...]] = {
+    "jitter_distribution": (str,),
+    "queue_packets": (int,),
+    "aqm": (str, dict),  # a queue kind, or a mapping with its parameters
+}
 _INLINE_KEYS = {"name", "description", "source", "rtt_ms", "down", "up", *field_names()}
 
 

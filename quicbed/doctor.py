@@ -43,6 +43,12 @@ UML_MODULES = (
     "net/sched/sch_htb",
     "net/sched/sch_tbf",
     "net/sched/sch_netem",
+    # the bottleneck queues (`aqm`) the netem guest runs where the host kernel has none
+    "net/sched/sch_fq_codel",
+    "net/sched/sch_codel",
+    "net/sched/sch_cake",
+    "net/sched/sch_pie",
+    "net/sched/sch_fq",
 )
 
 

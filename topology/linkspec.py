@@ -1,7 +1,8 @@
 """One direction of an emulated link, and the tc commands that make it.
 
 A direction is two stages: netem (delay, jitter, loss) on the router's egress, then the
-bottleneck (htb rate over a drop-tail queue) on the port toward the receiving host. The netem
+bottleneck (htb rate over a queue: drop-tail, or the AQM named by `aqm`) on the port toward
+the receiving host. The netem
 stage runs in the router namespace's kernel (netem backend) or inside the User-Mode Linux
 router (no sch_netem on the host); the same argument lists either way.
 """
@@ -17,6 +18,64 @@ from quicbed.errors import InputError
 
 FRAME_BYTES = 1514  # an MTU-sized Ethernet frame, which is what htb and netem count
 JITTER_DISTRIBUTIONS = ("normal", "pareto", "paretonormal", "uniform")
+
+# The bottleneck's queue disciplines (`aqm`), and the parameters each qdisc takes: a key the
+# qdisc has no knob for is refused, not ignored. cake takes no packet limit (its limit is
+# memory) and no target (tc derives it from rtt: 5 % of it); fq has no AQM, so no ecn.
+AQM_PARAMS: dict[str, tuple[str, ...]] = {
+    "droptail": (),
+    "fq_codel": ("target_ms", "interval_ms", "limit_packets", "ecn"),
+    "codel": ("target_ms", "interval_ms", "limit_packets", "ecn"),
+    "cake": ("interval_ms", "ecn"),
+    "pie": ("target_ms", "limit_packets", "ecn"),
+    "fq": ("limit_packets",),
+}
+AQM_KINDS = tuple(AQM_PARAMS)
+# The qdiscs' own defaults (tc-fq_codel(8), tc-codel(8), tc-pie(8), tc-cake(8): rtt 100 ms,
+# target 5 % of it; tc-fq(8): flow_limit): what the queue aims at when the spec names none.
+AQM_DEFAULT_TARGET_MS = {"fq_codel": 5.0, "codel": 5.0, "pie": 15.0, "cake": 5.0}
+AQM_DEFAULT_INTERVAL_MS = 100.0
+CAKE_TARGET_SHARE = 0.05
+FQ_FLOW_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class Aqm:
+    """The bottleneck's queue discipline: `droptail` (pfifo) or an AQM, and the parameters
+    given for it (None: the qdisc's own default)."""
+
+    kind: str = "droptail"
+    target_ms: float | None = None
+    interval_ms: float | None = None
+    limit_packets: int | None = None
+    ecn: bool | None = None
+
+    @property
+    def module(self) -> str:
+        """The kernel module the qdisc lives in (pfifo is built in)."""
+        return "sch_fifo" if self.kind == "droptail" else f"sch_{self.kind}"
+
+    @property
+    def qdisc(self) -> str:
+        """The qdisc's kind as `tc qdisc show` prints it."""
+        return "pfifo" if self.kind == "droptail" else self.kind
+
+    def params(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "kind" and v is not None}
+
+    def to_value(self) -> str | dict[str, Any]:
+        """As a link spec writes it: the kind alone, or a mapping with its parameters."""
+        params = self.params()
+        return {"kind": self.kind, **params} if params else self.kind
+
+    def target(self) -> float | None:
+        """The queue delay the AQM aims at (ms); None for drop-tail and fq (no AQM)."""
+        if self.kind == "cake":
+            interval = self.interval_ms or AQM_DEFAULT_INTERVAL_MS
+            return interval * CAKE_TARGET_SHARE
+        if self.kind in AQM_DEFAULT_TARGET_MS:
+            return self.target_ms or AQM_DEFAULT_TARGET_MS[self.kind]
+        return None
 
 
 @dataclass(frozen=True)
@@ -50,6 +109,7 @@ class LinkSpec:
     queue_ms: float | None = None  # the same, as time at the link rate
     reorder_pct: float = 0.0
     duplicate_pct: float = 0.0
+    aqm: Aqm = Aqm()  # the bottleneck's queue discipline
 
     @property
     def expected_loss_pct(self) -> float:
@@ -71,23 +131,70 @@ class LinkSpec:
         window_ms = self.queue_ms if self.queue_ms is not None else rtt_ms
         return max(10, math.ceil(self.rate_mbit * 1e6 * window_ms / 1e3 / (FRAME_BYTES * 8)))
 
+    def queue_limit_packets(self, rtt_ms: float) -> int:
+        """The bottleneck's buffer: the AQM's own limit_packets, else the link's queue size
+        (queue_packets, queue_ms or one BDP): the AQM decides what to drop within it."""
+        if self.aqm.limit_packets is not None:
+            return self.aqm.limit_packets
+        return self.queue_size_packets(rtt_ms)
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        # Drop-tail is every link before `aqm` existed: left out, so their records read alike.
+        if self.aqm.kind == "droptail" and not self.aqm.params():
+            del out["aqm"]
+        else:
+            out["aqm"] = self.aqm.to_value()
+        return out
 
 
-def rate_commands(dev: str, spec: LinkSpec, rtt_ms: float) -> list[list[str]]:
-    """The bottleneck: htb at the link rate over a drop-tail FIFO of the spec's queue size.
+def queue_commands(dev: str, parent: str, spec: LinkSpec, rtt_ms: float) -> list[list[str]]:
+    """The bottleneck's leaf queue under `parent` (the rate stage's class): drop-tail pfifo of
+    the link's queue size, or the spec's AQM with only the parameters it was given (the rest
+    are the qdisc's defaults). A backend whose kernel has the qdisc runs these where it runs
+    its bottleneck."""
+    aqm = spec.aqm
+    leaf = ["tc", "qdisc", "add", "dev", dev, "parent", parent, "handle", "10:"]
+    limit = str(spec.queue_limit_packets(rtt_ms))
+    if aqm.kind == "droptail":
+        return [[*leaf, "pfifo", "limit", limit]]
+    if aqm.kind == "cake":
+        # htb above it shapes: cake's own shaper stays off (`unlimited`). cake marks
+        # ECN-capable packets always (tc has no noecn for it), so `ecn` is only ever true here.
+        interval = ["rtt", _ms(aqm.interval_ms)] if aqm.interval_ms is not None else []
+        return [[*leaf, "cake", "unlimited", *interval]]
+    args = [aqm.kind, "limit", limit]
+    if aqm.target_ms is not None:
+        args += ["target", _ms(aqm.target_ms)]
+    if aqm.interval_ms is not None:
+        args += ["interval", _ms(aqm.interval_ms)]
+    if aqm.ecn is not None:
+        args.append("ecn" if aqm.ecn else "noecn")
+    return [[*leaf, *args]]
+
+
+def _ms(value: float) -> str:
+    return f"{value:g}ms"
+
+
+def rate_commands(dev: str, spec: LinkSpec, rtt_ms: float, under_netem: bool = False) -> list[list[str]]:
+    """The bottleneck: htb at the link rate over the spec's queue (queue_commands).
 
     Runs in the host kernel on the router's port toward the receiving host, after the netem
-    stage: the host kernel's htb is exact, where a UML kernel's timers are not.
+    stage: the host kernel's htb is exact, where a UML kernel's timers are not. With
+    `under_netem`, it is the child of the netem qdisc (handle 1:) on the same device instead:
+    the QEMU router's own kernel, which has the AQMs this host's may lack, delays and then
+    queues at the rate (netem hands a packet to its child when its delay is over).
     """
     rate_kbit = str(max(1, round(spec.rate_mbit * 1000)))
     # A few frames at low rates, ~1 ms worth at high rates, so htb keeps up with timer
     # granularity without letting big bursts through.
     burst = str(max(4 * FRAME_BYTES, math.ceil(spec.rate_mbit * 1e6 / 8 / 1000)))
+    htb, place = ("2", ["parent", "1:1"]) if under_netem else ("1", ["root"])
+    qdisc = ["tc", "qdisc", "add", "dev", dev, *place, "handle", f"{htb}:", "htb", "default", "1"]
     return [
-        ["tc", "qdisc", "del", "dev", dev, "root"],
-        ["tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"],
+        *([] if under_netem else [["tc", "qdisc", "del", "dev", dev, "root"]]),
+        qdisc,
         [
             "tc",
             "class",
@@ -95,9 +202,9 @@ def rate_commands(dev: str, spec: LinkSpec, rtt_ms: float) -> list[list[str]]:
             "dev",
             dev,
             "parent",
-            "1:",
+            f"{htb}:",
             "classid",
-            "1:1",
+            f"{htb}:1",
             "htb",
             "rate",
             f"{rate_kbit}kbit",
@@ -110,20 +217,7 @@ def rate_commands(dev: str, spec: LinkSpec, rtt_ms: float) -> list[list[str]]:
             "quantum",
             str(FRAME_BYTES * 10),
         ],
-        [
-            "tc",
-            "qdisc",
-            "add",
-            "dev",
-            dev,
-            "parent",
-            "1:1",
-            "handle",
-            "10:",
-            "pfifo",
-            "limit",
-            str(spec.queue_size_packets(rtt_ms)),
-        ],
+        *queue_commands(dev, f"{htb}:1", spec, rtt_ms),
     ]
 
 
@@ -178,6 +272,7 @@ _FIELDS: dict[str, type] = {
     "queue_ms": float,
     "reorder_pct": float,
     "duplicate_pct": float,
+    "aqm": object,  # a kind, or a mapping with its parameters: parse_aqm
 }
 
 
@@ -197,6 +292,8 @@ def parse_linkspec(data: Any, file: str, field_path: str, line: LineOf = lambda 
         values[key] = _coerce(value, _FIELDS[key], file, line(key), where)
     if "rate_mbit" not in values:
         raise InputError("missing (the bottleneck rate in Mbit/s)", file, line(), f"{field_path}.rate_mbit")
+    if "aqm" in values:
+        values["aqm"] = parse_aqm(data["aqm"], file, f"{field_path}.aqm", lambda *keys: line("aqm", *keys))
     if "gemodel" in values:
         values["gemodel"] = _parse_gemodel(
             data["gemodel"], file, f"{field_path}.gemodel", lambda *keys: line("gemodel", *keys)
@@ -244,13 +341,23 @@ def check_linkspec(spec: LinkSpec, file: str, line: Any, field_path: str) -> Non
 
 
 def _coerce(value: Any, kind: type, file: str, line: int | None, where: str) -> Any:
+    if kind is object:
+        return value
+    if kind is bool and isinstance(value, bool):
+        return value
     if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if kind is int and isinstance(value, int) and not isinstance(value, bool):
         return value
     if kind in (str, dict) and isinstance(value, kind):
         return value
-    names = {float: "a number", int: "a whole number", str: "a string", dict: "a mapping"}
+    names = {
+        float: "a number",
+        int: "a whole number",
+        str: "a string",
+        dict: "a mapping",
+        bool: "true or false",
+    }
     raise InputError(f"must be {names[kind]}, got {value!r}", file, line, where)
 
 
@@ -272,15 +379,65 @@ def _parse_gemodel(data: Any, file: str, where: str, line: LineOf) -> GilbertEll
     return GilbertElliott(**params)
 
 
+_AQM_TYPES: dict[str, type] = {"target_ms": float, "interval_ms": float, "limit_packets": int, "ecn": bool}
+
+
+def parse_aqm(data: Any, file: str, where: str, line: LineOf = lambda *_: None) -> Aqm:
+    """`aqm: fq_codel`, or `aqm: {kind: fq_codel, target_ms: 5, ...}` with only the
+    parameters that qdisc takes (AQM_PARAMS)."""
+    kinds = ", ".join(AQM_KINDS)
+    if isinstance(data, str):
+        if data not in AQM_PARAMS:
+            raise InputError(f"must be one of {kinds}, got {data!r}", file, line(), where)
+        return Aqm(data)
+    if not isinstance(data, dict):
+        raise InputError(f"must be a queue kind ({kinds}) or a mapping with kind", file, line(), where)
+    kind = data.get("kind")
+    if kind not in AQM_PARAMS:
+        got = "missing" if kind is None else repr(kind)
+        raise InputError(f"kind must be one of {kinds}, got {got}", file, line("kind"), f"{where}.kind")
+    params: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "kind":
+            continue
+        if key not in AQM_PARAMS[kind]:
+            takes = ", ".join(AQM_PARAMS[kind]) or "no parameters"
+            raise InputError(f"{kind} has no {key} (it takes: {takes})", file, line(key), f"{where}.{key}")
+        params[key] = _aqm_value(kind, key, value, file, line(key), f"{where}.{key}")
+    return Aqm(kind, **params)
+
+
+def _aqm_value(kind: str, key: str, value: Any, file: str, line: int | None, where: str) -> Any:
+    number = _coerce(value, _AQM_TYPES[key], file, line, where)
+    if key == "ecn":
+        if kind == "cake" and not number:
+            raise InputError(
+                "cake always marks ECN-capable packets (tc has no noecn for it)", file, line, where
+            )
+        return number
+    if key == "limit_packets":
+        if number < 1:
+            raise InputError("must be >= 1 packet", file, line, where)
+        return number
+    if not math.isfinite(number) or number <= 0:
+        raise InputError(f"must be a finite number > 0 ms, got {number:g}", file, line, where)
+    return number
+
+
 def field_names() -> tuple[str, ...]:
     return tuple(_FIELDS)
 
 
 __all__ = [
+    "AQM_KINDS",
+    "AQM_PARAMS",
+    "Aqm",
     "GilbertElliott",
     "LinkSpec",
     "rate_commands",
+    "queue_commands",
     "netem_commands",
+    "parse_aqm",
     "parse_linkspec",
     "check_linkspec",
     "field_names",

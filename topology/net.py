@@ -28,6 +28,7 @@ from quicbed.topology.backends import (
     BackendChoice,
     Lan,
     announce,
+    check_queues,
     choose_backend,
     make_backend,
     router_state_dir,
@@ -160,6 +161,10 @@ class Testbed:
         if any(spec.image for spec in (cfg.client, *cfg.servers)):
             require_docker()
         self.backend_choice = choose_backend(self.config.backend, self.profile.max_rate_mbit)
+        # An aqm this backend's kernel lacks is refused before anything is brought up.
+        check_queues(
+            self.profile.down, self.profile.up, self.backend_choice, f"profile {self.profile.name}: "
+        )
         announce(self.backend_choice)
         net = Mininet(topo=None, build=False, controller=None, cleanup=False)
         self.net = net
@@ -279,8 +284,11 @@ class Testbed:
         self.forwarding_rtt_ms = max(0.0, statistics.median(samples) - 2 * PROBE_DELAY_MS)
 
     def apply_link(self, down: LinkSpec, up: LinkSpec) -> None:
-        """Shape both directions; a backend that cannot apply a parameter raises."""
+        """Shape both directions; a backend that cannot apply a parameter raises (a queue its
+        kernel lacks, before anything changes: a lab's `link aqm=...` on this path)."""
         assert self.backend
+        if self.backend_choice:
+            check_queues(down, up, self.backend_choice)
         rtt = down.delay_ms + up.delay_ms
         half = self.forwarding_rtt_ms / 2
         applied: dict[str, Any] = {"forwarding_rtt_ms": round(self.forwarding_rtt_ms, 3)}
@@ -294,10 +302,11 @@ class Testbed:
                 "queue_packets_effective": spec.queue_size_packets(rtt),
             }
         self.backend.impair((down, delays["down"]), (up, delays["up"]))
-        rate: list[list[str]] = []
-        for port, spec in self._rate_ports(down, up):
-            rate += rate_commands(port, spec, rtt)
-        self.router.run(["sh", "-c", tc_script(rate)])
+        if not self.backend.owns_bottleneck:  # else impair() put it in the backend's kernel
+            rate: list[list[str]] = []
+            for port, spec in self._rate_ports(down, up):
+                rate += rate_commands(port, spec, rtt)
+            self.router.run(["sh", "-c", tc_script(rate)])
         self.applied = applied
         self.current = (down, up)
 
@@ -308,6 +317,18 @@ class Testbed:
             for intf in self.router.intfList()
             if intf.name != "lo"
         ]
+
+    def bottleneck_port(self, direction: str) -> str:
+        """The router's port whose queue is this direction's bottleneck: toward the server
+        for "up", toward the client for "down" (the backend's egress device where its own
+        kernel runs the bottleneck)."""
+        assert self.backend
+        if self.backend.owns_bottleneck:
+            return self.backend.up_dev if direction == "up" else self.backend.down_dev
+        host = self.server if direction == "up" else self.client
+        return next(
+            intf.name for intf in self.router.intfList() if intf.name != "lo" and intf.link.intf2.node is host
+        )
 
     def without_loss(self) -> tuple[LinkSpec, LinkSpec]:
         down, up = self.profile.down, self.profile.up

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.errors import InputError
-from quicbed.topology.linkspec import LinkSpec, check_linkspec, field_names, parse_linkspec
+from quicbed.topology.linkspec import LinkSpec, check_linkspec, field_names, parse_aqm, parse_linkspec
 from quicbed.yamlio import Source, load_source
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
@@ -151,6 +151,11 @@ def _changes(key: str, raw: Any) -> Changes:
 def _override_value(param: str, raw: Any, key: str) -> Any:
     if param == "jitter_distribution":
         return str(raw)
+    if param == "aqm":  # `--set aqm=fq_codel`; a sweep may also give a mapping
+        try:
+            return parse_aqm(raw, "", "aqm")
+        except InputError as exc:
+            raise InputError(exc.detail, field=f"--set {key}{(exc.field or 'aqm')[3:]}") from None
     whole = param == "queue_packets"
     try:
         return int(raw) if whole else float(raw)

@@ -25,11 +25,14 @@ done
 mount -t tmpfs tmpfs /run
 mount -t hostfs -o "$QUICBED_CTL" hostfs /mnt || fail "mount control dir $QUICBED_CTL"
 C=/mnt
-# veth, bridge and the qdiscs are modules in Debian's UML kernel; insmod in dependency order
+# veth, bridge and the qdiscs (netem; the AQMs a link's `aqm` names) are modules in Debian's UML
+# kernel; insmod in dependency order
 # (modprobe would look in /lib/modules, where the host keeps its own kernel's).
 mods=/usr/lib/uml/modules/$(uname -r)/kernel
 for m in lib/crc-ccitt net/ipv6/ipv6 net/llc/llc net/802/stp net/bridge/bridge \
-         drivers/net/veth net/sched/sch_htb net/sched/sch_tbf net/sched/sch_netem; do
+         drivers/net/veth net/sched/sch_htb net/sched/sch_tbf net/sched/sch_netem \
+         net/sched/sch_fq_codel net/sched/sch_codel net/sched/sch_cake net/sched/sch_pie \
+         net/sched/sch_fq; do
   insmod "$mods/$m.ko" || fail "insmod $m"
 done
 ip link set lo up

@@ -1,7 +1,8 @@
 """The `netem` backend (tc netem in the host kernel's router namespace), run for real where the
 host kernel has no sch_netem: inside a guest kernel (topology/guest.py: Debian's kernel under
 QEMU, which boots on every CPU under TCG; UML where QEMU cannot run), with the namespace-only
-topology and the same calibration checks as every other backend.
+topology and the same calibration checks as every other backend; and the bottleneck's AQMs
+(`aqm`), which the guest's kernel has where this host's may not.
 
 Not covered in the guest: Docker hosts (client and server are plain namespaces there), so
 neither the images nor their name service; those are the other path tests' part.
@@ -13,7 +14,7 @@ import pytest
 
 from quicbed.errors import EnvironmentProblem
 from quicbed.paths import read_versions
-from quicbed.topology.calibrate import GOODPUT_CEILING
+from quicbed.topology.calibrate import GOODPUT_CEILING, expected_loaded_rtt
 from quicbed.topology.guest import (
     GUEST_INIT,
     VM_GUEST_INIT,
@@ -22,6 +23,7 @@ from quicbed.topology.guest import (
     guest_argv,
     vm_guest_argv,
 )
+from quicbed.topology.profiles import load_profile
 
 
 def _failed(calibration: dict) -> list[tuple]:
@@ -54,6 +56,27 @@ def test_netem_backend_calibrates_in_a_guest_kernel() -> None:
         loss = _check(cal, "loss_pct", direction)["measured"]
         assert abs(loss - 1.0) < 0.4, (direction, loss)
         assert _check(cal, "loss_run_mean", direction)["passed"]
+        assert "qdisc pfifo 10: parent 1:1 limit 133p" in _check(cal, "queue_discipline", direction)["detail"]
+    # Drop-tail: the flow fills the one-BDP queue (80.8 ms at 20 Mbit/s) before it drops.
+    assert _check(cal, "rtt_loaded_ms", "up")["measured"] > 80 + 0.25 * 80
+
+
+@pytest.mark.path
+@pytest.mark.backend("vm")
+def test_fq_codel_holds_the_queue_near_its_target_in_a_guest_kernel() -> None:
+    """india with fq_codel at its bottleneck (the guest's kernel has sch_fq_codel; this host's
+    may not): it is in place, the rate holds, and the flows' RTT under load is base + about
+    5 ms, where drop-tail's (the test above) is base + most of 80 ms."""
+    result = calibrate_in_guest(GuestJob("india", {"aqm": "fq_codel"}))
+    print(result.log)
+    cal = result.calibration
+    assert not _failed(cal), _failed(cal)
+    for direction in ("down", "up"):
+        assert "qdisc fq_codel 10: parent 1:1" in _check(cal, "queue_discipline", direction)["detail"]
+    loaded = _check(cal, "rtt_loaded_ms", "up")["measured"]
+    india = load_profile("india")
+    droptail = expected_loaded_rtt(india.down, india.up)
+    assert droptail.base_ms - 1 <= loaded <= droptail.base_ms + 5 + 2 < droptail.expected_ms - 40
 
 
 def test_guest_command_line_carries_the_clean_mark_and_refuses_spaces(tmp_path) -> None:

@@ -18,7 +18,7 @@ from quicbed.experiments.links import LINK_AXES
 from quicbed.topology.backends import delayline_config
 from quicbed.topology.calibrate import Calibration, Check, expected_loss_run
 from quicbed.topology.calibration_table import print_calibration
-from quicbed.topology.linkspec import GilbertElliott, LinkSpec, netem_commands, rate_commands
+from quicbed.topology.linkspec import Aqm, GilbertElliott, LinkSpec, netem_commands, rate_commands
 from quicbed.topology.profiles import (
     apply_overrides,
     available_profiles,
@@ -188,7 +188,11 @@ def test_set_takes_every_sweep_axis_of_experiment_files() -> None:
     """Every axis, in both directions and in each alone, is applied where it says and nowhere
     else: the other direction and every other parameter keep the profile's values."""
     india = load_profile("india")
-    given = {"jitter_distribution": ("uniform", "uniform"), "queue_packets": ("50", 50)}
+    given = {
+        "jitter_distribution": ("uniform", "uniform"),
+        "queue_packets": ("50", 50),
+        "aqm": ("fq_codel", Aqm("fq_codel")),
+    }
     applied = 0
     for axis in LINK_AXES:
         text, value = given.get(axis, ("1", 1.0))

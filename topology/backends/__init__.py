@@ -37,6 +37,7 @@ from quicbed.topology.backends.base import (
     Impairment,
     Lan,
     TcBackend,
+    host_has_qdisc,
     router_state_dir,
     tc_script,
 )
@@ -68,6 +69,7 @@ from quicbed.topology.backends.uml import (
 from quicbed.topology.backends.vm import VM_MAX_RATE_MBIT, VmBackend
 from quicbed.topology.backends.vmimage import VM_MARK
 from quicbed.topology.hosts import NsHost
+from quicbed.topology.linkspec import AQM_KINDS, Aqm, LinkSpec
 
 __all__ = [
     "BACKENDS",
@@ -92,9 +94,11 @@ __all__ = [
     "announce",
     "backend_checks",
     "build_delayline",
+    "check_queues",
     "choose_backend",
     "delayline_config",
     "host_has_netem",
+    "host_has_qdisc",
     "jitter_table",
     "make_backend",
     "proofs",
@@ -196,6 +200,7 @@ def backend_checks() -> list[Check]:
                 optional=True,
             )
         )
+    out.append(queue_check())
     for label, rate in (
         ("link backend auto", 0.0),
         ("link backend auto at 1000 Mbit/s", 1000.0),
@@ -206,6 +211,56 @@ def backend_checks() -> list[Check]:
         except QuicbedError as exc:
             out.append(Check(label, False, str(exc)))
     return out
+
+
+def check_queues(down: LinkSpec, up: LinkSpec, choice: BackendChoice, where: str = "") -> None:
+    """Refuse, before anything is brought up, a bottleneck queue (`aqm`) that the chosen
+    backend's kernel cannot run: one line naming the field, the backend chosen and which
+    backends run it. `where` prefixes the field (a file, an experiment's condition)."""
+    kinds = {"down": down.aqm, "up": up.aqm}
+    for direction, aqm in kinds.items():
+        if BACKENDS[choice.name].runs_queue(aqm):
+            continue
+        both = kinds["down"].kind == kinds["up"].kind
+        field = f"{where}{'' if both else direction + '.'}aqm"
+        raise InputError(queue_refusal(aqm, choice), field=field)
+
+
+def queue_refusal(aqm: Aqm, choice: BackendChoice) -> str:
+    """Why the chosen backend cannot run this queue, and which backends could."""
+    chosen = BACKENDS[choice.name]
+    how = (
+        f"--backend {choice.name}"
+        if choice.reason.startswith("--backend")
+        else f"auto chose {choice.name} here"
+    )
+    kernel = "this host's kernel" if chosen.queue_kinds is None else f"{choice.name}'s kernel"
+    able, runnable = [], []
+    for name, backend in BACKENDS.items():
+        if name == choice.name or not backend.runs_queue(aqm):
+            continue
+        proof = prove(name)
+        able.append(name if proof.runs else f"{name} (not on this host: {proof.reason})")
+        if proof.runs:
+            runnable.append(name)
+    message = f"{aqm.kind} needs a backend whose kernel has {aqm.module}; {how}, and {kernel} has none"
+    if chosen.queue_kinds is None:
+        hosted = [name for name, backend in BACKENDS.items() if backend.queue_kinds is None]
+        message += f" ({', '.join(hosted)} queue in it)"
+    message += f"; backends that run it: {', '.join(able)}" if able else "; no backend runs it on this host"
+    return message + (f"; run with --backend {runnable[0]}" if runnable else "")
+
+
+def queue_check() -> Check:
+    """Which bottleneck queues (`aqm`) this host's kernel runs, each proven in a scratch
+    namespace: netem, uml and delayline queue in it."""
+    aqms = [kind for kind in AQM_KINDS if kind != "droptail"]
+    have = [kind for kind in aqms if host_has_qdisc(kind)]
+    lacks = [f"sch_{kind}" for kind in aqms if kind not in have]
+    detail = f"droptail{''.join(', ' + kind for kind in have)}"
+    if lacks:
+        detail += f" (this kernel has no {', '.join(lacks)})"
+    return Check("bottleneck queues (aqm) in this kernel", True, detail, optional=True)
 
 
 def make_backend(name: str, router: NsHost, state_dir: Path) -> Backend:

@@ -4,6 +4,7 @@ that only carry frames, the egress counters, and the run's state directory."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -12,11 +13,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from quicbed.errors import EnvironmentProblem
 from quicbed.paths import STATE
 from quicbed.topology.hosts import NsHost
-from quicbed.topology.linkspec import LinkSpec, netem_commands
+from quicbed.topology.linkspec import Aqm, LinkSpec, netem_commands
 from quicbed.topology.marker import mark_scope
 
 # One direction of the netem stage: the spec and the delay netem should add (the spec's delay
@@ -36,9 +38,31 @@ class Backend(ABC):
     name: str
     down_dev: str  # egress toward the clients (the "down" direction)
     up_dev: str  # egress toward the servers (the "up" direction)
+    # The queue kinds (linkspec.AQM_KINDS) the kernel under this backend's bottleneck has.
+    # None: that kernel is this host's (netem, uml and delayline put htb and its queue in the
+    # router namespace), so each kind is proven here (host_has_qdisc). A backend that brings
+    # its own kernel names what it has, e.g. `queue_kinds = frozenset(AQM_KINDS)`.
+    queue_kinds: ClassVar[frozenset[str] | None] = None
+    # Whether the backend's own kernel runs the rate stage too (the QEMU router, whose kernel
+    # has the AQMs): net.py then leaves the router namespace's ports unshaped.
+    owns_bottleneck: ClassVar[bool] = False
 
     def __init__(self, router: NsHost, state_dir: Path) -> None:
         self.router, self.state_dir = router, state_dir
+
+    @classmethod
+    def runs_queue(cls, aqm: Aqm) -> bool:
+        """Whether this backend's bottleneck can run the queue: drop-tail (pfifo) always."""
+        if aqm.kind == "droptail":
+            return True
+        if cls.queue_kinds is not None:
+            return aqm.kind in cls.queue_kinds
+        return host_has_qdisc(aqm.kind)
+
+    def queue_stats(self, dev: str) -> str:
+        """`tc -s qdisc show dev DEV` where the bottleneck runs: the router namespace here; a
+        backend whose bottleneck is in its own kernel reads it there."""
+        return self.router.run(["tc", "-s", "qdisc", "show", "dev", dev]).stdout
 
     @abstractmethod
     def forward(self, client_lan: Lan, server_lan: Lan) -> None: ...
@@ -146,3 +170,25 @@ class ControlDir:
                 raise EnvironmentProblem(f"the {self.what} did not answer a command in time")
             time.sleep(0.02)
         return int((self.path / "rc").read_text().strip() or 1), (self.path / "out").read_text()
+
+
+@functools.cache
+def host_has_qdisc(kind: str, *args: str) -> bool:
+    """Whether this kernel takes a `kind` qdisc (with args), proven by adding one in a scratch
+    namespace, never by a module's presence on disk; once per process and qdisc, as every
+    testbed and the executor ask and the kernel does not change."""
+    ns = f"quicbed-probe-{os.getpid()}-{kind}"
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+        subprocess.run(
+            ["ip", "-n", ns, "link", "add", "probe0", "type", "veth", "peer", "name", "probe1"],
+            check=True,
+            capture_output=True,
+        )
+        proc = subprocess.run(
+            ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "probe0", "root", kind, *args],
+            capture_output=True,
+        )
+        return proc.returncode == 0
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)

@@ -3,13 +3,10 @@ probe for whether this kernel has sch_netem at all."""
 
 from __future__ import annotations
 
-import functools
-import os
-import subprocess
 from collections.abc import Sequence
 
 from quicbed.errors import InputError
-from quicbed.topology.backends.base import Lan, TcBackend, tc_script
+from quicbed.topology.backends.base import Lan, TcBackend, host_has_qdisc, tc_script
 
 
 class NetemBackend(TcBackend):
@@ -29,36 +26,6 @@ class NetemBackend(TcBackend):
         return proc.stdout
 
 
-@functools.cache
 def host_has_netem() -> bool:
-    """Probe for sch_netem in a scratch namespace (never touches a real interface); once per
-    process, as every testbed and the executor ask and the kernel does not change."""
-    ns = f"quicbed-probe-{os.getpid()}"
-    try:
-        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
-        subprocess.run(
-            ["ip", "-n", ns, "link", "add", "probe0", "type", "veth", "peer", "name", "probe1"],
-            check=True,
-            capture_output=True,
-        )
-        proc = subprocess.run(
-            [
-                "ip",
-                "netns",
-                "exec",
-                ns,
-                "tc",
-                "qdisc",
-                "add",
-                "dev",
-                "probe0",
-                "root",
-                "netem",
-                "delay",
-                "1ms",
-            ],
-            capture_output=True,
-        )
-        return proc.returncode == 0
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    """Probe for sch_netem in a scratch namespace (never touches a real interface)."""
+    return host_has_qdisc("netem", "delay", "1ms")

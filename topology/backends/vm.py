@@ -21,6 +21,7 @@ from quicbed.errors import EnvironmentProblem, HostProblem, InputError
 from quicbed.paths import REPO
 from quicbed.topology.backends.base import (
     ControlDir,
+    Impairment,
     Lan,
     TcBackend,
     frame_port_up,
@@ -30,6 +31,7 @@ from quicbed.topology.backends.base import (
 from quicbed.topology.backends.proof import forget_vm_proof, prove_vm, vm_failure
 from quicbed.topology.backends.vmimage import VM_MARK, pinned_kernel, qemu_argv, qemu_version
 from quicbed.topology.hosts import NsHost
+from quicbed.topology.linkspec import AQM_KINDS, netem_commands, rate_commands
 
 VM_ROUTER_INIT = REPO / "topology" / "vm_router.sh"
 # What the router forwards on 2 cores (bench/link_bench.py --rates): under TCG 200 Mbit/s at
@@ -41,6 +43,10 @@ VM_MAX_RATE_MBIT = {"kvm": 200.0, "tcg": 200.0}
 class VmBackend(TcBackend):
     name = "vm"
     down_dev, up_dev = "eth0", "eth1"
+    # Debian's kernel has every queue, and this backend runs its bottleneck in it: netem, then
+    # htb and the queue as netem's child, on each egress NIC (linkspec.rate_commands).
+    queue_kinds = frozenset(AQM_KINDS)
+    owns_bottleneck = True
     BOOT_TIMEOUT = 30.0
     COMMAND_TIMEOUT = 20.0
 
@@ -95,6 +101,20 @@ class VmBackend(TcBackend):
     def run(self, script: str) -> tuple[int, str]:
         """Run a shell script inside the QEMU router through the control directory."""
         return ControlDir(self.ctl, "QEMU router", self.COMMAND_TIMEOUT).run(script, self.process)
+
+    def impair(self, down: Impairment, up: Impairment) -> None:
+        rtt = down[0].delay_ms + up[0].delay_ms
+        commands: list[list[str]] = []
+        for dev, (spec, delay) in ((self.down_dev, down), (self.up_dev, up)):
+            commands += netem_commands(dev, spec, delay_ms=delay)
+            commands += rate_commands(dev, spec, rtt, under_netem=True)
+        self.tc(commands)
+
+    def queue_stats(self, dev: str) -> str:
+        rc, out = self.run(f"tc -s qdisc show dev {dev}\n")
+        if rc != 0:
+            raise EnvironmentProblem(f"cannot read the queue of {dev} in the QEMU router: {out}")
+        return out
 
     def tc(self, commands: Sequence[Sequence[str]]) -> str:
         rc, out = self.run(tc_script(commands))
