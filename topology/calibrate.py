@@ -436,11 +436,10 @@ def check_loaded_rtt(tb: Testbed, attempt: GoodputAttempt) -> Check:
     pings = attempt.ping_ms
     ping = f"ping beside it {statistics.median(pings):.1f} ms ({len(pings)})" if pings else "no ping replies"
     detail = f"{up.aqm.kind}: base {band.base_ms:.1f} ms + {band.why}; {ping}"
-    # Drop-tail is every path before `aqm`, and one backend holds more queue than its pfifo
-    # (uml on this CI host: 341 to 344 ms for india's 161, a ping 323 to 326, no pfifo drops:
-    # a queue in or before the UML router, not located yet; topology/README.md): the figure
-    # is reported, not judged, so no path that passed before is refused for it. An AQM's
-    # figure is what the AQM is for: judged.
+    # Drop-tail is every path before `aqm`, and a backend may hold more queue than its pfifo
+    # (uml did: 341 to 344 ms for india's 161, no pfifo drops, until its packet sockets' send
+    # buffer was raised; backends/uml.py): the figure is reported, not judged, so no path
+    # that passed before is refused for it. An AQM's figure is what the AQM is for: judged.
     judged = up.aqm.kind != "droptail"
     if not judged:
         tolerance = f"reported (<= {band.high_ms:.1f} ms)"

@@ -32,6 +32,7 @@ UML_BINARY = "linux.uml"  # Debian's; $QUICBED_UML_BINARY may name another (proo
 UML_MARK = "umid=quicbed-"  # `quicbed clean` finds UML routers (and netem guests) by this
 UML_SOCKET_BUFFER = 8 << 20
 RMEM_DEFAULT = Path("/proc/sys/net/core/rmem_default")
+WMEM_DEFAULT = Path("/proc/sys/net/core/wmem_default")
 UML_MAX_RATE_MBIT = 100.0  # above this, one UML vCPU falls short of the rate (bench/link_bench.py)
 
 
@@ -81,8 +82,15 @@ class UmlBackend(TcBackend):
         log = open(self.ctl / "console.log", "wb")  # UML writes it until stop
         # UML's packet sockets take the host's default receive buffer when its init brings
         # vec0/vec1 up; 208 KB overflowed whenever UML waited for the CPU (hundreds of drops
-        # a second at 100 Mbit/s), so the default is raised for the boot only.
-        with _socket_default(RMEM_DEFAULT, UML_SOCKET_BUFFER):
+        # a second at 100 Mbit/s), so the default is raised for the boot only. Their send
+        # buffer too: a frame UML sends stays charged to it until it leaves the host's pfifo
+        # behind the router, so at 208 KB UML stopped sending before that pfifo was full: it
+        # never dropped, and the backlog stood in UML's netem and receive buffer instead
+        # (india under load: 341 ms of RTT where a full pfifo is 161).
+        with (
+            _socket_default(RMEM_DEFAULT, UML_SOCKET_BUFFER),
+            _socket_default(WMEM_DEFAULT, UML_SOCKET_BUFFER),
+        ):
             self.process = subprocess.Popen(
                 self.router.popen_argv(argv),
                 stdin=subprocess.DEVNULL,
