@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -158,3 +159,19 @@ def test_container_hosts_resolve_only_inside_the_testbed() -> None:
     for name in ("no-such-host.example", "www.debian.org"):
         found, took = got[name]
         assert found == "None" and took < 0.1, (name, found, took)
+
+
+@pytest.mark.backend("vm")
+def test_the_qemu_routers_kernel_holds_fq_codel_near_its_target() -> None:
+    """The vm backend's bottleneck is Debian's kernel's: fq_codel is in place on the guest's
+    egress NICs (read back from that kernel), the rate holds, and the loaded flows' RTT is the
+    base plus about fq_codel's 5 ms, where drop-tail's would be up to base + 80.5 ms."""
+    cfg = replace(_config("india", aqm="fq_codel"), backend="vm")
+    with Testbed(cfg) as tb:
+        cal = calibrate(tb, rtt_samples=20, udp_packets=2000, goodput_seconds=3.0)
+    assert cal.passed, [c for c in cal.checks if not c.passed]
+    for direction, dev in (("down", "eth0"), ("up", "eth1")):
+        leaf = _by_metric(cal, "queue_discipline", direction).detail
+        assert leaf.startswith(f"{dev}: qdisc fq_codel 10: parent 2:1"), leaf
+    loaded = _by_metric(cal, "rtt_loaded_ms", "up").measured
+    assert 80.0 <= loaded <= 80.6 + 5 + 2, loaded
