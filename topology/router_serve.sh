@@ -14,7 +14,7 @@ uname -r > "$C/ready"
 echo QUICBED-READY
 # Wait with bash's read timeout on a fifo that never speaks: polling without a fork every
 # tick, which on UML is slow enough to delay netem's timers.
-mkfifo /tmp/tick && exec 3<>/tmp/tick
+mkfifo /run/tick && exec 3<>/run/tick
 while :; do
   if [ -f "$C/cmd" ]; then
     sh "$C/cmd" > "$C/out.tmp" 2>&1

@@ -8,7 +8,9 @@ export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 fail() { echo "QUICBED-FAILED: $*"; echo o > /proc/sysrq-trigger; sleep 5; }
 mount -t proc proc /proc || fail "mount proc"
 mount -t sysfs sys /sys
-mount -t tmpfs tmpfs /tmp
+# Its scratch space is /run: a tmpfs on /tmp would hide a checkout there (a CI clone), and
+# router_serve.sh beside this script with it.
+mount -t tmpfs tmpfs /run
 mount -t hostfs -o "$QUICBED_CTL" hostfs /mnt || fail "mount control dir $QUICBED_CTL"
 mods=/usr/lib/uml/modules/$(uname -r)/kernel/net/sched
 for m in sch_htb sch_tbf sch_netem; do insmod "$mods/$m.ko" || fail "insmod $m"; done

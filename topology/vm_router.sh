@@ -7,7 +7,9 @@ export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 fail() { echo "QUICBED-FAILED: $*"; echo o > /proc/sysrq-trigger; sleep 5; }
 mount -t proc proc /proc || fail "mount proc"
 mount -t sysfs sys /sys
-mount -t tmpfs tmpfs /tmp
+# Its scratch space is /run: a tmpfs on /tmp would hide a checkout there (a CI clone), and
+# router_serve.sh beside this script with it.
+mount -t tmpfs tmpfs /run
 [ -f /mnt/net.conf ] || fail "no control directory on /mnt"
 # shellcheck disable=SC2034 # router_serve.sh's
 C=/mnt DEV0=eth0 DEV1=eth1
