@@ -88,6 +88,7 @@ HOST_COMMANDS: tuple[HostCommand, ...] = (
     HostCommand("sync", "coreutils", "uml", "the netem guest's init flushes its results to the host"),
     HostCommand("qemu-system-x86_64", "qemu-system-x86", "vm", "the QEMU router (Debian's kernel)"),
     HostCommand("busybox", "busybox-static", "vm", "the QEMU router's initramfs (static)"),
+    HostCommand("nice", "coreutils", "vm", "the QEMU router gets the CPU before the endpoints"),
     HostCommand("modprobe", "kmod", "vm", "the QEMU router's module list (--show-depends)"),
     HostCommand("depmod", "kmod", "vm", "indexes the QEMU router's kernel modules"),
     HostCommand("dpkg-deb", "dpkg", "vm", "unpacks the QEMU router's kernel package"),

@@ -20,6 +20,7 @@ import pytest
 
 from quicbed import cli, paths
 from quicbed.topology import net
+from quicbed.topology.backends import vm as vm_backend
 from quicbed.topology.calibration_reuse import REUSE_ENV
 from quicbed.topology.linkspec import LinkSpec, rate_commands
 
@@ -49,10 +50,14 @@ def ten_ms_long(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def half_rate(monkeypatch: pytest.MonkeyPatch) -> None:
-    def halved(dev: str, spec: LinkSpec, rtt_ms: float) -> list[list[str]]:
-        return rate_commands(dev, replace(spec, rate_mbit=spec.rate_mbit / 2), rtt_ms)
+    """The rate stage at half the spec's rate, wherever it runs: the router namespace's ports,
+    or the QEMU router's own kernel (the vm backend owns its bottleneck)."""
+
+    def halved(dev: str, spec: LinkSpec, rtt_ms: float, under_netem: bool = False) -> list[list[str]]:
+        return rate_commands(dev, replace(spec, rate_mbit=spec.rate_mbit / 2), rtt_ms, under_netem)
 
     monkeypatch.setattr(net, "rate_commands", halved)
+    monkeypatch.setattr(vm_backend, "rate_commands", halved)
 
 
 @pytest.mark.usefixtures("half_rate")

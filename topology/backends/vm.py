@@ -81,8 +81,11 @@ class VmBackend(TcBackend):
         )
         log = open(self.ctl / "console.log", "wb")  # QEMU writes it until stop
         started = time.monotonic()
+        # A router does not wait for the CPU behind its endpoints: when the TCG vCPU was
+        # descheduled for a few ms, the packets that arrived meanwhile left netem together and
+        # overflowed dsl's 10-packet queue (5 of 20000 paced datagrams lost, none with -10).
         self.process = subprocess.Popen(
-            self.router.popen_argv(argv),
+            self.router.popen_argv(["nice", "-n", "-10", *argv]),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
