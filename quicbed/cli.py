@@ -32,8 +32,8 @@ def _link_args(p: argparse.ArgumentParser) -> None:
         default="auto",
         choices=BACKEND_CHOICES,
         help="where the netem stage runs (auto: the host kernel's netem if it works, "
-        "else a QEMU router with Debian's kernel (<= 200 Mbit/s), else a UML router "
-        "(<= 100 Mbit/s), where each boots here, else the delay line; `quicbed doctor` "
+        "else a UML router (<= 100 Mbit/s), else a QEMU router with Debian's kernel "
+        "(<= 200 Mbit/s), where each boots here, else the delay line; `quicbed doctor` "
         "shows which run here)",
     )
     p.add_argument("--tcp-cc", default="cubic", help="TCP congestion control in every host")

@@ -106,18 +106,19 @@ TCG = Proof("vm", True, "boots under tcg", accelerator="tcg")
 UML = Proof("uml", True, "boots")
 
 
-def test_auto_takes_the_qemu_router_then_uml_then_the_delay_line(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_takes_uml_then_the_qemu_router_then_the_delay_line(monkeypatch: pytest.MonkeyPatch) -> None:
     _proofs(monkeypatch, TCG, UML)
-    assert backends.choose_backend("auto", 20).name == "vm"
+    assert backends.choose_backend("auto", 20).name == "uml"
+    assert backends.choose_backend("auto", 150).name == "vm"  # above UML's 100, within TCG's 200
     fast = backends.choose_backend("auto", 500)
     assert fast.name == "delayline"
     ceiling = backends.VM_MAX_RATE_MBIT["tcg"]
     assert f"500 Mbit/s is above what the vm router forwards ({ceiling:g})" in fast.reason
-    _proofs(monkeypatch, Proof("vm", False, "vm cannot run on this host: no kernel"), UML)
-    uml = backends.choose_backend("auto", 20)
-    assert uml.name == "uml" and "boots" in uml.reason
+    _proofs(monkeypatch, TCG, Proof("uml", False, "uml cannot run on this CPU: ptrace"))
+    vm = backends.choose_backend("auto", 20)
+    assert vm.name == "vm" and "boots under tcg" in vm.reason
     _proofs(monkeypatch, Proof("vm", False, "no kernel"), Proof("uml", False, "panics"))
-    assert backends.choose_backend("auto", 20).reason == "no sch_netem in this kernel; no kernel; panics"
+    assert backends.choose_backend("auto", 20).reason == "no sch_netem in this kernel; panics; no kernel"
 
 
 @pytest.mark.parametrize("compress", [lzma.compress, gzip.compress])
