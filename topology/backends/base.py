@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from quicbed.errors import EnvironmentProblem
+from quicbed.errors import EnvironmentProblem, InputError
 from quicbed.paths import STATE
 from quicbed.topology.hosts import NsHost
 from quicbed.topology.linkspec import Aqm, LinkSpec, netem_commands
@@ -192,3 +192,47 @@ def host_has_qdisc(kind: str, *args: str) -> bool:
         return proc.returncode == 0
     finally:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+class KernelRouter(TcBackend):
+    """A router with a kernel of its own (UML, QEMU): its init serves commands through the
+    control directory `ctl` (router_serve.sh), and `process` is its process group."""
+
+    what: str  # how messages name it, e.g. "QEMU router"
+    COMMAND_TIMEOUT = 15.0
+
+    def __init__(self, router: NsHost, state_dir: Path, ctl_name: str) -> None:
+        super().__init__(router, state_dir)
+        self.ctl = state_dir / ctl_name
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def run(self, script: str) -> tuple[int, str]:
+        """Run a shell script inside the router through the control directory."""
+        return ControlDir(self.ctl, self.what, self.COMMAND_TIMEOUT).run(script, self.process)
+
+    def tc(self, commands: Sequence[Sequence[str]]) -> str:
+        rc, out = self.run(tc_script(commands))
+        if rc != 0:
+            raise InputError(f"the {self.what} refused a link parameter: {out.strip()}")
+        return out
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        out = {}
+        for dev in (self.down_dev, self.up_dev):
+            rc, text = self.run(f"ip -s -j link show {dev}\n")
+            if rc != 0:
+                raise EnvironmentProblem(f"cannot read counters of {dev} in the {self.what}: {text}")
+            out[dev] = parse_counters(text)
+        return out
+
+    def router_pids(self) -> list[int]:
+        return [self.process.pid] if self.process else []
+
+    def stop(self) -> None:
+        # The whole process group: UML's processes are ptrace children of its kernel.
+        if self.process and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, 9)
+            except ProcessLookupError:
+                pass
+            self.process.wait(timeout=10)

@@ -6,24 +6,20 @@ commands and their results pass through a control directory)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 from quicbed.doctor import require
-from quicbed.errors import EnvironmentProblem, HostProblem, InputError
+from quicbed.errors import HostProblem
 from quicbed.paths import REPO
 from quicbed.topology.backends.base import (
-    ControlDir,
+    KernelRouter,
     Lan,
-    TcBackend,
     frame_port_up,
-    parse_counters,
-    tc_script,
 )
 from quicbed.topology.backends.proof import forget_uml_proof, uml_binary, uml_failure
 from quicbed.topology.hosts import NsHost
@@ -36,17 +32,16 @@ WMEM_DEFAULT = Path("/proc/sys/net/core/wmem_default")
 UML_MAX_RATE_MBIT = 100.0  # above this, one UML vCPU falls short of the rate (bench/link_bench.py)
 
 
-class UmlBackend(TcBackend):
+class UmlBackend(KernelRouter):
     name = "uml"
+    what = "UML router"
     down_dev, up_dev = "vec0", "vec1"
     BOOT_TIMEOUT = 30.0
     COMMAND_TIMEOUT = 15.0
 
     def __init__(self, router: NsHost, state_dir: Path) -> None:
-        super().__init__(router, state_dir)
-        self.ctl = state_dir / "uml"
+        super().__init__(router, state_dir, "uml")
         self.umid = f"quicbed-{uuid.uuid4().hex[:8]}"
-        self.process: subprocess.Popen[bytes] | None = None
 
     def forward(self, client_lan: Lan, server_lan: Lan) -> None:
         require("uml")  # linux.uml, and what its init runs from the host's / (insmod...)
@@ -109,36 +104,8 @@ class UmlBackend(TcBackend):
                     )
                 time.sleep(0.05)
 
-    def run(self, script: str) -> tuple[int, str]:
-        """Run a shell script inside the UML router through the control directory."""
-        return ControlDir(self.ctl, "UML router", self.COMMAND_TIMEOUT).run(script, self.process)
-
-    def tc(self, commands: Sequence[Sequence[str]]) -> str:
-        rc, out = self.run(tc_script(commands))
-        if rc != 0:
-            raise InputError(f"the UML router refused a link parameter: {out.strip()}")
-        return out
-
-    def counters(self) -> dict[str, dict[str, int]]:
-        out = {}
-        for dev in (self.down_dev, self.up_dev):
-            rc, text = self.run(f"ip -s -j link show {dev}\n")
-            if rc != 0:
-                raise EnvironmentProblem(f"cannot read counters of {dev} in UML: {text}")
-            out[dev] = parse_counters(text)
-        return out
-
-    def router_pids(self) -> list[int]:
-        return [self.process.pid] if self.process else []
-
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            # UML runs as a process group (its processes are ptrace children): end them all.
-            try:
-                os.killpg(self.process.pid, 9)
-            except ProcessLookupError:
-                pass
-            self.process.wait(timeout=10)
+        super().stop()
         shutil.rmtree(Path.home() / ".uml" / self.umid, ignore_errors=True)
 
     def describe(self) -> dict[str, str]:

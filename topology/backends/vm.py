@@ -7,26 +7,19 @@ shared over 9p, as with UML)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 
 from quicbed.doctor import require
-from quicbed.errors import EnvironmentProblem, HostProblem, InputError
+from quicbed.errors import EnvironmentProblem, HostProblem
 from quicbed.paths import REPO
 from quicbed.topology.backends.base import (
-    ControlDir,
     Impairment,
+    KernelRouter,
     Lan,
-    TcBackend,
     frame_port_up,
-    parse_counters,
-    tc_script,
 )
 from quicbed.topology.backends.proof import forget_vm_proof, prove_vm, vm_failure
 from quicbed.topology.backends.vmimage import VM_MARK, pinned_kernel, qemu_argv, qemu_version
@@ -40,8 +33,9 @@ VM_ROUTER_INIT = REPO / "topology" / "vm_router.sh"
 VM_MAX_RATE_MBIT = {"kvm": 200.0, "tcg": 200.0}
 
 
-class VmBackend(TcBackend):
+class VmBackend(KernelRouter):
     name = "vm"
+    what = "QEMU router"
     down_dev, up_dev = "eth0", "eth1"
     # Debian's kernel has every queue, and this backend runs its bottleneck in it: netem, then
     # htb and the queue as netem's child, on each egress NIC (linkspec.rate_commands).
@@ -51,10 +45,8 @@ class VmBackend(TcBackend):
     COMMAND_TIMEOUT = 20.0
 
     def __init__(self, router: NsHost, state_dir: Path) -> None:
-        super().__init__(router, state_dir)
-        self.ctl = state_dir / "vm"
+        super().__init__(router, state_dir, "vm")
         self.vm_name = f"{VM_MARK}{uuid.uuid4().hex[:8]}"
-        self.process: subprocess.Popen[bytes] | None = None
         self.accelerator = "?"
         self.boot_s = 0.0
 
@@ -101,10 +93,6 @@ class VmBackend(TcBackend):
             time.sleep(0.05)
         self.boot_s = time.monotonic() - started
 
-    def run(self, script: str) -> tuple[int, str]:
-        """Run a shell script inside the QEMU router through the control directory."""
-        return ControlDir(self.ctl, "QEMU router", self.COMMAND_TIMEOUT).run(script, self.process)
-
     def impair(self, down: Impairment, up: Impairment) -> None:
         rtt = down[0].delay_ms + up[0].delay_ms
         commands: list[list[str]] = []
@@ -118,30 +106,6 @@ class VmBackend(TcBackend):
         if rc != 0:
             raise EnvironmentProblem(f"cannot read the queue of {dev} in the QEMU router: {out}")
         return out
-
-    def tc(self, commands: Sequence[Sequence[str]]) -> str:
-        rc, out = self.run(tc_script(commands))
-        if rc != 0:
-            raise InputError(f"the QEMU router refused a link parameter: {out.strip()}")
-        return out
-
-    def counters(self) -> dict[str, dict[str, int]]:
-        out = {}
-        for dev in (self.down_dev, self.up_dev):
-            rc, text = self.run(f"ip -s -j link show {dev}\n")
-            if rc != 0:
-                raise EnvironmentProblem(f"cannot read counters of {dev} in the QEMU router: {text}")
-            out[dev] = parse_counters(text)
-        return out
-
-    def router_pids(self) -> list[int]:
-        return [self.process.pid] if self.process else []
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
 
     def describe(self) -> dict[str, str]:
         ready = self.ctl / "ready"
