@@ -26,7 +26,7 @@ from quicbed.errors import PathMismatch
 from quicbed.paths import CACHE, STATE
 from quicbed.servers import pki
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed, warm_up
-from quicbed.topology.backends import check_queues, choose_backend, proofs
+from quicbed.topology.backends import check_links, choose_backend, proofs
 from quicbed.topology.calibration_reuse import calibrate_or_reuse
 from quicbed.topology.calibration_table import print_calibration
 from quicbed.topology.hosts import DockerHost
@@ -70,7 +70,7 @@ class TestbedExecutor:
     ) -> None:
         self.exp, self.run_dir, self.force, self.client_image = exp, run_dir, force, client_image
         choose_backend(backend)  # a requested backend this kernel lacks fails here, not later
-        _check_queues(exp, backend)
+        _check_links(exp, backend)
         self.backend = backend  # "auto" resolves per profile (its rate), recorded per condition
         self.console = console or Console(stderr=True, highlight=False)
         self.content_dir = CACHE / "content"
@@ -394,15 +394,15 @@ def _cpu_usec(container: str) -> float:
     return 0.0
 
 
-def _check_queues(exp: Experiment, backend: str) -> None:
-    """Every condition's bottleneck queue (`aqm`) runs on the backend it would get here:
-    refused before the first condition, not when it comes up."""
+def _check_links(exp: Experiment, backend: str) -> None:
+    """Every condition's bottleneck queue (`aqm`) and trace run on the backend it would get
+    here: refused before the first condition, not when it comes up."""
     for cond in conditions(exp):
         down, up = cond.link.down, cond.link.up
-        if down.aqm.kind == up.aqm.kind == "droptail":
+        if down.aqm.kind == up.aqm.kind == "droptail" and not cond.link.has_trace:
             continue
-        choice = choose_backend(backend, cond.link.max_rate_mbit)
-        check_queues(down, up, choice, f"{exp.file}: {cond.label}: ")
+        choice = choose_backend(backend, cond.link.max_rate_mbit, cond.link.has_trace)
+        check_links(down, up, choice, f"{exp.file}: {cond.label}: ")
 
 
 def executor_factory(**options: Any) -> Callable[[Experiment, Path], TestbedExecutor]:

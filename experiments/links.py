@@ -19,8 +19,9 @@ from .fields import check_mapping, check_number, check_str
 
 Link = Profile
 PROFILES_DIR = topo.PROFILE_DIR
-# rtt_ms is ours: half of it is each direction's delay_ms. gemodel is a mapping, not sweepable.
-LINK_AXES: tuple[str, ...] = (*(f for f in field_names() if f != "gemodel"), "rtt_ms")
+# rtt_ms is ours: half of it is each direction's delay_ms. gemodel (a mapping) and trace (a file)
+# are not sweepable.
+LINK_AXES: tuple[str, ...] = (*(f for f in field_names() if f not in ("gemodel", "trace")), "rtt_ms")
 _AXIS_TYPES: dict[str, tuple[type, ...]] = {
     "jitter_distribution": (str,),
     "queue_packets": (int,),

@@ -9,12 +9,17 @@ router (no sch_netem on the host); the same argument lists either way.
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from quicbed.errors import InputError
+from quicbed.paths import REPO
+from quicbed.topology.traces import Trace, load_trace, resolve_trace
 
 FRAME_BYTES = 1514  # an MTU-sized Ethernet frame, which is what htb and netem count
 JITTER_DISTRIBUTIONS = ("normal", "pareto", "paretonormal", "uniform")
@@ -110,6 +115,12 @@ class LinkSpec:
     reorder_pct: float = 0.0
     duplicate_pct: float = 0.0
     aqm: Aqm = Aqm()  # the bottleneck's queue discipline
+    # A Mahimahi trace (absolute path) the rate follows instead of a fixed rate; rate_mbit is
+    # then the trace's mean (topology/traces.py). Only the delay line replays traces.
+    trace: str | None = None
+
+    def loaded_trace(self) -> Trace | None:
+        return trace_at(self.trace) if self.trace else None
 
     @property
     def expected_loss_pct(self) -> float:
@@ -145,7 +156,26 @@ class LinkSpec:
             del out["aqm"]
         else:
             out["aqm"] = self.aqm.to_value()
+        trace = self.loaded_trace()
+        if trace is None:
+            del out["trace"]  # fixed-rate links' records read as before traces existed
+        else:
+            out["trace_sha256"] = trace.sha256
         return out
+
+
+@functools.lru_cache(maxsize=32)
+def _trace_cached(path: str, mtime_ns: int, size: int) -> Trace:
+    return load_trace(Path(path))
+
+
+def trace_at(path: str) -> Trace:
+    """A trace by its absolute path, loaded once per content (a link spec is rebuilt often)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return load_trace(Path(path))  # its error names the path
+    return _trace_cached(path, st.st_mtime_ns, st.st_size)
 
 
 def queue_commands(dev: str, parent: str, spec: LinkSpec, rtt_ms: float) -> list[list[str]]:
@@ -273,6 +303,7 @@ _FIELDS: dict[str, type] = {
     "reorder_pct": float,
     "duplicate_pct": float,
     "aqm": object,  # a kind, or a mapping with its parameters: parse_aqm
+    "trace": str,  # a Mahimahi trace file, instead of rate_mbit
 }
 
 
@@ -290,8 +321,20 @@ def parse_linkspec(data: Any, file: str, field_path: str, line: LineOf = lambda 
             known = ", ".join(sorted(_FIELDS))
             raise InputError(f"unknown key (known: {known})", file, line(key), where)
         values[key] = _coerce(value, _FIELDS[key], file, line(key), where)
+    if "trace" in values:
+        if "rate_mbit" in values:
+            raise InputError(
+                "give rate_mbit or trace, not both (a trace sets the rate)",
+                file,
+                line("trace"),
+                f"{field_path}.trace",
+            )
+        trace = _parse_trace(values["trace"], file, line("trace"), f"{field_path}.trace")
+        values["trace"], values["rate_mbit"] = str(trace.path), round(trace.mean_rate_mbit(), 6)
     if "rate_mbit" not in values:
-        raise InputError("missing (the bottleneck rate in Mbit/s)", file, line(), f"{field_path}.rate_mbit")
+        raise InputError(
+            "missing (the bottleneck rate in Mbit/s, or a trace)", file, line(), f"{field_path}.rate_mbit"
+        )
     if "aqm" in values:
         values["aqm"] = parse_aqm(data["aqm"], file, f"{field_path}.aqm", lambda *keys: line("aqm", *keys))
     if "gemodel" in values:
@@ -338,6 +381,24 @@ def check_linkspec(spec: LinkSpec, file: str, line: Any, field_path: str) -> Non
         )
     if spec.gemodel and spec.loss_pct:
         raise bad("loss_pct", "give either loss_pct or gemodel, not both")
+    if spec.trace:
+        _check_traced(spec, bad)
+
+
+def _check_traced(spec: LinkSpec, bad: Callable[[str, str], InputError]) -> None:
+    """A trace sets the rate, and its queue is the delay line's drop-tail one."""
+    assert spec.trace
+    mean = round(trace_at(spec.trace).mean_rate_mbit(), 6)
+    if abs(spec.rate_mbit - mean) > 1e-6:
+        raise bad("rate_mbit", f"the link follows a trace (mean {mean:g} Mbit/s): give rate_mbit or trace")
+    if spec.aqm.kind != "droptail":
+        raise bad("aqm", "a trace-driven link queues in the delay line, which has drop-tail only")
+
+
+def _parse_trace(name: str, file: str, line: int | None, where: str) -> Trace:
+    """A trace named relative to the file that names it, or to the repository (traces/)."""
+    bases = [Path(file).parent] if file and Path(file).exists() else [Path.cwd()]
+    return load_trace(resolve_trace(name, [*bases, REPO]), file, line, where, shown=name)
 
 
 def _coerce(value: Any, kind: type, file: str, line: int | None, where: str) -> Any:

@@ -28,7 +28,7 @@ from quicbed.topology.backends import (
     BackendChoice,
     Lan,
     announce,
-    check_queues,
+    check_links,
     choose_backend,
     make_backend,
     router_state_dir,
@@ -160,11 +160,12 @@ class Testbed:
         cfg = self.config
         if any(spec.image for spec in (cfg.client, *cfg.servers)):
             require_docker()
-        self.backend_choice = choose_backend(self.config.backend, self.profile.max_rate_mbit)
-        # An aqm this backend's kernel lacks is refused before anything is brought up.
-        check_queues(
-            self.profile.down, self.profile.up, self.backend_choice, f"profile {self.profile.name}: "
+        self.backend_choice = choose_backend(
+            self.config.backend, self.profile.max_rate_mbit, self.profile.has_trace
         )
+        # An aqm this backend's kernel lacks, or a trace it cannot replay, is refused before
+        # anything is brought up.
+        check_links(self.profile.down, self.profile.up, self.backend_choice, f"profile {self.profile.name}: ")
         announce(self.backend_choice)
         net = Mininet(topo=None, build=False, controller=None, cleanup=False)
         self.net = net
@@ -288,7 +289,7 @@ class Testbed:
         kernel lacks, before anything changes: a lab's `link aqm=...` on this path)."""
         assert self.backend
         if self.backend_choice:
-            check_queues(down, up, self.backend_choice)
+            check_links(down, up, self.backend_choice)
         rtt = down.delay_ms + up.delay_ms
         half = self.forwarding_rtt_ms / 2
         applied: dict[str, Any] = {"forwarding_rtt_ms": round(self.forwarding_rtt_ms, 3)}
@@ -305,7 +306,12 @@ class Testbed:
         if not self.backend.owns_bottleneck:  # else impair() put it in the backend's kernel
             rate: list[list[str]] = []
             for port, spec in self._rate_ports(down, up):
-                rate += rate_commands(port, spec, rtt)
+                # A trace's rate is the backend's (check_links proved it replays traces).
+                rate += (
+                    [["tc", "qdisc", "del", "dev", port, "root"]]
+                    if spec.trace
+                    else rate_commands(port, spec, rtt)
+                )
             self.router.run(["sh", "-c", tc_script(rate)])
         self.applied = applied
         self.current = (down, up)

@@ -19,7 +19,8 @@ PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 _TOP_KEYS = ("description", "source", "down", "up")
 # The RTT as experiment files (and Profile.rtt_ms) name it: half of it is each direction's delay.
 RTT_KEY = "rtt_ms"
-_OVERRIDABLE = tuple(f for f in field_names() if f != "gemodel")  # gemodel is a mapping
+# gemodel is a mapping; a trace is a file named in YAML, its path relative to that file
+_OVERRIDABLE = tuple(f for f in field_names() if f not in ("gemodel", "trace"))
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,10 @@ class Profile:
     @property
     def max_rate_mbit(self) -> float:
         return max(self.down.rate_mbit, self.up.rate_mbit)
+
+    @property
+    def has_trace(self) -> bool:
+        return bool(self.down.trace or self.up.trace)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -6,6 +6,10 @@ iperf3's UDP mode, whose setup fails on very lossy links):
                                                       "loss_runs": R, "ahead": A}
 ("ahead": datagrams that arrived while one sent before them was still missing: reordering.)
     udpprobe.py send HOST PORT COUNT PPS
+Or time the arrivals of a paced flood of MTU-sized datagrams (a trace-driven link's delivered
+rate, per window, from the receiver's clock: CLOCK_MONOTONIC, shared by every namespace):
+    udpprobe.py arrivals PORT SECONDS   → prints {"arrivals_ns": [...], "bytes": IP_BYTES}
+    udpprobe.py flood HOST PORT SECONDS PPS
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import sys
 import time
 
 PAYLOAD = 64
+FLOOD_PAYLOAD = 1472  # a 1500-byte IP packet: one delivery opportunity of a trace each
 
 
 def receive(port: int, count: int, idle_s: float) -> dict[str, int]:
@@ -68,8 +73,52 @@ def send(host: str, port: int, count: int, pps: float) -> None:
         sock.sendto(struct.pack("!I", seq) + pad, (host, port))
 
 
+def arrivals(port: int, seconds: float) -> list[int]:
+    """Arrival times (ns) of datagrams for `seconds` after the first one."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    sock.bind(("0.0.0.0", port))
+    print("ready", flush=True)
+    sock.settimeout(60.0)
+    times: list[int] = []
+    end = None
+    while end is None or time.monotonic_ns() < end:
+        try:
+            sock.recv(2048)
+        except TimeoutError:
+            break
+        now = time.monotonic_ns()
+        times.append(now)
+        if end is None:
+            end = now + int(seconds * 1e9)
+            sock.settimeout(1.0)
+    return times
+
+
+def flood(host: str, port: int, seconds: float, pps: float) -> None:
+    """Paced in 1 ms bursts, so that the sender's own timer does not shape what it sends."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+    payload = bytes(FLOOD_PAYLOAD)
+    start = time.monotonic()
+    sent = 0
+    while (elapsed := time.monotonic() - start) < seconds:
+        for _ in range(int(elapsed * pps) + 1 - sent):
+            try:
+                sock.sendto(payload, (host, port))
+            except OSError:  # a full socket buffer: the link's queue is full anyway
+                pass
+            sent += 1
+        time.sleep(0.001)
+
+
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["recv"]:
+    if argv[:1] == ["arrivals"]:
+        times = arrivals(int(argv[1]), float(argv[2]))
+        print(json.dumps({"arrivals_ns": times, "bytes": (FLOOD_PAYLOAD + 28) * len(times)}))
+    elif argv[:1] == ["flood"]:
+        flood(argv[1], int(argv[2]), float(argv[3]), float(argv[4]))
+    elif argv[:1] == ["recv"]:
         print(json.dumps(receive(int(argv[1]), int(argv[2]), float(argv[3]))))
     elif argv[:1] == ["send"]:
         send(argv[1], int(argv[2]), int(argv[3]), float(argv[4]))

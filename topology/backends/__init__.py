@@ -94,6 +94,7 @@ __all__ = [
     "announce",
     "backend_checks",
     "build_delayline",
+    "check_links",
     "check_queues",
     "choose_backend",
     "delayline_config",
@@ -128,10 +129,11 @@ class BackendChoice:
         return f"link backend: {self.name} ({self.reason})"
 
 
-def choose_backend(requested: str | None, max_rate_mbit: float = 0.0) -> BackendChoice:
+def choose_backend(requested: str | None, max_rate_mbit: float = 0.0, trace: bool = False) -> BackendChoice:
     """The backend named by the user, once it has proven that it runs here (HostProblem if not);
     on auto, the first that runs here and forwards the profile's rate: the host's netem, a
-    UML router, a QEMU router with Debian's kernel, the delay line."""
+    UML router, a QEMU router with Debian's kernel, the delay line. A trace-driven link
+    (`trace`) goes to the delay line, the only backend that replays a trace exactly."""
     if requested and requested != "auto":
         if requested not in BACKENDS:
             raise InputError(
@@ -145,6 +147,8 @@ def choose_backend(requested: str | None, max_rate_mbit: float = 0.0) -> Backend
                 "(`quicbed doctor` shows which backends run here)"
             )
         return BackendChoice(requested, f"--backend {requested}; {proof.reason}")
+    if trace:
+        return _trace_replayer()
     netem = prove_netem()
     if netem.runs:
         return BackendChoice("netem", netem.reason)
@@ -163,6 +167,14 @@ def choose_backend(requested: str | None, max_rate_mbit: float = 0.0) -> Backend
     if not delayline.runs:
         raise HostProblem(f"no link backend runs on this host: {why}; {delayline.reason}")
     return BackendChoice("delayline", why)
+
+
+def _trace_replayer() -> BackendChoice:
+    why = "the link follows a trace, which only the delay line replays exactly (tc has no trace replay)"
+    delayline = prove_delayline()
+    if not delayline.runs:
+        raise HostProblem(f"{why}, and it cannot run here: {delayline.reason}")
+    return BackendChoice("delayline", f"{why}; {delayline.reason}")
 
 
 def _kernel_routers() -> Iterator[tuple[Proof, float]]:
@@ -214,6 +226,20 @@ def backend_checks() -> list[Check]:
         except QuicbedError as exc:
             out.append(Check(label, False, str(exc)))
     return out
+
+
+def check_links(down: LinkSpec, up: LinkSpec, choice: BackendChoice, where: str = "") -> None:
+    """Refuse, before anything is brought up, what the chosen backend cannot run: a queue its
+    kernel lacks (check_queues), a trace it cannot replay."""
+    check_queues(down, up, choice, where)
+    for direction, spec in (("down", down), ("up", up)):
+        if spec.trace and not BACKENDS[choice.name].replays_traces:
+            replayers = ", ".join(name for name, b in BACKENDS.items() if b.replays_traces)
+            raise InputError(
+                f"a trace-driven link needs a backend that replays traces ({replayers}); "
+                f"{choice.name} has no exact trace replay (tc has none); leave --backend on auto",
+                field=f"{where}{direction}.trace",
+            )
 
 
 def check_queues(down: LinkSpec, up: LinkSpec, choice: BackendChoice, where: str = "") -> None:

@@ -46,6 +46,9 @@ class Backend(ABC):
     # Whether the backend's own kernel runs the rate stage too (the QEMU router, whose kernel
     # has the AQMs): net.py then leaves the router namespace's ports unshaped.
     owns_bottleneck: ClassVar[bool] = False
+    # Whether it replays a trace-driven rate (linkspec `trace`) exactly: tc has no trace
+    # replay, so only the delay line does (its own link queue, as Mahimahi's mm-link).
+    replays_traces: ClassVar[bool] = False
 
     def __init__(self, router: NsHost, state_dir: Path) -> None:
         self.router, self.state_dir = router, state_dir
@@ -58,6 +61,11 @@ class Backend(ABC):
         if cls.queue_kinds is not None:
             return aqm.kind in cls.queue_kinds
         return host_has_qdisc(aqm.kind)
+
+    def trace_start_ns(self, direction: str) -> int:
+        """When (CLOCK_MONOTONIC) this direction's trace began: its time 0. Only backends that
+        replay traces know it."""
+        raise NotImplementedError(f"{self.name} does not replay traces")
 
     def queue_stats(self, dev: str) -> str:
         """`tc -s qdisc show dev DEV` where the bottleneck runs: the router namespace here; a

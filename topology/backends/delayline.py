@@ -19,6 +19,7 @@ from quicbed.paths import REPO
 from quicbed.topology.backends.base import Backend, Impairment, Lan, frame_port_up
 from quicbed.topology.hosts import NsHost
 from quicbed.topology.linkspec import LinkSpec
+from quicbed.topology.traces import OPPORTUNITY_BYTES
 
 DELAYLINE_DIR = REPO / "topology" / "delayline"
 DELAYLINE_MARK = "quicbed-delayline"  # `quicbed clean` finds delay lines by this
@@ -35,6 +36,7 @@ class DelayLineBackend(Backend):
     """
 
     name = "delayline"
+    replays_traces = True
     down_dev, up_dev = "dlbcx", "dlbsx"
     SIDES = (("down", "c"), ("up", "s"))
     APPLY_TIMEOUT = 5.0
@@ -91,8 +93,10 @@ class DelayLineBackend(Backend):
 
     def _write_configs(self, down: Impairment, up: Impairment) -> None:
         self.generation += 1
+        rtt_ms = down[0].delay_ms + up[0].delay_ms
         for (direction, _), (spec, delay_ms) in zip(self.SIDES, (down, up), strict=True):
-            text = delayline_config(spec, delay_ms, self.seed + (direction == "up"), self.generation)
+            seed = self.seed + (direction == "up")
+            text = delayline_config(spec, delay_ms, seed, self.generation, rtt_ms)
             tmp = self.dir / f"{direction}.conf.tmp"
             tmp.write_text(text)
             os.replace(tmp, self.dir / f"{direction}.conf")
@@ -118,6 +122,9 @@ class DelayLineBackend(Backend):
             return {}
         return {key: int(value) for key, value in (ln.split("=", 1) for ln in lines)}
 
+    def trace_start_ns(self, direction: str) -> int:
+        return self.applied(direction).get("trace_start_ns", 0)
+
     def router_pids(self) -> list[int]:
         return [p.pid for p in self.processes.values()]
 
@@ -140,8 +147,11 @@ class DelayLineBackend(Backend):
         }
 
 
-def delayline_config(spec: LinkSpec, delay_ms: float, seed: int, generation: int) -> str:
-    """The delay line's settings for one direction: netem's parameters, key=value."""
+def delayline_config(spec: LinkSpec, delay_ms: float, seed: int, generation: int, rtt_ms: float = 0.0) -> str:
+    """The delay line's settings for one direction: netem's parameters, key=value, and a
+    trace-driven link's trace and drop-tail queue: the link's queue size at the trace's mean
+    rate (queue_packets, queue_ms or one BDP of `rtt_ms`) in MTU-sized packets, held as bytes
+    so that small packets do not fill it (a loss probe's 92-byte datagrams in an outage)."""
     lines = {
         "delay_us": f"{delay_ms * 1000:.1f}",
         "jitter_us": f"{spec.jitter_ms * 1000:.1f}",
@@ -162,6 +172,9 @@ def delayline_config(spec: LinkSpec, delay_ms: float, seed: int, generation: int
         lines["reorder_pct"] = f"{spec.reorder_pct:g}"
     if spec.duplicate_pct > 0:
         lines["duplicate_pct"] = f"{spec.duplicate_pct:g}"
+    if spec.trace:
+        lines["trace"] = spec.trace
+        lines["link_limit_bytes"] = str(spec.queue_size_packets(rtt_ms) * OPPORTUNITY_BYTES)
     return "".join(f"{key}={value}\n" for key, value in lines.items())
 
 

@@ -7,6 +7,13 @@
  * --b when due; frames read on --b go back to --a at once. The rate stage (htb) stays in the
  * host kernel, after this one, exactly as with netem.
  *
+ * With `trace=FILE` (Mahimahi's format: one millisecond timestamp per line, each line one
+ * delivery opportunity for 1500 bytes of IP packet, repeating with the last timestamp as its
+ * period), the rate stage is here instead: frames whose delay is over wait in a drop-tail
+ * queue of `link_limit_bytes` IP bytes (mm-link's droptail in bytes), and each opportunity sends up to 1500 bytes from its head,
+ * a packet possibly spread over several (mm-link's LinkQueue). An opportunity with nothing
+ * queued is wasted. The trace's time 0 is when the settings that name it were applied.
+ *
  * Configuration is a key=value file (--config). SIGHUP re-reads it; the new settings hold
  * from the next frame on, and the file named by --applied then gets the config's
  * `generation` and the counters, so the caller knows when a change took effect.
@@ -53,6 +60,10 @@ struct config {
     long limit;
     uint64_t seed;
     long generation;
+    char trace_path[400];
+    uint32_t *trace; /* opportunities, ms; NULL: no trace (rate stays with htb) */
+    size_t trace_len;
+    long link_limit_bytes;
 };
 
 struct entry {
@@ -62,7 +73,14 @@ struct entry {
 
 struct counters {
     unsigned long long rx_a, rx_b, tx_a, tx_b, lost, over_limit, duplicated, reordered,
-        send_errors;
+        send_errors, link_dropped, opportunities;
+};
+
+/* The trace's link: a FIFO of frames out of the delay line, served at the opportunities. */
+#define OPPORTUNITY_BYTES 1500
+#define L2_BYTES (sizeof(struct virtio_net_hdr) + ETH_HLEN) /* what Mahimahi's IP count lacks */
+struct queued {
+    uint32_t slot, len, left; /* left: IP bytes still to go out */
 };
 
 static volatile sig_atomic_t reload_requested, stop_requested;
@@ -76,6 +94,10 @@ static int heap_len;
 static uint64_t next_seq;
 static uint64_t prng_state;
 static int ge_bad;
+static struct queued link_fifo[POOL_SLOTS];
+static int fifo_head, fifo_len;
+static long fifo_bytes;
+static uint64_t trace_base_ns, next_opportunity;
 
 static void on_hup(int sig) { (void)sig; reload_requested = 1; }
 static void on_term(int sig) { (void)sig; stop_requested = 1; }
@@ -128,6 +150,37 @@ static int load_dist(const char *path, struct config *c)
     return c->dist_size > 0 ? 0 : -1;
 }
 
+static int load_trace(const char *path, struct config *c)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "delayline: cannot open trace %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    size_t cap = 4096;
+    c->trace = malloc(cap * sizeof *c->trace);
+    c->trace_len = 0;
+    unsigned long t, previous = 0;
+    while (c->trace && fscanf(f, "%lu", &t) == 1) {
+        if (t < previous || t > UINT32_MAX) break;
+        if (c->trace_len == cap) {
+            uint32_t *grown = realloc(c->trace, (cap *= 2) * sizeof *c->trace);
+            if (!grown) break;
+            c->trace = grown;
+        }
+        c->trace[c->trace_len++] = (uint32_t)(previous = t);
+    }
+    int complete = feof(f) && c->trace && c->trace_len > 0 && c->trace[c->trace_len - 1] > 0;
+    fclose(f);
+    if (!complete) {
+        fprintf(stderr, "delayline: bad trace %s (Mahimahi's format, lasting > 0 ms)\n", path);
+        free(c->trace);
+        c->trace = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 static int read_config(const char *path, struct config *c)
 {
     FILE *f = fopen(path, "r");
@@ -137,6 +190,7 @@ static int read_config(const char *path, struct config *c)
     }
     memset(c, 0, sizeof *c);
     c->limit = 1000;
+    c->link_limit_bytes = 1500000;
     char line[512];
     int rc = 0;
     while (rc == 0 && fgets(line, sizeof line, f)) {
@@ -158,6 +212,10 @@ static int read_config(const char *path, struct config *c)
         else if (!strcmp(key, "limit")) c->limit = atol(value);
         else if (!strcmp(key, "seed")) c->seed = strtoull(value, NULL, 10);
         else if (!strcmp(key, "generation")) c->generation = atol(value);
+        else if (!strcmp(key, "trace")) {
+            snprintf(c->trace_path, sizeof c->trace_path, "%s", value);
+            rc = load_trace(value, c);
+        } else if (!strcmp(key, "link_limit_bytes")) c->link_limit_bytes = atol(value);
         else {
             fprintf(stderr, "delayline: unknown key %s in %s\n", key, path);
             rc = -1;
@@ -165,6 +223,11 @@ static int read_config(const char *path, struct config *c)
     }
     fclose(f);
     if (c->limit < 1 || c->limit > POOL_SLOTS - BATCH) c->limit = POOL_SLOTS - BATCH;
+    if (c->link_limit_bytes < OPPORTUNITY_BYTES) c->link_limit_bytes = OPPORTUNITY_BYTES;
+    if (rc) {
+        free(c->trace);
+        c->trace = NULL;
+    }
     return rc;
 }
 
@@ -176,9 +239,12 @@ static void write_applied(const char *path)
     if (!f) return;
     fprintf(f, "generation=%ld\nrx_a=%llu\nrx_b=%llu\ntx_a=%llu\ntx_b=%llu\nlost=%llu\n"
                "over_limit=%llu\nduplicated=%llu\nreordered=%llu\nsend_errors=%llu\n"
-               "queued=%d\n",
+               "queued=%d\nlink_dropped=%llu\nlink_queued=%d\nopportunities=%llu\n"
+               "trace_start_ns=%llu\n",
             cfg.generation, count.rx_a, count.rx_b, count.tx_a, count.tx_b, count.lost,
-            count.over_limit, count.duplicated, count.reordered, count.send_errors, heap_len);
+            count.over_limit, count.duplicated, count.reordered, count.send_errors, heap_len,
+            count.link_dropped, fifo_len, count.opportunities,
+            cfg.trace ? (unsigned long long)trace_base_ns : 0ull);
     fclose(f);
     rename(tmp, path);
 }
@@ -382,11 +448,70 @@ static void take_in(int from)
     }
 }
 
+/* The delay is over: into the trace's link queue (drop-tail), or out when there is no trace. */
+static void to_link(struct entry e)
+{
+    uint32_t ip = e.len > L2_BYTES ? e.len - (uint32_t)L2_BYTES : 1;
+    if (fifo_bytes + ip > cfg.link_limit_bytes) {
+        count.link_dropped++;
+        free_slots[free_top++] = e.slot;
+        return;
+    }
+    fifo_bytes += ip;
+    link_fifo[(fifo_head + fifo_len++) % POOL_SLOTS] = (struct queued){e.slot, e.len, ip};
+}
+
+static uint64_t opportunity_ns(uint64_t k)
+{
+    uint64_t period = cfg.trace[cfg.trace_len - 1];
+    uint64_t ms = (k / cfg.trace_len) * period + cfg.trace[k % cfg.trace_len];
+    return trace_base_ns + ms * 1000000ull;
+}
+
+/* mm-link's use_a_delivery_opportunity(), for every opportunity up to now. */
+static void serve_link(int to, uint64_t now)
+{
+    struct mmsghdr msgs[BATCH];
+    struct iovec iov[BATCH];
+    uint32_t slots[BATCH];
+    int n = 0;
+    while (opportunity_ns(next_opportunity) <= now) {
+        next_opportunity++;
+        count.opportunities++;
+        uint32_t budget = OPPORTUNITY_BYTES;
+        while (budget > 0 && fifo_len > 0) {
+            struct queued *q = &link_fifo[fifo_head];
+            if (q->left > budget) {
+                q->left -= budget;
+                break;
+            }
+            budget -= q->left;
+            fifo_bytes -= q->len > L2_BYTES ? q->len - (uint32_t)L2_BYTES : 1;
+            slots[n] = q->slot;
+            iov[n] = (struct iovec){pool + (size_t)q->slot * SLOT_BYTES, q->len};
+            fifo_head = (fifo_head + 1) % POOL_SLOTS;
+            fifo_len--;
+            if (++n == BATCH) {
+                send_batch(to, msgs, iov, n, &count.tx_b);
+                for (int i = 0; i < n; i++) free_slots[free_top++] = slots[i];
+                n = 0;
+            }
+        }
+    }
+    send_batch(to, msgs, iov, n, &count.tx_b);
+    for (int i = 0; i < n; i++) free_slots[free_top++] = slots[i];
+}
+
 static void send_due(int to, uint64_t now)
 {
     struct mmsghdr msgs[BATCH];
     struct iovec iov[BATCH];
     uint32_t slots[BATCH];
+    if (cfg.trace) {
+        while (heap_len > 0 && heap[0].due_ns <= now) to_link(heap_pop());
+        serve_link(to, now);
+        return;
+    }
     while (heap_len > 0 && heap[0].due_ns <= now) {
         int n = 0;
         while (n < BATCH && heap_len > 0 && heap[0].due_ns <= now) {
@@ -400,12 +525,31 @@ static void send_due(int to, uint64_t now)
     }
 }
 
-static int apply_config(const char *config_path, const char *applied_path)
+/* Frames still in the trace's queue when the trace goes away leave at once. */
+static void flush_link(int to)
+{
+    struct mmsghdr msgs[1];
+    while (fifo_len > 0) {
+        struct queued q = link_fifo[fifo_head];
+        struct iovec iov = {pool + (size_t)q.slot * SLOT_BYTES, q.len};
+        send_batch(to, msgs, &iov, 1, &count.tx_b);
+        free_slots[free_top++] = q.slot;
+        fifo_head = (fifo_head + 1) % POOL_SLOTS;
+        fifo_len--;
+    }
+    fifo_bytes = 0;
+}
+
+static int apply_config(const char *config_path, const char *applied_path, int to)
 {
     struct config next;
     if (read_config(config_path, &next)) return -1;
     int reseed = next.seed != cfg.seed || cfg.generation == 0;
+    if (!next.trace) flush_link(to);
+    free(cfg.trace);
     cfg = next;
+    trace_base_ns = now_ns();
+    next_opportunity = 0;
     if (reseed) prng_state = cfg.seed ? cfg.seed : (uint64_t)now_ns();
     if (applied_path) write_applied(applied_path);
     return 0;
@@ -428,7 +572,7 @@ int main(int argc, char **argv)
         else { usage(); return 2; }
     }
     if (!a_name || !b_name || !config_path) { usage(); return 2; }
-    if (apply_config(config_path, NULL)) return 2;
+    if (apply_config(config_path, NULL, -1)) return 2;
 
     pool = malloc((size_t)POOL_SLOTS * SLOT_BYTES);
     if (!pool) { perror("delayline: malloc"); return 1; }
@@ -457,14 +601,17 @@ int main(int argc, char **argv)
     while (!stop_requested) {
         if (reload_requested) {
             reload_requested = 0;
-            if (apply_config(config_path, applied_path))
+            if (apply_config(config_path, applied_path, b))
                 fprintf(stderr, "delayline: keeping the previous settings\n");
         }
         uint64_t now = now_ns();
         send_due(b, now);
         struct timespec wait, *timeout = NULL;
-        if (heap_len > 0) {
-            uint64_t left = heap[0].due_ns > now ? heap[0].due_ns - now : 0;
+        uint64_t wake = heap_len > 0 ? heap[0].due_ns : UINT64_MAX;
+        if (cfg.trace && fifo_len > 0 && opportunity_ns(next_opportunity) < wake)
+            wake = opportunity_ns(next_opportunity);
+        if (wake != UINT64_MAX) {
+            uint64_t left = wake > now ? wake - now : 0;
             wait.tv_sec = (time_t)(left / 1000000000ull);
             wait.tv_nsec = (long)(left % 1000000000ull);
             timeout = &wait;
