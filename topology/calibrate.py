@@ -118,6 +118,8 @@ def calibrate(
         if aqm:  # the rate is proven under drop-tail (AQM_LOAD_FLOWS says why)
             tb.apply_link(*(replace(spec, aqm=Aqm()) for spec in tb.without_loss()))
         best = None
+        if tb.profile.has_trace:
+            tb.apply_link(*(probe_queue(spec) for spec in tb.without_loss()))
         for direction, spec in (("down", down), ("up", up)):
             if spec.trace:  # its rate moves: judged per window against the trace
                 progress(f"trace rate {direction}")
@@ -139,10 +141,13 @@ def calibrate(
             for direction, spec in (("down", down), ("up", up))
             if not spec.trace
         ]
-    tb.apply_link(down, up)
+    probing = (probe_queue(down), probe_queue(up))
+    tb.apply_link(*probing)
     if not recorded:
         progress("loss")
         cal.checks += check_loss(tb, udp_packets)
+    if probing != (down, up):
+        tb.apply_link(down, up)
     cal.link = tb.describe()
     cal.duration_s = round(time.monotonic() - start, 1)
     return cal
@@ -225,6 +230,11 @@ def check_min_rtt(tb: Testbed, rtts: list[float]) -> Check:
 
 
 TRACE_OPPORTUNITY_MS = 1.0  # a trace's timestamps are whole milliseconds
+# While calibration probes a traced direction, its queue holds this long at the trace's peak:
+# a sender's stall (a busy core) must not drain it, nor an outage overflow the loss probe's.
+# The queue's size is not what the probes judge; the trace's delivery and the loss are.
+TRACE_PROBE_QUEUE_S = 2.0
+TRACE_LOSS_PROBE_S = 20.0  # a traced direction's loss probe lasts at most this long
 # The delivered rate per 100 ms window against the trace's, as a share of its mean rate.
 TRACE_CHECK_S = 10.0  # at most this much of the trace is replayed (all of a shorter period)
 TRACE_FLOOD_OVER_PEAK = 1.25  # the flood keeps the trace's queue from running dry
@@ -242,6 +252,15 @@ def trace_error_bounds(mean_mbit: float) -> tuple[float, float]:
     return max(TRACE_MEDIAN_ERROR, TRACE_MEDIAN_PACKETS * packet), max(
         TRACE_P95_ERROR, TRACE_P95_PACKETS * packet
     )
+
+
+def probe_queue(spec: LinkSpec) -> LinkSpec:
+    """A traced direction as calibration probes it: its queue TRACE_PROBE_QUEUE_S at the peak."""
+    trace = spec.loaded_trace()
+    if trace is None:
+        return spec
+    packets = math.ceil(TRACE_PROBE_QUEUE_S * trace.peak_rate_mbit() * 1e6 / (OPPORTUNITY_BYTES * 8))
+    return replace(spec, queue_packets=max(packets, spec.queue_packets or 0), queue_ms=None)
 
 
 def check_trace_rate(tb: Testbed, direction: str, spec: LinkSpec) -> Check:
@@ -651,13 +670,17 @@ def probe_datagrams(tb: Testbed, packets: int) -> dict[str, dict[str, int]]:
     }
     specs = {"down": tb.profile.down, "up": tb.profile.up}
     running = {}
+    counts = {}
     for port_offset, (direction, (sender, receiver, address)) in enumerate(ends.items(), 1):
         spec = specs[direction]
-        pps = min(MAX_PPS, 0.5 * spec.rate_mbit * 1e6 / ((UDP_PAYLOAD + 42) * 8))
+        pps = min(MAX_PPS, 0.5 * _probe_rate_mbit(spec) * 1e6 / ((UDP_PAYLOAD + 42) * 8))
+        # A trace's slow stretches set a slow pace: fewer datagrams then, not a longer probe.
+        counts[direction] = min(packets, math.ceil(pps * TRACE_LOSS_PROBE_S)) if spec.trace else packets
+        packets_here = counts[direction]
         port = str(IPERF_PORT + port_offset)
         idle = str(2 + 2 * spec.delay_ms / 1000)
         recv = subprocess.Popen(
-            receiver.popen_argv([sys.executable, PROBE, "recv", port, str(packets), idle]),
+            receiver.popen_argv([sys.executable, PROBE, "recv", port, str(packets_here), idle]),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -665,7 +688,9 @@ def probe_datagrams(tb: Testbed, packets: int) -> dict[str, dict[str, int]]:
         assert recv.stdout
         recv.stdout.readline()  # "ready"
         send = subprocess.Popen(
-            sender.popen_argv([sys.executable, PROBE, "send", address, port, str(packets), f"{pps:.1f}"]),
+            sender.popen_argv(
+                [sys.executable, PROBE, "send", address, port, str(packets_here), f"{pps:.1f}"]
+            ),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -681,8 +706,18 @@ def probe_datagrams(tb: Testbed, packets: int) -> dict[str, dict[str, int]]:
             result = {}
         if not {"received", "loss_runs"} <= result.keys():
             raise RuntimeError(f"loss probe failed: {err.strip() or out}")
-        results[direction] = result
+        results[direction] = {**result, "sent": counts[direction]}
     return results
+
+
+def _probe_rate_mbit(spec: LinkSpec) -> float:
+    """The rate the loss probe paces at half of: the link's, or a trace's 10th percentile of
+    its 1 s windows (its slow stretches; its outages are held by the probe's queue)."""
+    trace = spec.loaded_trace()
+    if trace is None:
+        return spec.rate_mbit
+    rates = sorted(trace.window_rates_mbit(1000))
+    return max(rates[len(rates) // 10], 0.1 * trace.mean_rate_mbit())
 
 
 def check_loss(tb: Testbed, packets: int) -> list[Check]:
@@ -690,9 +725,10 @@ def check_loss(tb: Testbed, packets: int) -> list[Check]:
     specs = {"down": tb.profile.down, "up": tb.profile.up}
     checks = []
     for direction, result in probe_datagrams(tb, packets).items():
-        spec, lost = specs[direction], packets - result["received"]
+        spec, sent = specs[direction], result["sent"]
+        lost = sent - result["received"]
         checks.append(
-            _loss_check(direction, spec.expected_loss_pct, lost, packets, bursty=spec.gemodel is not None)
+            _loss_check(direction, spec.expected_loss_pct, lost, sent, bursty=spec.gemodel is not None)
         )
         burst = _burst_check(direction, spec, lost, result["loss_runs"])
         if burst:

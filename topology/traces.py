@@ -193,6 +193,8 @@ def starlink_model(seconds: float, seed: int, low: float = 8.0, high: float = 30
 SHIPPED: dict[str, Callable[[], list[float]]] = {
     "step-10-2-10": lambda: step_model([(10, 5), (2, 5), (10, 5)]),
     "lte-drive": lambda: lte_model(60, seed=1),
+    # Within the DASH ladder (150-2500 kbit/s of video): an ABR player has to follow it.
+    "lte-lowband": lambda: lte_model(60, seed=1, low=0.4, high=5.0),
     "starlink-handover": lambda: starlink_model(60, seed=1),
 }
 
