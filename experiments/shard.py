@@ -1,10 +1,17 @@
-"""Shards for batch schedulers: `quicbed run FILE --shard I/N` runs a deterministic, balanced
-subset of an experiment's conditions; `quicbed merge RUN...` makes the shards one run.
+"""Units and shards: `quicbed run FILE --shard I/N` runs a deterministic, balanced subset of an
+experiment's units; `quicbed merge RUN...` makes the shards one run; a Ray cluster runs each
+unit as a task.
 
-A condition (one topology, its calibration and all its trials) is the unit: one emulated path
-per machine at a time, and a condition's trials compare protocols on the same calibrated path.
-Conditions go to shards by their estimated duration, longest first, each to the shard with the
-least work so far (ties: the lower index), so every machine computes the same plan.
+A unit is part of one condition: some of its (server, object) cells with every client and
+repetition of each. It runs on its own path with its own calibration, on any machine, so a
+condition whose trials take hours no longer bounds a cluster's wall time; its clients stay
+together, so protocols are still compared trial by trial on one calibrated path. A condition
+is split into as many units as its trials fill UNIT_MIN_S each (at most one per cell): a unit's
+path set-up and calibration (plan.SETUP_S) then costs under a tenth of its trials' time. The
+cells go to units by estimated duration, longest first, each to the unit with the least so far
+(ties: the lower index), as units go to shards; so every machine computes the same split and
+the same plan. A machine that holds several units of one condition (a local run, a shard)
+brings that path up once for them (runner.Local).
 """
 
 from __future__ import annotations
@@ -13,9 +20,38 @@ from dataclasses import dataclass
 
 from quicbed.errors import InputError
 
-from .matrix import Condition, conditions
+from .matrix import Condition, Trial, conditions, trials
 from .plan import SETUP_S, hms, trial_seconds
 from .schema import Experiment
+
+# A unit's trials take at least this long (when its condition has that much), so its own
+# set-up and calibration (SETUP_S, 42 s) stay under a tenth of it.
+UNIT_MIN_S = 600.0
+
+Cell = tuple[str, str]  # (server, object): every client and repetition of it
+
+
+@dataclass(frozen=True)
+class Unit:
+    condition: Condition
+    index: int  # within its condition, 0-based
+    cells: tuple[Cell, ...]  # in the experiment's server x object order
+
+    @property
+    def id(self) -> str:
+        return f"{self.condition.id}u{self.index}"
+
+    @property
+    def label(self) -> str:
+        servers = sorted({s for s, _ in self.cells}, key=[s for s, _ in self.cells].index)
+        objects = sorted({o for _, o in self.cells}, key=[o for _, o in self.cells].index)
+        return f"{self.condition.label} [{'+'.join(servers)}: {'+'.join(objects)}]"
+
+    def holds(self, trial: Trial) -> bool:
+        return trial.condition.id == self.condition.id and (trial.server, trial.object) in self.cells
+
+    def to_dict(self) -> dict[str, object]:
+        return {"condition": self.condition.id, "cells": [list(c) for c in self.cells]}
 
 
 @dataclass(frozen=True)
@@ -42,42 +78,116 @@ def parse_shard(text: str) -> Shard:
 
 
 def condition_seconds(exp: Experiment, cond: Condition) -> float:
-    """The dry run's estimate for one condition: set-up, calibration and every trial."""
-    per_rep = sum(trial_seconds(exp, cond, c, o) for c in exp.clients for o in exp.workload.objects)
-    return SETUP_S + per_rep * len(exp.servers) * exp.repetitions
+    """The dry run's estimate for one condition on one path: set-up, calibration, every trial."""
+    cells = [(s, o) for s in exp.servers for o in exp.workload.objects]
+    return SETUP_S + sum(cell_seconds(exp, cond, cell) for cell in cells)
 
 
-def assign(exp: Experiment, count: int) -> list[list[Condition]]:
-    """The conditions of each of `count` shards (longest-first greedy; deterministic)."""
-    conds = conditions(exp)
-    cost = {c.id: condition_seconds(exp, c) for c in conds}
-    bins: list[list[Condition]] = [[] for _ in range(count)]
+def cell_seconds(exp: Experiment, cond: Condition, cell: Cell) -> float:
+    """Every client's trials of one server and object, all repetitions."""
+    return sum(trial_seconds(exp, cond, c, cell[1]) for c in exp.clients) * exp.repetitions
+
+
+def condition_units(exp: Experiment, cond: Condition) -> list[Unit]:
+    """One condition's units: its cells split, balanced by estimated duration (deterministic)."""
+    cells = [(s, o) for s in exp.servers for o in exp.workload.objects]
+    cost = {cell: cell_seconds(exp, cond, cell) for cell in cells}
+    count = max(1, min(len(cells), int(sum(cost.values()) // UNIT_MIN_S)))
+    order = {cell: i for i, cell in enumerate(cells)}
+    groups = _balance(cells, count, lambda cell: (-cost[cell], order[cell]), cost.__getitem__)
+    groups = _merge_small([g for g in groups if g], lambda g: sum(map(cost.__getitem__, g)), order)
+    # Numbered by their first cell, so a unit's id does not depend on the balancing's ties.
+    groups = sorted((sorted(g, key=order.__getitem__) for g in groups), key=lambda g: order[g[0]])
+    return [Unit(cond, i, tuple(g)) for i, g in enumerate(groups)]
+
+
+def _merge_small(groups: list[list[Cell]], cost, order: dict[Cell, int]) -> list[list[Cell]]:  # type: ignore[no-untyped-def]
+    """The smallest unit joins the next smallest while it is under UNIT_MIN_S: a cell of
+    seconds (1 KB files) is not worth a path of its own."""
+    groups = list(groups)
+    while len(groups) > 1:
+        groups.sort(key=lambda g: (cost(g), min(map(order.__getitem__, g))))
+        if cost(groups[0]) >= UNIT_MIN_S:
+            break
+        groups[1] = groups[0] + groups[1]
+        del groups[0]
+    return groups
+
+
+def units(exp: Experiment) -> list[Unit]:
+    """Every unit of the experiment, condition by condition."""
+    return [u for cond in conditions(exp) for u in condition_units(exp, cond)]
+
+
+def unit_trials(exp: Experiment, unit: Unit) -> list[Trial]:
+    """A unit's trials in its condition's run order (protocols still interleaved)."""
+    return [t for t in trials(exp, unit.condition) if unit.holds(t)]
+
+
+def unit_seconds(exp: Experiment, unit: Unit) -> float:
+    """A unit on a path of its own: set-up, calibration and its trials."""
+    return SETUP_S + sum(cell_seconds(exp, unit.condition, cell) for cell in unit.cells)
+
+
+def worker_seconds(exp: Experiment, held: list[Unit]) -> float:
+    """What one machine spends on its units: one set-up per condition (runner.Local brings a
+    condition's path up once for all of its units there) and every trial."""
+    setups = len({u.condition.id for u in held}) * SETUP_S
+    return setups + sum(unit_seconds(exp, u) - SETUP_S for u in held)
+
+
+def _balance(items: list, count: int, key, cost) -> list[list]:  # type: ignore[type-arg]
+    """Longest first, each to the bin with the least so far (ties: the lower index)."""
+    bins: list[list] = [[] for _ in range(count)]  # type: ignore[type-arg]
     load = [0.0] * count
-    for cond in sorted(conds, key=lambda c: (-cost[c.id], c.index)):
+    for item in sorted(items, key=key):
         target = min(range(count), key=lambda i: (load[i], i))
-        bins[target].append(cond)
-        load[target] += cost[cond.id]
-    return [sorted(b, key=lambda c: c.index) for b in bins]
+        bins[target].append(item)
+        load[target] += cost(item)
+    return bins
 
 
-def shard_conditions(exp: Experiment, shard: Shard) -> list[Condition]:
+def assign(exp: Experiment, count: int) -> list[list[Unit]]:
+    """The units of each of `count` shards (or workers): longest first, each to the least
+    loaded; deterministic. Within a shard, in experiment order."""
+    every = units(exp)
+    position = {u.id: i for i, u in enumerate(every)}
+    cost = {u.id: unit_seconds(exp, u) for u in every}
+    bins = _balance(every, count, lambda u: (-cost[u.id], position[u.id]), lambda u: cost[u.id])
+    return [sorted(b, key=lambda u: position[u.id]) for b in bins]
+
+
+def shard_units(exp: Experiment, shard: Shard) -> list[Unit]:
     return assign(exp, shard.count)[shard.index - 1]
 
 
 def plan(exp: Experiment, count: int) -> str:
-    """The per-worker plan of `count` shards (or workers) and the expected wall time."""
+    """Where the time goes on `count` shards (or workers): each one's units and time, the
+    unit count and what bounds the wall time (the longest unit, or the total / N)."""
     bins = assign(exp, count)
-    lines = [f"plan for {count} worker(s), one emulated path each at a time:"]
+    every = [u for b in bins for u in b]
+    lines = [
+        f"plan for {count} worker(s), one emulated path each at a time: "
+        f"{len(every)} unit(s) in {len(conditions(exp))} condition(s)"
+    ]
     totals = []
-    for i, conds in enumerate(bins, 1):
-        seconds = sum(condition_seconds(exp, c) for c in conds)
+    for i, held in enumerate(bins, 1):
+        seconds = worker_seconds(exp, held)
         totals.append(seconds)
-        ids = ", ".join(c.id for c in conds) or "nothing (more workers than conditions)"
-        lines.append(f"  worker {i:>3}: {len(conds):>3} condition(s), ~{hms(seconds)}: {ids}")
+        ids = ", ".join(u.id for u in held) or "nothing (more workers than units)"
+        lines.append(f"  worker {i:>3}: {len(held):>3} unit(s), ~{hms(seconds)}: {ids}")
     whole = sum(totals)
     wall = max(totals)
+    longest = max(every, key=lambda u: unit_seconds(exp, u))
+    floor_unit, floor_share = unit_seconds(exp, longest), whole / count
+    bound = (
+        f"the longest unit ({longest.id} {longest.label}, ~{hms(floor_unit)})"
+        if floor_unit >= floor_share
+        else f"the total / {count} (~{hms(floor_share)})"
+    )
     lines.append(
-        f"expected wall time: {hms(wall)} (one worker: {hms(whole)}; speed-up "
-        f"{whole / wall if wall else 1:.1f}x, bounded by the longest condition)"
+        f"expected wall time: {hms(wall)} (one worker: {hms(worker_seconds(exp, every))}; "
+        f"all workers together: {hms(whole)}; speed-up {worker_seconds(exp, every) / wall if wall else 1:.1f}x; "
+        f"bound: {bound})"
     )
     return "\n".join(lines)

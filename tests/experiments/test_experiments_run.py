@@ -212,7 +212,7 @@ class Flaky(SyntheticExecutor):
 def test_failures_are_recorded_and_the_run_goes_on(tmp_path, exp_file):
     ex = Flaky()
     summary = run(exp_file, tmp_path / "r", ex)
-    assert summary.skipped == ["c1"] and summary.failed == 2 and summary.exit_code == 1
+    assert summary.skipped == ["c1u0"] and summary.failed == 2 and summary.exit_code == 1
     rows = {r["trial_id"]: r for r in load_rows(tmp_path / "r")[0]}
     assert len(rows) == TOTAL // 2
     assert rows["c0/nginx/quic-h3/index.html/r2"]["error"] == "synthetic failure"
