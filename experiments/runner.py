@@ -448,7 +448,7 @@ def _finish(store: RunStore, manifest: dict, summary: RunSummary, console: Conso
         console.print(line, markup=False)
     console.print(
         f"{summary.run_id}: {done}/{summary.total} trials, {summary.failed} failed "
-        f"this session, {len(summary.skipped)} conditions skipped -> {store.dir}",
+        f"this session, {len(summary.skipped)} units skipped -> {store.dir}",
         markup=False,
     )
 
@@ -498,7 +498,7 @@ def _start_manifest(
         manifest["sessions"].append(session)
         manifest["status"] = "running"
         return manifest
-    held = shard_units(exp, shard) if shard else units(exp)
+    mine = shard_units(exp, shard) if shard else units(exp)
     manifest = {
         "run_id": run_dir.name,
         "experiment": exp.name,
@@ -510,7 +510,7 @@ def _start_manifest(
         "capture": list(exp.capture),  # per trial beside the rows (trials/); per session too
         "seed": exp.seed,
         "order": exp.order,
-        "trials_total": sum(len(unit_trials(exp, u)) for u in held),
+        "trials_total": sum(len(unit_trials(exp, u)) for u in mine),
         "git": session["git"],
         # Per condition, `ran_on` has the whole host_facts(); here only what runs compare on
         # (analysis.manifest: a hostname would keep identical machines' runs apart).
@@ -532,13 +532,13 @@ def _start_manifest(
             for c in conditions(exp)
         },
         # Each unit: its condition, its (server, object) cells, its own calibration and host.
-        "units": _unit_entries(held),
+        "units": _unit_entries(mine),
     }
     if shard:
         manifest["shard"] = {
             **shard.to_dict(),
-            "units": [u.id for u in held],
-            "conditions": sorted({u.condition.id for u in held}, key=lambda c: int(c[1:])),
+            "units": [u.id for u in mine],
+            "conditions": sorted({u.condition.id for u in mine}, key=lambda c: int(c[1:])),
             "trials_all": sum(len(unit_trials(exp, u)) for u in units(exp)),
         }
     return manifest
@@ -558,7 +558,9 @@ def _resume_units(exp: Experiment, manifest: dict[str, Any]) -> None:
         )
     wanted = _unit_entries(_units(exp, manifest))
     recorded = manifest.get("units") or {}
-    if any(uid not in wanted or entry.get("cells") != wanted[uid]["cells"] for uid, entry in recorded.items()):
+    if any(
+        uid not in wanted or entry.get("cells") != wanted[uid]["cells"] for uid, entry in recorded.items()
+    ):
         manifest["units_earlier"], recorded = recorded, {}  # another split's calibrations, kept
     manifest["units"] = wanted | recorded  # a merged run's missing shards: their units added
 

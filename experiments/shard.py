@@ -16,7 +16,9 @@ brings that path up once for them (runner.Local).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from quicbed.errors import InputError
 
@@ -29,6 +31,7 @@ from .schema import Experiment
 UNIT_MIN_S = 600.0
 
 Cell = tuple[str, str]  # (server, object): every client and repetition of it
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,9 @@ def condition_units(exp: Experiment, cond: Condition) -> list[Unit]:
     return [Unit(cond, i, tuple(g)) for i, g in enumerate(groups)]
 
 
-def _merge_small(groups: list[list[Cell]], cost, order: dict[Cell, int]) -> list[list[Cell]]:  # type: ignore[no-untyped-def]
+def _merge_small(
+    groups: list[list[Cell]], cost: Callable[[list[Cell]], float], order: dict[Cell, int]
+) -> list[list[Cell]]:
     """The smallest unit joins the next smallest while it is under UNIT_MIN_S: a cell of
     seconds (1 KB files) is not worth a path of its own."""
     groups = list(groups)
@@ -136,9 +141,11 @@ def worker_seconds(exp: Experiment, held: list[Unit]) -> float:
     return setups + sum(unit_seconds(exp, u) - SETUP_S for u in held)
 
 
-def _balance(items: list, count: int, key, cost) -> list[list]:  # type: ignore[type-arg]
+def _balance(
+    items: list[T], count: int, key: Callable[[T], tuple[float, int]], cost: Callable[[T], float]
+) -> list[list[T]]:
     """Longest first, each to the bin with the least so far (ties: the lower index)."""
-    bins: list[list] = [[] for _ in range(count)]  # type: ignore[type-arg]
+    bins: list[list[T]] = [[] for _ in range(count)]
     load = [0.0] * count
     for item in sorted(items, key=key):
         target = min(range(count), key=lambda i: (load[i], i))
@@ -185,9 +192,9 @@ def plan(exp: Experiment, count: int) -> str:
         if floor_unit >= floor_share
         else f"the total / {count} (~{hms(floor_share)})"
     )
+    alone = worker_seconds(exp, every)
     lines.append(
-        f"expected wall time: {hms(wall)} (one worker: {hms(worker_seconds(exp, every))}; "
-        f"all workers together: {hms(whole)}; speed-up {worker_seconds(exp, every) / wall if wall else 1:.1f}x; "
-        f"bound: {bound})"
+        f"expected wall time: {hms(wall)} (one worker: {hms(alone)}; all workers together: "
+        f"{hms(whole)}; speed-up {alone / wall if wall else 1:.1f}x; bound: {bound})"
     )
     return "\n".join(lines)

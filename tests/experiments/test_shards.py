@@ -13,8 +13,7 @@ import pytest
 from quicbed.errors import InputError
 from quicbed.experiments.commands import cmd_merge, cmd_run
 from quicbed.experiments.matrix import conditions, trials
-from quicbed.experiments.schema import parse_experiment
-from quicbed.experiments.schema import load_experiment
+from quicbed.experiments.schema import load_experiment, parse_experiment
 from quicbed.experiments.shard import (
     UNIT_MIN_S,
     assign,
@@ -220,7 +219,9 @@ def test_the_scheduler_examples_parse_and_name_every_shard_once():
     assert all("quicbed run" in text for text in (sbatch, args, steps))
 
 
-def _before_units(run_dir: Path, keep: Callable[[dict], bool], shard_conditions: list[str] | None = None) -> None:
+def _before_units(
+    run_dir: Path, keep: Callable[[dict], bool], shard_conditions: list[str] | None = None
+) -> None:
     """Make `run_dir` look as a run made before units: no unit in its rows or manifest (and a
     shard that holds whole conditions), with only the rows `keep` says."""
     rows = [json.loads(line) for line in (run_dir / "rows.jsonl").open()]
@@ -247,7 +248,9 @@ def test_a_run_made_before_units_resumes_the_rest_in_units(tmp_path, capsys):
     assert _resume(file, results, old) == 0
     rows = [json.loads(line) for line in (old / "rows.jsonl").open()]
     exp = parse_experiment(file.read_text())
-    assert sorted(r["trial_id"] for r in rows) == sorted(t.trial_id for u in units(exp) for t in unit_trials(exp, u))
+    assert sorted(r["trial_id"] for r in rows) == sorted(
+        t.trial_id for u in units(exp) for t in unit_trials(exp, u)
+    )
     assert {r.get("unit") is None for r in rows if r["condition"] in ("c0", "c1")} == {True}
     assert all(r["unit"] for r in rows if r["condition"] not in ("c0", "c1"))
     manifest = read_manifest(old)
