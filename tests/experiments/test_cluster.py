@@ -34,7 +34,7 @@ VENV_BIN = Path(sys.executable).parent
 SYNTHETIC = """
 name: ray-synthetic
 profiles: [india]
-sweep: {loss_pct: [0, 1]}
+sweep: {rate_mbit: [20, 10]}
 servers: [caddy, nginx]
 clients: [{tool: tls_perf, tls: ["1.3"]}, quic_perf]
 workload: {kind: cloud, files: [100MB]}

@@ -15,6 +15,7 @@ from quicbed.experiments.commands import cmd_merge, cmd_run
 from quicbed.experiments.matrix import conditions, trials
 from quicbed.experiments.schema import load_experiment, parse_experiment
 from quicbed.experiments.shard import (
+    UNIT_MAX_S,
     UNIT_MIN_S,
     assign,
     cell_seconds,
@@ -78,9 +79,15 @@ def test_units_split_every_condition_deterministically_balanced_and_whole(exp):
     for cond in conditions(exp):
         mine = condition_units(exp, cond)
         assert all({t.condition.id for t in unit_trials(exp, u)} == {cond.id} for u in mine)  # one condition
-        for u in mine:  # a unit keeps every client and repetition of its cells together
+        for u in mine:  # a unit keeps every client of its cells' repetitions together
             held = unit_trials(exp, u)
-            assert len(held) == len(u.cells) * len(exp.clients) * exp.repetitions
+            assert len(held) == sum(end - first for _, _, first, end in u.cells) * len(exp.clients)
+            # a (server, object) splits into blocks of repetitions only when it is that long
+            assert all(cell_seconds(exp, cond, c) <= UNIT_MAX_S or c[3] - c[2] == 1 for c in u.cells)
+        whole = [(s, o, 0, exp.repetitions) for s in exp.servers for o in exp.workload.objects]
+        blocks = [c for u in mine for c in u.cells if c[2:] != (0, exp.repetitions)]
+        assert all(cell_seconds(exp, cond, (s, o, 0, exp.repetitions)) > UNIT_MAX_S for s, o, _, _ in blocks)
+        assert len(whole) <= sum(len(u.cells) for u in mine)
         cost = [unit_seconds(exp, u) for u in mine]
         longest_cell = max(cell_seconds(exp, cond, c) for u in mine for c in u.cells)
         # Balanced as the greedy guarantees, once units under UNIT_MIN_S are merged away.
@@ -108,8 +115,8 @@ def test_the_paper_plans_within_an_hour_for_cloud_on_16_workers(capsys):
     """Issue 34's plan: cloud was bounded by its longest condition (4 h 24 on 16 workers)."""
     exp = load_experiment(PAPER / "cloud.yaml")
     bins = assign(exp, 16)
-    assert max(worker_seconds(exp, b) for b in bins) <= 3600
-    text = plan(exp, 16)
+    assert max(worker_seconds(exp, b, shared=False) for b in bins) <= 3600  # Ray: a path per unit
+    text = plan(exp, 16, shared=False)
     assert f"{len(units(exp))} unit(s) in 2 condition(s)" in text and "bound: the longest unit" in text
 
 
