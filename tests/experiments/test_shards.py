@@ -277,3 +277,15 @@ def test_a_shard_made_before_units_resumes_its_conditions_and_does_not_merge_wit
     capsys.readouterr()
     assert cmd_merge([str(old), str(new)], None, results) == 2
     assert "made before units" in capsys.readouterr().out
+
+
+def test_a_shard_of_units_this_code_does_not_make_is_refused_in_one_line(tmp_path, capsys):
+    file, results = _file(tmp_path), tmp_path / "results"
+    shard = _run(file, results, shard="1/2")
+    manifest = read_manifest(shard)
+    manifest["shard"]["units"] = ["c0u7"]  # as another UNIT_MIN_S would have split it
+    (shard / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert _resume(file, results, shard) == 1  # as the other refused resumes (StoreError)
+    out = capsys.readouterr().out
+    assert "is a shard of units this code does not make (c0u7" in out and "Traceback" not in out
