@@ -5,6 +5,7 @@ runs made before units."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -227,7 +228,7 @@ def test_the_scheduler_examples_parse_and_name_every_shard_once():
 
 
 def _before_units(
-    run_dir: Path, keep: Callable[[dict], bool], shard_conditions: list[str] | None = None
+    run_dir: Path, keep: Callable[[dict], bool], shard_conditions: list[str] | None = None, index: int = 1
 ) -> None:
     """Make `run_dir` look as a run made before units: no unit in its rows or manifest (and a
     shard that holds whole conditions), with only the rows `keep` says."""
@@ -238,7 +239,7 @@ def _before_units(
     manifest = read_manifest(run_dir)
     del manifest["units"]
     if shard_conditions is not None:
-        manifest["shard"] = {"index": 1, "count": 2, "conditions": shard_conditions, "trials_all": TOTAL}
+        manifest["shard"] = {"index": index, "count": 2, "conditions": shard_conditions, "trials_all": TOTAL}
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -289,3 +290,18 @@ def test_a_shard_of_units_this_code_does_not_make_is_refused_in_one_line(tmp_pat
     assert _resume(file, results, shard) == 1  # as the other refused resumes (StoreError)
     out = capsys.readouterr().out
     assert "is a shard of units this code does not make (c0u7" in out and "Traceback" not in out
+
+
+def test_shards_made_before_units_still_merge_by_condition(tmp_path, capsys):
+    file, results = _file(tmp_path), tmp_path / "results"
+    whole = _run(file, results)
+    halves = (["c0", "c2", "c4"], ["c1", "c3", "c5"])
+    old = []
+    for index, mine in enumerate(halves, 1):
+        copy = results / f"old-shard-{index}"
+        shutil.copytree(whole, copy)
+        _before_units(copy, lambda r, mine=mine: r["condition"] in mine, shard_conditions=mine, index=index)
+        old.append(copy)
+    assert cmd_merge([str(d) for d in old], "merged-old", results) == 0
+    assert _trial_ids(results / "merged-old") == _trial_ids(whole)
+    assert read_manifest(results / "merged-old")["status"] == "complete"
