@@ -9,6 +9,8 @@ passed, forced}]`).
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
 
 # Manifest fields that legitimately differ between runs of one setup (bookkeeping, what was
@@ -106,6 +108,78 @@ def mixed_hosts(entries: list[dict[str, Any]]) -> list[str]:
         for run, kinds in runs.items()
         if len(kinds) > 1
     ]
+
+
+# The calibration checks two units of one condition must agree on: (metric, direction).
+ALIKE_CHECKS = (
+    ("rtt_median_ms", "both"),
+    ("goodput_mbit", "down"),
+    ("goodput_mbit", "up"),
+    ("loss_pct", "down"),
+    ("loss_pct", "up"),
+)
+_NUMBER = r"(-?[0-9.]+)"
+Checks = dict[tuple[Any, Any], dict[str, Any]]  # (metric, direction) -> the check
+
+
+def half_band(check: dict[str, Any]) -> float | None:
+    """Half the width of a calibration check's tolerance band, in the check's unit: `±0.81 ms`,
+    `94%..96.1% of rate` (of the configured rate), `99.9% CI [0.712, 1.311]`."""
+    text = str(check.get("tolerance") or "")
+    if m := re.fullmatch(rf"±{_NUMBER} ms", text):
+        return float(m[1])
+    if m := re.fullmatch(rf"{_NUMBER}%\.\.{_NUMBER}% of rate", text):
+        return (float(m[2]) - float(m[1])) / 200 * float(check.get("configured") or 0)
+    if m := re.search(rf"\[{_NUMBER}, {_NUMBER}\]", text):
+        return (float(m[2]) - float(m[1])) / 2
+    return None
+
+
+def units_unlike(manifests: list[dict[str, Any]]) -> list[str]:
+    """Conditions whose units (experiments/shard.py: parts of a condition, each on a path of its
+    own) calibrated unlike each other: a check's measured values further apart than its
+    tolerance (half its band: the RTT's ±, the goodput's band, the loss's interval), so
+    comparing their servers or objects also compares paths. One line per condition."""
+    out = []
+    for m in manifests:
+        by_condition: dict[str, list[tuple[str, Checks]]] = {}
+        for uid, unit in (m.get("units") or {}).items():
+            cal = unit.get("calibration") or {}
+            inner: dict[str, Any] = cal["calibration"] if isinstance(cal.get("calibration"), dict) else cal
+            checks = {(c.get("metric"), c.get("direction")): c for c in inner.get("checks") or []}
+            if checks:
+                by_condition.setdefault(unit.get("condition", "?"), []).append((uid, checks))
+        for cid, held in sorted(by_condition.items()):
+            apart = [line for key in ALIKE_CHECKS if (line := _apart(key, held))]
+            if apart:
+                label = (m.get("conditions") or {}).get(cid, {}).get("label", cid)
+                out.append(
+                    f"Run {m.get('run_id', '?')}: the units of {cid} ({label}) calibrated unlike each "
+                    f"other, so comparing their servers or objects also compares paths: {'; '.join(apart)}"
+                )
+    return out
+
+
+def _apart(key: tuple[str, str], held: list[tuple[str, Checks]]) -> str | None:
+    values = [(uid, checks[key]) for uid, checks in held if key in checks]
+    measured: list[tuple[str, float]] = [
+        (uid, float(c["measured"]))
+        for uid, c in values
+        if isinstance(c.get("measured"), int | float) and not math.isnan(c["measured"])
+    ]
+    bands = [b for _, c in values if (b := half_band(c)) is not None]
+    if len(measured) < 2 or not bands:
+        return None
+    low, high = min(measured, key=lambda x: x[1]), max(measured, key=lambda x: x[1])
+    allowed = max(bands)
+    if high[1] - low[1] <= allowed:
+        return None
+    metric, direction = key
+    where = "" if direction == "both" else f" {direction}"
+    return (
+        f"{metric}{where} {low[1]:g} ({low[0]}) vs {high[1]:g} ({high[0]}), "
+        f"{high[1] - low[1]:.3g} apart, tolerance {allowed:.3g}"
+    )
 
 
 def runner_entry(

@@ -20,7 +20,7 @@ from .claims import FAILS, NO_DATA, Direction, Verdict, evaluate, expectation_cl
 from .expectations import compile_expectation
 from .figures import CONGESTION, Figure, goodput_against_bound, make_figures
 from .load import AnalysisError, load_runs, loss_paths, resolve_run_dir, results_root
-from .manifest import calibration_entries, flatten, mixed_hosts
+from .manifest import calibration_entries, flatten, mixed_hosts, units_unlike
 from .overhead import account
 from .render import Block, Bullets, FigureBlock, Section, Table, Text, VerdictList
 from .stacks import StackWindow, explain_gain_shrinks, measured_windows, windows_table
@@ -69,6 +69,7 @@ def flags(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> list[str]:
         if e["calibrated"] and not e.get("passed")
     ]
     out += mixed_hosts(calibration_entries(manifests))
+    out += units_unlike(manifests)
     out += [
         f"Not loss-responsive under loss: {stack}; figures resting on it measure its congestion "
         "control, not its protocol (see Congestion response)."

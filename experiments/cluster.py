@@ -1,12 +1,13 @@
-"""`quicbed run FILE --ray ADDRESS`: an experiment's conditions on a Ray cluster.
+"""`quicbed run FILE --ray ADDRESS`: an experiment's units on a Ray cluster.
 
-Each condition (one path, its calibration and all its trials) is one Ray task holding the
-custom resource `quicbed_path: 1`, so a machine that offers one runs one path at a time. The
-worker measures through its own executor (`runner.measure_condition`, as a local run does) and
+Each unit (part of a condition: its path, its own calibration and its trials; shard.py) is one
+Ray task holding the custom resource `quicbed_path: 1`, so a machine that offers one runs one
+path at a time. The
+worker measures through its own executor (`runner.measure_units`, as a local run does) and
 hands each row, as it is measured, to a `Sink` actor on the head's node; the head drains it into
 the run's store (append + fsync, one row per trial: `runner.Session.record` drops a second).
 The sink also tells a retried task which of its trials already arrived, so a worker that dies
-mid-condition costs only its unfinished trials, whether Ray retries the task or `--resume`
+mid-unit costs only its unfinished trials, whether Ray retries the task or `--resume`
 runs them later, on any worker.
 
 Ray is an optional extra (`pip install -e .[cluster]`) and imported only here, lazily.
@@ -25,10 +26,10 @@ from typing import Any
 from quicbed import paths
 from quicbed.errors import InputError, QuicbedError
 
-from .matrix import Condition, Trial
-from .runner import ConditionSkipped, Executor, Session, Work, host_facts, measure_condition, ran_on
+from .matrix import Trial
+from .runner import ConditionSkipped, Executor, Session, Work, host_facts, measure_units, ran_on
 from .schema import Experiment
-from .shard import condition_seconds
+from .shard import Unit, unit_seconds
 
 RESOURCE = "quicbed_path"  # one per machine: `ray start ... --resources '{"quicbed_path": 1}'`
 CONNECT_S = 5.0
@@ -53,7 +54,7 @@ def connect(address: str) -> Any:
     if not ray.is_initialized():
         _reachable(address)  # Ray itself would retry a wrong address for minutes
         try:
-            # Workers' own output stays in their logs; the head prints one line per condition.
+            # Workers' own output stays in their logs; the head prints one line per unit.
             ray.init(address=address, log_to_driver=False, logging_level="WARNING")
         except (ConnectionError, ValueError, RuntimeError) as exc:
             raise QuicbedError(f"--ray {address}: cannot connect ({exc})") from None
@@ -97,15 +98,16 @@ class Sink:
         return taken
 
 
-def condition_task(
+def unit_task(
     sink: Any,
     exp: Experiment,
-    cond: Condition,
+    unit: Unit,
     todo: list[tuple[Trial, int]],
     run_id: str,
     factory: ExecutorFactory,
 ) -> str:
-    """On a worker: measure one condition, sending home each row before the next trial."""
+    """On a worker: measure one unit on a path of its own, sending home each row before the
+    next trial."""
     import ray
 
     from quicbed.topology.marker import kill_own_helpers
@@ -120,19 +122,18 @@ def condition_task(
     executor = factory(exp, run_dir)
     host, info = host_facts(), executor.manifest_info()
     try:
-        measure_condition(
-            cond,
-            todo,
+        measure_units(
+            [(unit, todo)],
             executor,
             run_id,
-            lambda calib: put("calibrated", (cond.id, calib, ran_on(host, info, calib))),
+            lambda u, calib: put("calibrated", (u.id, calib, ran_on(host, info, calib))),
             lambda row: put("row", (row, _trace(run_dir, row))),
         )
     except ConditionSkipped as exc:
-        put("skipped", (cond.id, f"{exc} (on {host['hostname']})"))
+        put("skipped", (unit.id, f"{exc} (on {host['hostname']})"))
     finally:
         kill_own_helpers()  # a helper its teardown missed must not outlive the task
-    return cond.id
+    return unit.id
 
 
 def _trace(run_dir: Path, row: dict[str, Any]) -> str | None:
@@ -150,7 +151,7 @@ class RayDispatcher:
         self.ray = connect(address)
         self.address, self.factory, self.exp, self.run_dir = address, factory, exp, run_dir
         self.retries = retries
-        self.work: dict[str, tuple[Condition, list[tuple[Trial, int]]]] = {}
+        self.work: dict[str, tuple[Unit, list[tuple[Trial, int]]]] = {}
         if not path_slots(address):
             raise QuicbedError(
                 f"--ray {address}: no live node offers the {RESOURCE} resource "
@@ -165,7 +166,7 @@ class RayDispatcher:
                 "path_slots": path_slots(self.address),
                 "retries": self.retries,
             },
-            "per_condition": "conditions.<id>.ran_on",
+            "per_unit": "units.<id>.ran_on",
         }
 
     def run_conditions(self, work: Work, session: Session) -> None:
@@ -173,15 +174,15 @@ class RayDispatcher:
         here = ray.get_runtime_context().get_node_id()
         affinity = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(here, soft=False)
         sink = ray.remote(num_cpus=0)(Sink).options(scheduling_strategy=affinity).remote()
-        task = ray.remote(condition_task).options(
+        task = ray.remote(unit_task).options(
             num_cpus=0, resources={RESOURCE: 1}, max_retries=self.retries, retry_exceptions=False
         )
         # Longest first, as shard.assign plans it: Ray hands them to free workers in this order.
-        work = sorted(work, key=lambda w: -condition_seconds(self.exp, w[0]))
-        self.work = {cond.id: (cond, todo) for cond, todo in work}
+        work = sorted(work, key=lambda w: -unit_seconds(self.exp, w[0]))
+        self.work = {unit.id: (unit, todo) for unit, todo in work}
         pending = {
-            task.remote(sink, self.exp, cond, todo, session.manifest["run_id"], self.factory): (cond, todo)
-            for cond, todo in work
+            task.remote(sink, self.exp, unit, todo, session.manifest["run_id"], self.factory): (unit, todo)
+            for unit, todo in work
         }
         try:
             while pending:
@@ -195,22 +196,22 @@ class RayDispatcher:
         finally:
             ray.kill(sink)
 
-    def _finished(self, ref: Any, cond: Condition, todo: list[tuple[Trial, int]], session: Session) -> None:
+    def _finished(self, ref: Any, unit: Unit, todo: list[tuple[Trial, int]], session: Session) -> None:
         try:
             self.ray.get(ref)
         except self.ray.exceptions.RayTaskError as exc:  # the task itself raised (set-up)
             cause = getattr(exc, "cause", None) or exc
             session.skipped(
-                cond, _left(todo, session), f"failed on its worker: {type(cause).__name__}: {cause}"
+                unit, _left(todo, session), f"failed on its worker: {type(cause).__name__}: {cause}"
             )
             return
         except self.ray.exceptions.RayError as exc:  # the worker or its node died
             left = _left(todo, session)
-            reason = f"worker lost mid-condition ({type(exc).__name__}); {left} trial(s) left"
-            session.skipped(cond, left, reason)
+            reason = f"worker lost mid-unit ({type(exc).__name__}); {left} trial(s) left"
+            session.skipped(unit, left, reason)
             return
-        if cond.id not in session.summary.skipped:
-            session.finished(cond)
+        if unit.id not in session.summary.skipped:
+            session.finished(unit)
 
     def _drain(self, sink: Any, session: Session) -> None:
         for kind, payload in self.ray.get(sink.drain.remote()):
@@ -219,13 +220,13 @@ class RayDispatcher:
                 if session.record(row) and trace is not None:
                     _write_text(self.run_dir / row["trace_file"], trace)
             elif kind == "calibrated":
-                cond_id, calib, where = payload
-                session.calibrated(cond_id, calib, where)
-                session.bar.console.print(f"{cond_id}: calibrated on {where['hostname']}", markup=False)
+                unit_id, calib, where = payload
+                session.calibrated(unit_id, calib, where)
+                session.bar.console.print(f"{unit_id}: calibrated on {where['hostname']}", markup=False)
             else:
-                cond_id, reason = payload
-                cond, todo = self.work[cond_id]
-                session.skipped(cond, _left(todo, session), reason)
+                unit_id, reason = payload
+                unit, todo = self.work[unit_id]
+                session.skipped(unit, _left(todo, session), reason)
 
     def _cancel(self, refs: list[Any], sink: Any, session: Session) -> None:
         """Ctrl-C: each running task unwinds (its path torn down), rows so far are kept."""

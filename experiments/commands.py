@@ -76,8 +76,8 @@ def cmd_run(
         if dry:
             console.print(dry_run(exp), markup=False)
             workers = part.count if part else ray_workers or (ray and cluster.path_slots(ray))
-            if workers:
-                console.print(plan(exp, workers), markup=False)
+            if workers:  # a shard's units of one condition share its path; Ray's do not
+                console.print(plan(exp, workers, shared=part is not None), markup=False)
             return 0
     except QuicbedError as exc:
         console.print(str(exc), markup=False)

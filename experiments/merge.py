@@ -63,6 +63,10 @@ def check_shards(manifests: list[dict[str, Any]]) -> list[str]:
     counts = {m["shard"]["count"] for m in manifests}
     if len(counts) > 1:
         problems.append(f"shards of different splits (N = {', '.join(map(str, sorted(counts)))})")
+    whole = [m["run_id"] for m in manifests if "units" not in m["shard"]]
+    if whole and len(whole) < len(manifests):
+        # Same commit is checked too; this says why, for shards from before units.
+        problems.append(f"shards of whole conditions (made before units) and of units: {', '.join(whole)}")
     seen: dict[int, str] = {}
     for m in manifests:
         index = m["shard"]["index"]
@@ -85,9 +89,8 @@ def merge_runs(run_dirs: list[Path], out_dir: Path) -> Merged:
     with RunStore(out_dir).open(create=True) as store:
         store.write_manifest(merged)
         for run_dir, manifest in zip(run_dirs, manifests, strict=True):
-            own = set(manifest["shard"]["conditions"])
             for row in load_history(run_dir)[0]:  # every attempt: retries stay superseded
-                if row.get("condition") in own:
+                if _owns(manifest["shard"], row):
                     store.append({**row, "run_id": out_dir.name})
     current = load_rows(out_dir)[0]
     write_parquet(current, out_dir / "rows.parquet")
@@ -95,31 +98,45 @@ def merge_runs(run_dirs: list[Path], out_dir: Path) -> Merged:
     return Merged(out_dir, len(current), missing, merged["trials_total"] - done)
 
 
+def _owns(shard: dict[str, Any], row: dict[str, Any]) -> bool:
+    """The row is one of the shard's own: its unit's (a shard made before units: its
+    condition's)."""
+    if "units" in shard:
+        return row.get("unit") in set(shard["units"])
+    return row.get("condition") in set(shard["conditions"])
+
+
 def _merged_manifest(run_id: str, manifests: list[dict[str, Any]], missing: list[int]) -> dict[str, Any]:
     first = sorted(manifests, key=lambda m: m["shard"]["index"])[0]
     merged = {k: v for k, v in first.items() if k != "shard"}
     conditions = {cid: dict(entry) for cid, entry in first["conditions"].items()}
+    units: dict[str, Any] = {}
     sessions, statuses = [], set()
     for m in manifests:
         shard = m["shard"]
         statuses.add(m.get("status"))
+        ran_in = {
+            "run_id": m["run_id"],
+            "shard": f"{shard['index']}/{shard['count']}",
+            "host": m.get("host"),
+            "executor": m.get("executor"),
+        }
+        # Which shard, host and executor ran each unit and condition, beside its calibration
+        # (a condition split over shards keeps the calibration of one of its units; each
+        # unit's own is in `units`).
+        for uid in shard.get("units", []):
+            units[uid] = {**m["units"][uid], "ran_in": ran_in}
         for cid in shard["conditions"]:
-            # Which shard, host and executor ran each condition, beside its calibration.
-            conditions[cid] = {
-                **m["conditions"][cid],
-                "ran_in": {
-                    "run_id": m["run_id"],
-                    "shard": f"{shard['index']}/{shard['count']}",
-                    "host": m.get("host"),
-                    "executor": m.get("executor"),
-                },
-            }
+            mine = m["conditions"][cid]
+            if cid not in conditions or mine.get("calibration") or not conditions[cid].get("ran_in"):
+                conditions[cid] = {**mine, "ran_in": ran_in}
         sessions += [{**s, "run_id": m["run_id"]} for s in m.get("sessions", [])]
     merged.update(
         run_id=run_id,
         conditions=conditions,
         sessions=sessions,
         merged_from=[m["run_id"] for m in manifests],
+        **({"units": units} if units else {}),
         missing_shards=missing,
         status="complete" if statuses == {"complete"} and not missing else "partial",
     )

@@ -38,9 +38,9 @@ from quicbed.analysis.overhead import account, summary_lines
 from quicbed.errors import HostProblem, PathMismatch
 from quicbed.topology.signals import STOP_SIGNALS
 
-from .matrix import Condition, Trial, conditions, count_per_condition, trials
+from .matrix import Condition, Trial, conditions
 from .schema import Experiment
-from .shard import Shard, shard_conditions
+from .shard import Shard, Unit, shard_units, unit_trials, units
 from .store import RunStore, StoreError, load_rows, read_manifest
 
 ROW_DEFAULTS = rowschema.RUNNER_DEFAULTS
@@ -95,7 +95,7 @@ class RunSummary:
     done_before: int = 0
     ran: int = 0
     failed: int = 0
-    skipped: list[str] = field(default_factory=list)  # condition ids that could not be set up
+    skipped: list[str] = field(default_factory=list)  # unit ids whose path could not be set up
     interrupted: bool = False
     stopped: str | None = None  # a HostProblem: no later condition could have run either
     # Conditions whose path failed calibration: refused, or measured anyway with --force.
@@ -126,7 +126,7 @@ def run_experiment(
     through a Dispatcher that sends conditions to other machines (experiments/cluster.py)
     (with retry_failed, every failed one
     too: its new row supersedes the old, which stays in the file); with `shard`, only the
-    trials of that shard's conditions (experiments/shard.py; a resumed shard keeps its own).
+    trials of that shard's units (experiments/shard.py; a resumed shard keeps its own).
     Raises StoreError before any trial if the directory is unusable or locked, and on
     disk-full mid-run (the file stays consistent)."""
     console = console or Console(highlight=False, soft_wrap=True)
@@ -137,9 +137,9 @@ def run_experiment(
         manifest = _start_manifest(exp, executor, run_dir, resume, retry_failed, shard)
         store.write_manifest(manifest)
         done, attempts = _done_trials(run_dir, retry_failed)
-        conds = _conditions(exp, manifest)
-        summary = RunSummary(run_dir.name, run_dir, len(conds) * count_per_condition(exp))
-        summary.done_before = len(done & {t.trial_id for c in conds for t in trials(exp, c)})
+        held = [(unit, unit_trials(exp, unit)) for unit in _units(exp, manifest)]
+        summary = RunSummary(run_dir.name, run_dir, sum(len(ts) for _, ts in held))
+        summary.done_before = len(done & {t.trial_id for _, ts in held for t in ts})
         if store.torn_lines:
             console.print(f"note: dropped {store.torn_lines} torn row (crash); it will be rerun")
         retrying = len(attempts.keys() - done)
@@ -149,13 +149,9 @@ def run_experiment(
                 f"{store.rows_path.name}, superseded by the new attempt"
             )
         work = [
-            (cond, todo)
-            for cond in conds
-            if (
-                todo := [
-                    (t, attempts.get(t.trial_id, 0) + 1) for t in trials(exp, cond) if t.trial_id not in done
-                ]
-            )
+            (unit, todo)
+            for unit, ts in held
+            if (todo := [(t, attempts.get(t.trial_id, 0) + 1) for t in ts if t.trial_id not in done])
         ]
         dispatcher = executor if isinstance(executor, Dispatcher) else Local(executor)
         try:
@@ -181,11 +177,11 @@ def _done_trials(run_dir: Path, retry_failed: bool) -> tuple[set[str], dict[str,
     return done, {r["trial_id"]: int(r.get("attempt") or 1) for r in latest}
 
 
-Work = list[tuple[Condition, list[tuple[Trial, int]]]]  # conditions and their (trial, attempt)s
+Work = list[tuple[Unit, list[tuple[Trial, int]]]]  # units and their (trial, attempt)s
 
 
 class ConditionSkipped(Exception):
-    """The condition's path could not be set up or calibrated; resume retries it."""
+    """The unit's path could not be set up or calibrated; resume retries it."""
 
 
 @dataclass
@@ -200,15 +196,20 @@ class Session:
     task: Any
     stored: set[str]  # trial ids with a row that counts: a second one is dropped
 
-    def started(self, cond: Condition) -> None:
-        self.bar.update(self.task, description=f"{cond.id} {cond.label}")
+    def started(self, unit: Unit) -> None:
+        self.bar.update(self.task, description=f"{unit.id} {unit.label}")
 
-    def calibrated(self, cond_id: str, calib: dict[str, Any], ran_on: dict[str, Any]) -> None:
+    def calibrated(self, unit_id: str, calib: dict[str, Any], ran_on: dict[str, Any]) -> None:
+        """A unit's path calibrated: the unit's own record, and its condition's (the
+        analysis reads a condition's calibration: the last of its units to calibrate)."""
         if calib.get("forced"):
-            self.summary.mismatched.append(cond_id)
-        entry = self.manifest["conditions"][cond_id]
+            self.summary.mismatched.append(unit_id)
+        entry = self.manifest["units"][unit_id]
         entry.pop("error", None)
         entry.update(calibration=calib, ran_on=ran_on)
+        cond = self.manifest["conditions"][entry["condition"]]
+        cond.pop("error", None)
+        cond.update(calibration=calib, ran_on=ran_on)
         self.store.write_manifest(self.manifest)
 
     def record(self, row: dict[str, Any]) -> bool:
@@ -222,23 +223,24 @@ class Session:
         self.bar.advance(self.task)
         return True
 
-    def skipped(self, cond: Condition, left: int, reason: str) -> None:
+    def skipped(self, unit: Unit, left: int, reason: str) -> None:
         if reason.startswith(f"{PathMismatch.__name__}:"):
-            self.summary.mismatched.append(cond.id)
-        self.manifest["conditions"][cond.id]["error"] = reason
-        self.summary.skipped.append(cond.id)
-        self.bar.console.print(f"{cond.id} {cond.label}: skipped: {reason}", style="red", markup=False)
+            self.summary.mismatched.append(unit.id)
+        self.manifest["units"][unit.id]["error"] = reason
+        self.manifest["conditions"][unit.condition.id]["error"] = f"{unit.id}: {reason}"
+        self.summary.skipped.append(unit.id)
+        self.bar.console.print(f"{unit.id} {unit.label}: skipped: {reason}", style="red", markup=False)
         self.bar.advance(self.task, left)
         self.store.write_manifest(self.manifest)
 
-    def finished(self, cond: Condition) -> None:
+    def finished(self, unit: Unit) -> None:
         self.store.write_manifest(self.manifest)
-        self.bar.console.print(condition_summary(cond, load_rows(self.store.dir)[0]), markup=False)
+        self.bar.console.print(condition_summary(unit, load_rows(self.store.dir)[0]), markup=False)
 
 
 @runtime_checkable
 class Dispatcher(Protocol):
-    """Where conditions run: this machine (`Local`) or a cluster (experiments/cluster.py)."""
+    """Where units run: this machine (`Local`) or a cluster (experiments/cluster.py)."""
 
     def run_conditions(self, work: Work, session: Session) -> None: ...
 
@@ -255,31 +257,45 @@ class Local:
     def run_conditions(self, work: Work, session: Session) -> None:
         # This machine now: a resumed run may be finished elsewhere.
         run_id, host, info = session.manifest["run_id"], host_facts(), _safe(self.manifest_info)
-        for cond, todo in work:
-            session.started(cond)
 
-            def calibrated(calib: dict[str, Any], cond_id: str = cond.id) -> None:
-                session.calibrated(cond_id, calib, ran_on(host, info, calib))
+        def calibrated(unit: Unit, calib: dict[str, Any]) -> None:
+            session.calibrated(unit.id, calib, ran_on(host, info, calib))
 
+        # One path per condition here: its units run one after another on it (a cluster gives
+        # each unit a path of its own; on one machine that would only add set-ups).
+        for group in _by_condition(work):
+            session.started(group[0][0])
             try:
-                measure_condition(cond, todo, self.executor, run_id, calibrated, session.record)
+                measure_units(group, self.executor, run_id, calibrated, session.record, session.finished)
             except ConditionSkipped as exc:
-                session.skipped(cond, len(todo), str(exc))
-                continue
-            session.finished(cond)
+                for unit, todo in group:
+                    session.skipped(unit, len(todo), str(exc))
 
 
-def measure_condition(
-    cond: Condition,
-    todo: list[tuple[Trial, int]],
+def _by_condition(work: Work) -> list[Work]:
+    """Consecutive units of one condition together."""
+    groups: list[Work] = []
+    for unit, todo in work:
+        if groups and groups[-1][0][0].condition.id == unit.condition.id:
+            groups[-1].append((unit, todo))
+        else:
+            groups.append([(unit, todo)])
+    return groups
+
+
+def measure_units(
+    work: Work,
     executor: Executor,
     run_id: str,
-    on_calibrated: Callable[[dict[str, Any]], None],
+    on_calibrated: Callable[[Unit, dict[str, Any]], None],
     on_row: Callable[[dict[str, Any]], Any],
+    on_done: Callable[[Unit], None] = lambda _unit: None,
 ) -> None:
-    """Bring the condition's path up and calibrate it (ConditionSkipped if that fails), then
-    run each trial, handing every row to `on_row` as it is measured. The same on the head of a
-    local run and on a cluster's worker."""
+    """Bring up the path of these units' condition (one condition) and calibrate it
+    (ConditionSkipped if that fails), then run each unit's trials, handing every row to
+    `on_row` as it is measured. The same on the head of a local run and on a cluster's worker."""
+    cond = work[0][0].condition
+    assert all(unit.condition.id == cond.id for unit, _ in work), "one condition's units"
     with contextlib.ExitStack() as stack:
         try:
             calib = stack.enter_context(executor.condition(cond)) or {}
@@ -287,9 +303,12 @@ def measure_condition(
             raise
         except Exception as exc:  # calibration mismatch, path failure: skip, resume retries it
             raise ConditionSkipped(f"{type(exc).__name__}: {exc}") from exc
-        on_calibrated(calib)
-        for trial, attempt in todo:
-            on_row(_run_trial(trial, executor, calib, run_id, attempt))
+        for unit, _ in work:
+            on_calibrated(unit, calib)
+        for unit, todo in work:
+            for trial, attempt in todo:
+                on_row(_run_trial(trial, executor, calib, run_id, attempt, unit.id))
+            on_done(unit)
 
 
 def host_facts() -> dict[str, Any]:
@@ -325,7 +344,7 @@ def _cpu_model() -> str:
 
 
 def _run_trial(
-    trial: Trial, executor: Executor, calib: dict, run_id: str, attempt: int = 1
+    trial: Trial, executor: Executor, calib: dict, run_id: str, attempt: int = 1, unit: str | None = None
 ) -> dict[str, Any]:
     started, t0 = _now(), time.monotonic()
     try:
@@ -340,17 +359,19 @@ def _run_trial(
     capture_s = tool_row.get("capture_s") if tool_row else None
     wall = time.monotonic() - t0 - (capture_s if isinstance(capture_s, int | float) else 0.0)
     timing = {"started_at": started, "wall_s": round(wall, 3), "attempt": attempt}
-    row = make_row(run_id, trial, tool_row, calib) | timing
+    row = make_row(run_id, trial, tool_row, calib, unit) | timing
     # The tools write "" for success; rows say None, so one test (`error is None`) holds.
     row["error"] = error or row.get("error") or None
     # Whether the sender's rate is one a loss-responsive congestion control could reach here.
     return row | loss_response.runner_columns(row, calib)
 
 
-def make_row(run_id: str, trial: Trial, tool_row: dict[str, Any], calib: dict[str, Any]) -> dict[str, Any]:
+def make_row(
+    run_id: str, trial: Trial, tool_row: dict[str, Any], calib: dict[str, Any], unit: str | None = None
+) -> dict[str, Any]:
     """Axes + the tool's row + calibration summary. Axes win; a tool value that disagrees with
     an axis (e.g. its own `protocol` spelling) is kept as tool_<key>."""
-    axes = trial_axes(run_id, trial)
+    axes = trial_axes(run_id, trial, unit)
     clashes = {f"tool_{k}": v for k, v in tool_row.items() if k in axes and v != axes[k]}
     calib_summary = {
         "calib_rtt_ms": calib.get("rtt_ms"),
@@ -361,13 +382,14 @@ def make_row(run_id: str, trial: Trial, tool_row: dict[str, Any], calib: dict[st
     return row | {k: v for k, v in ROW_DEFAULTS.items() if k not in row}
 
 
-def trial_axes(run_id: str, trial: Trial) -> dict[str, Any]:
+def trial_axes(run_id: str, trial: Trial, unit: str | None = None) -> dict[str, Any]:
     cond, link = trial.condition, trial.condition.link
     return {
         "run_id": run_id,
         "trial_id": trial.trial_id,
         "condition": cond.id,
         "condition_label": cond.label,
+        "unit": unit,  # the part of the condition that ran on one path (experiments/shard.py)
         "profile": cond.profile,
         "rtt_ms": link.rtt_ms,
         "rate_down_mbit": link.down.rate_mbit,
@@ -387,9 +409,14 @@ def trial_axes(run_id: str, trial: Trial) -> dict[str, Any]:
     }
 
 
-def condition_summary(cond: Condition, rows: list[dict[str, Any]]) -> str:
-    """One line: medians per protocol, e.g. `c0 india: quic conn 81 ttfb 162 dl 170 ms | ...`."""
-    mine = [r for r in rows if r.get("condition") == cond.id]
+def condition_summary(part: Condition | Unit, rows: list[dict[str, Any]]) -> str:
+    """One line: medians per protocol, e.g. `c0 india: quic conn 81 ttfb 162 dl 170 ms | ...`
+    (of a condition, or of one unit: `c0u1 india [caddy: 10MB]: ...`)."""
+    if isinstance(part, Unit):
+        mine = [r for r in rows if r.get("unit") == part.id]
+    else:
+        mine = [r for r in rows if r.get("condition") == part.id]
+    cond = part
     parts = []
     for proto in sorted({r["protocol"] for r in mine}):
         ok = [r for r in mine if r["protocol"] == proto and r.get("error") is None]
@@ -421,17 +448,24 @@ def _finish(store: RunStore, manifest: dict, summary: RunSummary, console: Conso
         console.print(line, markup=False)
     console.print(
         f"{summary.run_id}: {done}/{summary.total} trials, {summary.failed} failed "
-        f"this session, {len(summary.skipped)} conditions skipped -> {store.dir}",
+        f"this session, {len(summary.skipped)} units skipped -> {store.dir}",
         markup=False,
     )
 
 
-def _conditions(exp: Experiment, manifest: dict[str, Any]) -> list[Condition]:
-    """The conditions this run holds: all of them, or its shard's."""
-    shard = manifest.get("shard")
+def _units(exp: Experiment, manifest: dict[str, Any]) -> list[Unit]:
+    """The units this run holds: all of them, or its shard's, as its manifest recorded them
+    (a shard started before units holds whole conditions: all their units)."""
+    shard, every = manifest.get("shard"), units(exp)
     if not shard:
-        return conditions(exp)
-    return shard_conditions(exp, Shard(shard["index"], shard["count"]))
+        return every
+    if "units" in shard:
+        return [u for u in every if u.id in set(shard["units"])]
+    return [u for u in every if u.condition.id in set(shard["conditions"])]
+
+
+def _unit_entries(held: list[Unit]) -> dict[str, dict[str, Any]]:
+    return {u.id: {**u.to_dict(), "label": u.label, "calibration": None} for u in held}
 
 
 def _start_manifest(
@@ -460,10 +494,11 @@ def _start_manifest(
             raise StoreError(
                 f"{run_dir.name} is not shard {shard} (it holds {held}); " "resume it without --shard"
             )
+        _resume_units(exp, manifest)
         manifest["sessions"].append(session)
         manifest["status"] = "running"
         return manifest
-    conds = shard_conditions(exp, shard) if shard else conditions(exp)
+    mine = shard_units(exp, shard) if shard else units(exp)
     manifest = {
         "run_id": run_dir.name,
         "experiment": exp.name,
@@ -475,7 +510,7 @@ def _start_manifest(
         "capture": list(exp.capture),  # per trial beside the rows (trials/); per session too
         "seed": exp.seed,
         "order": exp.order,
-        "trials_total": len(conds) * count_per_condition(exp),
+        "trials_total": sum(len(unit_trials(exp, u)) for u in mine),
         "git": session["git"],
         # Per condition, `ran_on` has the whole host_facts(); here only what runs compare on
         # (analysis.manifest: a hostname would keep identical machines' runs apart).
@@ -496,14 +531,38 @@ def _start_manifest(
             }
             for c in conditions(exp)
         },
+        # Each unit: its condition, its (server, object) cells, its own calibration and host.
+        "units": _unit_entries(mine),
     }
     if shard:
         manifest["shard"] = {
             **shard.to_dict(),
-            "conditions": [c.id for c in conds],
-            "trials_all": len(conditions(exp)) * count_per_condition(exp),
+            "units": [u.id for u in mine],
+            "conditions": sorted({u.condition.id for u in mine}, key=lambda c: int(c[1:])),
+            "trials_all": sum(len(unit_trials(exp, u)) for u in units(exp)),
         }
     return manifest
+
+
+def _resume_units(exp: Experiment, manifest: dict[str, Any]) -> None:
+    """A run started before units (or by code that split its conditions otherwise) resumes
+    with this code's units: rows already stored keep their trial ids (which name no unit), and
+    the units still to run get entries. A shard's units must be this code's: its plan is."""
+    current = {u.id: u for u in units(exp)}
+    shard = manifest.get("shard") or {}
+    stale = [uid for uid in shard.get("units", []) if uid not in current]
+    if stale:
+        raise StoreError(
+            f"{manifest['run_id']} is a shard of units this code does not make ({', '.join(stale[:3])}"
+            "...); resume it with the code that started it (its manifest's git commit)"
+        )
+    wanted = _unit_entries(_units(exp, manifest))
+    recorded = manifest.get("units") or {}
+    if any(
+        uid not in wanted or entry.get("cells") != wanted[uid]["cells"] for uid, entry in recorded.items()
+    ):
+        manifest["units_earlier"], recorded = recorded, {}  # another split's calibrations, kept
+    manifest["units"] = wanted | recorded  # a merged run's missing shards: their units added
 
 
 def git_info() -> dict[str, Any]:

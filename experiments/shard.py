@@ -1,21 +1,74 @@
-"""Shards for batch schedulers: `quicbed run FILE --shard I/N` runs a deterministic, balanced
-subset of an experiment's conditions; `quicbed merge RUN...` makes the shards one run.
+"""Units and shards: `quicbed run FILE --shard I/N` runs a deterministic, balanced subset of an
+experiment's units; `quicbed merge RUN...` makes the shards one run; a Ray cluster runs each
+unit as a task.
 
-A condition (one topology, its calibration and all its trials) is the unit: one emulated path
-per machine at a time, and a condition's trials compare protocols on the same calibrated path.
-Conditions go to shards by their estimated duration, longest first, each to the shard with the
-least work so far (ties: the lower index), so every machine computes the same plan.
+A unit is part of one condition: some of its cells, a cell being one server and object with
+every client of its repetitions (all of them, or a block of them where a server and object
+alone would take over UNIT_MAX_S: the paper's video, 30 three-minute playbacks, is 90 min). It
+runs on its own path with its own calibration, on any machine, so a condition whose trials
+take hours no longer bounds a cluster's wall time; its clients stay together, so protocols are
+still compared trial by trial on one calibrated path. A condition is split into as many units
+as its trials fill UNIT_MIN_S each (at most one per cell): a unit's path set-up and
+calibration (plan.SETUP_S) then costs under a tenth of its trials' time. The cells go to units
+by estimated duration, longest first, each to the unit with the least so far (ties: the lower
+index), and a unit still under UNIT_MIN_S joins the next smallest; units go to shards the same
+way, so every machine computes the same split and the same plan. A machine that holds several
+units of one condition (a local run, a shard) brings that path up once for them
+(runner.Local); a Ray task is one unit on its own path.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from quicbed.errors import InputError
 
-from .matrix import Condition, conditions
+from .matrix import Condition, Trial, conditions, trials
 from .plan import SETUP_S, hms, trial_seconds
 from .schema import Experiment
+
+# A unit's trials take at least this long (when its condition has that much), so its own
+# set-up and calibration (SETUP_S, 42 s) stay under a tenth of it.
+UNIT_MIN_S = 600.0
+
+# A (server, object) longer than this (a 3-minute video played 30 times: 90 min) splits into
+# blocks of repetitions, every client in each; else a cluster could go no faster than it.
+UNIT_MAX_S = 1800.0
+
+# (server, object, first repetition, end repetition): every client of those repetitions.
+Cell = tuple[str, str, int, int]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Unit:
+    condition: Condition
+    index: int  # within its condition, 0-based
+    cells: tuple[Cell, ...]  # in the experiment's server x object x repetition order
+
+    @property
+    def id(self) -> str:
+        return f"{self.condition.id}u{self.index}"
+
+    @property
+    def label(self) -> str:
+        servers = dict.fromkeys(c[0] for c in self.cells)
+        objects = dict.fromkeys(c[1] for c in self.cells)
+        reps = dict.fromkeys(f"r{a}" if b == a + 1 else f"r{a}-{b - 1}" for _, _, a, b in self.cells)
+        blocks = f" {'+'.join(reps)}" if len(reps) == 1 and len(self.cells) == 1 else ""
+        return f"{self.condition.label} [{'+'.join(servers)}: {'+'.join(objects)}{blocks}]"
+
+    def holds(self, trial: Trial) -> bool:
+        return trial.condition.id == self.condition.id and any(
+            (trial.server, trial.object) == (s, o) and a <= trial.repetition < b for s, o, a, b in self.cells
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {"condition": self.condition.id, "cells": [list(c) for c in self.cells]}
 
 
 @dataclass(frozen=True)
@@ -42,42 +95,191 @@ def parse_shard(text: str) -> Shard:
 
 
 def condition_seconds(exp: Experiment, cond: Condition) -> float:
-    """The dry run's estimate for one condition: set-up, calibration and every trial."""
-    per_rep = sum(trial_seconds(exp, cond, c, o) for c in exp.clients for o in exp.workload.objects)
-    return SETUP_S + per_rep * len(exp.servers) * exp.repetitions
+    """The dry run's estimate for one condition on one path: set-up, calibration, every trial."""
+    return SETUP_S + sum(cell_seconds(exp, cond, cell) for cell in cells_of(exp, cond))
 
 
-def assign(exp: Experiment, count: int) -> list[list[Condition]]:
-    """The conditions of each of `count` shards (longest-first greedy; deterministic)."""
-    conds = conditions(exp)
-    cost = {c.id: condition_seconds(exp, c) for c in conds}
-    bins: list[list[Condition]] = [[] for _ in range(count)]
+def cell_seconds(exp: Experiment, cond: Condition, cell: Cell) -> float:
+    """Every client's trials of one server and object, in the cell's repetitions."""
+    server, obj, first, end = cell
+    return sum(trial_seconds(exp, cond, c, obj) for c in exp.clients) * (end - first)
+
+
+def cells_of(exp: Experiment, cond: Condition) -> list[Cell]:
+    """A condition's cells: each server and object, its repetitions in as few blocks of
+    about equal length as keep each under UNIT_MAX_S (a repetition longer stays one)."""
+    out = []
+    reps = exp.repetitions
+    for server in exp.servers:
+        for obj in exp.workload.objects:
+            per_rep = cell_seconds(exp, cond, (server, obj, 0, 1))
+            fits = max(1, math.floor(UNIT_MAX_S / per_rep)) if per_rep else reps  # repetitions a block
+            blocks = math.ceil(reps / min(fits, reps))
+            edges = [round(i * reps / blocks) for i in range(blocks + 1)]
+            out += [(server, obj, a, b) for a, b in itertools.pairwise(edges)]
+    return out
+
+
+def condition_units(exp: Experiment, cond: Condition) -> list[Unit]:
+    """One condition's units: its cells split, balanced by estimated duration (deterministic)."""
+    cells = cells_of(exp, cond)
+    cost = {cell: cell_seconds(exp, cond, cell) for cell in cells}
+    count = max(1, min(len(cells), int(sum(cost.values()) // UNIT_MIN_S)))
+    order = {cell: i for i, cell in enumerate(cells)}
+    groups = _balance(cells, count, lambda cell: (-cost[cell], order[cell]), cost.__getitem__)
+    groups = _merge_small([g for g in groups if g], lambda g: sum(map(cost.__getitem__, g)), order)
+    # Numbered by their first cell, so a unit's id does not depend on the balancing's ties.
+    groups = sorted((sorted(g, key=order.__getitem__) for g in groups), key=lambda g: order[g[0]])
+    return [Unit(cond, i, tuple(g)) for i, g in enumerate(groups)]
+
+
+def _merge_small(
+    groups: list[list[Cell]], cost: Callable[[list[Cell]], float], order: dict[Cell, int]
+) -> list[list[Cell]]:
+    """The smallest unit joins the next smallest while it is under UNIT_MIN_S: a cell of
+    seconds (1 KB files) is not worth a path of its own."""
+    groups = list(groups)
+    while len(groups) > 1:
+        groups.sort(key=lambda g: (cost(g), min(map(order.__getitem__, g))))
+        if cost(groups[0]) >= UNIT_MIN_S:
+            break
+        groups[1] = groups[0] + groups[1]
+        del groups[0]
+    return groups
+
+
+def units(exp: Experiment) -> list[Unit]:
+    """Every unit of the experiment, condition by condition."""
+    return [u for cond in conditions(exp) for u in condition_units(exp, cond)]
+
+
+def unit_trials(exp: Experiment, unit: Unit) -> list[Trial]:
+    """A unit's trials in its condition's run order (protocols still interleaved)."""
+    return [t for t in trials(exp, unit.condition) if unit.holds(t)]
+
+
+def unit_seconds(exp: Experiment, unit: Unit) -> float:
+    """A unit on a path of its own: set-up, calibration and its trials."""
+    return SETUP_S + sum(cell_seconds(exp, unit.condition, cell) for cell in unit.cells)
+
+
+def worker_seconds(exp: Experiment, held: list[Unit], shared: bool = True) -> float:
+    """What one machine spends on its units: one set-up per condition when it runs them in
+    one session (`shared`: runner.Local brings a condition's path up once for all its units
+    there: a local run, a shard), else one per unit (a Ray task each) and every trial."""
+    setups = (len({u.condition.id for u in held}) if shared else len(held)) * SETUP_S
+    return setups + sum(unit_seconds(exp, u) - SETUP_S for u in held)
+
+
+def _balance(
+    items: list[T], count: int, key: Callable[[T], tuple[float, int]], cost: Callable[[T], float]
+) -> list[list[T]]:
+    """Longest first, each to the bin with the least so far (ties: the lower index)."""
+    bins: list[list[T]] = [[] for _ in range(count)]
     load = [0.0] * count
-    for cond in sorted(conds, key=lambda c: (-cost[c.id], c.index)):
+    for item in sorted(items, key=key):
         target = min(range(count), key=lambda i: (load[i], i))
-        bins[target].append(cond)
-        load[target] += cost[cond.id]
-    return [sorted(b, key=lambda c: c.index) for b in bins]
+        bins[target].append(item)
+        load[target] += cost(item)
+    return bins
 
 
-def shard_conditions(exp: Experiment, shard: Shard) -> list[Condition]:
+def assign(exp: Experiment, count: int) -> list[list[Unit]]:
+    """The units of each of `count` shards (or workers): longest first, each to the least
+    loaded; deterministic. Within a shard, in experiment order."""
+    every = units(exp)
+    position = {u.id: i for i, u in enumerate(every)}
+    cost = {u.id: unit_seconds(exp, u) for u in every}
+    bins = _balance(every, count, lambda u: (-cost[u.id], position[u.id]), lambda u: cost[u.id])
+    return [sorted(b, key=lambda u: position[u.id]) for b in bins]
+
+
+def shard_units(exp: Experiment, shard: Shard) -> list[Unit]:
     return assign(exp, shard.count)[shard.index - 1]
 
 
-def plan(exp: Experiment, count: int) -> str:
-    """The per-worker plan of `count` shards (or workers) and the expected wall time."""
+def plan(exp: Experiment, count: int, shared: bool = True) -> str:
+    """Where the time goes on `count` shards (`shared`: a shard's units of one condition share
+    its path) or Ray workers (each unit on a path of its own): each one's units and time, the
+    unit count and what bounds the wall time (the longest unit, or the total / N)."""
     bins = assign(exp, count)
-    lines = [f"plan for {count} worker(s), one emulated path each at a time:"]
+    every = [u for b in bins for u in b]
+    lines = [
+        f"plan for {count} worker(s), one emulated path each at a time: "
+        f"{len(every)} unit(s) in {len(conditions(exp))} condition(s)"
+    ]
     totals = []
-    for i, conds in enumerate(bins, 1):
-        seconds = sum(condition_seconds(exp, c) for c in conds)
+    for i, held in enumerate(bins, 1):
+        seconds = worker_seconds(exp, held, shared)
         totals.append(seconds)
-        ids = ", ".join(c.id for c in conds) or "nothing (more workers than conditions)"
-        lines.append(f"  worker {i:>3}: {len(conds):>3} condition(s), ~{hms(seconds)}: {ids}")
+        ids = ", ".join(u.id for u in held) or "nothing (more workers than units)"
+        lines.append(f"  worker {i:>3}: {len(held):>3} unit(s), ~{hms(seconds)}: {ids}")
     whole = sum(totals)
     wall = max(totals)
+    longest = max(every, key=lambda u: unit_seconds(exp, u))
+    floor_unit, floor_share = unit_seconds(exp, longest), whole / count
+    bound = (
+        f"the longest unit ({longest.id} {longest.label}, ~{hms(floor_unit)})"
+        if floor_unit >= floor_share
+        else f"the total / {count} (~{hms(floor_share)})"
+    )
+    alone = worker_seconds(exp, every)
     lines.append(
-        f"expected wall time: {hms(wall)} (one worker: {hms(whole)}; speed-up "
-        f"{whole / wall if wall else 1:.1f}x, bounded by the longest condition)"
+        f"expected wall time: {hms(wall)} (one worker: {hms(alone)}; all workers together: "
+        f"{hms(whole)}; speed-up {alone / wall if wall else 1:.1f}x; bound: {bound})"
     )
     return "\n".join(lines)
+
+
+def plan_together(exps: list[Experiment], count: int) -> str:
+    """Several experiments on `count` Ray workers (a path per unit): one after another (as
+    `quicbed run --ray` runs each), and as one pool of units (each worker takes the next unit
+    of any experiment: a bound no command reaches yet)."""
+    lines = [f"{len(exps)} experiment(s) on {count} worker(s):"]
+    walls = []
+    for exp in exps:
+        wall = max(worker_seconds(exp, b, shared=False) for b in assign(exp, count))
+        walls.append(wall)
+        lines.append(f"  {exp.name:<14} {len(units(exp)):>4} unit(s), wall ~{hms(wall)}")
+    pool = [(exp, u) for exp in exps for u in units(exp)]
+    cost = {(e.name, u.id): unit_seconds(e, u) for e, u in pool}
+    order = {(e.name, u.id): i for i, (e, u) in enumerate(pool)}
+    bins = _balance(
+        pool,
+        count,
+        lambda p: (-cost[p[0].name, p[1].id], order[p[0].name, p[1].id]),
+        lambda p: cost[p[0].name, p[1].id],
+    )
+    pooled = max(sum(cost[e.name, u.id] for e, u in b) for b in bins)
+    total = sum(cost.values())
+    lines += [
+        f"one after another: ~{hms(sum(walls))}",
+        f"as one pool of {len(pool)} units: ~{hms(pooled)} (total {hms(total)} / {count} = "
+        f"{hms(total / count)}; longest unit {hms(max(cost.values()))})",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m quicbed.experiments.shard --workers N FILE...`: the plan of several
+    experiments together (e.g. experiments/paper/*.yaml, in full)."""
+    import argparse
+
+    from .schema import load_experiment
+
+    ap = argparse.ArgumentParser(prog="python -m quicbed.experiments.shard", description=main.__doc__)
+    ap.add_argument("files", nargs="+", metavar="FILE")
+    ap.add_argument("--workers", type=int, required=True, metavar="N")
+    ap.add_argument("--quick", action="store_true", help="the files' quick: settings")
+    args = ap.parse_args(argv)
+    try:
+        exps = [load_experiment(f, quick=args.quick) for f in args.files]
+    except InputError as exc:
+        print(exc)
+        return 2
+    print(plan_together(exps, args.workers))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -290,13 +290,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--shard",
         metavar="I/N",
-        help="run shard I of N: a balanced, deterministic subset of the conditions "
+        help="run shard I of N: a balanced, deterministic subset of the units "
         "(merge the shards with quicbed merge); with --dry-run, the per-worker plan",
     )
     p.add_argument(
         "--ray",
         metavar="ADDRESS",
-        help="run each condition on a Ray cluster's worker (one holding the "
+        help="run each unit on a Ray cluster's worker (one holding the "
         "quicbed_path resource); rows stream back into this run (needs the cluster "
         "extra); with --dry-run, the plan for its workers",
     )
@@ -311,10 +311,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         metavar="N",
-        help="with --ray: rerun a lost worker's condition up to N times, skipping "
+        help="with --ray: rerun a lost worker's unit up to N times, skipping "
         "its stored trials (default 1; the rest: --resume)",
     )
-    p.add_argument("--quick", action="store_true", help="use the file's quick: settings")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="use the file's quick: settings")
+    size.add_argument("--full", action="store_true", help="the whole file, not its quick: (the default)")
     p.add_argument(
         "--capture",
         metavar="KINDS",

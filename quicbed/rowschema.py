@@ -80,6 +80,7 @@ AXES = _columns(
     ("trial_id", "", "condition/server/client/object/repetition"),
     ("condition", "", "condition id (c0, c1...)"),
     ("condition_label", "", "profile and swept values"),
+    ("unit", "", "the part of the condition run on one path (c0u1; experiments/shard.py); none before units"),
     ("profile", "", "network profile name"),
     ("rtt_ms", "ms", "configured RTT"),
     ("rate_down_mbit", "Mbit/s", "configured downlink rate"),
@@ -233,6 +234,7 @@ ANALYSIS_DEFAULTS: dict[str, object] = {
     "trial_id": "",
     "condition": "default",
     "condition_label": None,
+    "unit": None,  # rows from before units
     "profile": "",
     "server": "",
     "client": "",

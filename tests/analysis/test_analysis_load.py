@@ -181,3 +181,52 @@ def test_a_run_whose_conditions_ran_on_different_kinds_of_host_is_flagged():
     (flag,) = mixed_hosts(calibration_entries([mixed]))
     assert flag.startswith("Run r: its conditions ran on 2 kinds of host")
     assert "india, germany on EPYC x2" in flag and "lte on Xeon x2" in flag and "bb" in flag
+
+
+def _unit_calibration(rtt: float, goodput: float, lost: int) -> dict:
+    """A unit's calibration as the executor records it, its checks made as calibrate.py
+    makes them (the tolerance strings are what the check reads)."""
+    from dataclasses import asdict
+
+    from quicbed.topology.calibrate import (
+        GOODPUT_CEILING,
+        Check,
+        _loss_check,
+        goodput_floor,
+        rtt_tolerance_ms,
+    )
+
+    checks = [
+        Check("rtt_median_ms", "both", 80.0, rtt, f"±{rtt_tolerance_ms(80.0):.2f} ms", True),
+        Check(
+            "goodput_mbit",
+            "down",
+            20.0,
+            goodput,
+            f"{goodput_floor(20):.0%}..{GOODPUT_CEILING:.1%} of rate",
+            True,
+        ),
+        _loss_check("down", 1.0, lost, 20000, bursty=False),
+    ]
+    return {"rtt_ms": rtt, "passed": True, "calibration": {"checks": [asdict(c) for c in checks]}}
+
+
+def test_units_of_a_condition_that_calibrated_unlike_are_flagged():
+    from quicbed.analysis.manifest import units_unlike
+
+    def run(*calibrations: dict) -> dict:
+        units = {f"c0u{i}": {"condition": "c0", "calibration": c} for i, c in enumerate(calibrations)}
+        units["c1u0"] = {"condition": "c1", "calibration": _unit_calibration(40.0, 10.0, 0)}
+        return {"run_id": "r", "conditions": {"c0": {"label": "india loss_pct=1"}}, "units": units}
+
+    # Within tolerance: RTT ±0.80 ms, goodput ±0.21 Mbit/s, loss within its interval's half.
+    alike = run(_unit_calibration(80.1, 19.0, 200), _unit_calibration(80.6, 19.15, 215))
+    assert units_unlike([alike]) == []
+    (flag,) = units_unlike([run(_unit_calibration(80.1, 19.0, 200), _unit_calibration(82.0, 18.2, 300))])
+    assert flag.startswith("Run r: the units of c0 (india loss_pct=1) calibrated unlike each other")
+    assert "rtt_median_ms 80.1 (c0u0) vs 82 (c0u1)" in flag
+    assert (
+        "goodput_mbit down 18.2 (c0u1) vs 19 (c0u0)" in flag
+        and "loss_pct down 1 (c0u0) vs 1.5 (c0u1)" in flag
+    )
+    assert units_unlike([{"run_id": "old", "conditions": {}}]) == []  # a run made before units

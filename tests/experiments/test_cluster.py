@@ -29,14 +29,16 @@ from quicbed.experiments.synthetic import SyntheticExecutor
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
+# Two conditions of two units each (a server each: 100 MB files make each condition's trials
+# more than two units' worth, shard.UNIT_MIN_S), so Ray runs units, not conditions.
 SYNTHETIC = """
 name: ray-synthetic
-profiles: [india, germany]
-sweep: {loss_pct: [0, 1]}
-servers: [caddy]
+profiles: [india]
+sweep: {rate_mbit: [20, 10]}
+servers: [caddy, nginx]
 clients: [{tool: tls_perf, tls: ["1.3"]}, quic_perf]
-workload: {kind: web, objects: [index.html]}
-repetitions: 4
+workload: {kind: cloud, files: [100MB]}
+repetitions: 8
 """
 NODE = ["--num-cpus", "1", "--object-store-memory", str(80 * 2**20), "--disable-usage-stats"]
 
@@ -128,22 +130,22 @@ def _synthetic(file: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
     )
 
 
-def _kill_a_running_condition(rows: Path, at_least: int) -> None:
+def _kill_a_running_unit(rows: Path, at_least: int) -> None:
     """Once `at_least` rows have landed (they stream in mid-run), SIGKILL a worker process
-    that is measuring a condition."""
+    that is measuring a unit."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         landed = len(rows.read_text().splitlines()) if rows.exists() else 0
         busy = [
             int(p.name)
             for p in Path("/proc").iterdir()
-            if p.name.isdigit() and _cmdline(p).startswith(b"ray::condition_task")
+            if p.name.isdigit() and _cmdline(p).startswith(b"ray::unit_task")
         ]
         if landed >= at_least and busy:
             os.kill(busy[0], signal.SIGKILL)
             return
         time.sleep(0.05)
-    pytest.fail("no condition was running after the first rows landed")
+    pytest.fail("no unit was running after the first rows landed")
 
 
 def _cmdline(proc: Path) -> bytes:
@@ -178,9 +180,9 @@ def test_a_killed_worker_costs_only_its_unfinished_trials(tmp_path, synthetic_cl
     # No Ray retry: the lost condition stays lost until --resume.
     run = _synthetic(file, env, "--ray", address, "--ray-retries", "0", "--delay", "0.25")
     run_dir = _wait_for_run(results)
-    _kill_a_running_condition(run_dir / "rows.jsonl", at_least=2)
+    _kill_a_running_unit(run_dir / "rows.jsonl", at_least=2)
     out = run.communicate(timeout=120)[0]
-    assert run.returncode == 1 and "worker lost mid-condition" in out, out
+    assert run.returncode == 1 and "worker lost mid-unit" in out, out
     before = [r["trial_id"] for r in load_history(run_dir)[0]]
     assert 0 < len(before) < len(_every_trial(file))
     resumed = _synthetic(file, env, "--ray", address, "--resume", run_dir.name)
@@ -192,19 +194,26 @@ def test_a_killed_worker_costs_only_its_unfinished_trials(tmp_path, synthetic_cl
     manifest = read_manifest(run_dir)
     hosts = {c["ran_on"]["hostname"] for c in manifest["conditions"].values()}
     assert hosts == {socket.gethostname()} and manifest["status"] == "complete"
+    # Each unit calibrated on its own path, and each row names its unit.
+    assert sorted(manifest["units"]) == ["c0u0", "c0u1", "c1u0", "c1u1"]
+    assert all(u["calibration"] and u["ran_on"] for u in manifest["units"].values())
+    rows = load_history(run_dir)[0]
+    assert {(r["unit"], r["server"]) for r in rows} == {
+        (f"c{c}u{i}", server) for c in (0, 1) for i, server in enumerate(["caddy", "nginx"])
+    }
     assert manifest["executor"]["ray"]["path_slots"] == 2
 
 
-def test_ray_retries_a_lost_condition_skipping_its_stored_trials(tmp_path, synthetic_cluster):
+def test_ray_retries_a_lost_unit_skipping_its_stored_trials(tmp_path, synthetic_cluster):
     file, results = tmp_path / "synthetic.yaml", tmp_path / "results"
     file.write_text(SYNTHETIC)
     env, address = _env(results), synthetic_cluster
     run = _synthetic(file, env, "--ray", address, "--delay", "0.25")
     run_dir = _wait_for_run(results)
-    _kill_a_running_condition(run_dir / "rows.jsonl", at_least=3)
+    _kill_a_running_unit(run_dir / "rows.jsonl", at_least=3)
     out = run.communicate(timeout=120)[0]
     assert run.returncode == 0, out
-    assert out.count("calibrated on") == 5, out  # four conditions, the lost one twice
+    assert out.count("calibrated on") == 5, out  # four units, the lost one twice
     ids = [r["trial_id"] for r in load_history(run_dir)[0]]
     assert sorted(ids) == _every_trial(file)  # the retry skipped the trials already home
 

@@ -18,6 +18,7 @@ from quicbed.experiments.commands import cmd_check, cmd_run
 from quicbed.experiments.matrix import Trial
 from quicbed.experiments.runner import run_experiment
 from quicbed.experiments.schema import parse_experiment
+from quicbed.experiments.shard import unit_trials, units
 from quicbed.experiments.store import RunStore, StoreError, load_rows, read_manifest
 from quicbed.experiments.synthetic import SyntheticExecutor
 
@@ -212,7 +213,7 @@ class Flaky(SyntheticExecutor):
 def test_failures_are_recorded_and_the_run_goes_on(tmp_path, exp_file):
     ex = Flaky()
     summary = run(exp_file, tmp_path / "r", ex)
-    assert summary.skipped == ["c1"] and summary.failed == 2 and summary.exit_code == 1
+    assert summary.skipped == ["c1u0"] and summary.failed == 2 and summary.exit_code == 1
     rows = {r["trial_id"]: r for r in load_rows(tmp_path / "r")[0]}
     assert len(rows) == TOTAL // 2
     assert rows["c0/nginx/quic-h3/index.html/r2"]["error"] == "synthetic failure"
@@ -231,6 +232,11 @@ def test_resume_refuses_a_changed_matrix(tmp_path, exp_file):
     exp_file.write_text(EXPERIMENT.replace("repetitions: 5", "repetitions: 6"))
     with pytest.raises(StoreError, match="different experiment"):
         run(exp_file, tmp_path / "r", resume=True)
+
+
+def unit_of(exp, trial_id: str) -> str:
+    (unit,) = [u.id for u in units(exp) if trial_id in {t.trial_id for t in unit_trials(exp, u)}]
+    return unit
 
 
 def start_synthetic(exp_file: Path, results: Path, *args: str) -> subprocess.Popen:
@@ -256,7 +262,14 @@ def wait_for_rows(results: Path, n: int, timeout: float = 20) -> Path:
     raise AssertionError("runner produced no rows")
 
 
-def test_sigkill_then_resume_gives_every_trial_exactly_once(tmp_path, exp_file):
+# The same matrix with 100 MB files: each condition's trials fill two units or more
+# (experiments/shard.py), so the kill lands in a condition split into units.
+IN_UNITS = EXPERIMENT.replace("{kind: web, objects: [index.html]}", "{kind: cloud, files: [100MB]}")
+
+
+@pytest.mark.parametrize("text", [EXPERIMENT, IN_UNITS], ids=["one-unit-each", "in-units"])
+def test_sigkill_then_resume_gives_every_trial_exactly_once(tmp_path, exp_file, text):
+    exp_file.write_text(text)
     results = tmp_path / "results"
     proc = start_synthetic(exp_file, results, "--delay", "0.02")
     run_dir = wait_for_rows(results, 15)
@@ -272,7 +285,12 @@ def test_sigkill_then_resume_gives_every_trial_exactly_once(tmp_path, exp_file):
     ids = [r["trial_id"] for r in load_rows(run_dir)[0]]
     assert len(ids) == TOTAL and len(set(ids)) == TOTAL
     assert load_rows(run_dir)[1] == 0
-    assert [s["status"] for s in read_manifest(run_dir)["sessions"]] == ["running", "complete"]
+    manifest = read_manifest(run_dir)
+    assert [s["status"] for s in manifest["sessions"]] == ["running", "complete"]
+    exp = parse_experiment(text)
+    assert sorted(manifest["units"]) == sorted(u.id for u in units(exp))
+    assert all(u["calibration"] for u in manifest["units"].values())
+    assert all(r["unit"] == unit_of(exp, r["trial_id"]) for r in load_rows(run_dir)[0])
 
 
 def test_sigterm_stops_cleanly_with_resume_hint(tmp_path, exp_file):
