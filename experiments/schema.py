@@ -14,14 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.analysis.expectations import Expectation, compile_expectation
-from quicbed.rowschema import CAPTURE_KINDS
-from quicbed.servers.player import ABR_RULES, Setting
-from quicbed.workloads import WORKLOADS
-from quicbed.yamlio import LocatedError as ExperimentError
-from quicbed.yamlio import PathKey, Source, load_source, parse_source
-
-from . import links
-from .fields import (
+from quicbed.fields import (
     check_choice,
     check_int,
     check_list,
@@ -29,6 +22,13 @@ from .fields import (
     check_number,
     check_str,
 )
+from quicbed.rowschema import CAPTURE_KINDS
+from quicbed.servers.player import ABR_RULES, Setting
+from quicbed.workloads import WORKLOADS
+from quicbed.yamlio import LocatedError as ExperimentError
+from quicbed.yamlio import PathKey, Source, load_source, parse_source
+
+from . import links
 from .links import Link
 from .registry import PARAM_AXES, SERVERS, TOOLS
 

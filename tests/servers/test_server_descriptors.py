@@ -398,12 +398,6 @@ BAD = [
         "cannot be an image tag",
     ),
     (
-        "folded-image",
-        lambda t: t.replace("image: quicbed-test/own-caddy", "image: >-\n  quicbed-test/own-caddy"),
-        "image",
-        "one line",
-    ),
-    (
         "upper-image",
         lambda t: t.replace("image: quicbed-test/own-caddy", "image: Quicbed/Own"),
         "image",
