@@ -65,10 +65,13 @@ class TestbedExecutor:
         *,
         force: bool = False,
         backend: str = "auto",
-        client_image: str = DEFAULT_IMAGE,
+        client_image: str | None = None,
         console: Console | None = None,
     ) -> None:
-        self.exp, self.run_dir, self.force, self.client_image = exp, run_dir, force, client_image
+        self.exp, self.run_dir, self.force = exp, run_dir, force
+        # The client container runs the tools' own image (their descriptors'; the schema makes
+        # an experiment's clients share one), unless --client-image overrides it.
+        self.client_image = client_image or tools_image(exp)
         choose_backend(backend)  # a requested backend this kernel lacks fails here, not later
         _check_queues(exp, backend)
         self.backend = backend  # "auto" resolves per profile (its rate), recorded per condition
@@ -298,6 +301,13 @@ class TestbedExecutor:
             trial.client.options,
             workload.tool_args(trial.workload.duration_s, dict(trial.workload.settings)),
         )
+
+
+def tools_image(exp: Experiment) -> str:
+    """The image the experiment's client tools run in (DEFAULT_IMAGE if it names none)."""
+    images = {TOOLS[c.tool].image for c in exp.clients}
+    assert len(images) <= 1, images  # schema.py refuses clients of different images
+    return images.pop() if images else DEFAULT_IMAGE
 
 
 def _server_qlog(spec: servers.ServerSpec) -> str:

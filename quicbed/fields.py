@@ -296,3 +296,26 @@ def check_unique(files: Iterable[tuple[Path, str]], what: str) -> None:
         if name in seen:
             raise LocatedError(str(file), 1, "name", f"{what} {name!r} is also described by {seen[name]}")
         seen[name] = file
+
+
+# ---------------------------------------------------------------- listing (python -m ...)
+
+
+def list_main(prog: str, entries: list[dict[str, Any]], argv: list[str] | None = None) -> int:
+    """`python -m quicbed.servers list [--json]` (and clients): what images/build.sh and
+    doctor ask instead of reading YAML themselves. Plain: one `name<TAB>image<TAB>dockerfile`
+    line each (`-` for a prebuilt image); --json: every entry's fields."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog=prog, description="list the described " + prog.split(".")[-1])
+    sub = parser.add_subparsers(dest="command", required=True)
+    listing = sub.add_parser("list", help="every descriptor, shipped ones first")
+    listing.add_argument("--json", action="store_true", help="a JSON list of objects")
+    args = parser.parse_args(argv)
+    if args.json:
+        print(json.dumps(entries, indent=2))
+        return 0
+    for e in entries:
+        print(f"{e['name']}\t{e['image']}\t{e['dockerfile'] or '-'}")
+    return 0
