@@ -351,6 +351,18 @@ def _build_sh_tags(names: list[str], dirs: str = "") -> list[str]:
     return proc.stdout.split()
 
 
+def test_build_sh_reads_descriptors_through_the_engine_not_sed(tmp_path: Path) -> None:
+    """YAML written any way YAML allows (a folded image, a flow mapping, a quoted key) names
+    the same image in build.sh as in Python: build.sh asks python -m quicbed.servers list."""
+    own = tmp_path / "folded"
+    own.mkdir()
+    text = (FIXTURES / OWN / "server.yaml").read_text()
+    text = text.replace("image: quicbed-test/own-caddy", "image: >-\n  quicbed-test/folded")
+    (own / "server.yaml").write_text(text.replace('version: "1.0"', '"version": "2.0"  # quoted key'))
+    assert descriptors.load_servers(dirs=str(own))["folded"].image == "quicbed-test/folded:2.0"
+    assert _build_sh_tags(["folded"], str(own)) == ["quicbed-test/folded:2.0"]
+
+
 def test_build_sh_names_the_same_images_as_python() -> None:
     specs = descriptors.load_servers(dirs=str(FIXTURES))
     assert _build_sh_tags(list(specs), str(FIXTURES)) == [s.image for s in specs.values()]
