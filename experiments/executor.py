@@ -23,7 +23,7 @@ from rich.console import Console
 from quicbed import rowschema, servers
 from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT, Tool
 from quicbed.errors import PathMismatch
-from quicbed.paths import CACHE, STATE
+from quicbed.paths import CACHE, REPO, STATE
 from quicbed.servers import pki
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed, warm_up
 from quicbed.topology.backends import check_queues, choose_backend, proofs
@@ -97,6 +97,9 @@ class TestbedExecutor:
             "kernel": platform.release(),
             "force": self.force,
             "client_image": _image_info(self.client_image),
+            "client_tools": {
+                name: _tool_info(TOOLS[name]) for name in dict.fromkeys(c.tool for c in self.exp.clients)
+            },
             "server_images": {name: _image_info(spec.image) for name, spec in servers.SERVERS.items()},
             "pki": "fresh private CA per run (not stored with the results)",
             **({"capture": self._capture_info()} if self.exp.capture else {}),
@@ -308,6 +311,18 @@ def tools_image(exp: Experiment) -> str:
     images = {TOOLS[c.tool].image for c in exp.clients}
     assert len(images) <= 1, images  # schema.py refuses clients of different images
     return images.pop() if images else DEFAULT_IMAGE
+
+
+def _tool_info(tool: Tool) -> dict[str, Any]:
+    """What the manifest keeps of a client's descriptor: where it came from and how it ran."""
+    file = Path(tool.file).resolve()
+    # Relative inside the checkout: two checkouts' runs must not differ by where they live.
+    return {
+        "descriptor": str(file.relative_to(REPO)) if file.is_relative_to(REPO) else str(file),
+        "image": tool.image,
+        "command": list(tool.command),
+        "versions_in": list(tool.reports),  # the row columns with its versions
+    }
 
 
 def _server_qlog(spec: servers.ServerSpec) -> str:

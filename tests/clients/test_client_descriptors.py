@@ -333,7 +333,14 @@ def test_fixture_client_runs_on_the_path_in_its_own_image(tmp_path: Path) -> Non
     (run_dir,) = (tmp_path / "results").iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["executor"]["client_image"]["image"] == OWN_IMAGE, manifest["executor"]["client_image"]
+    tool = manifest["executor"]["client_tools"][OWN]
+    assert (tool["descriptor"], tool["command"]) == (
+        f"tests/fixtures/clients/{OWN}/client.yaml",  # relative: runs of two checkouts compare
+        ["quic_perf", "--backend", "ngtcp2"],
+    )
     rows = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()]
+    # The versions the descriptor says it reports are in every row.
+    assert all(r[column] for r in rows for column in tool["versions_in"]), [r["library"] for r in rows]
     assert sorted(r["client"] for r in rows) == ["own-ngtcp2"] * 3 + ["own-ngtcp2-resume"] * 3
     assert all(
         r["error"] is None and r["backend"] == "ngtcp2" and r["protocol"] == "quic" for r in rows
