@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from quicbed import doctor, servers
 from quicbed.clients import tools
 from quicbed.experiments.executor import tools_image
 from quicbed.experiments.schema import parse_experiment
@@ -169,6 +170,25 @@ def test_build_sh_names_client_images_from_the_descriptors() -> None:
         f"quicbed/client:dev {dockerfile}",
         f"{OWN_IMAGE} ",  # prebuilt: no Dockerfile, build.sh only checks that it exists
     ]
+
+
+def test_doctor_checks_the_images_the_descriptors_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """doctor asks python -m quicbed.servers/clients list --json: every image once, a user's
+    own included; a bad descriptor is its one line, not a traceback."""
+    monkeypatch.setenv(tools.ENV_DIRS, str(FIXTURES))
+    monkeypatch.setenv("QUICBED_SERVER_DIRS", str(SERVER_FIXTURES))
+    assert doctor.image_tags() == [
+        *(spec.image for spec in servers.SERVERS.values()),
+        "quicbed-test/own-caddy:1.0",
+        tools.CLIENT_IMAGE,
+        OWN_IMAGE,
+    ]
+    monkeypatch.setenv(tools.ENV_DIRS, str(tmp_path / "nope"))
+    with pytest.raises(doctor.DescriptorProblem) as err:
+        doctor.image_tags()
+    assert str(err.value) == f"quicbed: {tools.ENV_DIRS}: {tmp_path}/nope: no such directory"
 
 
 # ---------------------------------------------------------------- the executor's image

@@ -351,6 +351,25 @@ def _build_sh_tags(names: list[str], dirs: str = "") -> list[str]:
     return proc.stdout.split()
 
 
+def test_servers_list_answers_build_sh_and_doctor() -> None:
+    """python -m quicbed.servers list: name, image, dockerfile per line; --json: every field."""
+    env = {**os.environ, descriptors.ENV_DIRS: str(FIXTURES)}
+    run = [sys.executable, "-m", "quicbed.servers", "list"]
+    plain = subprocess.run(run, env=env, capture_output=True, text=True, timeout=60, check=True)
+    specs = descriptors.load_servers(dirs=str(FIXTURES))
+    assert plain.stdout.splitlines() == [
+        f"{s.name}\t{s.image}\t{s.dockerfile or '-'}" for s in specs.values()
+    ]
+    listed = subprocess.run([*run, "--json"], env=env, capture_output=True, text=True, timeout=60, check=True)
+    own = json.loads(listed.stdout)[-1]
+    assert (own["name"], own["image"], own["version"], own["version_key"]) == (
+        OWN,
+        "quicbed-test/own-caddy:1.0",
+        "1.0",
+        None,
+    )
+
+
 def test_build_sh_reads_descriptors_through_the_engine_not_sed(tmp_path: Path) -> None:
     """YAML written any way YAML allows (a folded image, a flow mapping, a quoted key) names
     the same image in build.sh as in Python: build.sh asks python -m quicbed.servers list."""
