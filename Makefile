@@ -107,7 +107,7 @@ $(VENV)/.cluster: $(VENV)/.installed
 	$(PY) -m pip install -q ray==$(RAY_VERSION)
 	@touch $@
 
-images: docker
+images: docker venv  # build.sh asks the descriptors (python -m quicbed.servers list)
 	@for suite in $(DEBIAN_BASE_SUITES); do bash images/base.sh $$suite; done
 	@if [ -x images/build.sh ]; then bash images/build.sh all; fi
 

@@ -1,36 +1,54 @@
-"""The client contract and one adapter per client tool.
+"""The client contract, and the client descriptors that say how to call each tool.
 
-A client is an executable in the client image. The runner calls it with a fixed set of
+A client is an executable in a client image. The runner calls it with a fixed set of
 arguments, always the same:
 
-    <tool> --url https://server.quicbed/<path> --resolve server.quicbed:443:<address>
-           --cacert <CA file> -n 1 --cpu --timeout <seconds> [the variant's options]
+    <command> --url https://server.quicbed/<path> --resolve server.quicbed:443:<address>
+              --cacert <CA file> -n 1 --cpu --timeout <seconds> [the variant's options]
 
 and reads the JSON rows it prints on stdout (columns: quicbed/rowschema.py). Exit status: 0
 every measurement succeeded, 1 a row carries an error, 2 usage error, UNSUPPORTED_EXIT a valid
 request the tool cannot do (no rows, the reason on stderr).
 
-An adapter says what the experiment file may ask of the tool (options, their values and
-defaults), how a variant is labelled, which workloads it runs, and how its options become
-arguments. A tool that is not built yet is listed with `unavailable` set: experiment files that
-name it are refused at validation, with that reason, never at run time.
+A client is data: clients/<name>/client.yaml (the format: clients/README.md) says its image,
+its command, what the experiment file may ask of it (options, their values and defaults), how a
+variant is labelled, which workloads it runs, how its options become arguments and which row
+columns carry its versions. QUICBED_CLIENT_DIRS (colon-separated) adds clients from outside
+the repository, as QUICBED_SERVER_DIRS does servers. This module is the loader: it checks every
+descriptor with the one descriptor engine (quicbed/fields.py) when it is imported. A tool
+whose descriptor sets `unavailable` is refused by experiment validation, with that reason.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-CLIENT_IMAGE = "quicbed/client:dev"  # images/client: the perf tools (clients/perf)
+from quicbed import rowschema
+from quicbed.fields import (
+    IMAGE_FIELDS,
+    check_fields,
+    check_text,
+    check_texts,
+    check_unique,
+    check_whole,
+    image_fields,
+    load_descriptor_source,
+)
+from quicbed.fields import (
+    descriptor_files as _descriptor_files,
+)
+from quicbed.paths import read_versions
+from quicbed.yamlio import PathKey, Source
+
+ENV_DIRS = "QUICBED_CLIENT_DIRS"
+DESCRIPTOR = "client.yaml"
+SHIPPED_DIR = Path(__file__).resolve().parent
+CLIENT_IMAGE = "quicbed/client:dev"  # images/client: the perf tools and the browser
 UNSUPPORTED_EXIT = 3  # clients/perf/perf.h: PERF_EXIT_UNSUPPORTED
-
-# `kex`: the key-exchange groups the perf tools offer (--groups). Classical X25519 for every
-# stack by default; the post-quantum hybrid is what OpenSSL 3.5 offers when left alone.
-KEX_GROUPS: dict[str, str] = {
-    "x25519": "X25519:secp256r1",
-    "x25519mlkem768": "X25519MLKEM768:X25519:secp256r1",
-}
-_KEX_SHORT = {"x25519": "", "x25519mlkem768": "-pq"}
 
 
 @dataclass(frozen=True)
@@ -54,7 +72,8 @@ class Tool:
     expand: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     image: str = CLIENT_IMAGE
     unavailable: str = ""  # why experiments may not name it yet ("" = it runs)
-    command: str = ""  # the executable in the image ("" = the tool's name)
+    # The executable in the image and any fixed arguments of its own ("" = the tool's name).
+    command: tuple[str, ...] = ()
     # Seconds a trial spends starting and ending the tool (docker exec, process start, row):
     # for the dry run's estimate; bench/overhead_bench.py and bench/browser_bench.py measure it.
     start_s: float = 0.1
@@ -67,6 +86,12 @@ class Tool:
     keylog_flag: str = "--keylog"
     qlog_flag: str = ""
     no_qlog: str = ""
+    # The row columns that carry its versions (e.g. tool_version, library).
+    reports: tuple[str, ...] = ()
+    dockerfile: str | None = None  # relative to the repository; None: a prebuilt image
+    description: str = ""
+    order: int = 100  # position in listings
+    file: str = ""  # the descriptor it was read from
 
     def capture_argv(self, keylog: str | None, qlog: str | None) -> list[str]:
         """The flags that make the tool write its key log and qlog to these paths (None: not
@@ -89,7 +114,7 @@ class Tool:
         """The contract's arguments, then the variant's options as the tool's flags, then
         what the workload adds that the tool takes (e.g. the video's duration)."""
         argv = [
-            self.command or self.name,
+            *(self.command or (self.name,)),
             "--url",
             url,
             "--resolve",
@@ -128,91 +153,170 @@ class Tool:
         ]
 
 
-# resume: "yes" measures a connection that resumes a warm-up connection's session (the perf
-# tools' --resume: TLS tickets, and 0-RTT early data where the server accepts it).
-_RESUME = ("no", "yes")
-_RESUME_SHORT = {"no": "", "yes": "-resume"}
-_RESUME_ARGS: dict[str, tuple[str, ...]] = {"yes": ("--resume",)}
+_REQUIRED = ("image", "command", "label", "protocol", "options")
+_OPTIONAL = (
+    *IMAGE_FIELDS[1:],
+    "order",
+    "description",
+    "workloads",
+    "workload_flags",
+    "start_s",
+    "capture",
+    "reports",
+    "unavailable",
+)
+_OPTION_FIELDS = ("values", "default", "flag", "give", "expand", "short")
+_WORKLOADS = ("web", "cloud", "video")
+_FLAG_RE = re.compile(r"--[a-z0-9][a-z0-9-]*\Z")
+_OPTION_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
-TOOLS: dict[str, Tool] = {
-    tool.name: tool
-    for tool in (
-        Tool(
-            name="tls_perf",
-            options={
-                "tls": ("1.2", "1.3"),
-                "http": ("1.1", "2"),
-                "kex": tuple(KEX_GROUPS),
-                "resume": _RESUME,
-            },
-            defaults={"tls": "1.3", "http": "2", "kex": "x25519", "resume": "no"},
-            label="tls{tls}-h{http}{kex}{resume}",
-            protocol="tls{tls}",
-            short={"http": {"1.1": "1"}, "kex": _KEX_SHORT, "resume": _RESUME_SHORT},
-            flags={"tls": "--tls", "http": "--http", "kex": "--groups"},
-            values={"kex": KEX_GROUPS},
-            expand={"resume": _RESUME_ARGS},
-        ),
-        # backend: libcurl's HTTP/3, or ngtcp2 timed in library callbacks like the paper's tool.
-        Tool(
-            name="quic_perf",
-            options={
-                "http": ("3",),
-                "backend": ("libcurl", "ngtcp2"),
-                "kex": tuple(KEX_GROUPS),
-                "resume": _RESUME,
-            },
-            defaults={"http": "3", "backend": "libcurl", "kex": "x25519", "resume": "no"},
-            label="quic-h{http}{backend}{kex}{resume}",
-            protocol="quic",
-            short={
-                "backend": {"libcurl": "", "ngtcp2": "-ngtcp2"},
-                "kex": _KEX_SHORT,
-                "resume": _RESUME_SHORT,
-            },
-            flags={"backend": "--backend", "kex": "--groups"},
-            values={"kex": KEX_GROUPS},
-            expand={"resume": _RESUME_ARGS},
-            qlog_flag="--qlog",  # ngtcp2's qlog callback; libcurl: OpenSSL 3.5's QLOGDIR
-        ),
-        # The paper's non-adaptive video test (clients/perf): audio and video in parallel, paced
-        # like playout; two TLS/TCP connections, or one QUIC connection with two streams.
-        Tool(
-            name="video_download",
-            options={"protocol": ("quic", "tls1.3", "tls1.2"), "kex": tuple(KEX_GROUPS)},
-            defaults={"protocol": "quic", "kex": "x25519"},
-            label="video-{protocol}{kex}",
-            protocol="{protocol}",
-            workloads=("video",),
-            short={"kex": _KEX_SHORT},
-            flags={"kex": "--groups"},
-            values={"kex": KEX_GROUPS},
-            # QUIC through ngtcp2, timed in library callbacks, as the paper experiments run quic_perf
-            expand={
-                "protocol": {
-                    "quic": ("--transport", "quic", "--backend", "ngtcp2"),
-                    "tls1.3": ("--transport", "tcp", "--tls", "1.3"),
-                    "tls1.2": ("--transport", "tcp", "--tls", "1.2"),
-                }
-            },
-            qlog_flag="--qlog",
-        ),
-        Tool(
-            name="chromium",
-            options={"protocol": ("quic", "tls1.2", "tls1.3")},
-            defaults={"protocol": "quic"},
-            label="chromium-{protocol}",
-            protocol="{protocol}",
-            # web: one page load; video: the stream played in dash.js (--duration, the workload's)
-            workloads=("web", "video"),
-            command="browser_perf",  # clients/browser: one fresh browser per trial
-            flags={"protocol": "--protocol"},
-            start_s=1.5,  # a fresh browser and profile per trial
-            workload_flags=("--duration", "--player-settings"),
-            no_qlog="chromium: NetLog not collected yet",
-        ),
+
+def _values_map(src: Source, path: PathKey, value: Any, keys: list[str]) -> dict[str, Any]:
+    """A mapping from some of the option's values (`keys`) to what each stands for."""
+    if not isinstance(value, dict):
+        raise src.error(path, "must be a mapping of the option's values")
+    for key in value:
+        if key not in keys:
+            raise src.error(
+                (*path, str(key)), f"{key!r} is not one of the option's values ({', '.join(keys)})"
+            )
+    return value
+
+
+def _label_text(src: Source, path: PathKey, value: Any) -> str:
+    """A label part: a string, "" allowed (the value vanishes from the label)."""
+    if not isinstance(value, str) or not value.isprintable():
+        raise src.error(path, f'must be a one-line string ("" for none), not {value!r}')
+    return value
+
+
+def _option(src: Source, path: PathKey, value: Any, tool: dict[str, Any]) -> None:
+    """One entry of options:, added to `tool`'s options/defaults/flags/values/expand/short."""
+    name = str(path[-1])
+    o = check_fields(src, path, value, ("values",), _OPTION_FIELDS[1:])
+    values = check_texts(src, (*path, "values"), o["values"])
+    default = check_text(src, (*path, "default"), o.get("default", values[0]))
+    if default not in values:
+        raise src.error((*path, "default"), f"{default!r} is not one of {', '.join(values)}")
+    tool["options"][name], tool["defaults"][name] = tuple(values), default
+    if "flag" in o:
+        tool["flags"][name] = check_text(src, (*path, "flag"), o["flag"], _FLAG_RE, "a --long-flag")
+    if "give" in o:
+        if "flag" not in o:
+            raise src.error((*path, "give"), "needs flag: (what the flag is given)")
+        give = _values_map(src, (*path, "give"), o["give"], values)
+        tool["values"][name] = {v: check_text(src, (*path, "give", v), t) for v, t in give.items()}
+    if "expand" in o:
+        table = _values_map(src, (*path, "expand"), o["expand"], values)
+        tool["expand"][name] = {
+            v: tuple(check_texts(src, (*path, "expand", v), args)) for v, args in table.items()
+        }
+    if "short" in o:
+        short = _values_map(src, (*path, "short"), o["short"], values)
+        tool["short"][name] = {v: _label_text(src, (*path, "short", v), t) for v, t in short.items()}
+
+
+def _template(src: Source, key: str, text: str, options: dict[str, tuple[str, ...]]) -> str:
+    """label/protocol: a str.format template over the option names, tried on every variant."""
+    try:
+        for combo in itertools.product(*options.values()):
+            text.format(**dict(zip(options, combo, strict=True)))
+    except (KeyError, IndexError, ValueError) as exc:
+        raise src.error(
+            (key,), f"{text!r} is not a template over the options ({', '.join(options)}): {exc}"
+        ) from None
+    return text
+
+
+def _capture(src: Source, value: Any, name: str) -> dict[str, str]:
+    """capture: {keylog: FLAG, qlog: FLAG} or {keylog: FLAG, no_qlog: why}."""
+    if value is None:
+        return {"keylog_flag": "", "no_qlog": f"{name}: its descriptor says of no capture"}
+    c = check_fields(src, ("capture",), value, (), ("keylog", "qlog", "no_qlog"))
+    if ("qlog" in c) == ("no_qlog" in c):
+        raise src.error(
+            ("capture",), "give qlog (the flag that takes a qlog path) or no_qlog (why it writes none)"
+        )
+    out = {"keylog_flag": "", "qlog_flag": "", "no_qlog": ""}
+    for key, slot in (("keylog", "keylog_flag"), ("qlog", "qlog_flag")):
+        if key in c:
+            out[slot] = check_text(src, ("capture", key), c[key], _FLAG_RE, "a --long-flag")
+    if "no_qlog" in c:
+        out["no_qlog"] = check_text(src, ("capture", "no_qlog"), c["no_qlog"])
+    return out
+
+
+def load_descriptor(path: Path | str, versions: dict[str, str] | None = None) -> Tool:
+    """The Tool of one client.yaml; its name is its directory's."""
+    versions = read_versions() if versions is None else versions
+    src, name = load_descriptor_source(path, "client")
+    d = check_fields(src, (), src.data, _REQUIRED, _OPTIONAL)
+    built = image_fields(src, d, versions)
+    if not isinstance(d["options"], dict):
+        raise src.error(("options",), "must be a mapping of option name: {values: [...], ...}")
+    tool: dict[str, Any] = {k: {} for k in ("options", "defaults", "flags", "values", "expand", "short")}
+    for option, spec in d["options"].items():
+        if not isinstance(option, str) or not _OPTION_NAME.match(option) or option == "tool":
+            raise src.error(
+                ("options", str(option)), "an option's name is lowercase letters, digits and '_' (not tool)"
+            )
+        _option(src, ("options", option), spec, tool)
+    label = _template(src, "label", check_text(src, ("label",), d["label"]), tool["options"])
+    protocol = _template(src, "protocol", check_text(src, ("protocol",), d["protocol"]), tool["options"])
+    for combo in itertools.product(*tool["options"].values()):
+        made = protocol.format(**dict(zip(tool["options"], combo, strict=True)))
+        if made not in rowschema.PROTOCOLS:
+            raise src.error(("protocol",), f"gives {made!r}, not one of {', '.join(rowschema.PROTOCOLS)}")
+    reports = (
+        tuple(check_texts(src, ("reports",), d["reports"], tuple(rowschema.COLUMNS)))
+        if "reports" in d
+        else ()
     )
-}
+    return Tool(
+        name=name,
+        options=tool["options"],
+        defaults=tool["defaults"],
+        label=label,
+        protocol=protocol,
+        workloads=tuple(check_texts(src, ("workloads",), d.get("workloads", ["web", "cloud"]), _WORKLOADS)),
+        short=tool["short"],
+        flags=tool["flags"],
+        values=tool["values"],
+        expand=tool["expand"],
+        image=built.image,
+        unavailable=check_text(src, ("unavailable",), d["unavailable"]) if "unavailable" in d else "",
+        command=tuple(check_texts(src, ("command",), d["command"])),
+        start_s=_seconds(src, d.get("start_s", 0.1)),
+        workload_flags=tuple(check_texts(src, ("workload_flags",), d.get("workload_flags", ["--duration"]))),
+        **_capture(src, d.get("capture"), name),
+        reports=reports,
+        dockerfile=built.dockerfile,
+        description=check_text(src, ("description",), d["description"]) if "description" in d else "",
+        order=check_whole(src, ("order",), d.get("order", 100), 0, 10_000),
+        file=str(path),
+    )
+
+
+def _seconds(src: Source, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 600:
+        raise src.error(("start_s",), f"must be a number of seconds from 0 to 600, not {value!r}")
+    return float(value)
+
+
+def descriptor_files(dirs: str | None = None) -> list[Path]:
+    """clients/*/client.yaml, then those of `dirs` (default: $QUICBED_CLIENT_DIRS)."""
+    return _descriptor_files(SHIPPED_DIR, DESCRIPTOR, ENV_DIRS, dirs)
+
+
+def load_clients(dirs: str | None = None, versions: dict[str, str] | None = None) -> dict[str, Tool]:
+    """Every described client, by name, in `order` (then discovery order)."""
+    versions = read_versions() if versions is None else versions
+    found = [load_descriptor(file, versions) for file in descriptor_files(dirs)]
+    check_unique(((Path(t.file), t.name) for t in found), "client")
+    return {t.name: t for t in sorted(found, key=lambda t: t.order)}
+
+
+TOOLS: dict[str, Tool] = load_clients()
 
 
 def get_tool(name: str) -> Tool:

@@ -23,7 +23,7 @@ from rich.console import Console
 from quicbed import rowschema, servers
 from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT, Tool
 from quicbed.errors import PathMismatch
-from quicbed.paths import CACHE, STATE
+from quicbed.paths import CACHE, REPO, STATE
 from quicbed.servers import pki
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed, warm_up
 from quicbed.topology.backends import check_links, choose_backend, proofs
@@ -65,10 +65,13 @@ class TestbedExecutor:
         *,
         force: bool = False,
         backend: str = "auto",
-        client_image: str = DEFAULT_IMAGE,
+        client_image: str | None = None,
         console: Console | None = None,
     ) -> None:
-        self.exp, self.run_dir, self.force, self.client_image = exp, run_dir, force, client_image
+        self.exp, self.run_dir, self.force = exp, run_dir, force
+        # The client container runs the tools' own image (their descriptors'; the schema makes
+        # an experiment's clients share one), unless --client-image overrides it.
+        self.client_image = client_image or tools_image(exp)
         choose_backend(backend)  # a requested backend this kernel lacks fails here, not later
         _check_links(exp, backend)
         self.backend = backend  # "auto" resolves per profile (its rate), recorded per condition
@@ -94,6 +97,9 @@ class TestbedExecutor:
             "kernel": platform.release(),
             "force": self.force,
             "client_image": _image_info(self.client_image),
+            "client_tools": {
+                name: _tool_info(TOOLS[name]) for name in dict.fromkeys(c.tool for c in self.exp.clients)
+            },
             "server_images": {name: _image_info(spec.image) for name, spec in servers.SERVERS.items()},
             "pki": "fresh private CA per run (not stored with the results)",
             **({"capture": self._capture_info()} if self.exp.capture else {}),
@@ -298,6 +304,25 @@ class TestbedExecutor:
             trial.client.options,
             workload.tool_args(trial.workload.duration_s, dict(trial.workload.settings)),
         )
+
+
+def tools_image(exp: Experiment) -> str:
+    """The image the experiment's client tools run in (DEFAULT_IMAGE if it names none)."""
+    images = {TOOLS[c.tool].image for c in exp.clients}
+    assert len(images) <= 1, images  # schema.py refuses clients of different images
+    return images.pop() if images else DEFAULT_IMAGE
+
+
+def _tool_info(tool: Tool) -> dict[str, Any]:
+    """What the manifest keeps of a client's descriptor: where it came from and how it ran."""
+    file = Path(tool.file).resolve()
+    # Relative inside the checkout: two checkouts' runs must not differ by where they live.
+    return {
+        "descriptor": str(file.relative_to(REPO)) if file.is_relative_to(REPO) else str(file),
+        "image": tool.image,
+        "command": list(tool.command),
+        "versions_in": list(tool.reports),  # the row columns with its versions
+    }
 
 
 def _server_qlog(spec: servers.ServerSpec) -> str:

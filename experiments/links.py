@@ -10,12 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from quicbed.errors import InputError
+from quicbed.fields import check_mapping, check_number, check_str
 from quicbed.topology import profiles as topo
 from quicbed.topology.linkspec import field_names, parse_linkspec
 from quicbed.topology.profiles import Profile
 from quicbed.yamlio import PathKey, Source
-
-from .fields import check_mapping, check_number, check_str
 
 Link = Profile
 PROFILES_DIR = topo.PROFILE_DIR

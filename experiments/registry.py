@@ -1,6 +1,7 @@
 """What an experiment may name: servers, client tools, workloads, link parameters, metrics.
 
-One module so that adding a server, a tool option or a workload object is a one-line change.
+One module gathers them; a server or a client is a descriptor file (no Python), a workload
+object a one-line change.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from quicbed.clients import tools
 SERVERS: tuple[str, ...] = tuple(servers.SERVERS)
 
 
-# Client tools: one adapter each, in clients/tools.py (the client contract).
+# Client tools: one descriptor each, clients/<name>/client.yaml (the contract: clients/tools.py).
 TOOLS = tools.TOOLS
 
 PROTOCOLS = rowschema.PROTOCOLS

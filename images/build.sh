@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Build the testbed's images: images/build.sh [SERVER|tools|client|all|actionlint]...
+# Build the testbed's images: images/build.sh [SERVER|CLIENT|tools|client|all|actionlint]...
 # (actionlint: not an image; the workflow linter make test uses, built like Caddy's binary)
 #
-# A server's image is named by its descriptor, servers/<name>/server.yaml (or one in a
-# directory of $QUICBED_SERVER_DIRS): `image:` plus the version of versions.env's `version_key:`
-# (or a literal `version:`). Its `dockerfile:` is built here; a descriptor without one names a
-# prebuilt image (a user's own), which is only checked to exist.
+# A server's or client's image is named by its descriptor, servers/<name>/server.yaml or
+# clients/<name>/client.yaml (or one in a directory of $QUICBED_SERVER_DIRS or
+# $QUICBED_CLIENT_DIRS): `image:` plus the version of versions.env's `version_key:` (or a
+# literal `version:`). Its `dockerfile:` is built here; a descriptor without one names a
+# prebuilt image (a user's own), which is only checked to exist. The descriptors are read by
+# the code that checks them (python -m quicbed.servers list), never parsed here.
 #
 # Each image is skipped when its tag already carries the label quicbed.inputs=<hash>, where
 # the hash covers the Dockerfile, every file it COPYs/ADDs from the context, and the pinned
@@ -31,94 +33,63 @@ while IFS='=' read -r key value; do
   versions[$key]=$value
 done <"$repo/versions.env"
 
-# Server name -> its descriptor's path (nothing if there is none): servers/<name>/server.yaml,
-# then each $QUICBED_SERVER_DIRS entry (a server's directory, or a directory of them).
-descriptor_of() {
-  local name=$1 dir
-  local -a dirs=()
-  if [[ -f "$repo/servers/$name/server.yaml" ]]; then
-    echo "$repo/servers/$name/server.yaml"
-    return 0
+# What to build comes from the descriptors, as the code reads them: `python -m quicbed.servers
+# list` and `python -m quicbed.clients list` print `name<TAB>image<TAB>dockerfile` (`-`: a
+# prebuilt image), the shipped ones and those of $QUICBED_SERVER_DIRS / $QUICBED_CLIENT_DIRS.
+# A server is built under its name; a client image under its Dockerfile's directory
+# (images/client -> client), which every tool of that image shares; a tool's name builds it too.
+py="$repo/.venv/bin/python"
+declare -A tag_by=() dockerfile_by=()
+server_list=() client_list=()
+
+load_descriptors() {
+  local kind name image df target out
+  if [[ ! -x "$py" ]]; then
+    echo "images: no $py: make venv first (the descriptors are read by python -m quicbed.servers list)" >&2
+    exit 2
   fi
-  IFS=: read -ra dirs <<<"${QUICBED_SERVER_DIRS:-}"
-  for dir in "${dirs[@]}"; do
-    [[ -z "$dir" ]] && continue
-    if [[ -f "$dir/server.yaml" && "$(basename "$(cd "$dir" && pwd)")" == "$name" ]]; then
-      echo "$dir/server.yaml"
-      return 0
-    fi
-    if [[ -f "$dir/$name/server.yaml" ]]; then
-      echo "$dir/$name/server.yaml"
-      return 0
-    fi
+  for kind in servers clients; do
+    out=$("$py" -m "quicbed.$kind" list) || exit 2  # it said why, in one line
+    while IFS=$'\t' read -r name image df; do
+      [[ -z "$name" ]] && continue
+      [[ "$df" == - ]] && df=""
+      tag_by[$name]=$image
+      dockerfile_by[$name]=$df
+      if [[ "$kind" == servers ]]; then
+        server_list+=("$name")
+        continue
+      fi
+      target=$name
+      [[ -n "$df" ]] && target=$(basename "$(dirname "$df")")
+      if [[ -z "${tag_by[$target]+x}" || "$target" == "$name" ]]; then
+        tag_by[$target]=$image
+        dockerfile_by[$target]=$df
+        client_list+=("$target")
+      fi
+    done <<<"$out"
   done
-  return 0
 }
+load_descriptors
 
 # Every described server's name: the shipped ones, then those of $QUICBED_SERVER_DIRS.
 server_names() {
-  local f dir
-  local -a dirs=()
-  for f in "$repo"/servers/*/server.yaml; do basename "$(dirname "$f")"; done
-  IFS=: read -ra dirs <<<"${QUICBED_SERVER_DIRS:-}"
-  for dir in "${dirs[@]}"; do
-    [[ -z "$dir" ]] && continue
-    if [[ -f "$dir/server.yaml" ]]; then
-      basename "$(cd "$dir" && pwd)"
-    else
-      for f in "$dir"/*/server.yaml; do [[ -f "$f" ]] && basename "$(dirname "$f")"; done
-    fi
-  done
-  return 0
-}
-
-# The value of a descriptor's top-level `key: value` line (quotes and a trailing comment
-# dropped); quicbed.servers.descriptors refuses descriptors that spell these otherwise.
-field_of() {
-  sed -n "s/^$2:[[:space:]]*//p" "$1" | head -n 1 \
-    | sed -e 's/[[:space:]]#.*//' -e 's/[[:space:]]*$//' -e "s/^[\"']\(.*\)[\"']\$/\1/"
+  printf '%s\n' "${server_list[@]}"
 }
 
 # name -> image tag
 tag_of() {
-  local df image key version
-  case $1 in
-    client) echo "quicbed/client:dev"; return 0 ;;
-    tools) echo "quicbed/tools:dev"; return 0 ;;
-  esac
-  df=$(descriptor_of "$1")
-  if [[ -z "$df" ]]; then
+  if [[ "$1" == tools ]]; then echo "quicbed/tools:dev"; return 0; fi
+  if [[ -z "${tag_by[$1]+x}" ]]; then
     echo "images: unknown image '$1' ($(server_names | paste -sd, - | sed 's/,/, /g'), tools, client, all)" >&2
     return 1
   fi
-  image=$(field_of "$df" image)
-  key=$(field_of "$df" version_key)
-  if [[ -n "$key" ]]; then
-    version=${versions[$key]-}
-    if [[ -z "$version" ]]; then
-      echo "images: $df: version_key: $key is not in versions.env" >&2
-      return 1
-    fi
-  else
-    version=$(field_of "$df" version)
-  fi
-  if [[ -z "$image" || -z "$version" ]]; then
-    echo "images: $df: needs image: and version_key: (or version:), each on one line" >&2
-    return 1
-  fi
-  # An image that names its own tag (or digest) is used as it is.
-  if [[ "${image##*/}" == *[:@]* ]]; then echo "$image"; else echo "$image:$version"; fi
+  echo "${tag_by[$1]}"
 }
 
-# name -> its Dockerfile (absolute); nothing for a server whose descriptor names none.
+# name -> its Dockerfile (absolute); nothing for a descriptor that names none (prebuilt).
 dockerfile_of() {
-  local df rel
-  case $1 in
-    client | tools) echo "$here/$1/Dockerfile"; return 0 ;;
-  esac
-  df=$(descriptor_of "$1")
-  rel=$(field_of "$df" dockerfile)
-  if [[ -n "$rel" ]]; then echo "$repo/$rel"; fi
+  if [[ "$1" == tools ]]; then echo "$here/tools/Dockerfile"; return 0; fi
+  if [[ -n "${dockerfile_by[$1]:-}" ]]; then echo "$repo/${dockerfile_by[$1]}"; fi
 }
 
 # Join continuation lines, then print the context sources of every COPY/ADD without --from.
@@ -257,15 +228,11 @@ build_one() {
       echo "images: $tag present (prebuilt: $name's descriptor names no dockerfile)"
       return 0
     fi
-    echo "images: $tag not found: $name's descriptor ($(descriptor_of "$name")) names no" \
+    echo "images: $tag not found: $name's descriptor names no" \
       "dockerfile, so build, pull or tag that image yourself (e.g. docker tag IMAGE $tag)" >&2
     return 1
   fi
   if [[ ! -f "$df" ]]; then
-    if [[ "$name" == client ]]; then
-      echo "images: $df does not exist yet; skipping client"
-      return 0
-    fi
     echo "images: $df missing" >&2
     return 1
   fi
@@ -326,8 +293,14 @@ for target in "${targets[@]}"; do
     build_actionlint
   elif [[ "$target" == all ]]; then
     for name in $(server_names); do build_one "$name"; done
-    for name in tools client; do
-      if [[ -f "$here/$name/Dockerfile" ]]; then build_one "$name"; fi
+    build_one tools
+    # Each client image once (tools of one image share it), a prebuilt one only checked.
+    declare -A done_tags=()
+    for name in "${client_list[@]}"; do
+      tag=$(tag_of "$name")
+      [[ -n "${done_tags[$tag]+x}" ]] && continue
+      done_tags[$tag]=1
+      build_one "$name"
     done
   else
     tag_of "$target" >/dev/null

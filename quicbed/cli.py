@@ -327,7 +327,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="measure even through a path that failed calibration (recorded)"
     )
     p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
-    p.add_argument("--client-image", default="quicbed/client:dev")
+    p.add_argument(
+        "--client-image",
+        default=None,
+        help="client container image (default: the tools' own, their descriptors')",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_run)
 

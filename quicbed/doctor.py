@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -25,9 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-if __name__ == "__main__":  # run as a script: the checkout's quicbed/ (stdlib-only parts) first
-    sys.path.insert(0, str(REPO))
-from quicbed.paths import read_versions  # noqa: E402 - needs the path above as a script
 
 RMEM_MIN = 8 << 20  # quic-go asks for ~7 MB UDP buffers; containers inherit the host's maximum
 UML_MODULE_DIR = "/usr/lib/uml/modules/*/kernel"
@@ -253,20 +251,30 @@ def check_docker() -> list[Check]:
     out = [Check("Docker engine", running, f"running, {version}" if running else "not running: make docker")]
     if not running:
         return out
-    for image in image_tags():
+    try:
+        tags = image_tags()
+    except DescriptorProblem as exc:
+        return [*out, Check("descriptors", False, str(exc))]
+    for image in tags:
         have = _run(["docker", "image", "inspect", "-f", "{{.Id}}", image]).returncode == 0
         out.append(Check(f"image {image}", have, "present" if have else "make images"))
     return out
 
 
 def image_tags() -> list[str]:
-    """The images a run needs, tagged as images/build.sh tags them (from versions.env)."""
-    versions = read_versions()
-    return [
-        f"quicbed/caddy:{versions['CADDY_VERSION']}",
-        f"quicbed/nginx:{versions['NGINX_VERSION']}",
-        "quicbed/client:dev",
-    ]
+    """The images a run needs, as the descriptors name them (`python -m quicbed.servers list`
+    and the clients' alike): every described server's and client's image, each once."""
+    tags: list[str] = []
+    for kind in ("servers", "clients"):
+        proc = _run([sys.executable, "-m", f"quicbed.{kind}", "list", "--json"])
+        if proc.returncode != 0:  # a bad descriptor: its one line is the fix
+            raise DescriptorProblem(proc.stderr.strip() or f"python -m quicbed.{kind} list failed")
+        tags += [entry["image"] for entry in json.loads(proc.stdout)]
+    return list(dict.fromkeys(tags))
+
+
+class DescriptorProblem(Exception):
+    """A server or client descriptor the engine refuses."""
 
 
 def check_delayline() -> list[Check]:

@@ -41,3 +41,22 @@ class HostProblem(EnvironmentProblem):
     """A problem of this host that no condition gets past (a link backend that cannot run here,
     Docker down, an image not built): a run stops at once with one line, instead of failing
     every condition and experiment in turn."""
+
+
+def install_excepthook() -> None:
+    """Uncaught QuicbedErrors end the process with their one line and exit code; anything
+    else keeps Python's traceback."""
+    import os
+    import sys
+
+    default = sys.excepthook
+
+    def hook(kind, value, tb):
+        if not isinstance(value, QuicbedError):
+            default(kind, value, tb)
+            return
+        print(f"quicbed: {value}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(value.exit_code)  # sys.exit() cannot leave an excepthook
+
+    sys.excepthook = hook
