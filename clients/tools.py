@@ -199,14 +199,19 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             name="chromium",
-            options={"protocol": ("quic", "tls1.2", "tls1.3")},
-            defaults={"protocol": "quic"},
-            label="chromium-{protocol}",
+            # browser: Debian's chromium-headless-shell (lean), or the full browser as before
+            options={
+                "protocol": ("quic", "tls1.2", "tls1.3"),
+                "browser": ("headless-shell", "chromium-full"),
+            },
+            defaults={"protocol": "quic", "browser": "headless-shell"},
+            label="chromium-{protocol}{browser}",
             protocol="{protocol}",
+            short={"browser": {"headless-shell": "", "chromium-full": "-full"}},
             # web: one page load; video: the stream played in dash.js (--duration, the workload's)
             workloads=("web", "video"),
             command="browser_perf",  # clients/browser: one fresh browser per trial
-            flags={"protocol": "--protocol"},
+            flags={"protocol": "--protocol", "browser": "--browser"},
             start_s=1.5,  # a fresh browser and profile per trial
             workload_flags=("--duration", "--player-settings"),
             no_qlog="chromium: NetLog not collected yet",

@@ -346,3 +346,57 @@ def test_sigterm_closes_the_browser_and_removes_its_files(path: Path_) -> None:
     out = _in_background(path, _argv(path, "caddy", "quic", timeout=20), "kill -TERM $bp")
     assert out.strip() == "exit=143", out
     assert _leftovers(path) == []
+
+
+# ------------------------------------------------------------------------------ CPU-bound
+
+HOG_S = 20  # the hog's own limit, should the test die before it kills the hog
+
+
+@contextmanager
+def _cpu_hog(path: Path_):
+    """One busy loop per CPU in the client container: the host has no idle CPU left."""
+    shell = (
+        f"for i in $(seq $(nproc)); do timeout {HOG_S} sh -c 'while :; do :; done' "
+        ">/dev/null 2>&1 & echo $!; done"
+    )
+    pids = path.tb.client.exec(["sh", "-c", shell], check=True).stdout.split()
+    try:
+        time.sleep(0.5)
+        yield
+    finally:
+        path.tb.client.exec(["kill", *pids])
+
+
+@contextmanager
+def _cpu_quota(path: Path_, cpus: float):
+    """A CPU quota on the client container (the CFS quota docker sets), removed after."""
+    subprocess.run(["docker", "update", f"--cpus={cpus}", path.tb.client.container], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["docker", "update", "--cpus=0", path.tb.client.container], check=True)
+
+
+def test_cpu_bound_flags_a_starved_load_and_not_an_idle_one(path: Path_) -> None:
+    """The flag from what limits a load: on an idle host the CPUs stay partly idle and no thread
+    runs the whole load; with a busy loop per CPU (no idle CPU) or a quota of a quarter CPU
+    (throttled) the same load is flagged. The idle load is tried up to three times: the host
+    is shared, and another user's work is a CPU limit too."""
+    idle = []
+    for _ in range(3):
+        idle = _load(path, "nginx", "quic")
+        if not idle[0]["cpu_bound"]:
+            break
+    row = idle[0]
+    assert row["browser"] == "headless-shell" and "chromium-headless-shell" in row["library"], row
+    assert not row["cpu_bound"], {k: row[k] for k in row if "cpu" in k or "thread" in k or "idle" in k}
+    assert row["host_idle_pct"] >= 10 and row["busiest_thread_pct"] < 90, row
+    with _cpu_hog(path):
+        hogged = _load(path, "nginx", "quic")[0]
+    assert hogged["cpu_bound"] and hogged["host_idle_pct"] < 10, hogged
+    assert hogged["cpu_wait_ms"] > row["cpu_wait_ms"], (hogged["cpu_wait_ms"], row["cpu_wait_ms"])
+    with _cpu_quota(path, 0.25):
+        quota = _load(path, "nginx", "quic")[0]
+    assert quota["cpu_bound"] and quota["cpu_throttled_ms"] > 0.1 * quota["page_load_time_ms"], quota
+    assert _leftovers(path) == []
