@@ -36,6 +36,8 @@ from quicbed.topology.profiles import load_profile
 
 PROTOCOLS = {"quic": 1, "tls1.3": 2, "tls1.2": 2}  # fresh connection's RTTs in Chromium
 BROWSERS = ("chromium-full", "headless-shell")  # before, after (browser_perf --browser)
+# What a browser cannot pin (browser_perf's CANNOT_PIN): a row saying so, no loads.
+CANNOT = {("headless-shell", "tls1.2"): "refused (exit 3): the headless shell ignores --ssl-version-max"}
 
 
 def argv(address: str, page: str, protocol: str, reps: int, browser: str) -> list[str]:
@@ -132,6 +134,8 @@ def main() -> int:
         results = {}
         for protocol in PROTOCOLS:  # the browsers alternate per protocol: the same host load
             for browser in args.browsers:
+                if (browser, protocol) in CANNOT:
+                    continue
                 rows = loads(tb, argv(address, args.page, protocol, args.reps, browser), args.reps)
                 wires = [
                     c
@@ -154,6 +158,9 @@ def main() -> int:
             "browser CPU s/load | CPU % of a core | host idle % | busiest thread % | CPU-bound |"
         )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for browser, protocol in CANNOT:
+            if browser in args.browsers:
+                print(f"| {browser} | {protocol} | 0 | {CANNOT[browser, protocol]} |" + " |" * 10)
         for (browser, protocol), (rows, wires) in results.items():
             n = PROTOCOLS[protocol]
             wire_endpoint = [

@@ -97,6 +97,7 @@ def test_usage_error_exits_2_with_one_line(ca: str, capsys: pytest.CaptureFixtur
     [
         (["--url", "http://server.quicbed/x"], "https"),
         (["--url", "https://other.quicbed/x"], "no --resolve"),
+        (["--browser", "headless-shell", "--protocol", "tls1.2"], "cannot pin tls1.2"),
     ],
 )
 def test_valid_requests_it_cannot_do_exit_3(

@@ -301,7 +301,7 @@ def test_cloud_workload_and_what_cannot_run_yet():
     trial = trials(chromium, conditions(chromium)[0])[-1]
     assert trial.client.label == "chromium-tls1.2"
     argv = TestbedExecutor._tool_argv(trial, "10.77.2.10")
-    assert argv[0] == "browser_perf" and argv[-4:] == ["--protocol", "tls1.2", "--browser", "headless-shell"]
+    assert argv[0] == "browser_perf" and argv[-4:] == ["--protocol", "tls1.2", "--browser", "chromium-full"]
     assert argv[argv.index("--resolve") + 1] == "server.quicbed:443:10.77.2.10"
     # ... and plays video in dash.js for the workload's duration.
     played = parse_experiment(
