@@ -158,9 +158,6 @@ def main() -> int:
             "browser CPU s/load | CPU % of a core | host idle % | busiest thread % | CPU-bound |"
         )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for browser, protocol in CANNOT:
-            if browser in args.browsers:
-                print(f"| {browser} | {protocol} | 0 | {CANNOT[browser, protocol]} |" + " |" * 10)
         for (browser, protocol), (rows, wires) in results.items():
             n = PROTOCOLS[protocol]
             wire_endpoint = [
@@ -186,6 +183,9 @@ def main() -> int:
                 f"| {cell([r['busiest_thread_pct'] for r in rows])} "
                 f"| {sum(bool(r['cpu_bound']) for r in rows)}/{len(rows)} |"
             )
+        for browser, protocol in CANNOT:
+            if browser in args.browsers:
+                print(f"| {browser} | {protocol} | 0 | {CANNOT[browser, protocol]} |" + " |" * 10)
         print("\nThe network behaviour (every distinct value over the loads; the browsers must agree):\n")
         print(
             "| protocol | browser | resource protocols | connections | TLS group | bytes "
