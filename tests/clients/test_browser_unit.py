@@ -456,6 +456,13 @@ def test_a_cache_of_an_older_generator_is_remade(tmp_path: Path) -> None:
     assert page.read_bytes() == good
 
 
+def test_only_the_headless_shell_gets_the_lean_switches(ca: str) -> None:
+    shell = bp.chromium_args(bp.parse_args(_argv(ca, "--browser", "headless-shell")))
+    full = bp.chromium_args(bp.parse_args(_argv(ca)))  # the default: the full browser, as before
+    assert shell == full + list(bp.LEAN_SWITCHES)
+    assert not set(bp.LEAN_SWITCHES) & set(full)
+
+
 def test_playback_opens_the_player_page_and_needs_time_for_it(ca: str, capsys) -> None:
     args = bp.parse_args(_argv(ca) + ["--duration", "20", "--timeout", "60"])
     load = bp.Load(args, 0)
