@@ -25,10 +25,12 @@ from .overhead import account
 from .render import Block, Bullets, FigureBlock, Section, Table, Text, VerdictList
 from .stacks import StackWindow, explain_gain_shrinks, measured_windows, windows_table
 from .tables import (
+    CPU_BOUND_SHARE_MAX,
     CongestionGroup,
     comparison_table,
     congestion_groups,
     congestion_table,
+    cpu_bound_groups,
     failures_table,
     flag_table,
     flagged_stacks,
@@ -213,7 +215,30 @@ def workload_section(spec: ReportSection, ok: pd.DataFrame, figures: list[Figure
         table = TABLES[spec.table](ok)
         if not table.empty:
             blocks.append(Table(table, spec.table_caption))
+            if spec.table == "pageload_vs_download":
+                blocks.append(cpu_bound_note(ok))
     return Section(spec.title, blocks + figure_blocks(figures, spec.figures))
+
+
+def cpu_bound_note(ok: pd.DataFrame) -> Block:
+    """Whether the page loads measure the network or the client's CPU: a load is CPU-bound
+    when its browser found its CPUs (almost) never idle, a thread of it busy the whole load, or
+    its quota throttling it (clients/browser/README.md, "CPU-bound")."""
+    heavy = cpu_bound_groups(ok)
+    if not heavy:
+        return Text(
+            f"CPU-bound share at most {CPU_BOUND_SHARE_MAX:.0%} in every group: the page loads "
+            "measure the path, not the client's CPU."
+        )
+    return Bullets(
+        [
+            f"CPU-bound share over {CPU_BOUND_SHARE_MAX:.0%}: {g}. These page-load figures "
+            "measure this host's CPU as much as the network: on a bigger machine the same "
+            "page on the same path loads faster."
+            for g in heavy
+        ],
+        warn=True,
+    )
 
 
 CONGESTION_INTRO = (

@@ -221,6 +221,25 @@ def streaming_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 
+CPU_BOUND_SHARE_MAX = 0.10  # above it, a group's page loads measure the host's CPU
+
+
+def cpu_bound_share(rows: pd.DataFrame) -> float:
+    return float(rows["cpu_bound"].astype(bool).mean()) if len(rows) else 0.0
+
+
+def cpu_bound_groups(df: pd.DataFrame) -> list[str]:
+    """The page-load groups (condition, page, protocol) whose CPU-bound share is over
+    CPU_BOUND_SHARE_MAX, as 'facet / object / protocol (share)'."""
+    pages = df[df["workload"] == PAGELOAD]
+    out = []
+    for values, group in group_frames(pages, ["facet", "object", "protocol"]):
+        share = cpu_bound_share(group)
+        if share > CPU_BOUND_SHARE_MAX:
+            out.append(f"{' / '.join(str(v) for v in values)} ({share:.0%})")
+    return out
+
+
 def pageload_vs_download_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per condition, page and protocol: the browser's page load beside the perf tools'
     download of the same page's HTML (their rows in the same condition)."""
@@ -240,6 +259,8 @@ def pageload_vs_download_table(df: pd.DataFrame) -> pd.DataFrame:
                 "downloads n": str(download.n),
                 "page load ÷ download": fmt(load.value / download.value) if download.n else "–",
                 "connections (median)": fmt(pd.to_numeric(group["connections"], errors="coerce").median()),
+                # browser_perf's flag: a CPU, not the path, limited the load (README "CPU-bound")
+                "CPU-bound share": f"{cpu_bound_share(group):.0%}",
             }
         )
     return pd.DataFrame(lines)

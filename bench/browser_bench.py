@@ -1,15 +1,19 @@
 """Page loads in headless Chromium (clients/browser) on the india path (prints figures; asserts
 nothing).
 
-Per protocol (QUIC, TLS 1.3, TLS 1.2 over TCP), N loads of one landing page against one server,
-each in a fresh browser: the page load time (median and IQR), the document's connection time
-÷ the calibrated RTT against theory (QUIC 1, TLS 1.3 2, TLS 1.2 2: Chromium always uses False
-Start), the browser's own time in the handshake (connection time − n·RTT), client CPU per load
-and how many loads were CPU-bound (the browser's processes used >= 90 % of a core over the
-load). Then, from captures on the client's emulated interface (decrypted with the browser's key
-log, checked by wirecheck.py), the same endpoint time from the wire: handshake done − the first
-packet − n × the first RTT on the wire, and the browser's time from connectStart to its first
-packet. A Markdown table on stdout.
+Per browser (before: the full Chromium, `--browser chromium-full`; after: Debian's
+chromium-headless-shell with the lean switches, the default) and protocol (QUIC, TLS 1.3, TLS
+1.2 over TCP), N loads of one landing page against one server, each in a fresh browser: the
+page load time and FCP (median and IQR), the document's connection time ÷ the calibrated RTT
+against theory (QUIC 1, TLS 1.3 2, TLS 1.2 2: Chromium always uses False Start), the browser's
+own time in the handshake (connection time − n·RTT), client CPU per load and how many loads
+were CPU-bound (browser_perf's flag: the allowed CPUs < 10 % idle, a thread busy >= 90 % of
+the load, or a throttling quota), and the network behaviour both browsers must share: the
+protocol of every resource, connections per load, the TLS group and the page's bytes. Then,
+from captures on the client's emulated interface (decrypted with the browser's key log, checked
+by wirecheck.py), the same endpoint time from the wire: handshake done − the first packet − n ×
+the first RTT on the wire, and the browser's time from connectStart to its first packet.
+Markdown tables on stdout.
 
     .venv/bin/python bench/browser_bench.py [--reps 20] [--captures 5] [--page pages/media]
 """
@@ -31,9 +35,12 @@ from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile
 
 PROTOCOLS = {"quic": 1, "tls1.3": 2, "tls1.2": 2}  # fresh connection's RTTs in Chromium
+BROWSERS = ("chromium-full", "headless-shell")  # before, after (browser_perf --browser)
+# What a browser cannot pin (browser_perf's CANNOT_PIN): a row saying so, no loads.
+CANNOT = {("headless-shell", "tls1.2"): "refused (exit 3): the headless shell ignores --ssl-version-max"}
 
 
-def argv(address: str, page: str, protocol: str, reps: int) -> list[str]:
+def argv(address: str, page: str, protocol: str, reps: int, browser: str) -> list[str]:
     return [
         "browser_perf",
         "--url",
@@ -49,6 +56,8 @@ def argv(address: str, page: str, protocol: str, reps: int) -> list[str]:
         "30",
         "--protocol",
         protocol,
+        "--browser",
+        browser,
     ]
 
 
@@ -103,6 +112,7 @@ def main() -> int:
     parser.add_argument("--server", default="nginx")
     parser.add_argument("--profile", default="india")
     parser.add_argument("--backend", default="auto", help="auto, netem, uml or delayline")
+    parser.add_argument("--browsers", nargs="+", default=list(BROWSERS), help="before, then after")
     args = parser.parse_args()
     root = content.ensure_content(CACHE / "content", {"web"})
     profile = load_profile(args.profile)
@@ -122,27 +132,33 @@ def main() -> int:
         rtt = calibration.measured
         address = server_address(tb.servers.index(hosts[args.server]))
         results = {}
-        for protocol in PROTOCOLS:
-            rows = loads(tb, argv(address, args.page, protocol, args.reps), args.reps)
-            wires = [
-                c
-                for c in (captured(tb, argv(address, args.page, protocol, 1)) for _ in range(args.captures))
-                if c
-            ]
-            results[protocol] = rows, wires
+        for protocol in PROTOCOLS:  # the browsers alternate per protocol: the same host load
+            for browser in args.browsers:
+                if (browser, protocol) in CANNOT:
+                    continue
+                rows = loads(tb, argv(address, args.page, protocol, args.reps, browser), args.reps)
+                wires = [
+                    c
+                    for c in (
+                        captured(tb, argv(address, args.page, protocol, 1, browser))
+                        for _ in range(args.captures)
+                    )
+                    if c
+                ]
+                results[browser, protocol] = rows, wires
         print(
             f"\n{args.profile} via {tb.backend.name}: configured RTT {profile.rtt_ms:g} ms, "
             f"calibrated {rtt:.2f} ms ({'passed' if calibration.passed else 'FAILED'}); "
-            f"{args.server}, web/{args.page}, {args.reps} loads per protocol, each in a fresh "
-            f"Chromium; {args.captures} more captured. Median [IQR].\n"
+            f"{args.server}, web/{args.page}, {args.reps} loads per browser and protocol, each in "
+            f"a fresh browser; {args.captures} more captured. Median [IQR].\n"
         )
         print(
-            "| protocol | loads | page load ms | FCP ms | connection ÷ RTT (theory) | "
+            "| browser | protocol | loads | page load ms | FCP ms | connection ÷ RTT (theory) | "
             "endpoint ms (conn − n·RTT) | endpoint ms, wire | before 1st packet ms | "
-            "browser CPU s/load | CPU % of a core | CPU-bound |"
+            "browser CPU s/load | CPU % of a core | host idle % | busiest thread % | CPU-bound |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
-        for protocol, (rows, wires) in results.items():
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for (browser, protocol), (rows, wires) in results.items():
             n = PROTOCOLS[protocol]
             wire_endpoint = [
                 (w["row"]["t_handshake"] - w["wire"]["events"]["start"]["wire"]) * 1e3
@@ -155,7 +171,7 @@ def main() -> int:
                 for w in wires
             ]
             print(
-                f"| {protocol} | {len(rows)} "
+                f"| {browser} | {protocol} | {len(rows)} "
                 f"| {cell([r['page_load_time_ms'] for r in rows])} "
                 f"| {cell([r['fcp_ms'] for r in rows if r['fcp_ms'] is not None])} "
                 f"| {cell([r['connection_time_ms'] / rtt for r in rows], '.2f')} ({n}) "
@@ -163,9 +179,37 @@ def main() -> int:
                 f"| {cell(wire_endpoint, '.1f')} | {cell(before, '.1f')} "
                 f"| {cell([r['browser_cpu_ms'] / 1e3 for r in rows], '.2f')} "
                 f"| {cell([r['browser_cpu_pct'] for r in rows])} "
+                f"| {cell([r['host_idle_pct'] for r in rows if r['host_idle_pct'] is not None])} "
+                f"| {cell([r['busiest_thread_pct'] for r in rows])} "
                 f"| {sum(bool(r['cpu_bound']) for r in rows)}/{len(rows)} |"
             )
+        for browser, protocol in CANNOT:
+            if browser in args.browsers:
+                print(f"| {browser} | {protocol} | 0 | {CANNOT[browser, protocol]} |" + " |" * 10)
+        print("\nThe network behaviour (every distinct value over the loads; the browsers must agree):\n")
+        print(
+            "| protocol | browser | resource protocols | connections | TLS group | bytes "
+            "| conn ÷ RTT, rounded |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for (browser, protocol), (rows, _) in sorted(results.items(), key=lambda kv: kv[0][1]):
+            print(f"| {protocol} | {browser} | " + " | ".join(network_signature(rows, rtt)) + " |")
     return 0
+
+
+def network_signature(rows: list[dict], rtt: float) -> list[str]:
+    """What must not change with the browser: each column's distinct values over the loads."""
+
+    def distinct(values) -> str:
+        return ", ".join(sorted({str(v) for v in values})) or "-"
+
+    return [
+        distinct(json.dumps(r["resource_protocols"], sort_keys=True) for r in rows),
+        distinct(r["connections"] for r in rows),
+        distinct(r["tls_group"] for r in rows),
+        distinct(r["bytes"] for r in rows),
+        distinct(round(r["connection_time_ms"] / rtt) for r in rows),
+    ]
 
 
 if __name__ == "__main__":

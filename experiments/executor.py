@@ -55,6 +55,16 @@ SERVER_LOG_WAIT_S = 1.0
 CPU_BOUND_PCT = 90.0  # of one core: the host, not the network, may have set the pace
 
 
+def trial_cpu_bound(row: dict[str, Any], shares: dict[Any, float], client: Any) -> bool:
+    """A trial is CPU-bound when its tool says so, or a container used >= CPU_BOUND_PCT of a
+    core. A tool that judges its own load (the browser: idle CPU, busiest thread, quota; its row
+    carries cpu_bound) speaks for the client container, whose share of one core says nothing of
+    eleven processes on two cores; the server's share still counts."""
+    judged = {client} if "cpu_bound" in row else set()
+    busy = [pct for host, pct in shares.items() if host not in judged]
+    return bool(row.get("cpu_bound")) or max(busy, default=0.0) >= CPU_BOUND_PCT
+
+
 class TestbedExecutor:
     __test__ = False
 
@@ -223,8 +233,7 @@ class TestbedExecutor:
         )
         if capture:  # after _server_saw: the server has logged, and closed, the trial's connections
             row.update(capture.finish())
-        # A tool may know better (a browser's processes during the load alone): either says so.
-        row["cpu_bound"] = bool(row.get("cpu_bound")) or max(cpu.values()) >= CPU_BOUND_PCT
+        row["cpu_bound"] = trial_cpu_bound(row, cpu, self.tb.client)
         if row.get("error"):
             raise TrialError(row["error"], row)
         return row

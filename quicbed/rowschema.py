@@ -101,7 +101,11 @@ AXES = _columns(
 EXECUTOR = _columns(
     ("cpu_client_pct", "%", "client container CPU during the trial, of one core"),
     ("cpu_server_pct", "%", "server container CPU during the trial, of one core"),
-    ("cpu_bound", "", "a container used >= 90 % of a core: the host may have set the pace"),
+    (
+        "cpu_bound",
+        "",
+        "a CPU limited the trial (a browser's own judgement, or a container >= 90 % of a core)",
+    ),
     ("tool_wall_s", "s", "the tool process's wall time"),
     ("transfer_s", "s", "t_done - t_start"),
     # What the server saw of the trial (its access log, its network namespace's counters):
@@ -132,6 +136,12 @@ BROWSER = _columns(
     ("connections", "", "connections the client opened"),
     ("browser_cpu_ms", "ms", "CPU time of the browser's processes, navigation to load end"),
     ("browser_cpu_pct", "%", "browser_cpu_ms / page_load_time_ms, of one core"),
+    ("browser", "", "headless-shell (Debian's chromium-headless-shell) or chromium-full"),
+    ("host_idle_pct", "%", "idle time of the CPUs the browser may use, over the load"),
+    ("busiest_thread_pct", "%", "the busiest browser thread's CPU time / the load's wall time"),
+    ("busiest_thread", "", "that thread's name"),
+    ("cpu_wait_ms", "ms", "run-queue wait of all browser threads over the load (schedstat)"),
+    ("cpu_throttled_ms", "ms", "the client container's CPU-quota throttled time over the load"),
 )
 # What video_download (clients/perf) adds to the perf tools' columns; its TOOL columns are
 # the first connection's (connection_time_ms: the paper's handshake time) and the whole

@@ -39,14 +39,43 @@ from urllib.parse import urlencode, urlsplit
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import qoe
 
-VERSION = "1.0"
-# The binary itself, not Debian's /usr/bin/chromium wrapper (which adds Google API keys, remote
-# extensions and GPU rasterization from /etc/chromium.d).
-CHROMIUM = os.environ.get("QUICBED_CHROMIUM", "/usr/lib/chromium/chromium")
+VERSION = "1.1"
+# The binaries themselves, not Debian's /usr/bin wrappers (which add Google API keys, remote
+# extensions and GPU rasterization from /etc/chromium.d). Both are built from one Chromium
+# source at one version (they share chromium-common): the same network stack. The headless
+# shell is the content layer without the full browser's UI and profile services.
+BROWSERS = {
+    "headless-shell": "/usr/lib/chromium/chromium-headless-shell",
+    "chromium-full": "/usr/lib/chromium/chromium",
+}
+# The full browser stays the default: the headless shell cannot pin TLS 1.2 (below), and a
+# comparison across protocols must load every protocol in the same browser.
+DEFAULT_BROWSER = "chromium-full"
+# The protocols each browser can pin. The headless shell's network context never reads
+# --ssl-version-max (a //chrome switch, components/ssl_config): asked for TLS 1.2 it
+# negotiated TLS 1.3 in 20 of 20 loads (bench/browser_bench.py), which judge() refused.
+# --ssl-version-min=tls1.3 is as unread, but TLS 1.3 is what it offers anyway, and judge()
+# proves the version of every resource in every load.
+CANNOT_PIN = {"headless-shell": ("tls1.2",)}
+PACKAGES = {"headless-shell": "chromium-headless-shell", "chromium-full": "chromium"}  # Debian's
+# The headless shell's process model: no zygotes (two processes fewer to fork; the sandbox is
+# off under Playwright as root anyway), the compositor's GPU process (software, --disable-gpu)
+# inside the browser process, and at most one renderer (a bound only: these same-origin pages
+# start one anyway). Measured: three processes instead of six, about the same CPU.
+# Background work is already off: Playwright's switches and ours below stop timers,
+# backgrounding, component updates, field trials and background networking. chromium-full
+# keeps exactly the switches it always had (the "before" of bench/browser_bench.py).
+LEAN_SWITCHES = ("--no-zygote", "--in-process-gpu", "--renderer-process-limit=1")
 TMP_PREFIX = "quicbed-browser-"
 MARKER = "QUICBED_BROWSER_RUN"  # in the environment of every process of one load's browser
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNSUPPORTED = 0, 1, 2, 3
-CPU_BOUND_PCT = 90.0
+# A load is CPU-bound when a CPU limited it (README "CPU-bound"): the CPUs the browser may run
+# on had (almost) no idle time over the load, or the container's CPU quota throttled it, or one
+# of the browser's threads ran for (almost) the whole load (it was the critical path).
+HOST_IDLE_MIN_PCT = 10.0  # of the allowed CPUs' time over the load
+THREAD_BUSY_MAX_PCT = 90.0  # of the load's wall time, one thread
+THROTTLED_MAX_PCT = 10.0  # of the load's wall time throttled by the cgroup's quota
+CPU_CGROUP_STAT = ("/sys/fs/cgroup/cpu.stat", "/sys/fs/cgroup/cpu/cpu.stat")  # cgroup v2, v1
 CPU_SAMPLE_S = 0.5
 HARD_GRACE_S = 10.0  # beyond --timeout: launch + collection + close, then the watchdog kills
 # requested protocol -> (nextHopProtocol every resource must have, CDP securityDetails.protocol)
@@ -100,6 +129,12 @@ ROW_KEYS = (
     "connections",
     "browser_cpu_ms",
     "browser_cpu_pct",
+    "browser",
+    "host_idle_pct",
+    "busiest_thread_pct",
+    "busiest_thread",
+    "cpu_wait_ms",
+    "cpu_throttled_ms",
     "cpu_bound",
 )
 # With --duration: the playback's QoE (qoe.summarize) and its per-second trace instead of the
@@ -216,6 +251,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="page load timeout (navigation start to the load event)",
     )
     p.add_argument("--protocol", choices=tuple(EXPECTED), default="quic")
+    p.add_argument(
+        "--browser",
+        choices=tuple(BROWSERS),
+        default=DEFAULT_BROWSER,
+        help="the full Chromium (default) or Debian's chromium-headless-shell (lean: a fifth of "
+        "the CPU; QUIC and TLS 1.3 only)",
+    )
     p.add_argument("--keylog", metavar="FILE", help="TLS key log (SSLKEYLOGFILE) for captures")
     p.add_argument(
         "--duration",
@@ -245,6 +287,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         raise UsageError(f"--timeout {args.timeout:g} must exceed --duration {args.duration:g}")
     if args.player_settings is not None and args.duration is None:
         raise UsageError("--player-settings: only with --duration (a playback)")
+    if args.protocol in CANNOT_PIN.get(args.browser, ()):
+        raise Unsupported(
+            f"--browser {args.browser} cannot pin {args.protocol}: its network context ignores "
+            "--ssl-version-max (use --browser chromium-full)"
+        )
     if not os.path.isfile(args.cacert):
         raise UsageError(f"--cacert: no such file: {args.cacert}")
     port = url.port or 443
@@ -288,6 +335,8 @@ def chromium_args(args: argparse.Namespace) -> list[str]:
         flags.append("--ssl-version-min=tls1.3" if args.protocol == "tls1.3" else "--ssl-version-max=tls1.2")
     if args.duration is not None:  # the player starts by itself (muted, as a page may)
         flags.append("--autoplay-policy=no-user-gesture-required")
+    if getattr(args, "browser", DEFAULT_BROWSER) == "headless-shell":
+        flags += LEAN_SWITCHES
     return flags
 
 
@@ -419,12 +468,56 @@ def build_row(row: dict[str, Any], perf: dict[str, Any], net: dict[str, Any]) ->
 
 
 def add_cpu(row: dict[str, Any], cpu_ms: float | None) -> None:
-    """browser_cpu_ms over the load; its share of one core over page_load_time_ms."""
+    """browser_cpu_ms over the load; its share of one core over page_load_time_ms (shown, not
+    the flag: eleven processes on two cores can use 150 % of a core without waiting)."""
     row["browser_cpu_ms"] = _ms(cpu_ms)
     load = row.get("page_load_time_ms")
     if cpu_ms is not None and load:
         row["browser_cpu_pct"] = round(100.0 * cpu_ms / load, 1)
-        row["cpu_bound"] = row["browser_cpu_pct"] >= CPU_BOUND_PCT
+
+
+@dataclass(frozen=True)
+class CpuSnapshot:
+    """What limits a load, read at its start and its end: the allowed CPUs' jiffies (all,
+    idle), every browser thread's CPU and run-queue wait (ns), the cgroup's throttled time."""
+
+    wall_s: float
+    cpu_jiffies: tuple[int, int]
+    threads: dict[tuple[int, int], tuple[str, int, int]]  # (pid, tid) -> (name, run ns, wait ns)
+    throttled_ns: int | None
+
+
+def cpu_limits(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, Any]:
+    """The row's CPU columns from two snapshots, and cpu_bound: the allowed CPUs idle under
+    HOST_IDLE_MIN_PCT of their time, or one browser thread busy over THREAD_BUSY_MAX_PCT of
+    the wall time, or the quota throttling over THROTTLED_MAX_PCT of it."""
+    wall_ms = max(1e-3, (after.wall_s - before.wall_s) * 1e3)
+    d_all = after.cpu_jiffies[0] - before.cpu_jiffies[0]
+    d_idle = after.cpu_jiffies[1] - before.cpu_jiffies[1]
+    idle_pct = round(100.0 * d_idle / d_all, 1) if d_all > 0 else None
+    busiest, busiest_ns, wait_ns = "", 0, 0
+    for key, (name, run_ns, wait) in after.threads.items():
+        run0, wait0 = before.threads.get(key, (name, 0, 0))[1:]  # a thread born in the load: all
+        wait_ns += max(0, wait - wait0)
+        if run_ns - run0 > busiest_ns:
+            busiest, busiest_ns = name, run_ns - run0
+    throttled_ms = None
+    if after.throttled_ns is not None and before.throttled_ns is not None:
+        throttled_ms = round((after.throttled_ns - before.throttled_ns) / 1e6, 1)
+    busiest_pct = round(100.0 * busiest_ns / 1e6 / wall_ms, 1)
+    bound = (
+        (idle_pct is not None and idle_pct < HOST_IDLE_MIN_PCT)
+        or busiest_pct >= THREAD_BUSY_MAX_PCT
+        or (throttled_ms is not None and 100.0 * throttled_ms / wall_ms >= THROTTLED_MAX_PCT)
+    )
+    return {
+        "host_idle_pct": idle_pct,
+        "busiest_thread_pct": busiest_pct,
+        "busiest_thread": busiest,
+        "cpu_wait_ms": round(wait_ns / 1e6, 1),
+        "cpu_throttled_ms": throttled_ms,
+        "cpu_bound": bool(bound),
+    }
 
 
 def _short(url: str, page: str) -> str:
@@ -599,6 +692,54 @@ def process_cpu_s(pids: list[int]) -> float:
         if fields and fields[0] != "Z":
             ticks += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
     return ticks * _TICK_S
+
+
+def allowed_cpu_jiffies(text: str, cpus: set[int]) -> tuple[int, int]:
+    """(all, idle + iowait) jiffies of these CPUs from /proc/stat's text (a container sees
+    the host's: the CPUs it may run on are the ones its processes wait for)."""
+    total = idle = 0
+    for line in text.splitlines():
+        name, *values = line.split()
+        if not (name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus):
+            continue
+        numbers = [int(x) for x in values[:8]]  # user nice system idle iowait irq softirq steal
+        total += sum(numbers)
+        idle += numbers[3] + numbers[4]
+    return total, idle
+
+
+def _thread_times(pids: list[int]) -> dict[tuple[int, int], tuple[str, int, int]]:
+    """Every thread of these processes: (name, ns on a CPU, ns waiting in a run queue), from
+    /proc/<pid>/task/<tid>/schedstat (nanoseconds, unlike stat's 10 ms ticks)."""
+    out: dict[tuple[int, int], tuple[str, int, int]] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError, ValueError):
+                    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                        run_ns, wait_ns = (int(x) for x in f.read().split()[:2])
+                    with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                        name = f.read().strip()
+                    out[(pid, int(tid))] = (name, run_ns, wait_ns)
+    return out
+
+
+def _throttled_ns() -> int | None:
+    """The container's CPU-quota throttled time (cgroup v2 throttled_usec, v1 throttled_time)."""
+    for path in CPU_CGROUP_STAT:
+        with contextlib.suppress(OSError), open(path) as f:
+            fields = dict(line.split() for line in f if len(line.split()) == 2)
+            if "throttled_usec" in fields:
+                return int(fields["throttled_usec"]) * 1000
+            if "throttled_time" in fields:
+                return int(fields["throttled_time"])
+    return None
+
+
+def cpu_snapshot(pids: list[int]) -> CpuSnapshot:
+    with open("/proc/stat") as f:
+        jiffies = allowed_cpu_jiffies(f.read(), os.sched_getaffinity(0))
+    return CpuSnapshot(time.monotonic(), jiffies, _thread_times(pids), _throttled_ns())
 
 
 def _system_jiffies() -> tuple[int, int]:
@@ -816,13 +957,13 @@ class Load:
         os.environ["TMPDIR"] = env["TMPDIR"]
         launch_args = chromium_args(args)
         if args.verbose:
-            print(f"browser_perf: {CHROMIUM} {' '.join(launch_args)}", file=sys.stderr)
+            print(f"browser_perf: {BROWSERS[args.browser]} {' '.join(launch_args)}", file=sys.stderr)
         sampler = threading.Thread(target=self.sample_cpu, daemon=True)
         with sync_playwright() as pw:
             try:
                 context = pw.chromium.launch_persistent_context(
                     os.path.join(self.tmp, "profile"),
-                    executable_path=CHROMIUM,
+                    executable_path=BROWSERS[args.browser],
                     headless=True,
                     args=launch_args,
                     env=env,
@@ -842,7 +983,8 @@ class Load:
                 product = cdp.send("Browser.getVersion").get("product", "")
                 version = product.split("/", 1)[-1] if "/" in product else versions["chromium"]
                 self.row.update(
-                    tool_version=version, library=f"chromium {version}; playwright {versions['playwright']}"
+                    tool_version=version,
+                    library=f"{PACKAGES[args.browser]} {version}; playwright {versions['playwright']}",
                 )
                 cdp.on("Network.requestWillBeSent", self.on_request)
                 cdp.on("Network.responseReceived", self.on_response)
@@ -852,7 +994,8 @@ class Load:
                 # The favicon is the browser's own fetch, not the page's: after the load event,
                 # on a connection of its own (another network partition). Never sent.
                 cdp.send("Network.setBlockedURLs", {"urls": [FAVICON]})
-                cpu0 = process_cpu_s(marked_pids(self.token))
+                pids = marked_pids(self.token)
+                cpu0, snap0 = process_cpu_s(pids), cpu_snapshot(pids)
                 sampler.start()
                 response = None
                 started = time.monotonic()
@@ -862,7 +1005,8 @@ class Load:
                         left = args.timeout - (time.monotonic() - started)
                         page.wait_for_function(_QOE_DONE_JS, timeout=max(left, 0.1) * 1000, polling=500)
                 finally:
-                    cpu1 = process_cpu_s(marked_pids(self.token))
+                    pids = marked_pids(self.token)
+                    cpu1, snap1 = process_cpu_s(pids), cpu_snapshot(pids)
                     self._sampling.set()
                     self.row["cpu"] = self.cpu_samples
                 doc = self.net["document"] or {}
@@ -882,6 +1026,7 @@ class Load:
                     self.describe(perf)
                 build_row(self.row, perf, self.net)
                 add_cpu(self.row, (cpu1 - cpu0) * 1000.0)
+                self.row.update(cpu_limits(snap0, snap1))
                 status = response.status if response is not None else 0
                 error = ""
                 if status >= 400 or status == 0:
@@ -923,9 +1068,8 @@ class Load:
             qoe.summarize(record), trace=qoe.trace_since_play(record), t_done=round(time.time(), 6)
         )
         played_ms = 1000.0 * (record.get("played_s") or 0) + (self.row["stall_total_ms"] or 0)
-        if played_ms:
+        if played_ms:  # cpu_bound: cpu_limits over the playback, as for a page
             self.row["browser_cpu_pct"] = round(100.0 * cpu_ms / played_ms, 1)
-            self.row["cpu_bound"] = self.row["browser_cpu_pct"] >= CPU_BOUND_PCT
         if record.get("error"):
             return one_line(record["error"])
         if self.row["startup_delay_ms"] is None:
@@ -1086,14 +1230,14 @@ def _watchdog(load: Load, done: threading.Event, deadline_s: float) -> None:
         )
 
 
-def versions() -> dict[str, str]:
+def versions(executable: str) -> dict[str, str]:
     out = {"chromium": "", "playwright": ""}
     with contextlib.suppress(Exception):
         from importlib.metadata import version
 
         out["playwright"] = version("playwright")
     with contextlib.suppress(Exception):
-        text = subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True, timeout=20).stdout
+        text = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=20).stdout
         m = re.search(r"\d+\.\d+\.\d+\.\d+", text)
         out["chromium"] = m.group(0) if m else text.strip()
     return out
@@ -1112,7 +1256,9 @@ def run_load(args: argparse.Namespace, rep: int, vers: dict[str, str]) -> dict[s
     load = Load(args, rep)
     load.row = empty_row(args.protocol, args.url, rep)
     load.row.update(
-        tool_version=vers["chromium"], library=f"chromium {vers['chromium']}; playwright {vers['playwright']}"
+        tool_version=vers["chromium"],
+        library=f"{PACKAGES[args.browser]} {vers['chromium']}; playwright {vers['playwright']}",
+        browser=args.browser,
     )
     _STATE["load"] = load
     done = threading.Event()
@@ -1144,15 +1290,14 @@ def main(argv: list[str] | None = None) -> int:
     except Unsupported as e:
         print(f"browser_perf: unsupported: {e}", file=sys.stderr)
         return EXIT_UNSUPPORTED
-    vers = versions()
     if getattr(args, "version", False) and not hasattr(args, "url"):
         import playwright.sync_api  # noqa: F401 - the check: Playwright imports
 
-        print(
-            f"browser_perf {VERSION} (chromium {vers['chromium'] or 'missing'}; "
-            f"playwright {vers['playwright']})"
-        )
-        return EXIT_OK if vers["chromium"] and vers["playwright"] else EXIT_ERROR
+        found = {name: versions(path) for name, path in BROWSERS.items()}
+        listed = "; ".join(f"{PACKAGES[b]} {v['chromium'] or 'missing'}" for b, v in found.items())
+        print(f"browser_perf {VERSION} ({listed}; playwright {found[DEFAULT_BROWSER]['playwright']})")
+        return EXIT_OK if all(v["chromium"] and v["playwright"] for v in found.values()) else EXIT_ERROR
+    vers = versions(BROWSERS[args.browser])
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     for rep in range(args.repetitions):

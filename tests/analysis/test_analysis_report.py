@@ -193,6 +193,26 @@ def test_browser_page_loads_are_their_own_kind_never_pooled_with_the_perf_tools(
     cells = [c.strip() for c in line.strip("|").split("|")]
     load, download = (float(c.split()[0].replace(",", "")) for c in (cells[3], cells[5]))
     assert 2 * 80 + 40 < load - download < 2 * 80 + 80, line
+    # the CPU-bound share beside the figures (none in the model), and what it means
+    assert "CPU-bound share" in section and cells[-1] == "0%", line
+    assert "the page loads measure the path, not the client's CPU" in section
+
+
+def test_a_high_cpu_bound_share_says_the_page_loads_measure_the_cpu() -> None:
+    import pandas as pd
+
+    from quicbed.analysis.report import cpu_bound_note
+    from quicbed.analysis.tables import cpu_bound_groups
+
+    rows = [
+        {"workload": PAGELOAD, "facet": "india", "object": "media", "protocol": p, "cpu_bound": i < n}
+        for p, n in (("quic", 3), ("tls1.3", 1))
+        for i in range(10)
+    ]
+    df = pd.DataFrame(rows)
+    assert cpu_bound_groups(df) == ["india / media / quic (30%)"]  # tls1.3: 10 %, not over
+    note = cpu_bound_note(df)
+    assert note.warn and "measure this host's CPU" in note.items[0]
 
 
 @pytest.mark.parametrize(("sessions", "status"), [(2, NO_DATA), (10, FAILS)])

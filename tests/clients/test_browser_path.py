@@ -87,6 +87,7 @@ def _argv(
     timeout: int = 30,
     cacert: str = f"{CLIENT_PKI}/ca.pem",
     address: str = "",
+    browser: str = "",
 ) -> list[str]:
     return [
         "browser_perf",
@@ -103,6 +104,7 @@ def _argv(
         str(timeout),
         "--protocol",
         protocol,
+        *(["--browser", browser] if browser else []),
     ]
 
 
@@ -346,3 +348,90 @@ def test_sigterm_closes_the_browser_and_removes_its_files(path: Path_) -> None:
     out = _in_background(path, _argv(path, "caddy", "quic", timeout=20), "kill -TERM $bp")
     assert out.strip() == "exit=143", out
     assert _leftovers(path) == []
+
+
+# ------------------------------------------------------------------------------ CPU-bound
+
+HOG_S = 20  # the hog's own limit, should the test die before it kills the hog
+SHELL = "headless-shell"  # the cheap browser: on an idle host its loads leave CPU idle
+
+
+@contextmanager
+def _cpu_hog(path: Path_):
+    """One busy loop per CPU in the client container: the host has no idle CPU left."""
+    shell = (
+        f"for i in $(seq $(nproc)); do timeout {HOG_S} sh -c 'while :; do :; done' "
+        ">/dev/null 2>&1 & echo $!; done"
+    )
+    pids = path.tb.client.exec(["sh", "-c", shell], check=True).stdout.split()
+    try:
+        time.sleep(0.5)
+        yield
+    finally:
+        path.tb.client.exec(["kill", *pids])
+
+
+@contextmanager
+def _cpu_quota(path: Path_, cpus: float):
+    """A CPU quota on the client container (the CFS quota docker sets), removed after."""
+    subprocess.run(["docker", "update", f"--cpus={cpus}", path.tb.client.container], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["docker", "update", "--cpus=0", path.tb.client.container], check=True)
+
+
+def test_cpu_bound_flags_a_starved_load_and_not_an_idle_one(path: Path_) -> None:
+    """The flag from what limits a load: on an idle host the CPUs stay partly idle and no thread
+    runs the whole load; with a busy loop per CPU (no idle CPU) or a quota of a quarter CPU
+    (throttled) the same load is flagged. The idle load is tried up to three times: the host
+    is shared, and another user's work is a CPU limit too."""
+    idle = []
+    for _ in range(3):
+        idle = _load(path, "nginx", "quic", browser=SHELL)
+        if not idle[0]["cpu_bound"]:
+            break
+    row = idle[0]
+    assert row["browser"] == "headless-shell" and "chromium-headless-shell" in row["library"], row
+    assert not row["cpu_bound"], {k: row[k] for k in row if "cpu" in k or "thread" in k or "idle" in k}
+    assert row["host_idle_pct"] >= 10 and row["busiest_thread_pct"] < 90, row
+    with _cpu_hog(path):
+        hogged = _load(path, "nginx", "quic", browser=SHELL)[0]
+    assert hogged["cpu_bound"] and hogged["host_idle_pct"] < 10, hogged
+    assert hogged["cpu_wait_ms"] > row["cpu_wait_ms"], (hogged["cpu_wait_ms"], row["cpu_wait_ms"])
+    with _cpu_quota(path, 0.25):
+        quota = _load(path, "nginx", "quic", browser=SHELL)[0]
+    assert quota["cpu_bound"] and quota["cpu_throttled_ms"] > 0.1 * quota["page_load_time_ms"], quota
+    assert _leftovers(path) == []
+
+
+def _network(row: dict) -> dict:
+    """What the browser choice must not change: every resource's protocol, the connections, the
+    TLS version and group, the HTTP version, the page's bytes."""
+    keys = ("resource_protocols", "connections", "tls_version", "tls_group", "bytes", "http_version")
+    return {k: row[k] for k in keys}
+
+
+@pytest.mark.parametrize("protocol", ["quic", "tls1.3"])
+def test_the_headless_shell_loads_like_the_full_browser(path: Path_, protocol: str) -> None:
+    """The same page over the same protocol: the same network behaviour in both browsers (and
+    in nginx's log: every file of the page once per load, over the protocol), a handshake of
+    the protocol's RTTs, for less CPU. The full browser's handshake is not compared: on two
+    cores it is often CPU-bound and stretched by a whole RTT (bench/browser_bench.py)."""
+    before = len(_log(path, "nginx"))
+    full = _load(path, "nginx", protocol, browser="chromium-full")[0]
+    shell = _load(path, "nginx", protocol, browser=SHELL)[0]
+    assert _network(shell) == _network(full), (shell, full)
+    assert round(shell["connection_time_ms"] / path.rtt) == FRESH_RTTS[protocol], shell
+    assert "chromium-headless-shell" in shell["library"] and shell["tool_version"] == full["tool_version"]
+    time.sleep(0.3)  # the access log line of the last response
+    logged = _log(path, "nginx")[before:]
+    files = [e["path"] for e in logged]
+    assert sorted(files) == sorted(2 * list(_page_files(MEDIA))), files
+    assert {(e["proto"], e["tls"]) for e in logged} == {(PROTO[HOP[protocol]], TLS[protocol])}
+    assert shell["browser_cpu_ms"] < full["browser_cpu_ms"], (shell["browser_cpu_ms"], full["browser_cpu_ms"])
+
+
+def test_the_headless_shell_refuses_tls12_it_cannot_pin(path: Path_) -> None:
+    rows, proc = _run(path, _argv(path, "nginx", "tls1.2", browser=SHELL))
+    assert proc.returncode == 3 and rows == [] and "--ssl-version-max" in proc.stderr, proc.stderr

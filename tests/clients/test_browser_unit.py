@@ -97,6 +97,7 @@ def test_usage_error_exits_2_with_one_line(ca: str, capsys: pytest.CaptureFixtur
     [
         (["--url", "http://server.quicbed/x"], "https"),
         (["--url", "https://other.quicbed/x"], "no --resolve"),
+        (["--browser", "headless-shell", "--protocol", "tls1.2"], "cannot pin tls1.2"),
     ],
 )
 def test_valid_requests_it_cannot_do_exit_3(
@@ -233,14 +234,58 @@ def test_every_schema_column_of_the_tools_and_the_browser_is_in_the_row() -> Non
     assert all(rowschema.is_known(key) for key in bp.ROW_KEYS)  # cpu_bound: the executor's
 
 
-@pytest.mark.parametrize(
-    ("cpu_ms", "pct", "bound"), [(450.0, 112.4, True), (200.0, 49.9, False), (360.0, 89.9, False)]
-)
-def test_browser_cpu_share(cpu_ms: float, pct: float, bound: bool) -> None:
+@pytest.mark.parametrize(("cpu_ms", "pct"), [(450.0, 112.4), (200.0, 49.9)])
+def test_browser_cpu_share_is_shown_but_flags_nothing(cpu_ms: float, pct: float) -> None:
     row = bp.empty_row("quic", URL, 0)
     row["page_load_time_ms"] = 400.5
     bp.add_cpu(row, cpu_ms)
-    assert (row["browser_cpu_pct"], row["cpu_bound"]) == (pct, bound)
+    assert (row["browser_cpu_pct"], row["cpu_bound"]) == (pct, False)
+
+
+PROC_STAT = """cpu  300 0 100 600 0 0 0 0 0 0
+cpu0 100 0 50 50 0 0 0 0 0 0
+cpu1 200 0 50 550 0 0 0 0 0 0
+intr 12345
+"""
+
+
+def test_idle_jiffies_are_those_of_the_allowed_cpus() -> None:
+    assert bp.allowed_cpu_jiffies(PROC_STAT, {0}) == (200, 50)
+    assert bp.allowed_cpu_jiffies(PROC_STAT, {0, 1}) == (1000, 600)
+
+
+def _snap(wall_s, jiffies, threads, throttled_ns=0):
+    return bp.CpuSnapshot(wall_s, jiffies, threads, throttled_ns)
+
+
+@pytest.mark.parametrize(
+    ("idle_after", "main_ns", "throttled_ns", "bound"),
+    [
+        (70, 100_000_000, 0, False),  # 35 % idle, main thread 25 % of the load: the network
+        (105, 100_000_000, 0, False),
+        (6, 100_000_000, 0, True),  # 7.5 % idle over the load: the browser waited for a CPU
+        (70, 380_000_000, 0, True),  # one thread ran 95 % of the load: the critical path
+        (70, 100_000_000, 60_000_000, True),  # the quota throttled 15 % of it
+        (70, 100_000_000, 30_000_000, False),
+    ],
+)
+def test_cpu_bound_means_a_cpu_limited_the_load(idle_after, main_ns, throttled_ns, bound) -> None:
+    before = _snap(10.0, (1000, 0), {(1, 1): ("CrBrowserMain", 0, 0), (1, 2): ("gone", 5, 5)})
+    after = _snap(
+        10.4,  # 400 ms on two CPUs: 80 jiffies
+        (1080 if idle_after <= 80 else 1200, idle_after),
+        {(1, 1): ("CrBrowserMain", main_ns, 2_000_000), (2, 9): ("CrRendererMain", 50_000_000, 1_000_000)},
+        throttled_ns,
+    )
+    limits = bp.cpu_limits(before, after)
+    assert limits["cpu_bound"] is bound, limits
+    assert limits["cpu_wait_ms"] == 3.0  # run-queue wait of both threads; the gone one not counted
+    assert limits["busiest_thread"] == "CrBrowserMain"
+
+
+def test_no_throttling_figure_without_a_cgroup() -> None:
+    limits = bp.cpu_limits(_snap(0.0, (0, 0), {}, None), _snap(0.5, (100, 50), {}, None))
+    assert (limits["cpu_throttled_ms"], limits["host_idle_pct"], limits["cpu_bound"]) == (None, 50.0, False)
 
 
 # ------------------------------------------------------------------------------ the proof
@@ -409,6 +454,13 @@ def test_a_cache_of_an_older_generator_is_remade(tmp_path: Path) -> None:
     (root / content.MANIFEST).write_text(json.dumps(manifest))
     content.ensure_content(root, {"web"})
     assert page.read_bytes() == good
+
+
+def test_only_the_headless_shell_gets_the_lean_switches(ca: str) -> None:
+    shell = bp.chromium_args(bp.parse_args(_argv(ca, "--browser", "headless-shell")))
+    full = bp.chromium_args(bp.parse_args(_argv(ca)))  # the default: the full browser, as before
+    assert shell == full + list(bp.LEAN_SWITCHES)
+    assert not set(bp.LEAN_SWITCHES) & set(full)
 
 
 def test_playback_opens_the_player_page_and_needs_time_for_it(ca: str, capsys) -> None:

@@ -12,7 +12,7 @@ import pytest
 from quicbed.analysis.expectations import Ref, compile_expectation, evaluate, statistic
 from quicbed.clients.tools import TOOLS
 from quicbed.experiments import links
-from quicbed.experiments.executor import TestbedExecutor
+from quicbed.experiments.executor import TestbedExecutor, trial_cpu_bound
 from quicbed.experiments.matrix import conditions, count_per_condition, trials
 from quicbed.experiments.plan import dry_run, trial_seconds
 from quicbed.experiments.schema import (
@@ -301,7 +301,7 @@ def test_cloud_workload_and_what_cannot_run_yet():
     trial = trials(chromium, conditions(chromium)[0])[-1]
     assert trial.client.label == "chromium-tls1.2"
     argv = TestbedExecutor._tool_argv(trial, "10.77.2.10")
-    assert argv[0] == "browser_perf" and argv[-2:] == ["--protocol", "tls1.2"]
+    assert argv[0] == "browser_perf" and argv[-4:] == ["--protocol", "tls1.2", "--browser", "chromium-full"]
     assert argv[argv.index("--resolve") + 1] == "server.quicbed:443:10.77.2.10"
     # ... and plays video in dash.js for the workload's duration.
     played = parse_experiment(
@@ -474,3 +474,16 @@ def test_condition_summary_shows_what_the_rows_measured():
         "c0 india loss_pct=5: quic conn 92 ttfb 180 startup 310 stall 0 ms | "
         "tls1.3 no successful trials | 1 failed"
     )
+
+
+@pytest.mark.parametrize(
+    ("row", "client_pct", "server_pct", "bound"),
+    [
+        ({}, 95.0, 10.0, True),  # a perf tool: its container's share of one core
+        ({"cpu_bound": False}, 140.0, 10.0, False),  # the browser judged its load: not bound
+        ({"cpu_bound": True}, 40.0, 10.0, True),
+        ({"cpu_bound": False}, 140.0, 95.0, True),  # the server's share still counts
+    ],
+)
+def test_a_tool_that_judges_its_load_speaks_for_the_client(row, client_pct, server_pct, bound) -> None:
+    assert trial_cpu_bound(row, {"client": client_pct, "server": server_pct}, "client") is bound
