@@ -105,7 +105,9 @@ def test_run_on_a_wrong_path_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyP
     rows_file = run_dir / "rows.jsonl"
     rows = [json.loads(ln) for ln in rows_file.read_text().splitlines()] if rows_file.exists() else []
     if not force:
-        assert rows == [] and condition["error"].startswith("PathMismatch: calibration failed")
+        ((unit_id, unit),) = manifest["units"].items()
+        assert rows == [] and unit["error"].startswith("PathMismatch: calibration failed")
+        assert condition["error"] == f"{unit_id}: {unit['error']}"  # which unit of it
         assert manifest["status"] == "incomplete"
         return
     calibration = condition["calibration"]
