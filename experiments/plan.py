@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from quicbed.analysis.loss_response import mathis_mbit
 from quicbed.rowschema import TRIALS_DIR
-from quicbed.topology.linkspec import LinkSpec
 from quicbed.workloads import object_bytes
 
 from .matrix import Condition, conditions, count_per_condition
@@ -63,7 +61,7 @@ def dry_run(exp: Experiment) -> str:
         d, u = c.link.down, c.link.up
         lines.append(
             f"  {c.id:<4} {c.label:<30} rtt {c.link.rtt_ms:g} ms  "
-            f"{_rate(d)}/{_rate(u)} Mbit/s  "
+            f"{d.rate_text()}/{u.rate_text()} Mbit/s  "
             f"loss {d.expected_loss_pct:g}/{u.expected_loss_pct:g}%"
         )
     lines += [
@@ -87,11 +85,6 @@ def dry_run(exp: Experiment) -> str:
         ),
     ]
     return "\n".join(lines)
-
-
-def _rate(spec: LinkSpec) -> str:
-    """A direction's rate: fixed, or its trace's name and mean."""
-    return f"{Path(spec.trace).name} (mean {spec.rate_mbit:.3g})" if spec.trace else f"{spec.rate_mbit:g}"
 
 
 def hms(seconds: float) -> str:

@@ -145,8 +145,8 @@ def topology_lines(tb: Any, lab_id: str, server: str) -> list[str]:
         f"  client {ADDRESSES['client']} ─┐                                   ┌─ server "
         f"{ADDRESSES['server']} ({server})",
         f"  cross  {ADDRESSES['cross']} ─┴─ {ROUTER_CLIENT_IP} router {ROUTER_SERVER_IP} ─┘",
-        f"  down {p.down.rate_mbit:g} Mbit/s {p.down.delay_ms:g} ms {p.down.loss_pct:g} % loss; "
-        f"up {p.up.rate_mbit:g} Mbit/s {p.up.delay_ms:g} ms {p.up.loss_pct:g} % loss",
+        f"  down {p.down.rate_text()} Mbit/s {p.down.delay_ms:g} ms {p.down.loss_pct:g} % loss; "
+        f"up {p.up.rate_text()} Mbit/s {p.up.delay_ms:g} ms {p.up.loss_pct:g} % loss",
     ]
 
 

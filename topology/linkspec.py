@@ -119,6 +119,10 @@ class LinkSpec:
     # then the trace's mean (topology/traces.py). Only the delay line replays traces.
     trace: str | None = None
 
+    def rate_text(self) -> str:
+        """The rate as people read it: a number, or the trace and its mean (Mbit/s)."""
+        return f"{Path(self.trace).name} (mean {self.rate_mbit:.3g})" if self.trace else f"{self.rate_mbit:g}"
+
     def loaded_trace(self) -> Trace | None:
         return trace_at(self.trace) if self.trace else None
 
