@@ -22,31 +22,47 @@ from collections.abc import Callable
 from pathlib import Path
 
 from quicbed.paths import REPO
-from quicbed.topology.calibrate import TRACE_FLOOD_OVER_PEAK, check_trace_rate, flood_arrivals, probe_queue
+from quicbed.topology.calibrate import TRACE_FLOOD_OVER_PEAK, flood_arrivals, probe_queue
 from quicbed.topology.linkspec import FRAME_BYTES, LinkSpec
 from quicbed.topology.net import HostSpec, Testbed, TestbedConfig
 from quicbed.topology.profiles import Profile
-from quicbed.topology.traces import OPPORTUNITY_BYTES, WINDOW_MS, Trace, load_trace, windowed_error
+from quicbed.topology.traces import (
+    OPPORTUNITY_BYTES,
+    WINDOW_MS,
+    Trace,
+    delivered_per_window,
+    load_trace,
+    windowed_error,
+)
 
 SECONDS = 10.0
 
 
-def replayed(trace_path: Path, image: str) -> tuple[float, float, str]:
-    """The delay line's replay, judged as calibration judges it."""
-    down = probe_queue(
-        LinkSpec(rate_mbit=load_trace(trace_path).mean_rate_mbit(), delay_ms=40, trace=str(trace_path))
-    )
+def replayed(trace: Trace, image: str) -> tuple[float, float, str]:
+    """The delay line's replay, measured as calibration's trace_rate_error measures it."""
+    down = probe_queue(LinkSpec(rate_mbit=trace.mean_rate_mbit(), delay_ms=40, trace=str(trace.path)))
     profile = Profile("trace", "", "bench", down, LinkSpec(rate_mbit=10, delay_ms=40))
     with Testbed(_config(profile, "delayline", image)) as tb:
-        check = check_trace_rate(tb, "down", down)
-    median, p95 = (float(x.rstrip("%")) / 100 for x in _errors(check.detail))
-    return median, p95, check.detail.split("; ")[-1]
+        assert tb.backend
+        times = flood_arrivals(tb, "down", SECONDS, _flood_pps(trace))
+        start_ns = tb.backend.trace_start_ns("down")
+    return _judged(trace, times, start_ns)
 
 
-def _errors(detail: str) -> tuple[str, str]:
-    part = detail.split("error median ")[1]
-    median, p95 = part.split(", p95 ")
-    return median, p95.split(";")[0]
+def _flood_pps(trace: Trace) -> float:
+    return TRACE_FLOOD_OVER_PEAK * trace.peak_rate_mbit() * 1e6 / (OPPORTUNITY_BYTES * 8)
+
+
+def _judged(trace: Trace, times: list[int], start_ns: int) -> tuple[float, float, str]:
+    """Calibration's measure: delivered against offered per window, from the trace's time 0."""
+    first, delivered = delivered_per_window(times, start_ns)
+    offered = trace.offered_mbit(first, len(delivered))
+    median, p95 = windowed_error(delivered, offered, trace.mean_rate_mbit())
+    return (
+        median,
+        p95,
+        f"delivered {statistics.fmean(delivered):.2f} Mbit/s against {statistics.fmean(offered):.2f}",
+    )
 
 
 def stepped(trace: Trace, backend: str, image: str) -> tuple[float, float, str]:
@@ -60,27 +76,10 @@ def stepped(trace: Trace, backend: str, image: str) -> tuple[float, float, str]:
         step = _stepper(tb, trace, started, stop)
         worker = threading.Thread(target=step, daemon=True)
         worker.start()
-        pps = TRACE_FLOOD_OVER_PEAK * trace.peak_rate_mbit() * 1e6 / (OPPORTUNITY_BYTES * 8)
-        times = flood_arrivals(tb, "down", SECONDS, pps)
+        times = flood_arrivals(tb, "down", SECONDS, _flood_pps(trace))
         stop.set()
         worker.join()
-    window = WINDOW_MS * 1_000_000
-    first = (times[0] - started[0]) // window + 1
-    last = (times[-1] - started[0]) // window - 1
-    counts = [0] * (last - first)
-    for t in times:
-        k = (t - started[0]) // window - first
-        if 0 <= k < len(counts):
-            counts[k] += 1
-    # htb counts frames (1514 B); the trace counts 1500-byte IP packets: the same datagrams.
-    delivered = [c * OPPORTUNITY_BYTES * 8 / (WINDOW_MS * 1e3) for c in counts]
-    offered = trace.offered_mbit(first, len(counts))
-    median, p95 = windowed_error(delivered, offered, trace.mean_rate_mbit())
-    return (
-        median,
-        p95,
-        f"delivered {statistics.fmean(delivered):.2f} Mbit/s against {statistics.fmean(offered):.2f}",
-    )
+    return _judged(trace, times, started[0])
 
 
 def _queue(trace: Trace) -> int:
@@ -159,7 +158,7 @@ def main() -> int:
     rows = []
     for backend in args.backends:
         if backend == "delayline":
-            rows.append(("delayline", "replayed (mm-link)", *replayed(trace_path, args.image)))
+            rows.append(("delayline", "replayed (mm-link)", *replayed(trace, args.image)))
         rows.append((backend, "htb stepped per 100 ms", *stepped(trace, backend, args.image)))
     print(
         f"\n{trace_path.name}: mean {trace.mean_rate_mbit():.2f} Mbit/s, peak {trace.peak_rate_mbit():.2f}, "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import statistics
 import subprocess
@@ -23,9 +24,10 @@ from typing import Any
 
 from scipy.stats import binomtest
 
+from quicbed.topology.hosts import NsHost
 from quicbed.topology.linkspec import FQ_FLOW_LIMIT, FRAME_BYTES, Aqm, LinkSpec
 from quicbed.topology.net import ADDRESSES, ROUTER_CLIENT_IP, Testbed
-from quicbed.topology.traces import OPPORTUNITY_BYTES, WINDOW_MS, windowed_error
+from quicbed.topology.traces import OPPORTUNITY_BYTES, WINDOW_MS, delivered_per_window, windowed_error
 
 IPERF_PORT = 5201
 UDP_PAYLOAD = 64  # small datagrams: many samples in little time, even at low rates
@@ -274,15 +276,11 @@ def check_trace_rate(tb: Testbed, direction: str, spec: LinkSpec) -> Check:
     seconds = min(trace.period_ms / 1000, TRACE_CHECK_S) + 2 * WINDOW_MS / 1000
     pps = TRACE_FLOOD_OVER_PEAK * trace.peak_rate_mbit() * 1e6 / (OPPORTUNITY_BYTES * 8)
     times = flood_arrivals(tb, direction, seconds, pps)
-    start_ns = tb.backend.trace_start_ns(direction)
-    window_ns = WINDOW_MS * 1_000_000
-    # Whole windows after the first arrival's (the queue fills) up to the last one's.
-    first = (times[0] - start_ns) // window_ns + 1 if times else 0
-    last = (times[-1] - start_ns) // window_ns - 1 if times else 0
+    first, delivered = delivered_per_window(times, tb.backend.trace_start_ns(direction))
     configured = round(trace.mean_rate_mbit(), 3)
     median_bound, p95_bound = trace_error_bounds(trace.mean_rate_mbit())
     tolerance = f"median <= {median_bound:.1%}, p95 <= {p95_bound:.1%} of the mean rate"
-    if last - first < 10:
+    if len(delivered) < 10:
         return Check(
             "trace_rate_error",
             direction,
@@ -292,13 +290,7 @@ def check_trace_rate(tb: Testbed, direction: str, spec: LinkSpec) -> Check:
             False,
             f"only {len(times)} datagrams arrived",
         )
-    counts = [0] * (last - first)
-    for t in times:
-        k = (t - start_ns) // window_ns - first
-        if 0 <= k < len(counts):
-            counts[k] += 1
-    delivered = [c * OPPORTUNITY_BYTES * 8 / (WINDOW_MS * 1e3) for c in counts]
-    offered = trace.offered_mbit(first, len(counts))
+    offered = trace.offered_mbit(first, len(delivered))
     median, p95 = windowed_error(delivered, offered, trace.mean_rate_mbit())
     return Check(
         "trace_rate_error",
@@ -307,7 +299,7 @@ def check_trace_rate(tb: Testbed, direction: str, spec: LinkSpec) -> Check:
         round(p95, 4),
         tolerance,
         median <= median_bound and p95 <= p95_bound,
-        f"{trace.path.name}: {len(counts)} windows of {WINDOW_MS} ms, error median {median:.2%}, "
+        f"{trace.path.name}: {len(delivered)} windows of {WINDOW_MS} ms, error median {median:.2%}, "
         f"p95 {p95:.2%}; delivered {statistics.fmean(delivered):.2f} Mbit/s against "
         f"{statistics.fmean(offered):.2f} offered",
     )
@@ -321,21 +313,12 @@ def flood_arrivals(tb: Testbed, direction: str, seconds: float, pps: float) -> l
         else (tb.client, tb.server, ADDRESSES["server"])
     )
     port = str(IPERF_PORT + 3)
-    recv = subprocess.Popen(
-        receiver.popen_argv([sys.executable, PROBE, "arrivals", port, f"{seconds:.3f}"]),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert recv.stdout
-    recv.stdout.readline()  # "ready"
-    send = subprocess.Popen(
-        sender.popen_argv(
-            [sys.executable, PROBE, "flood", address, port, f"{seconds + 1:.3f}", f"{pps:.1f}"]
-        ),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    token = os.urandom(8).hex()  # this flood's datagrams, not an earlier one's still queued
+    send, recv = start_probe(
+        receiver,
+        ["arrivals", port, f"{seconds:.3f}", token],
+        sender,
+        ["flood", address, port, f"{seconds + 1:.3f}", f"{pps:.1f}", token],
     )
     out, err = recv.communicate(timeout=seconds + 90)
     send.wait(timeout=30)
@@ -660,6 +643,27 @@ def check_queue(tb: Testbed, direction: str, spec: LinkSpec) -> Check:
     return Check("queue_discipline", direction, 1, float(found), f"leaf qdisc {wanted}", found, detail)
 
 
+def start_probe(
+    receiver: NsHost, recv_args: list[str], sender: NsHost, send_args: list[str]
+) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
+    """udpprobe.py's receiver in one host, then, once it listens, its sender in another."""
+    recv = subprocess.Popen(
+        receiver.popen_argv([sys.executable, PROBE, *recv_args]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert recv.stdout
+    recv.stdout.readline()  # "ready"
+    send = subprocess.Popen(
+        sender.popen_argv([sys.executable, PROBE, *send_args]),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return send, recv
+
+
 def probe_datagrams(tb: Testbed, packets: int) -> dict[str, dict[str, int]]:
     """Paced datagrams, both directions at once, at most half the link rate (no queue drops)
     and at most MAX_PPS, so what happens to them is netem's doing alone. Per direction: the
@@ -679,23 +683,12 @@ def probe_datagrams(tb: Testbed, packets: int) -> dict[str, dict[str, int]]:
         packets_here = counts[direction]
         port = str(IPERF_PORT + port_offset)
         idle = str(2 + 2 * spec.delay_ms / 1000)
-        recv = subprocess.Popen(
-            receiver.popen_argv([sys.executable, PROBE, "recv", port, str(packets_here), idle]),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        running[direction] = start_probe(
+            receiver,
+            ["recv", port, str(packets_here), idle],
+            sender,
+            ["send", address, port, str(packets_here), f"{pps:.1f}"],
         )
-        assert recv.stdout
-        recv.stdout.readline()  # "ready"
-        send = subprocess.Popen(
-            sender.popen_argv(
-                [sys.executable, PROBE, "send", address, port, str(packets_here), f"{pps:.1f}"]
-            ),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        running[direction] = (send, recv)
     results = {}
     for direction, (send, recv) in running.items():
         send.wait()

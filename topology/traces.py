@@ -69,13 +69,6 @@ class Trace:
     def peak_rate_mbit(self, window_ms: int = WINDOW_MS) -> float:
         return max(self.window_rates_mbit(window_ms))
 
-    def mean_wait_ms(self) -> float:
-        """How long a packet arriving at a random time waits for the next opportunity, on
-        average over a period: what a ping sees on top of the delay."""
-        times = self.opportunities_ms
-        gaps = [b - a for a, b in zip((0, *times[:-1]), times, strict=True)]
-        return sum(g * g for g in gaps) / (2 * self.period_ms)
-
 
 def resolve_trace(name: str, relative_to: Iterable[Path]) -> Path:
     """A trace's path: absolute, or relative to the first of `relative_to` that has it (the
@@ -123,6 +116,24 @@ def load_trace(
     if times[-1] == 0:
         raise bad("the trace must last more than 0 ms (its last timestamp)")
     return Trace(path.resolve(), tuple(times), hashlib.sha256(data).hexdigest())
+
+
+def delivered_per_window(
+    times_ns: Sequence[int], start_ns: int, window_ms: int = WINDOW_MS
+) -> tuple[int, list[float]]:
+    """MTU-sized datagrams' arrival times (ns) as Mbit/s per window counted from `start_ns`
+    (the trace's time 0): the first window and the rates of the whole windows after the first
+    arrival's (the queue fills) up to the one before the last arrival's."""
+    if not times_ns:
+        return 0, []
+    window_ns = window_ms * 1_000_000
+    first = (times_ns[0] - start_ns) // window_ns + 1
+    counts = [0] * max(0, (times_ns[-1] - start_ns) // window_ns - 1 - first)
+    for t in times_ns:
+        k = (t - start_ns) // window_ns - first
+        if 0 <= k < len(counts):
+            counts[k] += 1
+    return first, [c * OPPORTUNITY_BYTES * 8 / (window_ms * 1e3) for c in counts]
 
 
 def windowed_error(

@@ -8,8 +8,10 @@ iperf3's UDP mode, whose setup fails on very lossy links):
     udpprobe.py send HOST PORT COUNT PPS
 Or time the arrivals of a paced flood of MTU-sized datagrams (a trace-driven link's delivered
 rate, per window, from the receiver's clock: CLOCK_MONOTONIC, shared by every namespace):
-    udpprobe.py arrivals PORT SECONDS   → prints {"arrivals_ns": [...], "bytes": IP_BYTES}
-    udpprobe.py flood HOST PORT SECONDS PPS
+    udpprobe.py arrivals PORT SECONDS TOKEN   → prints {"arrivals_ns": [...], "bytes": IP_BYTES}
+    udpprobe.py flood HOST PORT SECONDS PPS TOKEN
+(TOKEN, hex, starts each datagram: what an earlier flood left in the link's queue is not
+counted, nor the gap before this flood's sender starts.)
 """
 
 from __future__ import annotations
@@ -73,8 +75,9 @@ def send(host: str, port: int, count: int, pps: float) -> None:
         sock.sendto(struct.pack("!I", seq) + pad, (host, port))
 
 
-def arrivals(port: int, seconds: float) -> list[int]:
-    """Arrival times (ns) of datagrams for `seconds` after the first one."""
+def arrivals(port: int, seconds: float, token: bytes) -> list[int]:
+    """Arrival times (ns) of the datagrams that start with `token`, for `seconds` after the
+    first of them."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     sock.bind(("0.0.0.0", port))
@@ -84,10 +87,12 @@ def arrivals(port: int, seconds: float) -> list[int]:
     end = None
     while end is None or time.monotonic_ns() < end:
         try:
-            sock.recv(2048)
+            data = sock.recv(2048)
         except TimeoutError:
             break
         now = time.monotonic_ns()
+        if not data.startswith(token):
+            continue
         times.append(now)
         if end is None:
             end = now + int(seconds * 1e9)
@@ -95,11 +100,11 @@ def arrivals(port: int, seconds: float) -> list[int]:
     return times
 
 
-def flood(host: str, port: int, seconds: float, pps: float) -> None:
+def flood(host: str, port: int, seconds: float, pps: float, token: bytes) -> None:
     """Paced in 1 ms bursts, so that the sender's own timer does not shape what it sends."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
-    payload = bytes(FLOOD_PAYLOAD)
+    payload = token + bytes(FLOOD_PAYLOAD - len(token))
     start = time.monotonic()
     sent = 0
     while (elapsed := time.monotonic() - start) < seconds:
@@ -114,10 +119,10 @@ def flood(host: str, port: int, seconds: float, pps: float) -> None:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["arrivals"]:
-        times = arrivals(int(argv[1]), float(argv[2]))
+        times = arrivals(int(argv[1]), float(argv[2]), bytes.fromhex(argv[3]))
         print(json.dumps({"arrivals_ns": times, "bytes": (FLOOD_PAYLOAD + 28) * len(times)}))
     elif argv[:1] == ["flood"]:
-        flood(argv[1], int(argv[2]), float(argv[3]), float(argv[4]))
+        flood(argv[1], int(argv[2]), float(argv[3]), float(argv[4]), bytes.fromhex(argv[5]))
     elif argv[:1] == ["recv"]:
         print(json.dumps(receive(int(argv[1]), int(argv[2]), float(argv[3]))))
     elif argv[:1] == ["send"]:
