@@ -461,6 +461,17 @@ static void to_link(struct entry e)
     link_fifo[(fifo_head + fifo_len++) % POOL_SLOTS] = (struct queued){e.slot, e.len, ip};
 }
 
+/* mm-link sees IP packets only (a TUN device): ARP, which an Ethernet LAN adds, skips the
+ * trace's queue, or a full queue would starve the router's neighbour probes and stall the
+ * path for a second at a time. */
+static int is_ip(struct entry e)
+{
+    const unsigned char *frame = pool + (size_t)e.slot * SLOT_BYTES + sizeof(struct virtio_net_hdr);
+    if (e.len < L2_BYTES) return 0;
+    uint16_t type = (uint16_t)(frame[12] << 8 | frame[13]);
+    return type == ETH_P_IP || type == ETH_P_IPV6;
+}
+
 static uint64_t opportunity_ns(uint64_t k)
 {
     uint64_t period = cfg.trace[cfg.trace_len - 1];
@@ -508,7 +519,16 @@ static void send_due(int to, uint64_t now)
     struct iovec iov[BATCH];
     uint32_t slots[BATCH];
     if (cfg.trace) {
-        while (heap_len > 0 && heap[0].due_ns <= now) to_link(heap_pop());
+        while (heap_len > 0 && heap[0].due_ns <= now) {
+            struct entry e = heap_pop();
+            if (is_ip(e)) {
+                to_link(e);
+                continue;
+            }
+            struct iovec one = {pool + (size_t)e.slot * SLOT_BYTES, e.len};
+            send_batch(to, msgs, &one, 1, &count.tx_b);
+            free_slots[free_top++] = e.slot;
+        }
         serve_link(to, now);
         return;
     }
