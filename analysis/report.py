@@ -32,6 +32,7 @@ from .tables import (
     congestion_table,
     cpu_bound_groups,
     failures_table,
+    fairness_table,
     flag_table,
     flagged_stacks,
     fmt,
@@ -418,6 +419,26 @@ def run_section(
     return Section("Run", blocks)
 
 
+FAIRNESS_INTRO = (
+    "Each trial shared its bottleneck with the cross flows the experiment declares "
+    "(`cross:`). Every flow is counted at the client, after the bottleneck, over the trial's "
+    "transfer (its first to last packet there): the trial's share of the down bytes (0.5 "
+    "beside one competing flow is an equal split) and Jain's index over the trial and the down "
+    "cross flows (1 = equal rates, 1/n = one flow took everything). Rates are IP bytes, "
+    "headers and retransmissions included: what each flow took of the link."
+)
+
+
+def fairness_section(ok: pd.DataFrame) -> Section | None:
+    table = fairness_table(ok)
+    if table.empty:
+        return None
+    return Section(
+        "Shared bottleneck: cross traffic",
+        [Text(FAIRNESS_INTRO), Table(table, "Medians per profile, server and protocol [95 % CI]")],
+    )
+
+
 def flagged_section(df: pd.DataFrame) -> Section | None:
     tables = [
         (failures_table(df), "Failed trials (excluded from statistics)"),
@@ -442,6 +463,7 @@ def build_sections(
         expectations_section(ok, manifests),
         congestion_section(ok, manifests, figures),
         *(workload_section(spec, ok, figures) for spec in report_sections()),
+        fairness_section(ok),
         run_section(df, manifests, windows),
         flagged_section(df),
     ]

@@ -397,3 +397,43 @@ def flagged_stacks(ok: pd.DataFrame) -> list[str]:
         return []
     counts = stacks(flagged).value_counts()
     return [f"{stack} ({n} of {len(ok)} trials)" for stack, n in counts.items()]
+
+
+# Cross traffic (experiments/cross.py): who got the shared bottleneck, per group of trials.
+FAIRNESS_KEYS = ["profile", "server", "protocol"]
+
+
+def cross_flow_names(rows: pd.DataFrame) -> str:
+    """The competing flows of these rows, as the experiment declared them (x0 tcp cubic ...)."""
+    import json
+
+    seen: dict[str, None] = {}
+    for text in rows["cross_flows"].dropna():
+        for flow in json.loads(text):
+            cc = flow.get("sender_cc") or flow.get("cc") or "its server's cc"
+            seen[f"{flow['flow']} {flow['protocol']} {cc} {flow['direction']}"] = None
+    return ", ".join(seen) or "–"
+
+
+def fairness_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per profile, server and protocol: the trial's share of the down bytes at the client
+    over its transfer (0.5 beside one flow is fair), Jain's index, and both rates, medians
+    with 95 % CIs."""
+    if "trial_share" not in df.columns:
+        return pd.DataFrame()
+    rows = df[df["trial_share"].notna()]
+    keys = [k for k in FAIRNESS_KEYS if k in rows.columns]
+    lines = []
+    for values, group in group_frames(rows, keys):
+        cells = key_columns(keys, values)
+        cells["against"] = cross_flow_names(group)
+        cells["n"] = str(len(group))
+        for column, title in (
+            ("trial_share", "trial's share"),
+            ("jain_index", "Jain's index"),
+            ("trial_mbit", "trial Mbit/s"),
+            ("cross_mbit", "cross Mbit/s"),
+        ):
+            cells[title] = fmt_est(median_ci(group[column].astype(float)))
+        lines.append(cells)
+    return pd.DataFrame(lines)

@@ -47,17 +47,29 @@ class CaptureError(RuntimeError):
 
 
 class PacketCapture:
-    """tcpdump on `intf` in the network namespace of `pid`, full packets, into `path`."""
+    """tcpdump on `intf` in the network namespace of `pid`, into `path`: full packets, or
+    the first `snaplen` bytes of each (headers: what cross-traffic accounting reads)."""
 
-    def __init__(self, pid: int, intf: str, path: Path) -> None:
-        self.pid, self.intf, self.path = pid, intf, path
+    def __init__(self, pid: int, intf: str, path: Path, snaplen: int = 0) -> None:
+        self.pid, self.intf, self.path, self.snaplen = pid, intf, path, snaplen
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         """Returns once tcpdump listens (its "listening on" line), so the tool's first packet
         is in the file; raises CaptureError with tcpdump's words otherwise."""
         # --immediate-mode: packets still in a ring-buffer block at SIGINT would be lost.
-        argv = ["tcpdump", "-i", self.intf, "-n", "-s", "0", "--immediate-mode", "-U", "-w", str(self.path)]
+        argv = [
+            "tcpdump",
+            "-i",
+            self.intf,
+            "-n",
+            "-s",
+            str(self.snaplen),
+            "--immediate-mode",
+            "-U",
+            "-w",
+            str(self.path),
+        ]
         # -n alone enters the netns: nsenter execs tcpdump, so the pid is tcpdump's own.
         self.proc = subprocess.Popen(
             ["nsenter", "-t", str(self.pid), "-n", "--", *marked_argv(argv)],
@@ -210,6 +222,10 @@ class TrialCapture:
             except (CaptureError, OSError) as exc:
                 self.pcap = None
                 self.missing["pcap"] = str(exc)
+
+    def pcap_path(self) -> Path | None:
+        """The full-packet capture being written, if there is one (cross traffic reads it)."""
+        return self.pcap.path if self.pcap else None
 
     def stop_packets(self) -> None:
         """Right after the tool exits: tcpdump flushes and ends."""

@@ -25,19 +25,22 @@ from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT, Tool
 from quicbed.errors import PathMismatch
 from quicbed.paths import CACHE, REPO, STATE
 from quicbed.servers import pki
+from quicbed.servers.content import ensure_files
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed, warm_up
 from quicbed.topology.backends import check_links, choose_backend, proofs
 from quicbed.topology.calibration_reuse import calibrate_or_reuse
 from quicbed.topology.calibration_table import print_calibration
 from quicbed.topology.hosts import DockerHost
 from quicbed.topology.net import (
+    ADDRESSES,
     DEFAULT_IMAGE,
     Testbed,
     server_address,
 )
 from quicbed.workloads import WORKLOADS
 
-from .capture import CLIENT_TRIALS, TrialCapture
+from . import cross as crossflows
+from .capture import CLIENT_TRIALS, TrialCapture, path_interface
 from .matrix import Condition, Trial, conditions
 from .runner import TrialError
 from .schema import Experiment
@@ -94,6 +97,8 @@ class TestbedExecutor:
         self.started: set[str] = set()
         self.log_root = run_dir / rowschema.LOGS_DIR
         self.log_offsets: dict[str, int] = {}  # server -> access-log bytes already read
+        self.sidecar: str | None = None  # the QUIC cross flows' container, per condition
+        self.cross_file: str | None = None  # the file they download, per condition
 
     # -- Executor protocol ---------------------------------------------------------------
     def manifest_info(self) -> dict[str, Any]:
@@ -168,6 +173,7 @@ class TestbedExecutor:
                     with contextlib.suppress(servers.ServerError):
                         self.ensure_server(name)
                 timing["server_start_s"] = time.monotonic() - clock
+                self._start_cross(cond)
                 yield {
                     "rtt_ms": cal.measured("rtt_median_ms"),
                     "passed": cal.passed,
@@ -178,7 +184,9 @@ class TestbedExecutor:
                     "timing": {k: round(v, 3) for k, v in timing.items()},
                 }
             finally:
-                self.tb, self.hosts = None, {}
+                if self.sidecar:
+                    crossflows.remove_sidecar(self.sidecar)
+                self.tb, self.hosts, self.sidecar, self.cross_file = None, {}, None, None
 
     def ensure_server(self, name: str) -> None:
         host = self.hosts[name]
@@ -198,14 +206,21 @@ class TestbedExecutor:
         if capture:
             argv += capture.tool_args()
             capture.start(self.tb.client.pid, [i.name for i in self.tb.client.intfList()])
+        cross = self._cross(host)
         try:
             # The capture starts before and stops after this: tool_wall_s holds neither.
             retrans = _tcp_retrans(host.container_pid)
             before = {h: _cpu_usec(h.container) for h in (self.tb.client, host)}
+            if cross:
+                cross.start(capture.pcap_path() if capture else None)
             start = time.monotonic()
             proc = self.tb.client.exec(argv, timeout=trial.timeout_s + 15)
             wall = time.monotonic() - start
+            if cross:
+                cross.wait()  # its flows end before the next trial begins
         finally:
+            if cross:
+                cross.stop()
             if capture:
                 capture.stop_packets()
         cpu = {h: (_cpu_usec(h.container) - before[h]) / 1e4 / wall for h in before}
@@ -221,6 +236,8 @@ class TestbedExecutor:
                 kept,
             )
         row = rows[-1]
+        if cross:
+            row.update(cross.account())
         if "trace" in row:  # a player's per-second trace: a file beside the rows, not a cell
             row["trace_file"] = self._write_trace(trial.trial_id, row.pop("trace"))
         row.update(
@@ -239,6 +256,42 @@ class TestbedExecutor:
         return row
 
     # -- helpers -------------------------------------------------------------------------
+    def _start_cross(self, cond: Condition) -> None:
+        """The condition's QUIC cross flows: their file, and the container they run in."""
+        quic = [f for f in self.exp.cross if f.protocol == "quic"]
+        assert self.tb
+        if not quic:
+            return
+        longest = max(f.duration_s for f in quic)
+        self.cross_file = crossflows.quic_object(cond.link.down.rate_mbit, longest)
+        if self.cross_file is None:  # the schema checked every condition's rate; a bug if so
+            raise RuntimeError(f"no file for {longest:g} s at {cond.link.down.rate_mbit:g} Mbit/s")
+        ensure_files(self.content_dir, [self.cross_file])
+        self.sidecar = crossflows.start_sidecar(
+            self.tb.client.container, self.tb.config.run_id, DEFAULT_IMAGE
+        )
+
+    def _cross(self, host: DockerHost) -> crossflows.CrossTraffic | None:
+        if not self.exp.cross:
+            return None
+        assert self.tb
+        client = self.tb.client
+        address = server_address(self.tb.servers.index(host))
+        ends = crossflows.Endpoints(
+            client_popen=client.popen_argv,
+            server_popen=host.popen_argv,
+            server_pid=host.pid,
+            server_address=address,
+            client_address=ADDRESSES["client"],
+            client_pid=client.pid,
+            client_intf=path_interface([i.name for i in client.intfList()]),
+            sidecar=self.sidecar,
+            url=f"https://{SERVER_NAME}/cloud/",
+            resolve=f"{SERVER_NAME}:443:{address}",
+            cacert=f"{CLIENT_PKI}/ca.pem",
+        )
+        return crossflows.CrossTraffic(self.exp.cross, ends, self.cross_file)
+
     def _capture(self, trial: Trial) -> TrialCapture | None:
         if not self.exp.capture:
             return None

@@ -8,6 +8,7 @@ from quicbed.analysis.loss_response import mathis_mbit
 from quicbed.rowschema import TRIALS_DIR
 from quicbed.workloads import object_bytes
 
+from .cross import CrossFlow
 from .matrix import Condition, conditions, count_per_condition
 from .registry import HANDSHAKE_RTTS, TOOLS
 from .schema import ClientVariant, Experiment
@@ -19,16 +20,18 @@ INIT_WINDOW_BYTES = 10 * 1460
 
 def trial_seconds(exp: Experiment, cond: Condition, client: ClientVariant, obj: str) -> float:
     """Handshake + request + slow-start rounds + serialisation + the tool's own start-up (a
-    browser's is a second, a perf tool's a tenth); a rough lower bound."""
+    browser's is a second, a perf tool's a tenth); a rough lower bound. A trial waits for its
+    cross flows to end; while they run it has half the link at best."""
     start = TOOLS[client.tool].start_s
+    cross_end = max((f.end_s for f in exp.cross), default=0.0)
     if exp.workload.kind == "video":
-        return (exp.workload.duration_s or 0) + start
+        return max((exp.workload.duration_s or 0) + start, cross_end)
     rtt = cond.link.rtt_ms / 1000
     size = object_bytes(exp.workload.kind, obj)
     slow_start_rounds = math.log2(size / INIT_WINDOW_BYTES + 1)
-    transfer = size * 8 / (_sender_rate_mbit(cond) * 1e6)
+    transfer = size * 8 / (_sender_rate_mbit(cond) * 1e6) * (2 if exp.cross else 1)
     rounds = HANDSHAKE_RTTS.get(client.protocol, 2) + 1 + slow_start_rounds
-    return rounds * rtt + transfer + start
+    return max(rounds * rtt + transfer + start, cross_end)
 
 
 def _sender_rate_mbit(cond: Condition) -> float:
@@ -83,8 +86,17 @@ def dry_run(exp: Experiment) -> str:
             if exp.capture
             else "none"
         ),
+        "cross traffic: " + ("; ".join(_cross_text(f) for f in exp.cross) or "none"),
     ]
     return "\n".join(lines)
+
+
+def _cross_text(flow: CrossFlow) -> str:
+    cc = f" {flow.cc}" if flow.cc else " (its server's cc)"
+    return (
+        f"{flow.name} {flow.kind} {flow.protocol}{cc} {flow.direction}, "
+        f"{flow.start_s:g}-{flow.end_s:g} s of each trial"
+    )
 
 
 def hms(seconds: float) -> str:

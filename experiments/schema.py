@@ -29,6 +29,7 @@ from quicbed.yamlio import LocatedError as ExperimentError
 from quicbed.yamlio import PathKey, Source, load_source, parse_source
 
 from . import links
+from .cross import CrossFlow, parse_cross
 from .links import Link
 from .registry import PARAM_AXES, SERVERS, TOOLS
 
@@ -49,6 +50,7 @@ _TOP_KEYS = {
     "expect",
     "quick",
     "capture",
+    "cross",
 }
 _REQUIRED = {"name", "profiles", "servers", "clients", "workload"}
 
@@ -89,6 +91,8 @@ class Experiment:
     quick: bool = False
     # What each trial captures beside its row (rowschema.CAPTURE_KINDS): qlog, pcap, keys.
     capture: tuple[str, ...] = ()
+    # Competing flows on each trial's bottleneck (experiments/cross.py).
+    cross: tuple[CrossFlow, ...] = ()
 
     def matrix_hash(self) -> str:
         """Identifies what the matrix contains, so --resume refuses an edited experiment.
@@ -161,10 +165,20 @@ def _build(src: Source, text: str) -> Experiment:
         )
     if "capture" in d:
         exp.capture = _capture(src, d["capture"])
+    if "cross" in d:
+        exp.cross = parse_cross(src, d["cross"], _max_down_mbit(exp), exp.timeout_s)
     exp.expect = check_list(
         src, ("expect",), d.get("expect", []), lambda p, v: _expect(src, p, v), allow_empty=True
     )
     return exp
+
+
+def _max_down_mbit(exp: Experiment) -> float:
+    """The fastest down rate any condition may have: its profiles' and its rate sweeps'."""
+    rates = [p.down.rate_mbit for p in exp.profiles]
+    for axis in ("rate_mbit", "down.rate_mbit"):
+        rates += [float(v) for v in exp.sweep.get(axis, []) if isinstance(v, int | float)]
+    return max(rates)
 
 
 # --- sections -----------------------------------------------------------------------------------

@@ -204,6 +204,25 @@ CAPTURE = _columns(
     ("capture_missing", "", "capture kind -> why it was not written, e.g. qlog/server (executor)"),
     ("capture_s", "s", "the capture's own time around the tool (tcpdump, server qlog); not in wall_s"),
 )
+# --- cross traffic (experiment `cross:`, experiments/cross.py): the trial's flow and the
+# competing flows on its bottleneck, read off a capture at the client; rows without cross
+# traffic have none of these.
+CROSS = _columns(
+    (
+        "cross_flows",
+        "",
+        "JSON: each cross flow: spec, sender cc, start and end seen, Mbit/s (life, trial)",
+    ),
+    (
+        "cross_window_s",
+        "s",
+        "the trial's transfer at the client, first to last packet: the window the shares are of",
+    ),
+    ("trial_mbit", "Mbit/s", "the trial's IP bytes at the client over the window"),
+    ("cross_mbit", "Mbit/s", "the down cross flows' IP bytes at the client over the window"),
+    ("jain_index", "", "Jain's fairness index over the trial and the down cross flows in the window"),
+    ("trial_share", "", "the trial's share of the down bytes in the window"),
+)
 SWEEP_PREFIX = "param_"  # a swept axis's value, e.g. param_server.tcp_cc
 CLASH_PREFIX = "tool_"  # a tool value that disagrees with an axis of the same name
 
@@ -220,6 +239,7 @@ COLUMNS: dict[str, Column] = {
         STREAMING,
         LOSS_RESPONSE,
         CAPTURE,
+        CROSS,
     )
     for c in group
 }

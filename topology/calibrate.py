@@ -830,7 +830,7 @@ def start_iperf(
         stderr=subprocess.PIPE,
         text=True,
     )
-    _wait_listening(tb.server.pid, port, server)
+    wait_listening(tb.server.pid, port, server)
     client_argv = [
         "timeout",
         str(int(timeout)),
@@ -852,7 +852,7 @@ def start_iperf(
 LISTEN_TIMEOUT_S = 15.0
 
 
-def _wait_listening(pid: int, port: int, server: subprocess.Popen[str]) -> None:
+def wait_listening(pid: int, port: int, server: subprocess.Popen[str]) -> None:
     """Until the iperf3 server listens, read from its namespace's /proc/net/tcp (no fork).
     A fixed pause was not enough on slow hosts: the netem guest's one vCPU took over 0.3 s."""
     table = Path(f"/proc/{pid}/net/tcp")

@@ -1,0 +1,178 @@
+"""Per-flow accounting from a pcap, and Jain's index (analysis/fairness.py), on captures
+written here byte by byte; the classification of a trial's packets (experiments/cross.py)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from quicbed.analysis import fairness
+from quicbed.experiments import cross
+
+CLIENT, SERVER = "10.77.1.10", "10.77.2.10"
+
+
+def _ipv4(src: str, dst: str, proto: int, sport: int, dport: int, total: int) -> bytes:
+    header = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45,
+        0,
+        total,
+        0,
+        0,
+        64,
+        proto,
+        0,
+        bytes(map(int, src.split("."))),
+        bytes(map(int, dst.split("."))),
+    )
+    return header + struct.pack("!HH", sport, dport)  # a snaplen-cut packet: headers only
+
+
+def write_pcap(path: Path, packets: list[tuple[float, bytes]], linktype: int = 1, nano: bool = False) -> None:
+    magic = 0xA1B23C4D if nano else 0xA1B2C3D4
+    out = [struct.pack("<IHHiIII", magic, 2, 4, 0, 0, 128, linktype)]
+    for ts, ip in packets:
+        if linktype == fairness.LINKTYPE_ETHERNET:
+            frame = b"\x02" * 12 + b"\x08\x00" + ip
+        else:
+            frame = b"\x00" * 14 + b"\x08\x00" + ip
+        frac = round((ts % 1) * (1e9 if nano else 1e6))
+        out.append(struct.pack("<IIII", int(ts), frac, len(frame), len(frame) + 1000) + frame)
+    path.write_bytes(b"".join(out))
+
+
+def test_read_pcap_keeps_ip_length_and_ports(tmp_path: Path) -> None:
+    arp = b"\x00" * 28
+    write_pcap(
+        tmp_path / "a.pcap",
+        [
+            (100.25, _ipv4(SERVER, CLIENT, fairness.UDP, 443, 20001, 1252)),
+            (100.5, arp),  # not IPv4 after the frame header: skipped
+        ],
+    )
+    (packet,) = list(fairness.read_pcap(tmp_path / "a.pcap"))
+    assert packet == fairness.Packet(100.25, SERVER, CLIENT, fairness.UDP, 443, 20001, 1252)
+
+
+@pytest.mark.parametrize("linktype, nano", [(fairness.LINKTYPE_LINUX_SLL, False), (1, True)])
+def test_read_pcap_cooked_frames_and_nanoseconds(tmp_path: Path, linktype: int, nano: bool) -> None:
+    packet = _ipv4(SERVER, CLIENT, fairness.TCP, 5301, 40000, 1500)
+    write_pcap(tmp_path / "b.pcap", [(7.125, packet)], linktype, nano)
+    (packet,) = list(fairness.read_pcap(tmp_path / "b.pcap"))
+    assert packet.ts == pytest.approx(7.125) and packet.sport == 5301 and packet.length == 1500
+
+
+def test_read_pcap_refuses_other_files(tmp_path: Path) -> None:
+    (tmp_path / "c.pcap").write_bytes(b"not a capture at all, but long enough")
+    with pytest.raises(fairness.PcapError, match="not a pcap file"):
+        list(fairness.read_pcap(tmp_path / "c.pcap"))
+
+
+def test_window_rates_count_only_the_window() -> None:
+    flows = {"a": fairness.FlowSeries([0.0, 0.5, 1.0, 2.0], [1000, 1000, 1000, 1000])}
+    # [0.5, 1.0]: two packets, 16 kbit over 0.5 s
+    assert fairness.window_rates(flows, 0.5, 1.0) == {"a": pytest.approx(0.032)}
+    assert flows["a"].mbit() == pytest.approx(4000 * 8 / 2.0 / 1e6)
+    with pytest.raises(ValueError):
+        fairness.window_rates(flows, 1.0, 1.0)
+
+
+def test_jain_index() -> None:
+    assert fairness.jain_index([5.0, 5.0]) == pytest.approx(1.0)
+    assert fairness.jain_index([10.0, 0.0]) == pytest.approx(0.5)
+    assert fairness.jain_index([3.0, 1.0]) == pytest.approx(16 / 20)
+    assert fairness.jain_index([]) is None and fairness.jain_index([0.0, 0.0]) is None
+
+
+def _traffic(flows: tuple[cross.CrossFlow, ...]) -> cross.CrossTraffic:
+    ends = cross.Endpoints(
+        client_popen=list,
+        server_popen=list,
+        server_pid=0,
+        server_address=SERVER,
+        client_address=CLIENT,
+        client_pid=0,
+        client_intf="eth0",
+        sidecar="side",
+        url="https://server.quicbed/cloud/",
+        resolve="server.quicbed:443:" + SERVER,
+        cacert="/ca.pem",
+    )
+    return cross.CrossTraffic(flows, ends, "200MB")
+
+
+def test_classify_tells_the_trial_from_each_cross_flow() -> None:
+    flows = (
+        cross.CrossFlow("x0", "bulk", "tcp", "down", 0, 10, "cubic"),
+        cross.CrossFlow("x1", "bulk", "quic", "down", 0, 10),
+        cross.CrossFlow("x2", "bulk", "tcp", "up", 0, 10, "bbr"),
+    )
+    traffic = _traffic(flows)
+
+    def name(src: str, dst: str, proto: int, sport: int, dport: int) -> str | None:
+        return traffic.classify(fairness.Packet(0, src, dst, proto, sport, dport, 1500))
+
+    assert name(SERVER, CLIENT, fairness.TCP, cross.IPERF_PORT, 45000) == "x0"
+    assert name(SERVER, CLIENT, fairness.UDP, 443, cross.CROSS_QUIC_PORTS + 100) == "x1"
+    assert name(SERVER, CLIENT, fairness.UDP, 443, cross.CROSS_QUIC_PORTS) == "trial"  # x0's range is TCP's
+    assert name(CLIENT, SERVER, fairness.TCP, 45001, cross.IPERF_PORT + 2) == "x2"
+    assert name(SERVER, CLIENT, fairness.TCP, 443, 45002) == "trial"
+    assert name(SERVER, CLIENT, fairness.TCP, cross.IPERF_PORT + 2, 45001) is None  # x2's acks
+    assert name(CLIENT, SERVER, fairness.UDP, 45003, 443) is None  # the trial's own acks
+
+
+def test_account_shares_over_the_trials_window(tmp_path: Path) -> None:
+    """A trial at 6 Mbit/s beside a TCP flow at 2 and a QUIC flow at 2, for 1 s: Jain's
+    index over the three down flows, the trial's share 0.6; an up flow is listed, not shared."""
+    flows = (
+        cross.CrossFlow("x0", "bulk", "tcp", "down", 0, 1, "cubic"),
+        cross.CrossFlow("x1", "bulk", "quic", "down", 0, 1),
+        cross.CrossFlow("x2", "bulk", "tcp", "up", 0, 1, "cubic"),
+    )
+    traffic = _traffic(flows)
+    traffic.t0 = 1000.0
+    packets = []
+    for k in range(101):  # every 10 ms over [1000, 1001]
+        t = 1000.0 + k / 100
+        packets.append((t, _ipv4(SERVER, CLIENT, fairness.TCP, 443, 45000, 7500)))
+        packets.append((t, _ipv4(SERVER, CLIENT, fairness.TCP, cross.IPERF_PORT, 45001, 2500)))
+        packets.append((t, _ipv4(SERVER, CLIENT, fairness.UDP, 443, cross.CROSS_QUIC_PORTS + 100, 2500)))
+        packets.append((t, _ipv4(CLIENT, SERVER, fairness.TCP, 45002, cross.IPERF_PORT + 2, 5000)))
+    write_pcap(tmp_path / "t.pcap", packets)
+    traffic.pcap = tmp_path / "t.pcap"
+    row = traffic.account()
+    assert row["trial_share"] == pytest.approx(0.6)
+    assert row["jain_index"] == pytest.approx((6 + 2 + 2) ** 2 / (3 * (36 + 4 + 4)), abs=1e-4)
+    assert row["trial_mbit"] == pytest.approx(6.06, abs=0.01)  # 101 packets in the 1 s window
+    import json
+
+    listed = {f["flow"]: f for f in json.loads(row["cross_flows"])}
+    assert listed["x2"]["mbit_in_trial"] == pytest.approx(4.04, abs=0.01)
+    assert listed["x0"]["started_s"] == 0.0 and listed["x0"]["ended_s"] == 1.0
+    assert (tmp_path / "t.pcap").exists()  # the trial's own capture is kept
+
+
+def test_fairness_table_has_shares_with_cis_per_protocol() -> None:
+    import json
+
+    import pandas as pd
+
+    from quicbed.analysis.tables import fairness_table
+
+    flows = json.dumps([{"flow": "x0", "protocol": "tcp", "cc": "cubic", "sender_cc": "cubic", "direction": "down"}])
+    rows = pd.DataFrame(
+        [
+            {"profile": "p", "server": "caddy", "protocol": proto, "trial_share": share, "jain_index": 0.9,
+             "trial_mbit": 5.0, "cross_mbit": 5.0, "cross_flows": flows}  # fmt: skip
+            for proto, shares in (("quic", (0.6, 0.62, 0.64)), ("tls1.3", (0.5, 0.5, 0.5)))
+            for share in shares
+        ]
+    )
+    table = fairness_table(rows)
+    assert list(table["protocol"]) == ["QUIC", "TLS 1.3"]
+    assert table.iloc[0]["trial's share"] == "0.62 [0.60, 0.64]"
+    assert table.iloc[0]["against"] == "x0 tcp cubic down" and table.iloc[0]["n"] == "3"
+    assert fairness_table(rows.drop(columns=["trial_share"])).empty

@@ -1,0 +1,86 @@
+"""Cross traffic on the real path (experiments/cross.py): one `quicbed run` whose QUIC download
+shares a 10 Mbit/s bottleneck with a TCP BBR flow (iperf3, from the trial's server) for
+0-6 s and a QUIC flow (curl over HTTP/3 from the side container) for 1-4 s. Each flow starts
+and stops on time at the client, runs the protocol and congestion control it was given, the
+row carries the shares, and nothing is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from quicbed import rowschema
+
+pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
+
+EXPERIMENT = """\
+name: cross-path
+profiles:
+  - {name: shared-10, rate_mbit: 10, rtt_ms: 40}
+servers: [caddy]
+clients: [{tool: quic_perf}]
+workload: {kind: cloud, files: [5MB]}
+cross:
+  - {kind: bulk, protocol: tcp, cc: bbr, start_s: 0, duration_s: 6}
+  - {kind: bulk, protocol: quic, start_s: 1, duration_s: 3}
+repetitions: 1
+timeout_s: 40
+"""
+ON_TIME_S = 0.6  # a flow's first and last packet at the client, against its plan
+
+
+@pytest.fixture(scope="module")
+def row(tmp_path_factory: pytest.TempPathFactory, clean_slate: None) -> dict:
+    tmp = tmp_path_factory.mktemp("cross")
+    (tmp / "cross.yaml").write_text(EXPERIMENT)
+    env = {**os.environ, "QUICBED_RESULTS": str(tmp / "results"), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "quicbed.cli", "run", str(tmp / "cross.yaml"), "--no-progress"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    (run_dir,) = (tmp / "results").iterdir()
+    (only,) = [json.loads(line) for line in (run_dir / rowschema.ROWS_FILE).read_text().splitlines()]
+    return only
+
+
+def test_each_flow_runs_what_it_was_given_on_time(row: dict) -> None:
+    assert row["error"] is None
+    flows = {f["flow"]: f for f in json.loads(row["cross_flows"])}
+    tcp, quic = flows["x0"], flows["x1"]
+    assert "error" not in tcp and "error" not in quic, flows
+    assert tcp["sender_cc"] == "bbr"  # the server namespace's default is cubic: per flow
+    assert quic["http_version"] == "3"
+    for flow, start, end in ((tcp, 0, 6), (quic, 1, 4)):
+        assert abs(flow["started_s"] - start) < ON_TIME_S, flow
+        assert abs(flow["ended_s"] - end) < ON_TIME_S, flow
+
+
+def test_the_row_has_the_shares_of_the_bottleneck(row: dict) -> None:
+    """Three flows on 10 Mbit/s: together no more than the link (IP bytes at the client,
+    with a 3 % allowance for the window's edges), each a real part of it."""
+    assert row["trial_mbit"] + row["cross_mbit"] <= 10 * 1.03
+    assert row["trial_mbit"] + row["cross_mbit"] >= 10 * 0.85
+    assert 0.1 < row["trial_share"] < 0.9
+    assert 1 / 3 < row["jain_index"] <= 1
+    assert row["cross_window_s"] > 4  # 5 MB at under 10 Mbit/s
+
+
+def test_nothing_is_left_behind(row: dict) -> None:
+    from quicbed.topology.clean import leftovers
+    from quicbed.topology.marker import marked_processes
+
+    time.sleep(0.5)
+    assert leftovers() == [] and marked_processes() == []
+    names = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True)
+    assert not [n for n in names.stdout.split() if n.endswith("-cross")]
+    assert not list(Path("/tmp").glob("quicbed-cross-*.pcap"))
