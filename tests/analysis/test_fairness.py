@@ -3,6 +3,7 @@ written here byte by byte; the classification of a trial's packets (experiments/
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -147,8 +148,6 @@ def test_account_shares_over_the_trials_window(tmp_path: Path) -> None:
     assert row["trial_share"] == pytest.approx(0.6)
     assert row["jain_index"] == pytest.approx((6 + 2 + 2) ** 2 / (3 * (36 + 4 + 4)), abs=1e-4)
     assert row["trial_mbit"] == pytest.approx(6.06, abs=0.01)  # 101 packets in the 1 s window
-    import json
-
     listed = {f["flow"]: f for f in json.loads(row["cross_flows"])}
     assert listed["x2"]["mbit_in_trial"] == pytest.approx(4.04, abs=0.01)
     assert listed["x0"]["started_s"] == 0.0 and listed["x0"]["ended_s"] == 1.0
@@ -156,13 +155,12 @@ def test_account_shares_over_the_trials_window(tmp_path: Path) -> None:
 
 
 def test_fairness_table_has_shares_with_cis_per_protocol() -> None:
-    import json
-
     import pandas as pd
 
     from quicbed.analysis.tables import fairness_table
 
-    flows = json.dumps([{"flow": "x0", "protocol": "tcp", "cc": "cubic", "sender_cc": "cubic", "direction": "down"}])
+    flow = {"flow": "x0", "protocol": "tcp", "cc": "cubic", "sender_cc": "cubic", "direction": "down"}
+    flows = json.dumps([flow])
     rows = pd.DataFrame(
         [
             {"profile": "p", "server": "caddy", "protocol": proto, "trial_share": share, "jain_index": 0.9,
