@@ -23,6 +23,8 @@ from quicbed.workloads import ReportSection, report_sections
 
 from . import loss_response as lr
 from .model import (
+    CLOUD_CPU,
+    CLOUD_THROUGHPUT,
     PAGELOAD,
     STALL_TIME,
     STARTUP,
@@ -416,25 +418,44 @@ def streaming_cdfs(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
     return figures
 
 
+# What a figure's x axis can be: a row column, its label, and the word for "per ... rate".
+LOSS_AXIS = ("loss_pct", "loss (%)", "loss rate")
+RATE_AXIS = ("rate_down_mbit", "link rate, down (Mbit/s)", "link rate")
+
+
 def against_loss(
-    df: pd.DataFrame, out_dir: Path, kind: str, metrics: list[Metric], name: str, title: str
+    df: pd.DataFrame,
+    out_dir: Path,
+    kind: str,
+    metrics: list[Metric],
+    name: str,
+    title: str,
+    axis: tuple[str, str, str] = LOSS_AXIS,
 ) -> list[Figure]:
     """One row of panels per profile (and server, where there are several), one column per
-    metric: the median against the loss rate per protocol, with 95% bootstrap CIs (the
-    paper's streaming figures)."""
-    rows = df[df["workload"] == kind].assign(loss_pct=lambda d: d["loss_pct"].fillna(0))
+    metric: the median against the loss rate (or another axis) per protocol, with 95%
+    bootstrap CIs (the paper's streaming figures; seed 003's against the link rate)."""
+    column, xlabel, per = axis
+    rows = df[df["workload"] == kind]
+    if column not in rows.columns:
+        return []
+    rows = rows.assign(**{column: pd.to_numeric(rows[column], errors="coerce").fillna(0)})
     metrics = [m for m in metrics if rows[m.column].notna().any()]
-    if rows.empty or rows["loss_pct"].nunique() < 2 or not metrics:
+    if rows.empty or not metrics:
         return []
     rows = rows.assign(panel=path_and_server(rows))
+    # A sweep keeps its profile's name: the axis must vary within a panel (india at 20 Mbit/s
+    # beside germany at 500 is two paths, not a rate sweep).
+    if rows.groupby("panel")[column].nunique().max() < 2:
+        return []
     profiles = ordered_unique(rows["panel"])
     fig, axes = panel_grid(len(profiles) * len(metrics), columns=len(metrics))
     for i, (profile, metric) in enumerate((p, m) for p in profiles for m in metrics):
         ax, mine = axes[i], rows[rows["panel"] == profile]
         for protocol in ordered_protocols(mine["protocol"]):
             points = [
-                (loss, median_ci(pd.to_numeric(g[metric.column], errors="coerce")))
-                for loss, g in mine[mine["protocol"] == protocol].groupby("loss_pct")
+                (x, median_ci(pd.to_numeric(g[metric.column], errors="coerce")))
+                for x, g in mine[mine["protocol"] == protocol].groupby(column)
             ]
             points = [(x, e) for x, e in points if e.n]
             if not points:
@@ -455,16 +476,19 @@ def against_loss(
                 linewidth=1.6,
                 label=f"{protocol_label(protocol)} ({n_text})",
             )
-        ax.set_xticks(sorted(mine["loss_pct"].unique()))
+        ticks = sorted(mine[column].unique())
+        if column == "rate_down_mbit" and ticks[0] > 0 and ticks[-1] / ticks[0] >= 10:
+            ax.set_xscale("log")
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.set_title(f"{profile}: {metric.label}", fontsize=10)
-        ax.set_xlabel("loss (%)")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(metric.label + (f" ({metric.unit})" if metric.unit else ""))
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     caption = (
-        "Median per loss rate and protocol with 95% bootstrap CIs; n = trials per "
-        "point (range over loss rates)."
+        f"Median per {per} and protocol with 95% bootstrap CIs; n = trials per "
+        f"point (range over {per}s)."
     )
     return [save(fig, out_dir, name, kind, title, caption)]
 
@@ -488,6 +512,20 @@ def streaming_against_loss(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
         [STARTUP, STALL_TIME, SWITCHES],
         "streaming_against_loss",
         "Streaming: startup, stalls and switches " "against loss",
+    )
+
+
+def cloud_against_rate(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+    """Seed 003's Figures 3 and 6: throughput and the client's CPU against the link rate,
+    for a run that sweeps the rate (a rate calibration refused has no point)."""
+    return against_loss(
+        df,
+        out_dir,
+        "cloud",
+        [CLOUD_THROUGHPUT, CLOUD_CPU],
+        "cloud_against_rate",
+        "Cloud download: throughput and client CPU against the link rate",
+        RATE_AXIS,
     )
 
 
@@ -658,6 +696,7 @@ def pageload_vs_download(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
 PLOTS: dict[str, Callable[[pd.DataFrame, Path], list[Figure]]] = {
     "throughput_vs_size": throughput_vs_size,
     "cpu_over_time": cpu_over_time,
+    "cloud_against_rate": cloud_against_rate,
     "streaming_cdfs": streaming_cdfs,
     "streaming_against_loss": streaming_against_loss,
     "streaming_example_traces": streaming_example_traces,

@@ -119,7 +119,7 @@ class Cloud(WorkloadKind):
             # download time is throughput restated; comparing both adds rows only
             compared=(m.CLOUD_THROUGHPUT, m.CLOUD_CPU),
             figures="cloud",
-            plots=("throughput_vs_size", "cpu_over_time"),
+            plots=("throughput_vs_size", "cpu_over_time", "cloud_against_rate"),
         ),
     )
 

@@ -174,3 +174,26 @@ def test_fairness_table_has_shares_with_cis_per_protocol() -> None:
     assert table.iloc[0]["trial's share"] == "0.62 [0.60, 0.64]"
     assert table.iloc[0]["against"] == "x0 tcp cubic down" and table.iloc[0]["n"] == "3"
     assert fairness_table(rows.drop(columns=["trial_share"])).empty
+
+
+def test_throughput_and_cpu_against_a_swept_rate(tmp_path: Path) -> None:
+    """Seed 003's figures come from a rate sweep of one profile; two profiles at their own
+    rates are not one."""
+    import pandas as pd
+
+    from quicbed.analysis.figures import cloud_against_rate
+
+    def rows(profile_of_rate: dict[float, str]) -> pd.DataFrame:
+        return pd.DataFrame(
+            [
+                {"workload": "cloud", "profile": profile, "server": "caddy", "protocol": proto}
+                | {"rate_down_mbit": rate, "throughput_mbps": rate * 0.9, "cpu_client_pct": rate / 10}
+                for rate, profile in profile_of_rate.items()
+                for proto in ("quic", "tls1.3")
+                for _ in range(3)
+            ]
+        )
+
+    (figure,) = cloud_against_rate(rows({50.0: "fast", 100.0: "fast", 500.0: "fast"}), tmp_path)
+    assert figure.png == tmp_path / "cloud_against_rate.png" and figure.png.stat().st_size > 1000
+    assert cloud_against_rate(rows({20.0: "india", 500.0: "germany"}), tmp_path / "two") == []
