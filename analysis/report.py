@@ -424,7 +424,8 @@ FAIRNESS_INTRO = (
     "(`cross:`). Every flow is counted at the client, after the bottleneck, over the trial's "
     "transfer (its first to last packet there): the trial's share of the down bytes (0.5 "
     "beside one competing flow is an equal split) and Jain's index over the trial and the down "
-    "cross flows (1 = equal rates, 1/n = one flow took everything). Rates are IP bytes, "
+    "bulk cross flows (1 = equal rates, 1/n = one flow took everything; web fetches come and "
+    "go, so they count in the share, not in the index). Rates are IP bytes, "
     "headers and retransmissions included: what each flow took of the link."
 )
 

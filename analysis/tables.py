@@ -411,7 +411,8 @@ def cross_flow_names(rows: pd.DataFrame) -> str:
     for text in rows["cross_flows"].dropna():
         for flow in json.loads(text):
             cc = flow.get("sender_cc") or flow.get("cc") or "its server's cc"
-            seen[f"{flow['flow']} {flow['protocol']} {cc} {flow['direction']}"] = None
+            what = f"web {flow.get('rate_per_s')}/s" if flow.get("kind") == "web" else flow["direction"]
+            seen[f"{flow['flow']} {flow['protocol']} {cc} {what}"] = None
     return ", ".join(seen) or "–"
 
 

@@ -4,14 +4,19 @@
       - {kind: bulk, protocol: tcp, cc: cubic, start_s: 0, duration_s: 30}
       - {kind: bulk, protocol: quic, duration_s: 30}
 
+A `kind: web` flow is short fetches instead: a `file` (default 1MB) from the trial's server,
+each over a fresh connection (TLS 1.3 + HTTP/2, or QUIC), arriving as a Poisson process of
+`rate_per_s`, seeded per trial.
+
 Every flow ends in the client's network namespace, so it crosses the same router port, and so
 the same bottleneck queue, as the measured trial, on every backend (a host of its own on the
 client LAN would have a port, and a bottleneck, of its own). Its far end is the trial's server:
 - TCP: the host's iperf3, the sender in the server's namespace (`-R` for down), with the
   flow's own congestion control on its socket (`-C`); iperf3 reports the one the sender used.
-- QUIC: a download from the trial's server (its QUIC stack, and so its congestion control:
-  a QUIC flow names none) by curl over HTTP/3 in a side container of the client image that
-  shares the client's network namespace, from client ports of its own (CROSS_QUIC_PORTS).
+- QUIC, and web fetches: downloads from the trial's server (its stack, and so its congestion
+  control: such a flow names none) by curl (over HTTP/3, or TLS 1.3) in a side container of
+  the client image that shares the client's network namespace, from client ports of its own
+  (SIDECAR_PORTS).
 Each starts `start_s` after the trial's tool and runs `duration_s`; the trial waits for its
 flows, so none spills into the next trial. What each flow got is read off a capture on the
 client's interface (analysis/fairness.py): over the trial's transfer, the trial's and each
@@ -21,11 +26,13 @@ flow's rate, Jain's index over the down flows, and the trial's share.
 from __future__ import annotations
 
 import json
+import random
+import statistics
 import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +42,18 @@ from quicbed.fields import check_choice, check_list, check_mapping, check_number
 from quicbed.servers.content import CLOUD_SIZES
 from quicbed.yamlio import PathKey, Source
 
-KINDS = ("bulk",)
+KINDS = ("bulk", "web")
 PROTOCOLS = ("tcp", "quic")
 DIRECTIONS = ("down", "up")
 MAX_FLOWS = 8
 IPERF_PORT = 5301  # flow i's iperf3 listens on IPERF_PORT + i, in the server's namespace
-CROSS_QUIC_PORTS = 20000  # flow i's curl binds 20000 + 100 i ... + 99: below Linux's ephemeral
-QUIC_PORT_SPAN = 100  # ports (32768-60999), so no trial's own connection can take one
+# Flow i's curl binds 20000 + 1000 i ... + 999: below Linux's ephemeral ports (32768-60999),
+# so no trial's own connection takes one; a thousand, as a web flow's closed TCP connections
+# hold theirs for a minute (TIME_WAIT).
+SIDECAR_PORTS = 20000
+PORT_SPAN = 1000
+WEB_FILE = "1MB"  # what a web flow fetches unless it says
+MAX_WEB_RATE = 20.0  # fetches per second: each is a docker exec (~80 ms of a core here)
 QUIC_HEADROOM = 1.25  # a QUIC flow's object holds this much more than the link can carry
 END_GRACE_S = 15.0  # how long past its end a flow may take before it is killed
 SNAPLEN = 128  # the accounting capture keeps headers only
@@ -56,7 +68,14 @@ class CrossFlow:
     direction: str
     start_s: float
     duration_s: float
-    cc: str | None = None  # TCP's; a QUIC flow's is its server's stack's
+    cc: str | None = None  # a bulk TCP flow's; the others' is their server's stack's
+    rate_per_s: float | None = None  # a web flow's fetches per second
+    file: str | None = None  # what a web flow fetches
+
+    @property
+    def in_sidecar(self) -> bool:
+        """Its client is curl in the side container (else iperf3 in the client's namespace)."""
+        return self.kind == "web" or self.protocol == "quic"
 
     @property
     def end_s(self) -> float:
@@ -81,19 +100,17 @@ def parse_cross(src: Source, value: Any, max_down_mbit: float, timeout_s: float)
     flows = check_list(src, ("cross",), value, lambda p, v: _flow(src, p, v, max_down_mbit, timeout_s))
     if len(flows) > MAX_FLOWS:
         raise src.error(("cross",), f"{len(flows)} flows; at most {MAX_FLOWS}")
-    return tuple(
-        CrossFlow(
-            f"x{i}",
-            *(getattr(f, k) for k in ("kind", "protocol", "direction", "start_s", "duration_s", "cc")),
-        )
-        for i, f in enumerate(flows)
-    )
+    return tuple(replace(f, name=f"x{i}") for i, f in enumerate(flows))
 
 
 def _flow(src: Source, path: PathKey, spec: Any, max_down_mbit: float, timeout_s: float) -> CrossFlow:
-    keys = {"kind", "protocol", "cc", "direction", "start_s", "duration_s"}
-    check_mapping(src, path, spec, keys, {"kind", "protocol", "duration_s"})
+    check_mapping(src, path, spec, None, {"kind"})
     kind = check_choice(src, (*path, "kind"), spec["kind"], KINDS, "cross-traffic kind")
+    keys = {"kind", "protocol", "direction", "start_s", "duration_s"}
+    keys |= {"rate_per_s", "file"} if kind == "web" else {"cc"}
+    check_mapping(
+        src, path, spec, keys, {"protocol", "duration_s", *(["rate_per_s"] if kind == "web" else [])}
+    )
     protocol = check_choice(src, (*path, "protocol"), spec["protocol"], PROTOCOLS, "protocol")
     direction = check_choice(
         src, (*path, "direction"), spec.get("direction", "down"), DIRECTIONS, "direction"
@@ -105,6 +122,8 @@ def _flow(src: Source, path: PathKey, spec: Any, max_down_mbit: float, timeout_s
             (*path, "duration_s"),
             f"the flow ends at {start_s + duration_s:g} s, after the trial's timeout_s ({timeout_s:g} s)",
         )
+    if kind == "web":
+        return _web(src, path, spec, CrossFlow("", kind, protocol, direction, start_s, duration_s))
     cc = None
     if protocol == "tcp":
         cc = check_choice(
@@ -126,6 +145,14 @@ def _flow(src: Source, path: PathKey, spec: Any, max_down_mbit: float, timeout_s
     return CrossFlow("", kind, protocol, direction, start_s, duration_s, cc)
 
 
+def _web(src: Source, path: PathKey, spec: Any, flow: CrossFlow) -> CrossFlow:
+    if flow.direction == "up":
+        raise src.error((*path, "direction"), "a web flow fetches from the trial's server; up is bulk TCP's")
+    rate = check_number(src, (*path, "rate_per_s"), spec["rate_per_s"], 0.1, MAX_WEB_RATE)
+    file = check_choice(src, (*path, "file"), spec.get("file", WEB_FILE), tuple(CLOUD_SIZES), "cloud file")
+    return replace(flow, rate_per_s=rate, file=file)
+
+
 # --- a trial's flows --------------------------------------------------------------------------
 
 
@@ -141,6 +168,7 @@ class _Run:
     err: str = ""
     code: int | None = None
     thread: threading.Thread | None = None
+    fetches: list[subprocess.Popen[str]] = field(default_factory=list)  # a web flow's
 
 
 @dataclass
@@ -166,6 +194,7 @@ class CrossTraffic:
     flows: tuple[CrossFlow, ...]
     ends: Endpoints
     quic_file: str | None
+    seed: int = 1  # a web flow's arrivals: the same for a trial's every attempt
     runs: list[_Run] = field(default_factory=list)
     t0: float = 0.0
     pcap: Path | None = None  # what account() reads
@@ -185,7 +214,7 @@ class CrossTraffic:
             self.own_capture.start()
         self.runs = [_Run(flow, self._argv(i, flow)) for i, flow in enumerate(self.flows)]
         for i, run in enumerate(self.runs):
-            if run.flow.protocol == "tcp":
+            if not run.flow.in_sidecar:
                 argv = ["iperf3", "-s", "-1", "-J", "-p", str(IPERF_PORT + i), "-B", self.ends.server_address]
                 run.server = subprocess.Popen(
                     self.ends.server_popen(argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
@@ -197,21 +226,28 @@ class CrossTraffic:
             run.thread.start()
 
     def _argv(self, i: int, flow: CrossFlow) -> list[str]:
-        if flow.protocol == "tcp":
+        if not flow.in_sidecar:
             argv = ["iperf3", "-c", self.ends.server_address, "-p", str(IPERF_PORT + i), "-J"]
             argv += ["-t", f"{flow.duration_s:g}", "-C", str(flow.cc)]
             return self.ends.client_popen([*argv, *(["-R"] if flow.direction == "down" else [])])
-        low = CROSS_QUIC_PORTS + QUIC_PORT_SPAN * i
-        assert self.ends.sidecar and self.quic_file
+        low = SIDECAR_PORTS + PORT_SPAN * i
+        assert self.ends.sidecar
+        version = ["--http3-only"] if flow.protocol == "quic" else ["--tlsv1.3", "--http2"]
+        bulk = flow.kind == "bulk"
+        # A bulk flow runs until --max-time; a web fetch has the flow's length to finish.
+        limit = flow.duration_s if bulk else flow.duration_s + END_GRACE_S
+        file = self.quic_file if bulk else flow.file
         return [
-            "docker", "exec", self.ends.sidecar,
-            "curl", "--http3-only", "-s", "-o", "/dev/null", "-w", "%{json}",
-            "--max-time", f"{flow.duration_s:g}", "--local-port", f"{low}-{low + QUIC_PORT_SPAN - 1}",
-            "--cacert", self.ends.cacert, "--resolve", self.ends.resolve, f"{self.ends.url}{self.quic_file}",
+            "docker", "exec", self.ends.sidecar, "curl", *version, "-s", "-o", "/dev/null",
+            "-w", "%{json}", "--max-time", f"{limit:g}", "--local-port", f"{low}-{low + PORT_SPAN - 1}",
+            "--cacert", self.ends.cacert, "--resolve", self.ends.resolve, f"{self.ends.url}{file}",
         ]  # fmt: skip
 
     def _play(self, run: _Run) -> None:
         time.sleep(max(0.0, self.t0 + run.flow.start_s - time.time()))
+        if run.flow.kind == "web":
+            self._fetch_all(run)
+            return
         run.proc = subprocess.Popen(run.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             run.out, run.err = run.proc.communicate(timeout=run.flow.duration_s + END_GRACE_S)
@@ -219,6 +255,25 @@ class CrossTraffic:
             run.proc.kill()
             run.out, run.err = run.proc.communicate()
         run.code = run.proc.returncode
+
+    def _fetch_all(self, run: _Run) -> None:
+        """Fetches at Poisson arrivals of the flow's rate until its end; then their ends."""
+        flow = run.flow
+        rng = random.Random(f"{self.seed}/{flow.name}")
+        at = self.t0 + flow.start_s
+        while (at := at + rng.expovariate(flow.rate_per_s or 1.0)) < self.t0 + flow.end_s:
+            time.sleep(max(0.0, at - time.time()))
+            fetch = subprocess.Popen(run.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            run.fetches.append(fetch)
+        outs = []
+        for fetch in run.fetches:
+            try:
+                outs.append(fetch.communicate(timeout=max(0.1, at + END_GRACE_S - time.time()))[0])
+            except subprocess.TimeoutExpired:
+                fetch.kill()
+                outs.append(fetch.communicate()[0])
+        run.out = "\n".join(o.strip() or "{}" for o in outs)  # a killed fetch says nothing
+        run.code = 0
 
     def wait(self) -> None:
         """Until every flow has ended (or was killed END_GRACE_S past its end)."""
@@ -235,7 +290,7 @@ class CrossTraffic:
     def stop(self) -> None:
         """Kill what still runs (a trial cut short), and end the count."""
         for run in self.runs:
-            for proc in (run.proc, run.server):
+            for proc in (run.proc, run.server, *run.fetches):
                 if proc and proc.poll() is None:
                     proc.kill()
         self.wait()
@@ -258,13 +313,17 @@ class CrossTraffic:
             "duration_s": flow.duration_s,
             "cc": flow.cc,
         }
+        if flow.kind == "web":
+            out.update(rate_per_s=flow.rate_per_s, file=flow.file)
         if run is None:  # accounting a capture alone (tests)
             return out
+        if flow.kind == "web":
+            return {**out, **_fetches(run.out)}
         try:
             said = json.loads(run.out) if run.out.strip() else {}
         except json.JSONDecodeError:
             said = {}
-        if flow.protocol == "tcp":
+        if not flow.in_sidecar:
             end = said.get("end", {})
             out["sender_cc"] = end.get("sender_tcp_congestion")
             if said.get("error") or run.code != 0:
@@ -285,30 +344,21 @@ class CrossTraffic:
         """A captured packet's flow: a cross flow's name, "trial" (the rest of the trial
         server's port 443 traffic toward the client), or None."""
         client, server = self.ends.client_address, self.ends.server_address
+        toward_client = (packet.src, packet.dst) == (server, client)
         for i, flow in enumerate(self.flows):
-            if flow.protocol == "tcp":
-                port = IPERF_PORT + i
-                if flow.direction == "down" and (packet.src, packet.sport, packet.dst) == (
-                    server,
-                    port,
-                    client,
-                ):
+            if flow.in_sidecar:
+                low = SIDECAR_PORTS + PORT_SPAN * i
+                if toward_client and packet.sport == 443 and low <= packet.dport < low + PORT_SPAN:
                     return flow.name
-                if flow.direction == "up" and (packet.src, packet.dst, packet.dport) == (
-                    client,
-                    server,
-                    port,
-                ):
-                    return flow.name
-            elif packet.proto == fairness.UDP and (packet.src, packet.sport, packet.dst) == (
-                server,
-                443,
+            elif flow.direction == "down" and toward_client and packet.sport == IPERF_PORT + i:
+                return flow.name
+            elif flow.direction == "up" and (packet.src, packet.dst, packet.dport) == (
                 client,
+                server,
+                IPERF_PORT + i,
             ):
-                low = CROSS_QUIC_PORTS + QUIC_PORT_SPAN * i
-                if low <= packet.dport < low + QUIC_PORT_SPAN:
-                    return flow.name
-        if (packet.src, packet.sport, packet.dst) == (server, 443, client):
+                return flow.name
+        if toward_client and packet.sport == 443:
             return "trial"
         return None
 
@@ -336,20 +386,42 @@ class CrossTraffic:
             return {**row, "cross_window_s": None, "trial_mbit": None, "cross_mbit": None,
                     "jain_index": None, "trial_share": None}  # fmt: skip
         rates = fairness.window_rates(series, trial.first, trial.last)
-        down = {f["flow"] for f in flows if f["direction"] == "down"}
         for flow in flows:
             flow["mbit_in_trial"] = _round(rates.get(flow["flow"], 0.0))
-        shared = [rates["trial"], *(rates.get(name, 0.0) for name in sorted(down))]
-        total = sum(shared)
+        down = [rates.get(f["flow"], 0.0) for f in flows if f["direction"] == "down"]
+        # Jain's index is of long flows sharing a link: a web flow's fetches come and go.
+        bulk = [rates.get(f["flow"], 0.0) for f in flows if f["direction"] == "down" and f["kind"] == "bulk"]
+        total = rates["trial"] + sum(down)
         row.update(
             cross_flows=json.dumps(flows),
             cross_window_s=round(trial.last - trial.first, 3),
             trial_mbit=_round(rates["trial"]),
-            cross_mbit=_round(total - rates["trial"]),
-            jain_index=_round(fairness.jain_index(shared), 4),
+            cross_mbit=_round(sum(down)),
+            jain_index=_round(fairness.jain_index([rates["trial"], *bulk]), 4),
             trial_share=_round(rates["trial"] / total, 4) if total else None,
         )
         return row
+
+
+def _fetches(out: str) -> dict[str, Any]:
+    """A web flow's fetches, from curl's -w %{json} lines: how many, how many failed, and the
+    median time of the ones that completed."""
+    done, failed = [], 0
+    for line in out.splitlines():
+        try:
+            said = json.loads(line)
+        except json.JSONDecodeError:
+            failed += 1
+            continue
+        if said.get("exitcode") == 0 and said.get("response_code") == 200:
+            done.append(float(said["time_total"]) * 1000)
+        else:
+            failed += 1
+    return {
+        "fetches": len(done) + failed,
+        "fetches_failed": failed,
+        "fetch_ms_median": round(statistics.median(done), 1) if done else None,
+    }
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:

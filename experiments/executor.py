@@ -14,6 +14,7 @@ import os
 import platform
 import subprocess
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -206,7 +207,7 @@ class TestbedExecutor:
         if capture:
             argv += capture.tool_args()
             capture.start(self.tb.client.pid, [i.name for i in self.tb.client.intfList()])
-        cross = self._cross(host)
+        cross = self._cross(trial, host)
         try:
             # The capture starts before and stops after this: tool_wall_s holds neither.
             retrans = _tcp_retrans(host.container_pid)
@@ -258,20 +259,21 @@ class TestbedExecutor:
     # -- helpers -------------------------------------------------------------------------
     def _start_cross(self, cond: Condition) -> None:
         """The condition's QUIC cross flows: their file, and the container they run in."""
-        quic = [f for f in self.exp.cross if f.protocol == "quic"]
         assert self.tb
-        if not quic:
+        if not any(f.in_sidecar for f in self.exp.cross):
             return
-        longest = max(f.duration_s for f in quic)
-        self.cross_file = crossflows.quic_object(cond.link.down.rate_mbit, longest)
-        if self.cross_file is None:  # the schema checked every condition's rate; a bug if so
-            raise RuntimeError(f"no file for {longest:g} s at {cond.link.down.rate_mbit:g} Mbit/s")
-        ensure_files(self.content_dir, [self.cross_file])
+        bulk = [f.duration_s for f in self.exp.cross if f.in_sidecar and f.kind == "bulk"]
+        if bulk:
+            self.cross_file = crossflows.quic_object(cond.link.down.rate_mbit, max(bulk))
+            if self.cross_file is None:  # the schema checked every condition's rate: a bug
+                raise RuntimeError(f"no file for {max(bulk):g} s at {cond.link.down.rate_mbit:g} Mbit/s")
+        files = {self.cross_file, *(f.file for f in self.exp.cross)} - {None}
+        ensure_files(self.content_dir, sorted(str(f) for f in files))
         self.sidecar = crossflows.start_sidecar(
             self.tb.client.container, self.tb.config.run_id, DEFAULT_IMAGE
         )
 
-    def _cross(self, host: DockerHost) -> crossflows.CrossTraffic | None:
+    def _cross(self, trial: Trial, host: DockerHost) -> crossflows.CrossTraffic | None:
         if not self.exp.cross:
             return None
         assert self.tb
@@ -290,7 +292,8 @@ class TestbedExecutor:
             resolve=f"{SERVER_NAME}:443:{address}",
             cacert=f"{CLIENT_PKI}/ca.pem",
         )
-        return crossflows.CrossTraffic(self.exp.cross, ends, self.cross_file)
+        seed = zlib.crc32(trial.trial_id.encode())
+        return crossflows.CrossTraffic(self.exp.cross, ends, self.cross_file, seed=seed)
 
     def _capture(self, trial: Trial) -> TrialCapture | None:
         if not self.exp.capture:

@@ -220,7 +220,7 @@ CROSS = _columns(
     ),
     ("trial_mbit", "Mbit/s", "the trial's IP bytes at the client over the window"),
     ("cross_mbit", "Mbit/s", "the down cross flows' IP bytes at the client over the window"),
-    ("jain_index", "", "Jain's fairness index over the trial and the down cross flows in the window"),
+    ("jain_index", "", "Jain's fairness index over the trial and the down bulk cross flows in the window"),
     ("trial_share", "", "the trial's share of the down bytes in the window"),
 )
 SWEEP_PREFIX = "param_"  # a swept axis's value, e.g. param_server.tcp_cc

@@ -117,8 +117,8 @@ def test_classify_tells_the_trial_from_each_cross_flow() -> None:
         return traffic.classify(fairness.Packet(0, src, dst, proto, sport, dport, 1500))
 
     assert name(SERVER, CLIENT, fairness.TCP, cross.IPERF_PORT, 45000) == "x0"
-    assert name(SERVER, CLIENT, fairness.UDP, 443, cross.CROSS_QUIC_PORTS + 100) == "x1"
-    assert name(SERVER, CLIENT, fairness.UDP, 443, cross.CROSS_QUIC_PORTS) == "trial"  # x0's range is TCP's
+    assert name(SERVER, CLIENT, fairness.UDP, 443, cross.SIDECAR_PORTS + cross.PORT_SPAN) == "x1"
+    assert name(SERVER, CLIENT, fairness.UDP, 443, cross.SIDECAR_PORTS) == "trial"  # x0's range is TCP's
     assert name(CLIENT, SERVER, fairness.TCP, 45001, cross.IPERF_PORT + 2) == "x2"
     assert name(SERVER, CLIENT, fairness.TCP, 443, 45002) == "trial"
     assert name(SERVER, CLIENT, fairness.TCP, cross.IPERF_PORT + 2, 45001) is None  # x2's acks
@@ -140,7 +140,9 @@ def test_account_shares_over_the_trials_window(tmp_path: Path) -> None:
         t = 1000.0 + k / 100
         packets.append((t, _ipv4(SERVER, CLIENT, fairness.TCP, 443, 45000, 7500)))
         packets.append((t, _ipv4(SERVER, CLIENT, fairness.TCP, cross.IPERF_PORT, 45001, 2500)))
-        packets.append((t, _ipv4(SERVER, CLIENT, fairness.UDP, 443, cross.CROSS_QUIC_PORTS + 100, 2500)))
+        packets.append(
+            (t, _ipv4(SERVER, CLIENT, fairness.UDP, 443, cross.SIDECAR_PORTS + cross.PORT_SPAN, 2500))
+        )
         packets.append((t, _ipv4(CLIENT, SERVER, fairness.TCP, 45002, cross.IPERF_PORT + 2, 5000)))
     write_pcap(tmp_path / "t.pcap", packets)
     traffic.pcap = tmp_path / "t.pcap"
@@ -163,8 +165,16 @@ def test_fairness_table_has_shares_with_cis_per_protocol() -> None:
     flows = json.dumps([flow])
     rows = pd.DataFrame(
         [
-            {"profile": "p", "server": "caddy", "protocol": proto, "trial_share": share, "jain_index": 0.9,
-             "trial_mbit": 5.0, "cross_mbit": 5.0, "cross_flows": flows}  # fmt: skip
+            {
+                "profile": "p",
+                "server": "caddy",
+                "protocol": proto,
+                "trial_share": share,
+                "jain_index": 0.9,
+                "trial_mbit": 5.0,
+                "cross_mbit": 5.0,
+                "cross_flows": flows,
+            }  # fmt: skip
             for proto, shares in (("quic", (0.6, 0.62, 0.64)), ("tls1.3", (0.5, 0.5, 0.5)))
             for share in shares
         ]
@@ -197,3 +207,15 @@ def test_throughput_and_cpu_against_a_swept_rate(tmp_path: Path) -> None:
     (figure,) = cloud_against_rate(rows({50.0: "fast", 100.0: "fast", 500.0: "fast"}), tmp_path)
     assert figure.png == tmp_path / "cloud_against_rate.png" and figure.png.stat().st_size > 1000
     assert cloud_against_rate(rows({20.0: "india", 500.0: "germany"}), tmp_path / "two") == []
+
+
+def test_a_web_flows_fetches_are_counted_from_curls_lines() -> None:
+    lines = [
+        json.dumps({"exitcode": 0, "response_code": 200, "time_total": 0.1}),
+        json.dumps({"exitcode": 0, "response_code": 200, "time_total": 0.3}),
+        json.dumps({"exitcode": 0, "response_code": 404, "time_total": 0.1}),
+        json.dumps({"exitcode": 28, "response_code": 0, "time_total": 20}),
+        "",
+    ]
+    assert cross._fetches("\n".join(lines)) == {"fetches": 4, "fetches_failed": 2, "fetch_ms_median": 200.0}
+    assert cross._fetches("") == {"fetches": 0, "fetches_failed": 0, "fetch_ms_median": None}

@@ -1,6 +1,7 @@
 """Cross traffic on the real path (experiments/cross.py): one `quicbed run` whose QUIC download
 shares a 10 Mbit/s bottleneck with a TCP BBR flow (iperf3, from the trial's server) for
-0-6 s and a QUIC flow (curl over HTTP/3 from the side container) for 1-4 s. Each flow starts
+0-6 s, a QUIC flow (curl over HTTP/3 from the side container) for 1-4 s and 5 KB web fetches
+over TLS 1.3 at 2 a second for 0-5 s. Each bulk flow starts
 and stops on time at the client, runs the protocol and congestion control it was given, the
 row carries the shares, and nothing is left behind."""
 
@@ -29,6 +30,7 @@ workload: {kind: cloud, files: [5MB]}
 cross:
   - {kind: bulk, protocol: tcp, cc: bbr, start_s: 0, duration_s: 6}
   - {kind: bulk, protocol: quic, start_s: 1, duration_s: 3}
+  - {kind: web, protocol: tcp, rate_per_s: 2, file: 5KB, start_s: 0, duration_s: 5}
 repetitions: 1
 timeout_s: 40
 """
@@ -63,6 +65,11 @@ def test_each_flow_runs_what_it_was_given_on_time(row: dict) -> None:
     for flow, start, end in ((tcp, 0, 6), (quic, 1, 4)):
         assert abs(flow["started_s"] - start) < ON_TIME_S, flow
         assert abs(flow["ended_s"] - end) < ON_TIME_S, flow
+    web = flows["x2"]
+    assert web["fetches"] >= 2 and web["fetches_failed"] == 0, web
+    # A fresh TLS 1.3 connection and a 5 KB answer: two round trips of 40 ms at least.
+    assert web["fetch_ms_median"] >= 2 * 40, web
+    assert web["started_s"] < 5 and web["ended_s"] < 5 + ON_TIME_S + 1, web
 
 
 def test_the_row_has_the_shares_of_the_bottleneck(row: dict) -> None:
