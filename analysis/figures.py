@@ -487,8 +487,7 @@ def against_loss(
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     caption = (
-        f"Median per {per} and protocol with 95% bootstrap CIs; n = trials per "
-        f"point (range over {per}s)."
+        f"Median per {per} and protocol with 95% bootstrap CIs; n = trials per " f"point (range over {per}s)."
     )
     return [save(fig, out_dir, name, kind, title, caption)]
 
@@ -722,6 +721,64 @@ def make_figures(ok: pd.DataFrame, out_dir: Path) -> list[Figure]:
 
 
 CONGESTION = "congestion"  # the report's Congestion response section
+FAIRNESS = "fairness"  # the report's Shared bottleneck section
+CROSS_COLORS = ("0.35", "#cc79a7", "#009e73", "#d55e00", "0.6", "#56b4e9", "#f0e442", "0.15")
+
+
+def read_cross_trace(path: Any) -> dict[str, Any]:
+    """A trial's per-flow rates over time (experiments/cross.py's timeline), or {}."""
+    try:
+        data = json.loads(Path(path).read_text())
+        return data if isinstance(data, dict) and "mbit" in data else {}
+    except (OSError, TypeError, ValueError):
+        return {}
+
+
+def cross_timelines(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+    """Per profile, server and protocol, the trial with the median share: the trial's and
+    every cross flow's rate at the client over time (seed 001's throughput-over-time view)."""
+    if "cross_trace_path" not in df or "trial_share" not in df:
+        return []
+    rows = df[df["cross_trace_path"].notna() & df["trial_share"].notna()]
+    if rows.empty:
+        return []
+    rows = rows.assign(panel=path_and_server(rows))
+    examples = []
+    for panel in ordered_unique(rows["panel"]):
+        mine = rows[rows["panel"] == panel]
+        for protocol in ordered_protocols(mine["protocol"]):
+            ranked = mine[mine["protocol"] == protocol].sort_values("trial_share")
+            trial = ranked.iloc[(len(ranked) - 1) // 2]
+            trace = read_cross_trace(trial["cross_trace_path"])
+            if trace:
+                examples.append((f"{panel} · {protocol_label(protocol)}", protocol, trial, trace))
+    if not examples:
+        return []
+    fig, axes = panel_grid(len(examples), columns=2)
+    for ax, (title, protocol, trial, trace) in zip(axes, examples, strict=False):
+        for i, (name, mbit) in enumerate(trace["mbit"].items()):
+            own = name == "trial"
+            ax.plot(
+                trace["t_s"],
+                mbit,
+                color=protocol_color(protocol) if own else CROSS_COLORS[i % len(CROSS_COLORS)],
+                linewidth=1.8 if own else 1.2,
+                label=f"trial ({protocol_label(protocol)})" if own else name,
+            )
+        if pd.notna(trial.get("rate_down_mbit")):
+            ax.axhline(float(trial["rate_down_mbit"]), color="0.5", linestyle="--", linewidth=1)
+        ax.set_title(f"{title}: share {trial['trial_share']:.2f}", fontsize=10)
+        ax.set_xlabel("time since the trial's tool started (s)")
+        ax.set_ylabel("Mbit/s at the client")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    caption = (
+        "One trial per group (the one with the median share): each flow's IP bytes at the "
+        "client per 250 ms bin; dashed, the link's rate. The flows are named as in the "
+        "table above."
+    )
+    return [save(fig, out_dir, "cross_timelines", FAIRNESS, "Shared bottleneck: rates over time", caption)]
 
 
 def goodput_against_bound(groups: list[CongestionGroup], out_dir: Path) -> list[Figure]:

@@ -212,10 +212,11 @@ def load_run(run: str | Path, notes: list[str]) -> tuple[pd.DataFrame, dict[str,
         rows["run_id"] = manifest["run_id"]
     if "capture_files" in rows:  # its trials' captures, for `explain` and the report's evidence
         rows["run_dir"] = str(run_dir)
-    if "trace_file" in rows:  # a player's per-second trace, beside the rows of its run
-        rows["trace_path"] = rows["trace_file"].map(
-            lambda rel: str(run_dir / rel) if isinstance(rel, str) and rel else None
-        )
+    for column in ("trace_file", "cross_trace_file"):  # a player's or the flows' trace, beside the rows
+        if column in rows:
+            rows[column.replace("_file", "_path")] = rows[column].map(
+                lambda rel: str(run_dir / rel) if isinstance(rel, str) and rel else None
+            )
     return latest_attempts(rows, run_dir.name, notes), manifest
 
 

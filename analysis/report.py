@@ -18,7 +18,7 @@ from . import loss_response as lr
 from . import render
 from .claims import FAILS, NO_DATA, Direction, Verdict, evaluate, expectation_claim, gain_shrinks
 from .expectations import compile_expectation
-from .figures import CONGESTION, Figure, goodput_against_bound, make_figures
+from .figures import CONGESTION, FAIRNESS, Figure, cross_timelines, goodput_against_bound, make_figures
 from .load import AnalysisError, load_runs, loss_paths, resolve_run_dir, results_root
 from .manifest import calibration_entries, flatten, mixed_hosts, units_unlike
 from .overhead import account
@@ -430,13 +430,17 @@ FAIRNESS_INTRO = (
 )
 
 
-def fairness_section(ok: pd.DataFrame) -> Section | None:
+def fairness_section(ok: pd.DataFrame, figures: list[Figure]) -> Section | None:
     table = fairness_table(ok)
     if table.empty:
         return None
     return Section(
         "Shared bottleneck: cross traffic",
-        [Text(FAIRNESS_INTRO), Table(table, "Medians per profile, server and protocol [95 % CI]")],
+        [
+            Text(FAIRNESS_INTRO),
+            Table(table, "Medians per profile, server and protocol [95 % CI]"),
+            *figure_blocks(figures, FAIRNESS),
+        ],
     )
 
 
@@ -464,7 +468,7 @@ def build_sections(
         expectations_section(ok, manifests),
         congestion_section(ok, manifests, figures),
         *(workload_section(spec, ok, figures) for spec in report_sections()),
-        fairness_section(ok),
+        fairness_section(ok, figures),
         run_section(df, manifests, windows),
         flagged_section(df),
     ]
@@ -498,6 +502,7 @@ def write_files(df: pd.DataFrame, manifests: list[dict[str, Any]], out: Path, wa
     ok = df[~df["failed"]]
     figures = make_figures(ok, figure_dir)
     figures += goodput_against_bound(congestion_groups(ok, loss_paths(ok, manifests)), figure_dir)
+    figures += cross_timelines(ok, figure_dir)
     sections = build_sections(df, manifests, figures, warnings, measured_windows(ok))
     title = "quicbed report: " + ", ".join(str(m.get("run_id")) for m in manifests)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

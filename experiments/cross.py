@@ -57,6 +57,7 @@ MAX_WEB_RATE = 20.0  # fetches per second: each is a docker exec (~80 ms of a co
 QUIC_HEADROOM = 1.25  # a QUIC flow's object holds this much more than the link can carry
 END_GRACE_S = 15.0  # how long past its end a flow may take before it is killed
 SNAPLEN = 128  # the accounting capture keeps headers only
+TIMELINE_BIN_S = 0.25  # the per-flow rates over a trial, for the report's figure
 CC_FILE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 
 
@@ -198,6 +199,7 @@ class CrossTraffic:
     runs: list[_Run] = field(default_factory=list)
     t0: float = 0.0
     pcap: Path | None = None  # what account() reads
+    series: dict[str, fairness.FlowSeries] = field(default_factory=dict)  # what it found
     own_capture: PacketCapture | None = None  # a header-only one, when the trial keeps none
 
     def start(self, trial_pcap: Path | None) -> None:
@@ -367,7 +369,7 @@ class CrossTraffic:
         stop(); a header-only capture of its own is removed once read)."""
         assert self.pcap
         try:
-            series = fairness.flow_bytes(fairness.read_pcap(self.pcap), self.classify)
+            self.series = series = fairness.flow_bytes(fairness.read_pcap(self.pcap), self.classify)
         finally:
             if self.own_capture:
                 self.pcap.unlink(missing_ok=True)
@@ -401,6 +403,22 @@ class CrossTraffic:
             trial_share=_round(rates["trial"] / total, 4) if total else None,
         )
         return row
+
+
+def timeline(
+    series: dict[str, fairness.FlowSeries], t0: float, bin_s: float = TIMELINE_BIN_S
+) -> dict[str, Any]:
+    """Every flow's rate (Mbit/s) per bin from t0 to its last packet: the trial first."""
+    ends = [s.last for s in series.values() if s.last is not None]
+    bins = max(1, int((max(ends, default=t0) - t0) / bin_s) + 1)
+    mbit: dict[str, list[float]] = {}
+    for name in sorted(series, key=lambda n: (n != "trial", n)):
+        counts = [0] * bins
+        for t, size in zip(series[name].times, series[name].sizes, strict=True):
+            if t >= t0:
+                counts[min(bins - 1, int((t - t0) / bin_s))] += size
+        mbit[name] = [round(c * 8 / bin_s / 1e6, 3) for c in counts]
+    return {"bin_s": bin_s, "t_s": [round(i * bin_s, 3) for i in range(bins)], "mbit": mbit}
 
 
 def _fetches(out: str) -> dict[str, Any]:

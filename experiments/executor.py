@@ -239,6 +239,9 @@ class TestbedExecutor:
         row = rows[-1]
         if cross:
             row.update(cross.account())
+            row["cross_trace_file"] = self._write_json(
+                rowschema.cross_trace_path(trial.trial_id), crossflows.timeline(cross.series, cross.t0)
+            )
         if "trace" in row:  # a player's per-second trace: a file beside the rows, not a cell
             row["trace_file"] = self._write_trace(trial.trial_id, row.pop("trace"))
         row.update(
@@ -331,7 +334,9 @@ class TestbedExecutor:
         return {"server_http": min(versions) if versions else None, "server_requests": len(entries)}
 
     def _write_trace(self, trial_id: str, trace: object) -> str:
-        rel = rowschema.trace_path(trial_id)
+        return self._write_json(rowschema.trace_path(trial_id), trace)
+
+    def _write_json(self, rel: str, trace: object) -> str:
         path = self.run_dir / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")

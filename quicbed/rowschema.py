@@ -20,6 +20,7 @@ LOGS_DIR = "logs"  # logs/<condition>/<server>/: the servers' own logs
 REPORT_DIR = "report"  # report.md, report.html and the figures
 TRACES_DIR = "traces"  # traces/<trial id with / as ~>.json: a player's per-second trace
 TRIALS_DIR = "trials"  # trials/<trial id with / as ~>/: a trial's capture (experiment capture:)
+CROSS_DIR = "cross"  # cross/<trial id with / as ~>.json: each flow's rate over a trial (cross:)
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,7 @@ CROSS = _columns(
     ("cross_mbit", "Mbit/s", "the down cross flows' IP bytes at the client over the window"),
     ("jain_index", "", "Jain's fairness index over the trial and the down bulk cross flows in the window"),
     ("trial_share", "", "the trial's share of the down bytes in the window"),
+    ("cross_trace_file", "", "every flow's rate over the trial, 250 ms bins (cross/...)"),
 )
 SWEEP_PREFIX = "param_"  # a swept axis's value, e.g. param_server.tcp_cc
 CLASH_PREFIX = "tool_"  # a tool value that disagrees with an axis of the same name
@@ -331,6 +333,11 @@ CHECKS: dict[str, str] = {
 def trace_path(trial_id: str) -> str:
     """Where a trial's trace lives in its run directory (trial ids contain slashes)."""
     return f"{TRACES_DIR}/{trial_id.replace('/', '~')}.json"
+
+
+def cross_trace_path(trial_id: str) -> str:
+    """Where a trial's per-flow rates over time live in its run directory."""
+    return f"{CROSS_DIR}/{trial_id.replace('/', '~')}.json"
 
 
 def capture_dir(trial_id: str) -> str:

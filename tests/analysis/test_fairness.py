@@ -219,3 +219,27 @@ def test_a_web_flows_fetches_are_counted_from_curls_lines() -> None:
     ]
     assert cross._fetches("\n".join(lines)) == {"fetches": 4, "fetches_failed": 2, "fetch_ms_median": 200.0}
     assert cross._fetches("") == {"fetches": 0, "fetches_failed": 0, "fetch_ms_median": None}
+
+
+def test_timeline_bins_each_flow_and_the_figure_draws_it(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from quicbed.analysis.figures import cross_timelines
+
+    series = {
+        "x0": fairness.FlowSeries([10.1, 10.2, 10.6], [1000, 1000, 1000]),
+        "trial": fairness.FlowSeries([9.9, 10.0, 10.3], [500, 500, 500]),  # 9.9: before t0
+    }
+    line = cross.timeline(series, t0=10.0, bin_s=0.25)
+    assert list(line["mbit"]) == ["trial", "x0"]  # the trial first
+    assert line["t_s"] == [0.0, 0.25, 0.5]
+    assert line["mbit"]["x0"] == [0.064, 0.0, 0.032]  # 2000 B in the first 250 ms
+    assert line["mbit"]["trial"] == [0.016, 0.016, 0.0]
+    (tmp_path / "t.json").write_text(json.dumps(line))
+    rows = pd.DataFrame(
+        [{"profile": "p", "server": "caddy", "protocol": "quic", "trial_share": 0.4,
+          "cross_trace_path": str(tmp_path / "t.json"), "rate_down_mbit": 10.0}]  # fmt: skip
+    )
+    (figure,) = cross_timelines(rows, tmp_path / "figures")
+    assert figure.png.stat().st_size > 1000 and figure.section == "fairness"
+    assert cross_timelines(rows.assign(cross_trace_path=str(tmp_path / "missing.json")), tmp_path) == []
