@@ -34,7 +34,12 @@ cross:
 repetitions: 1
 timeout_s: 40
 """
-ON_TIME_S = 0.6  # a flow's first and last packet at the client, against its plan
+RTT_S = 0.04
+ON_TIME_S = 0.6  # a flow's first packet at the client, against its plan
+# Its last: iperf3 starts its clock after about 4 round trips of set-up (control connection,
+# parameters, data connection, start), and the last flight takes one more; 10 leave room for
+# a busy host (seen: 0.74 s late with two other paths' tests running beside it).
+LATE_END_S = ON_TIME_S + 10 * RTT_S
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +69,12 @@ def test_each_flow_runs_what_it_was_given_on_time(row: dict) -> None:
     assert quic["http_version"] == "3"
     for flow, start, end in ((tcp, 0, 6), (quic, 1, 4)):
         assert abs(flow["started_s"] - start) < ON_TIME_S, flow
-        assert abs(flow["ended_s"] - end) < ON_TIME_S, flow
+        assert end - ON_TIME_S < flow["ended_s"] < end + LATE_END_S, flow
     web = flows["x2"]
     assert web["fetches"] >= 2 and web["fetches_failed"] == 0, web
     # A fresh TLS 1.3 connection and a 5 KB answer: two round trips of 40 ms at least.
-    assert web["fetch_ms_median"] >= 2 * 40, web
-    assert web["started_s"] < 5 and web["ended_s"] < 5 + ON_TIME_S + 1, web
+    assert web["fetch_ms_median"] >= 2 * RTT_S * 1000, web
+    assert web["started_s"] < 5 and web["ended_s"] < 5 + LATE_END_S, web
 
 
 def test_the_row_has_the_shares_of_the_bottleneck(row: dict) -> None:
