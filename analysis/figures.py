@@ -722,6 +722,49 @@ def make_figures(ok: pd.DataFrame, out_dir: Path) -> list[Figure]:
 
 CONGESTION = "congestion"  # the report's Congestion response section
 FAIRNESS = "fairness"  # the report's Shared bottleneck section
+MATRIX = "matrix"  # the report's client x server matrix section
+VERDICT_COLORS = {"pass": "#b7e4c7", "fail": "#f4a6a6", "n/a": "#e0e0e0"}
+
+
+def stack_matrix(found: list[Any], out_dir: Path) -> list[Figure]:
+    """One grid per profile: a row per client, a column per server; colour = the cell's
+    verdict, text = its medians with 95 % CIs (analysis/stack_matrix.py)."""
+    from .stack_matrix import cell_text
+
+    profiles = list(dict.fromkeys(c.profile for c in found))
+    if not profiles:
+        return []
+    clients = list(dict.fromkeys(c.client for c in found))
+    servers = list(dict.fromkeys(c.server for c in found))
+    fig, axes = panel_grid(len(profiles), columns=1)
+    for ax, profile in zip(axes, profiles, strict=True):
+        mine = {(c.client, c.server): c for c in found if c.profile == profile}
+        for i, client in enumerate(clients):
+            for j, server in enumerate(servers):
+                cell = mine.get((client, server))
+                verdict = cell.verdict if cell else "n/a"
+                ax.add_patch(
+                    plt.Rectangle((j, i), 1, 1, facecolor=VERDICT_COLORS[verdict], edgecolor="white")
+                )
+                text = f"{cell_text(cell)}\nn={cell.n}" if cell else "not run"
+                ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=7)
+        ax.set_xlim(0, len(servers))
+        ax.set_ylim(len(clients), 0)
+        ax.set_xticks([j + 0.5 for j in range(len(servers))], servers)
+        ax.set_yticks([i + 0.5 for i in range(len(clients))], clients)
+        ax.set_title(profile, fontsize=10)
+        ax.tick_params(length=0)
+    fig.set_size_inches(max(6.0, 2.4 * len(servers) + 2), max(2.5, (0.9 * len(clients) + 1) * len(profiles)))
+    caption = (
+        "Each cell is one client against one server: green, every check passes on its median; "
+        "red, one fails; grey, nothing to check. First line: connection time net of the "
+        "client's CPU in calibrated RTTs (QUIC 1, TLS 1.3 2, TLS 1.2 3; at most +3 % or "
+        "+1.5 ms); second: the TCP model's time for the download over the measured one "
+        "(downloads of 1 MB or more; at least 0.97). Brackets: 95 % CIs."
+    )
+    return [save(fig, out_dir, "stack_matrix", MATRIX, "Client × server matrix", caption)]
+
+
 CROSS_COLORS = ("0.35", "#cc79a7", "#009e73", "#d55e00", "0.6", "#56b4e9", "#f0e442", "0.15")
 
 

@@ -15,10 +15,19 @@ import yaml
 from quicbed.workloads import ReportSection, report_sections
 
 from . import loss_response as lr
-from . import render
+from . import render, stack_matrix
 from .claims import FAILS, NO_DATA, Direction, Verdict, evaluate, expectation_claim, gain_shrinks
 from .expectations import compile_expectation
-from .figures import CONGESTION, FAIRNESS, Figure, cross_timelines, goodput_against_bound, make_figures
+from .figures import (
+    CONGESTION,
+    FAIRNESS,
+    MATRIX,
+    Figure,
+    cross_timelines,
+    goodput_against_bound,
+    make_figures,
+)
+from .figures import stack_matrix as stack_matrix_figure
 from .load import AnalysisError, load_runs, loss_paths, resolve_run_dir, results_root
 from .manifest import calibration_entries, flatten, mixed_hosts, units_unlike
 from .overhead import account
@@ -444,6 +453,28 @@ def fairness_section(ok: pd.DataFrame, figures: list[Figure]) -> Section | None:
     )
 
 
+MATRIX_INTRO = (
+    "Every client against every server it ran with, per profile, judged by the physics any "
+    "pair must obey: the connection time net of the client's CPU, in calibrated RTTs, against "
+    "the protocol's count (QUIC 1, TLS 1.3 2, TLS 1.2 3) within max(+3 %, +1.5 ms), and for "
+    "downloads of 1 MB or more the TCP model's time for the transfer over the measured one "
+    "(at least 0.97). `quicbed compare` of two such runs is a stack upgrade's regression check."
+)
+
+
+def matrix_section(ok: pd.DataFrame, figures: list[Figure]) -> Section | None:
+    found = stack_matrix.cells(ok)
+    if not stack_matrix.is_matrix(found):
+        return None
+    failing = [f"{c.profile}: {c.client} × {c.server}" for c in found if c.verdict == stack_matrix.FAIL]
+    blocks: list[Block] = [Text(MATRIX_INTRO)]
+    if failing:
+        blocks.append(Bullets([f"fails a check: {cell}" for cell in failing], warn=True))
+    blocks.append(Table(stack_matrix.matrix_table(found), "Medians per cell [95 % CI]"))
+    blocks.extend(figure_blocks(figures, MATRIX))
+    return Section("Client × server matrix", blocks)
+
+
 def flagged_section(df: pd.DataFrame) -> Section | None:
     tables = [
         (failures_table(df), "Failed trials (excluded from statistics)"),
@@ -469,6 +500,7 @@ def build_sections(
         congestion_section(ok, manifests, figures),
         *(workload_section(spec, ok, figures) for spec in report_sections()),
         fairness_section(ok, figures),
+        matrix_section(ok, figures),
         run_section(df, manifests, windows),
         flagged_section(df),
     ]
@@ -503,6 +535,9 @@ def write_files(df: pd.DataFrame, manifests: list[dict[str, Any]], out: Path, wa
     figures = make_figures(ok, figure_dir)
     figures += goodput_against_bound(congestion_groups(ok, loss_paths(ok, manifests)), figure_dir)
     figures += cross_timelines(ok, figure_dir)
+    found = stack_matrix.cells(ok)
+    if stack_matrix.is_matrix(found):
+        figures += stack_matrix_figure(found, figure_dir)
     sections = build_sections(df, manifests, figures, warnings, measured_windows(ok))
     title = "quicbed report: " + ", ".join(str(m.get("run_id")) for m in manifests)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

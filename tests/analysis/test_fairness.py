@@ -237,8 +237,16 @@ def test_timeline_bins_each_flow_and_the_figure_draws_it(tmp_path: Path) -> None
     assert line["mbit"]["trial"] == [0.016, 0.016, 0.0]
     (tmp_path / "t.json").write_text(json.dumps(line))
     rows = pd.DataFrame(
-        [{"profile": "p", "server": "caddy", "protocol": "quic", "trial_share": 0.4,
-          "cross_trace_path": str(tmp_path / "t.json"), "rate_down_mbit": 10.0}]  # fmt: skip
+        [
+            {
+                "profile": "p",
+                "server": "caddy",
+                "protocol": "quic",
+                "trial_share": 0.4,
+                "cross_trace_path": str(tmp_path / "t.json"),
+                "rate_down_mbit": 10.0,
+            }
+        ]  # fmt: skip
     )
     (figure,) = cross_timelines(rows, tmp_path / "figures")
     assert figure.png.stat().st_size > 1000 and figure.section == "fairness"
