@@ -451,27 +451,3 @@ def accounting_capture_path() -> Path:
     handle = tempfile.NamedTemporaryFile(prefix="quicbed-cross-", suffix=".pcap", delete=False)
     handle.close()
     return Path(handle.name)
-
-
-def start_sidecar(client_container: str, run_id: str, image: str) -> str:
-    """A container of `image` in the client container's network namespace, with its mounts
-    (the run's CA): where a QUIC flow's curl runs. Labelled as the testbed's containers are,
-    so `quicbed clean` removes it too."""
-    from quicbed.topology.hosts import LABEL
-    from quicbed.topology.marker import scope
-
-    name = f"{client_container}-cross"
-    owner = scope()
-    argv = [
-        "docker", "run", "-d", "--name", name, "--network", f"container:{client_container}",
-        "--volumes-from", client_container, "--label", LABEL, "--label", f"{LABEL}.run={run_id}",
-        *(["--label", f"{LABEL}.scope={owner}"] if owner else []), "--init", image, "sleep", "infinity",
-    ]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"cross traffic's container did not start: {proc.stderr.strip()[-300:]}")
-    return name
-
-
-def remove_sidecar(name: str) -> None:
-    subprocess.run(["docker", "rm", "-f", name], capture_output=True, text=True)

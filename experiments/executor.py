@@ -31,7 +31,7 @@ from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed, war
 from quicbed.topology.backends import check_links, choose_backend, proofs
 from quicbed.topology.calibration_reuse import calibrate_or_reuse
 from quicbed.topology.calibration_table import print_calibration
-from quicbed.topology.hosts import DockerHost
+from quicbed.topology.hosts import DockerHost, SideContainer
 from quicbed.topology.net import (
     ADDRESSES,
     DEFAULT_IMAGE,
@@ -83,9 +83,13 @@ class TestbedExecutor:
         console: Console | None = None,
     ) -> None:
         self.exp, self.run_dir, self.force = exp, run_dir, force
-        # The client container runs the tools' own image (their descriptors'; the schema makes
-        # an experiment's clients share one), unless --client-image overrides it.
-        self.client_image = client_image or tools_image(exp)
+        # The client container runs the first tool's image (its descriptor's); a tool of another
+        # image runs in a side container of it, sharing its namespace and mounts. --client-image
+        # runs every tool in one image.
+        self.client_images = [client_image] if client_image else tools_images(exp)
+        self.client_image = self.client_images[0]
+        self.image_override = bool(client_image)
+        self.side_clients: dict[str, SideContainer] = {}  # image -> its container, per condition
         choose_backend(backend)  # a requested backend this kernel lacks fails here, not later
         _check_links(exp, backend)
         self.backend = backend  # "auto" resolves per profile (its rate), recorded per condition
@@ -98,7 +102,7 @@ class TestbedExecutor:
         self.started: set[str] = set()
         self.log_root = run_dir / rowschema.LOGS_DIR
         self.log_offsets: dict[str, int] = {}  # server -> access-log bytes already read
-        self.sidecar: str | None = None  # the QUIC cross flows' container, per condition
+        self.sidecar: SideContainer | None = None  # the cross flows' curl, per condition
         self.cross_file: str | None = None  # the file they download, per condition
 
     # -- Executor protocol ---------------------------------------------------------------
@@ -113,6 +117,7 @@ class TestbedExecutor:
             "kernel": platform.release(),
             "force": self.force,
             "client_image": _image_info(self.client_image),
+            "client_images": {image: _image_info(image) for image in self.client_images},
             "client_tools": {
                 name: _tool_info(TOOLS[name]) for name in dict.fromkeys(c.tool for c in self.exp.clients)
             },
@@ -173,6 +178,8 @@ class TestbedExecutor:
                 for name in names:
                     with contextlib.suppress(servers.ServerError):
                         self.ensure_server(name)
+                for i, image in enumerate(self.client_images[1:], start=2):
+                    self.side_clients[image] = SideContainer(tb.client, image, f"client{i}")
                 timing["server_start_s"] = time.monotonic() - clock
                 self._start_cross(cond)
                 yield {
@@ -185,8 +192,9 @@ class TestbedExecutor:
                     "timing": {k: round(v, 3) for k, v in timing.items()},
                 }
             finally:
-                if self.sidecar:
-                    crossflows.remove_sidecar(self.sidecar)
+                for side in [*self.side_clients.values(), *([self.sidecar] if self.sidecar else [])]:
+                    side.stop()
+                self.side_clients = {}
                 self.tb, self.hosts, self.sidecar, self.cross_file = None, {}, None, None
 
     def ensure_server(self, name: str) -> None:
@@ -204,18 +212,19 @@ class TestbedExecutor:
         argv = self._tool_argv(trial, server_address(self.tb.servers.index(host)))
         self._server_log(trial.server)  # skip what earlier trials (or a restart) logged
         capture = self._capture(trial)
+        client = self._client_of(trial)
         if capture:
             argv += capture.tool_args()
-            capture.start(self.tb.client.pid, [i.name for i in self.tb.client.intfList()])
+            capture.start(client.pid, [i.name for i in client.intfList()])
         cross = self._cross(trial, host)
         try:
             # The capture starts before and stops after this: tool_wall_s holds neither.
             retrans = _tcp_retrans(host.container_pid)
-            before = {h: _cpu_usec(h.container) for h in (self.tb.client, host)}
+            before = {h: _cpu_usec(h.container) for h in (client, host)}
             if cross:
                 cross.start(capture.pcap_path() if capture else None)
             start = time.monotonic()
-            proc = self.tb.client.exec(argv, timeout=trial.timeout_s + 15)
+            proc = client.exec(argv, timeout=trial.timeout_s + 15)
             wall = time.monotonic() - start
             if cross:
                 cross.wait()  # its flows end before the next trial begins
@@ -245,7 +254,7 @@ class TestbedExecutor:
         if "trace" in row:  # a player's per-second trace: a file beside the rows, not a cell
             row["trace_file"] = self._write_trace(trial.trial_id, row.pop("trace"))
         row.update(
-            cpu_client_pct=round(cpu[self.tb.client], 1),
+            cpu_client_pct=round(cpu[client], 1),
             cpu_server_pct=round(cpu[host], 1),
             tool_wall_s=round(wall, 3),
             transfer_s=_transfer_s(row),
@@ -254,12 +263,20 @@ class TestbedExecutor:
         )
         if capture:  # after _server_saw: the server has logged, and closed, the trial's connections
             row.update(capture.finish())
-        row["cpu_bound"] = trial_cpu_bound(row, cpu, self.tb.client)
+        row["cpu_bound"] = trial_cpu_bound(row, cpu, client)
         if row.get("error"):
             raise TrialError(row["error"], row)
         return row
 
     # -- helpers -------------------------------------------------------------------------
+    def _client_of(self, trial: Trial) -> DockerHost | SideContainer:
+        """The container the trial's tool runs in: the client's, or its image's side one."""
+        assert self.tb
+        image = TOOLS[trial.client.tool].image
+        if self.image_override or image == self.client_image:
+            return self.tb.client
+        return self.side_clients[image]
+
     def _start_cross(self, cond: Condition) -> None:
         """The condition's QUIC cross flows: their file, and the container they run in."""
         assert self.tb
@@ -272,9 +289,7 @@ class TestbedExecutor:
                 raise RuntimeError(f"no file for {max(bulk):g} s at {cond.link.down.rate_mbit:g} Mbit/s")
         files = {self.cross_file, *(f.file for f in self.exp.cross)} - {None}
         ensure_files(self.content_dir, sorted(str(f) for f in files))
-        self.sidecar = crossflows.start_sidecar(
-            self.tb.client.container, self.tb.config.run_id, DEFAULT_IMAGE
-        )
+        self.sidecar = SideContainer(self.tb.client, DEFAULT_IMAGE, "cross")
 
     def _cross(self, trial: Trial, host: DockerHost) -> crossflows.CrossTraffic | None:
         if not self.exp.cross:
@@ -290,7 +305,7 @@ class TestbedExecutor:
             client_address=ADDRESSES["client"],
             client_pid=client.pid,
             client_intf=path_interface([i.name for i in client.intfList()]),
-            sidecar=self.sidecar,
+            sidecar=self.sidecar.container if self.sidecar else None,
             url=f"https://{SERVER_NAME}/cloud/",
             resolve=f"{SERVER_NAME}:443:{address}",
             cacert=f"{CLIENT_PKI}/ca.pem",
@@ -376,11 +391,10 @@ class TestbedExecutor:
         )
 
 
-def tools_image(exp: Experiment) -> str:
-    """The image the experiment's client tools run in (DEFAULT_IMAGE if it names none)."""
-    images = {TOOLS[c.tool].image for c in exp.clients}
-    assert len(images) <= 1, images  # schema.py refuses clients of different images
-    return images.pop() if images else DEFAULT_IMAGE
+def tools_images(exp: Experiment) -> list[str]:
+    """The images the experiment's client tools run in, first the first client's (the client
+    container's; DEFAULT_IMAGE if it names none)."""
+    return list(dict.fromkeys(TOOLS[c.tool].image for c in exp.clients)) or [DEFAULT_IMAGE]
 
 
 def _tool_info(tool: Tool) -> dict[str, Any]:

@@ -249,22 +249,11 @@ def _server(src: Source, path: PathKey, value: Any) -> str:
 def _clients(src: Source, value: Any, kind: str) -> list[ClientVariant]:
     entries = check_list(src, ("clients",), value, lambda p, v: _client_entry(src, p, v, kind))
     seen: set[str] = set()
-    images: dict[str, str] = {}  # image -> the first tool that runs in it
     for i, entry in enumerate(entries):
         for v in entry:
             if v.label in seen:
                 raise src.error(("clients", i), f"client variant '{v.label}' appears twice")
             seen.add(v.label)
-            image = TOOLS[v.tool].image
-            if images and image not in images:
-                # One client container per path: its image is the tools' (the executor's).
-                ((first_image, first_tool),) = images.items()
-                raise src.error(
-                    ("clients", i),
-                    f"{v.tool} runs in {image}, {first_tool} in {first_image}: one experiment's "
-                    "clients share one client image (run the others as an experiment of their own)",
-                )
-            images.setdefault(image, v.tool)
     return [v for entry in entries for v in entry]
 
 

@@ -218,3 +218,37 @@ class DockerHost(NsHost):
 
 def image_present(image: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+
+
+class SideContainer:
+    """A container of another image in a container host's network namespace, with its mounts:
+    what runs beside the client in its namespace (cross traffic's curl, experiments/cross.py;
+    a second client image). Same interface, same path: only the filesystem differs. Labelled
+    as the testbed's containers are, so `quicbed clean` removes it too."""
+
+    def __init__(self, host: DockerHost, image: str, role: str) -> None:
+        self.host, self.image, self.name = host, image, host.name
+        self.container = f"{host.container}-{role}"
+        self.pid = host.pid  # the namespace's: nsenter into it reaches the same interfaces
+        owner = scope()
+        argv = [
+            "docker", "run", "-d", "--name", self.container, "--network", f"container:{host.container}",
+            "--volumes-from", host.container, "--label", LABEL, "--label", f"{LABEL}.run={host.run_id}",
+            *(["--label", f"{LABEL}.scope={owner}"] if owner else []), "--init", image, "sleep", "infinity",
+        ]  # fmt: skip
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode != 0:
+            if not image_present(image):
+                raise HostProblem(f"image {image} is not built on this host: make images")
+            raise HostProblem(f"{self.container} did not start: {proc.stderr.strip()[-300:]}")
+
+    def exec(self, argv: Sequence[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["docker", "exec", self.container, *argv], capture_output=True, text=True, timeout=timeout
+        )
+
+    def intfList(self) -> list[Intf]:  # Mininet's name, as the host's
+        return self.host.intfList()
+
+    def stop(self) -> None:
+        subprocess.run(["docker", "rm", "-f", self.container], capture_output=True, text=True)

@@ -21,7 +21,7 @@ import pytest
 
 from quicbed import doctor, servers
 from quicbed.clients import tools
-from quicbed.experiments.executor import tools_image
+from quicbed.experiments.executor import tools_images
 from quicbed.experiments.schema import parse_experiment
 from quicbed.paths import REPO
 from quicbed.yamlio import LocatedError
@@ -202,20 +202,19 @@ workload: {kind: web, objects: [index.html]}
 """
 
 
-def test_the_client_container_runs_the_tools_image(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_client_container_runs_the_first_tools_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first client's image is the client container's; another tool's image gets a side
+    container in the same namespace (the path test below runs both)."""
     own = tools.load_clients(dirs=str(FIXTURES))
     monkeypatch.setattr(tools, "TOOLS", own)
     monkeypatch.setattr("quicbed.experiments.schema.TOOLS", own)
     monkeypatch.setattr("quicbed.experiments.executor.TOOLS", own)
-    exp = parse_experiment(_EXPERIMENT.replace("{CLIENTS}", OWN))
-    assert tools_image(exp) == OWN_IMAGE
-    assert tools_image(parse_experiment(_EXPERIMENT.replace("{CLIENTS}", "quic_perf"))) == tools.CLIENT_IMAGE
-    with pytest.raises(LocatedError) as err:
-        parse_experiment(_EXPERIMENT.replace("{CLIENTS}", f"quic_perf, {OWN}"))
-    assert str(err.value) == (
-        f"<string>:4: clients[1]: {OWN} runs in {OWN_IMAGE}, quic_perf in quicbed/client:dev: one "
-        "experiment's clients share one client image (run the others as an experiment of their own)"
-    )
+    assert tools_images(parse_experiment(_EXPERIMENT.replace("{CLIENTS}", OWN))) == [OWN_IMAGE]
+    assert tools_images(parse_experiment(_EXPERIMENT.replace("{CLIENTS}", "quic_perf"))) == [
+        tools.CLIENT_IMAGE
+    ]
+    both = parse_experiment(_EXPERIMENT.replace("{CLIENTS}", f"quic_perf, {OWN}, tls_perf"))
+    assert tools_images(both) == [tools.CLIENT_IMAGE, OWN_IMAGE]
 
 
 # ---------------------------------------------------------------- bad descriptors
@@ -331,7 +330,7 @@ def test_fixture_client_runs_on_the_path_in_its_own_image(tmp_path: Path) -> Non
         subprocess.run(["docker", "tag", source, tag], check=True, timeout=60)
     experiment = tmp_path / "own.yaml"
     experiment.write_text(
-        _EXPERIMENT.replace("{CLIENTS}", f"{{tool: {OWN}, resume: ['no', 'yes']}}").replace(
+        _EXPERIMENT.replace("{CLIENTS}", f"{{tool: {OWN}, resume: ['no', 'yes']}}, quic_perf").replace(
             "[caddy]", "[own-caddy]"
         )
         + "repetitions: 3\n"
@@ -353,6 +352,8 @@ def test_fixture_client_runs_on_the_path_in_its_own_image(tmp_path: Path) -> Non
     (run_dir,) = (tmp_path / "results").iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["executor"]["client_image"]["image"] == OWN_IMAGE, manifest["executor"]["client_image"]
+    # quic_perf's image, the project's client image, ran beside it in a side container.
+    assert list(manifest["executor"]["client_images"]) == [OWN_IMAGE, tools.CLIENT_IMAGE]
     tool = manifest["executor"]["client_tools"][OWN]
     assert (tool["descriptor"], tool["command"]) == (
         f"tests/fixtures/clients/{OWN}/client.yaml",  # relative: runs of two checkouts compare
@@ -361,10 +362,13 @@ def test_fixture_client_runs_on_the_path_in_its_own_image(tmp_path: Path) -> Non
     rows = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()]
     # The versions the descriptor says it reports are in every row.
     assert all(r[column] for r in rows for column in tool["versions_in"]), [r["library"] for r in rows]
-    assert sorted(r["client"] for r in rows) == ["own-ngtcp2"] * 3 + ["own-ngtcp2-resume"] * 3
-    assert all(
-        r["error"] is None and r["backend"] == "ngtcp2" and r["protocol"] == "quic" for r in rows
-    ), rows
+    assert (
+        sorted(r["client"] for r in rows) == ["own-ngtcp2"] * 3 + ["own-ngtcp2-resume"] * 3 + ["quic-h3"] * 3
+    )
+    assert all(r["error"] is None and r["protocol"] == "quic" for r in rows), rows
+    assert {r["backend"] for r in rows} == {"ngtcp2", "libcurl"}
+    theirs = [r["connection_time_ms"] / r["calib_rtt_ms"] for r in rows if r["client"] == "quic-h3"]
+    assert all(0.9 < x < 1.2 for x in theirs), theirs  # the side container is on the same path
     rtt = rows[0]["calib_rtt_ms"]
     fresh = [r["connection_time_ms"] / r["calib_rtt_ms"] for r in rows if r["client"] == "own-ngtcp2"]
     assert all(0.9 < x < 1.2 for x in fresh), fresh  # QUIC: one RTT to a first connection
