@@ -4,7 +4,7 @@ Each job (a condition's units, or one unit when there are fewer conditions than 
 process of its own, forked from the run: its own path, namespaces and containers (every
 Testbed names its own; labs run side by side the same way), its own calibration, taken while
 the other paths run their trials (no lock around it: calibration proves the path under the
-load it is measured under). Rows, calibrations and skips come home through one queue and land
+load it is measured under). Rows, calibrations and skips come home through a pipe per job and land
 through `runner.Session` (append + fsync), as a Ray worker's do.
 
 A unit whose parallel trials were CPU-bound (`cpu_bound`) in more than CPU_BOUND_RERUN of them
@@ -19,10 +19,10 @@ import contextlib
 import math
 import multiprocessing
 import os
-import queue
 import signal
 import time
 from dataclasses import dataclass, field
+from multiprocessing import connection
 from typing import Any
 
 from quicbed.errors import HostProblem, InputError
@@ -104,7 +104,7 @@ def job_seconds(exp: Experiment, job: Job) -> float:
 def planned_wall(exp: Experiment, k: int) -> float:
     """The dry run's wall time with K paths: the jobs of a fresh run, longest first, each to
     the path that frees first."""
-    every = [(u, []) for u in units(exp)]
+    every: Work = [(u, []) for u in units(exp)]
     slots = [0.0] * k
     for job in jobs(every, k, exp):
         i = min(range(k), key=lambda s: (slots[s], s))
@@ -115,6 +115,7 @@ def planned_wall(exp: Experiment, k: int) -> float:
 @dataclass
 class _Running:
     process: Any  # multiprocessing.Process
+    reader: Any  # its pipe's end here: every message, then EOF when it ends
     job: Job
     left: dict[str, int] = field(default_factory=dict)  # unit id -> trials still to arrive
 
@@ -147,60 +148,37 @@ class ParallelLocal:
     # -- the parallel phase --------------------------------------------------------------
     def _run_jobs(self, planned: list[Job], width: int, session: Session) -> None:
         ctx = multiprocessing.get_context("fork")
-        inbox: Any = ctx.Queue()
-        waiting, running = list(planned), []
-        units_by_id = {u.id: (u, todo) for job in planned for u, todo in job}
+        waiting, running = list(planned), list[_Running]()
+        units_by_id = {u.id: u for job in planned for u, _ in job}
         try:
             while waiting or running:
                 while waiting and len(running) < width:
                     job = waiting.pop(0)
-                    proc = ctx.Process(target=_job_main, args=(self.executor, job, session, inbox, width))
+                    reader, writer = ctx.Pipe(duplex=False)
+                    proc = ctx.Process(target=_job_main, args=(self.executor, job, session, writer, width))
                     proc.start()
-                    running.append(_Running(proc, job, {u.id: len(todo) for u, todo in job}))
-                    session.bar.update(session.task, description=" + ".join(r.job[0][0].id for r in running))
-                self._drain(inbox, session, units_by_id, running, POLL_S)
-                for run in [r for r in running if not r.process.is_alive()]:
-                    self._drain(inbox, session, units_by_id, running, 0)
-                    running.remove(run)
-                    self._ended(run, session)
+                    writer.close()  # the job's alone: its end is EOF here, and no later job holds it
+                    running.append(_Running(proc, reader, job, {u.id: len(todo) for u, todo in job}))
+                    names = " + ".join(r.job[0][0].id for r in running)
+                    session.bar.update(session.task, description=names)
+                self._receive(running, session, units_by_id)
         except KeyboardInterrupt:
-            self._stop(running, inbox, session, units_by_id)
+            self._stop(running, session, units_by_id)
             raise
-        finally:
-            inbox.close()
 
-    def _drain(
-        self,
-        inbox: Any,
-        session: Session,
-        units_by_id: dict[str, tuple[Unit, list[Any]]],
-        running: list[_Running],
-        wait: float,
-    ) -> None:
-        deadline = time.monotonic() + wait
-        while True:
+    def _receive(self, running: list[_Running], session: Session, units_by_id: dict[str, Unit]) -> None:
+        """Whatever the jobs sent within POLL_S; a job whose pipe ended has ended."""
+        ready = connection.wait([r.reader for r in running], timeout=POLL_S)
+        for run in [r for r in running if r.reader in ready]:
             try:
-                kind, payload = inbox.get(timeout=max(0.0, deadline - time.monotonic()) or 0.01)
-            except queue.Empty:
-                return
-            if kind == "row":
-                if session.record(payload):
-                    for run in running:
-                        if payload["unit"] in run.left:
-                            run.left[payload["unit"]] -= 1
-            elif kind == "calibrated":
-                unit_id, calib, where = payload
-                session.calibrated(unit_id, calib, where)
-            elif kind == "skipped":
-                unit_id, reason = payload
-                left = next((r.left.get(unit_id, 0) for r in running if unit_id in r.left), 0)
-                session.skipped(units_by_id[unit_id][0], left, reason)
-                for run in running:
-                    run.left.pop(unit_id, None)
-            elif kind == "done":
-                session.finished(units_by_id[payload][0])
-            elif kind == "host_problem":
-                raise HostProblem(payload)
+                kind, payload = run.reader.recv()
+            except EOFError:
+                run.process.join()
+                run.reader.close()
+                running.remove(run)
+                self._ended(run, session)
+                continue
+            _handle(kind, payload, run, session, units_by_id)
 
     @staticmethod
     def _ended(run: _Running, session: Session) -> None:
@@ -212,25 +190,18 @@ class ParallelLocal:
             if left and unit.id not in session.summary.skipped:
                 session.skipped(unit, left, f"its parallel process ended (exit {code}); {left} trial(s) left")
 
-    def _stop(
-        self,
-        running: list[_Running],
-        inbox: Any,
-        session: Session,
-        units_by_id: dict[str, tuple[Unit, list[Any]]],
-    ) -> None:
+    def _stop(self, running: list[_Running], session: Session, units_by_id: dict[str, Unit]) -> None:
         """Ctrl-C: every job unwinds (its path torn down) and the rows so far are kept. A
         terminal's Ctrl-C reaches the jobs too; a SIGTERM to the run alone is passed on."""
         for run in running:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(run.process.pid, signal.SIGINT)
         deadline = time.monotonic() + TEARDOWN_WAIT_S
-        while any(r.process.is_alive() for r in running) and time.monotonic() < deadline:
-            with contextlib.suppress(KeyboardInterrupt, HostProblem):
-                self._drain(inbox, session, units_by_id, running, POLL_S)
-        for run in running:
-            if run.process.is_alive():  # its helpers are marked: quicbed clean finds them
-                run.process.kill()
+        while running and time.monotonic() < deadline:
+            with contextlib.suppress(KeyboardInterrupt, HostProblem):  # already stopping
+                self._receive(running, session, units_by_id)
+        for run in running:  # past the deadline: its helpers are marked, quicbed clean finds them
+            run.process.kill()
             run.process.join()
 
     # -- after it: CPU-bound units alone ---------------------------------------------------
@@ -268,6 +239,22 @@ class ParallelLocal:
         _run_alone(self.executor, rerun, session)
 
 
+def _handle(kind: str, payload: Any, run: _Running, session: Session, units_by_id: dict[str, Unit]) -> None:
+    if kind == "row":
+        if session.record(payload) and payload["unit"] in run.left:
+            run.left[payload["unit"]] -= 1
+    elif kind == "calibrated":
+        unit_id, calib, where = payload
+        session.calibrated(unit_id, calib, where)
+    elif kind == "skipped":
+        unit_id, reason = payload
+        session.skipped(units_by_id[unit_id], run.left.pop(unit_id, 0), reason)
+    elif kind == "done":
+        session.finished(units_by_id[payload])
+    elif kind == "host_problem":
+        raise HostProblem(payload)
+
+
 def _run_alone(executor: Executor, rerun: Work, session: Session) -> None:
     """K = 1 in this process: each unit's path, its trials again (superseding rows)."""
     run_id, host, info = session.manifest["run_id"], host_facts(), executor.manifest_info()
@@ -291,13 +278,14 @@ def _run_alone(executor: Executor, rerun: Work, session: Session) -> None:
             session.skipped(unit, 0, f"rerun alone: {exc}")
 
 
-def _job_main(executor: Executor, job: Job, session: Session, inbox: Any, width: int) -> None:
-    """In the forked process: one path, its units' trials, every message home through `inbox`.
+def _job_main(executor: Executor, job: Job, session: Session, home: Any, width: int) -> None:
+    """In the forked process: one path, its units' trials, every message home through `home`
+    (a pipe: each send is written before the next trial, so a killed job loses no row).
     A Ctrl-C unwinds measure_units (the path is torn down) and ends the process with 130."""
     from quicbed.topology.marker import kill_own_helpers
 
     def put(kind: str, payload: Any) -> None:
-        inbox.put((kind, payload))
+        home.send((kind, payload))
 
     run_id, host, info = session.manifest["run_id"], host_facts(), executor.manifest_info()
     name_logs = getattr(executor, "set_log_name", None)
@@ -324,8 +312,7 @@ def _job_main(executor: Executor, job: Job, session: Session, inbox: Any, width:
         code = 130
     finally:
         kill_own_helpers()  # a helper its teardown missed must not outlive the job
-        inbox.close()
-        inbox.join_thread()  # every message is in the pipe before the process ends
+        home.close()
     os._exit(code)
 
 

@@ -318,9 +318,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--parallel",
         metavar="K",
+        nargs="?",
+        const="auto",
         default="1",
-        help="K units at once on this machine, each on its own path (auto: from the "
-        "workload's measured CPU per trial and the cores); with --dry-run, K and the wall time",
+        help="K units at once on this machine, each on its own path (auto, or the flag alone: "
+        "from the workload's measured CPU per trial and the cores; default 1); with --dry-run, "
+        "K and the planned wall time",
     )
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="use the file's quick: settings")
