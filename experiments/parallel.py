@@ -162,7 +162,7 @@ class ParallelLocal:
                     names = " + ".join(r.job[0][0].id for r in running)
                     session.bar.update(session.task, description=names)
                 self._receive(running, session, units_by_id)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, HostProblem):  # a host problem stops every path, as Ctrl-C
             self._stop(running, session, units_by_id)
             raise
 

@@ -5,14 +5,16 @@ alone). The real paths side by side: test_parallel_path.py."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import time
 import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from quicbed.errors import InputError
+from quicbed.errors import HostProblem, InputError
 from quicbed.experiments.commands import cmd_run
 from quicbed.experiments.matrix import Trial
 from quicbed.experiments.parallel import (
@@ -222,3 +224,29 @@ def test_a_unit_cpu_bound_within_the_threshold_keeps_its_parallel_rows(tmp_path)
     assert code == 0
     assert {r["parallel"] for r in load_rows(run_dir)[0]} == {2}
     assert len(load_history(run_dir)[0]) == len(load_rows(run_dir)[0])
+
+
+class _NoHost(SyntheticExecutor):
+    """One condition's path meets a problem of this host (exit 4); the other measures slowly."""
+
+    def condition(self, cond):  # type: ignore[override]
+        if cond.id == "c1":
+            raise HostProblem("the link backend cannot run here")
+        return super().condition(cond)
+
+    def run_trial(self, trial: Trial) -> dict[str, Any]:
+        time.sleep(0.05)
+        return super().run_trial(trial)
+
+
+def test_a_host_problem_on_one_path_stops_every_path_with_exit_4(tmp_path, capsys):
+    file, results = _file(tmp_path), tmp_path / "results"
+    t0 = time.monotonic()
+    code, run_dir = _run(file, results, _NoHost(), parallel="2")
+    assert code == 4 and "the link backend cannot run here" in capsys.readouterr().out
+    assert multiprocessing.active_children() == []  # the other path's job ended, not orphaned
+    # The other path stopped too: far fewer than its 24 trials of 0.05 s, and no hang.
+    assert time.monotonic() - t0 < 5
+    manifest = read_manifest(run_dir)
+    assert manifest["status"] == "stopped"
+    assert len(load_rows(run_dir)[0]) < 24
