@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import time
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
