@@ -166,8 +166,11 @@ class ParallelLocal:
             self._stop(running, session, units_by_id)
             raise
 
-    def _receive(self, running: list[_Running], session: Session, units_by_id: dict[str, Unit]) -> None:
-        """Whatever the jobs sent within POLL_S; a job whose pipe ended has ended."""
+    def _receive(
+        self, running: list[_Running], session: Session, units_by_id: dict[str, Unit], stopping: bool = False
+    ) -> None:
+        """Whatever the jobs sent within POLL_S; a job whose pipe ended has ended (its trials
+        left are skipped, unless the run is stopping: then they are the resume's)."""
         ready = connection.wait([r.reader for r in running], timeout=POLL_S)
         for run in [r for r in running if r.reader in ready]:
             try:
@@ -176,7 +179,8 @@ class ParallelLocal:
                 run.process.join()
                 run.reader.close()
                 running.remove(run)
-                self._ended(run, session)
+                if not stopping:
+                    self._ended(run, session)
                 continue
             _handle(kind, payload, run, session, units_by_id)
 
@@ -199,7 +203,7 @@ class ParallelLocal:
         deadline = time.monotonic() + TEARDOWN_WAIT_S
         while running and time.monotonic() < deadline:
             with contextlib.suppress(KeyboardInterrupt, HostProblem):  # already stopping
-                self._receive(running, session, units_by_id)
+                self._receive(running, session, units_by_id, stopping=True)
         for run in running:  # past the deadline: its helpers are marked, quicbed clean finds them
             run.process.kill()
             run.process.join()

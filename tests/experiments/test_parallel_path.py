@@ -95,6 +95,7 @@ def test_two_paths_stop_clean_on_ctrl_c_and_a_killed_run_resumes_with_both_units
     assert len(first) < TRIALS
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "interrupted" and manifest["parallel"] == {"k": 2, "paths": 2}
+    assert not any(u.get("error") for u in manifest["units"].values())  # stopped, not skipped
 
     # 2. Resumed, then SIGKILLed (the run and both jobs) while both paths measure again.
     proc = _quicbed(file, results, "--resume", run_dir.name)
