@@ -29,9 +29,9 @@ TRIAL_CPU_CORES = {
     ("cloud", "tls_perf"): 0.07,  # 65 trials
 }
 PERF_TOOL_CPU_CORES = 0.15  # a tool or workload not measured yet: assume a perf tool's
-# The path itself: its router backend (delayline/UML forwarding in user space), the servers'
-# and client's idle containers and the runner; the figure bench/parallel_bench.py measures as
-# the host's busy cores during K = 1 beyond the trials' containers.
+# The path itself: its router backend (UML or the delay line forward in user space), the idle
+# containers and the runner. An estimate, not measured alone: bench/parallel_bench.py's
+# host-wide busy cores include other work on a shared host (0.45 cores for two playing paths).
 PATH_CPU_CORES = 0.25
 
 
