@@ -20,6 +20,7 @@ import math
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from multiprocessing import connection
@@ -229,8 +230,10 @@ class ParallelLocal:
                 "cpu_bound": f"{bound}/{len(parallel)}",
                 "rerun_alone": verdict,
             }
-            if verdict:
-                again = [(t, int(latest[t.trial_id].get("attempt") or 1) + 1) for t, _ in todo]
+            if verdict:  # a trial the unit lost (no row) keeps the attempt it had
+                again = [
+                    (t, int((latest.get(t.trial_id) or {}).get("attempt") or a - 1) + 1) for t, a in todo
+                ]
                 rerun.append((unit, again))
         session.store.write_manifest(session.manifest)
         if not rerun:
@@ -263,9 +266,15 @@ def _run_alone(executor: Executor, rerun: Work, session: Session) -> None:
     """K = 1 in this process: each unit's path, its trials again (superseding rows)."""
     run_id, host, info = session.manifest["run_id"], host_facts(), executor.manifest_info()
 
+    superseded = {t.trial_id for _, todo in rerun for t, _ in todo} & session.stored
+
     def record(row: dict[str, Any]) -> None:
+        again = row["trial_id"] in superseded
         session.stored.discard(row["trial_id"])  # this attempt supersedes the parallel one
-        session.record(row | {"parallel": 1})
+        if session.record(row | {"parallel": 1}) and again:
+            session.summary.ran -= 1  # the trial was counted when it first ran this session
+
+    session.bar.update(session.task, total=session.summary.total + len(superseded))
 
     for unit, todo in rerun:
         session.started(unit)
@@ -287,6 +296,10 @@ def _job_main(executor: Executor, job: Job, session: Session, home: Any, width: 
     (a pipe: each send is written before the next trial, so a killed job loses no row).
     A Ctrl-C unwinds measure_units (the path is torn down) and ends the process with 130."""
     from quicbed.topology.marker import kill_own_helpers
+
+    # A progress bar in a terminal sends the run's stdout and stderr through its own console,
+    # whose lock its refresh thread (not forked) may have held: the job writes to the files.
+    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
 
     def put(kind: str, payload: Any) -> None:
         home.send((kind, payload))
