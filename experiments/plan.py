@@ -30,8 +30,9 @@ TRIAL_CPU_CORES = {
 }
 PERF_TOOL_CPU_CORES = 0.15  # a tool or workload not measured yet: assume a perf tool's
 # The path itself: its router backend (UML or the delay line forward in user space), the idle
-# containers and the runner. An estimate, not measured alone: bench/parallel_bench.py's
-# host-wide busy cores include other work on a shared host (0.45 cores for two playing paths).
+# containers and the runner. bench/parallel_bench.py: the quick video slice kept 0.36 of the
+# host's cores busy at K = 1, 0.24 of them in the trials' containers, so about 0.1 a path
+# (host-wide, on a shared host); 0.25 keeps a margin.
 PATH_CPU_CORES = 0.25
 
 
