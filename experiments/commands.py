@@ -19,6 +19,7 @@ from quicbed.errors import InputError, QuicbedError
 from . import cluster
 from .check import check
 from .merge import merge_runs
+from .parallel import ParallelLocal, auto_parallel, parallel_plan, parse_parallel
 from .plan import dry_run
 from .runner import Dispatcher, Executor, RunAborted, run_experiment
 from .schema import Experiment, load_experiment, parse_capture
@@ -44,6 +45,7 @@ def cmd_run(
     ray_workers: int | None = None,
     ray_retries: int = 1,
     capture: str | None = None,
+    parallel: str = "1",
 ) -> int:
     """`quicbed run FILE [--resume ID [--retry-failed]] [--dry-run] [--check] [--quick]
     [--capture qlog,pcap,keys]` (capture: overrides the file's `capture:`).
@@ -73,8 +75,13 @@ def cmd_run(
         part = parse_shard(shard) if shard else None
         if part and ray:
             raise InputError("--shard and --ray: choose one (a cluster schedules every condition)")
+        k = parse_parallel(parallel)
+        if ray and k != 1:
+            raise InputError("--parallel and --ray: choose one (a Ray node runs one path at a time)")
+        k = k or auto_parallel(exp)
         if dry:
             console.print(dry_run(exp), markup=False)
+            console.print(parallel_plan(exp, k, parallel == "auto"), markup=False)
             workers = part.count if part else ray_workers or (ray and cluster.path_slots(ray))
             if workers:  # a shard's units of one condition share its path; Ray's do not
                 console.print(plan(exp, workers, shared=part is not None), markup=False)
@@ -85,6 +92,8 @@ def cmd_run(
     make: Callable[[Experiment, Path], Executor | Dispatcher] = make_executor
     if ray:
         make = cluster.dispatcher(ray, make_executor, ray_retries)
+    elif k > 1:
+        make = lambda e, d: ParallelLocal(make_executor(e, d), e, k)  # noqa: E731
     results = results or paths.RESULTS
     name = f"{exp.name}-shard{part.index}of{part.count}" if part else exp.name
     run_dir = run_dir or results / new_run_id(name, results)

@@ -27,7 +27,7 @@ from quicbed.errors import PathMismatch
 from quicbed.paths import CACHE, REPO, STATE
 from quicbed.servers import pki
 from quicbed.servers.content import ensure_files
-from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed, warm_up
+from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, ensure_pki, served_testbed, warm_up
 from quicbed.topology.backends import check_links, choose_backend, proofs
 from quicbed.topology.calibration_reuse import calibrate_or_reuse
 from quicbed.topology.calibration_table import print_calibration
@@ -104,6 +104,17 @@ class TestbedExecutor:
         self.log_offsets: dict[str, int] = {}  # server -> access-log bytes already read
         self.sidecar: SideContainer | None = None  # the cross flows' curl, per condition
         self.cross_file: str | None = None  # the file they download, per condition
+        self.log_name: str | None = None  # logs/<this>/: the condition's id unless set
+
+    def prepare(self) -> None:
+        """What every path of the run shares (keys, content), made once before --parallel's
+        paths come up side by side: two making it at once would race."""
+        ensure_pki(self.pki_dir)
+        self._prepare_content()
+
+    def set_log_name(self, name: str) -> None:
+        """Two paths of one condition at once (--parallel): each one's servers log apart."""
+        self.log_name = name
 
     # -- Executor protocol ---------------------------------------------------------------
     def manifest_info(self) -> dict[str, Any]:
@@ -142,7 +153,7 @@ class TestbedExecutor:
         self._prepare_content()
         timing: dict[str, float] = {}
         clock = time.monotonic()
-        self.log_root, self.log_offsets = self.run_dir / rowschema.LOGS_DIR / cond.id, {}
+        self.log_root, self.log_offsets = self.run_dir / rowschema.LOGS_DIR / (self.log_name or cond.id), {}
         trials_dir = self.run_dir / rowschema.TRIALS_DIR
         if self.exp.capture:
             trials_dir.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,29 @@ from .schema import ClientVariant, Experiment
 SETUP_S = 42.0  # per condition: path up (~6 s), calibration (~34 s), servers (~1 s), teardown
 INIT_WINDOW_BYTES = 10 * 1460
 
+# CPU one trial keeps busy (cores: client + server container), for --parallel auto: the
+# medians of cpu_client_pct + cpu_server_pct over the error-free rows of this host's runs
+# (2-core host, delayline router; 2026-11-25/26: paper-web, paper-cloud, paper-video,
+# abr-trace, ci-handshake, loss-response). Not listed: PERF_TOOL_CPU_CORES.
+TRIAL_CPU_CORES = {
+    ("video", "chromium"): 0.27,  # 22 playbacks (the issue: 13-29 % of a core)
+    ("web", "chromium"): 1.40,  # 240 page loads: a browser start per trial
+    ("web", "quic_perf"): 0.12,  # 90 trials
+    ("web", "tls_perf"): 0.08,  # 170 trials
+    ("cloud", "quic_perf"): 0.08,  # 41 trials
+    ("cloud", "tls_perf"): 0.07,  # 65 trials
+}
+PERF_TOOL_CPU_CORES = 0.15  # a tool or workload not measured yet: assume a perf tool's
+# The path itself: its router backend (UML or the delay line forward in user space), the idle
+# containers and the runner. bench/parallel_bench.py: the quick video slice kept 0.36 of the
+# host's cores busy at K = 1, 0.24 of them in the trials' containers, so about 0.1 a path
+# (host-wide, on a shared host); 0.25 keeps a margin.
+PATH_CPU_CORES = 0.25
+
+
+def trial_cpu_cores(kind: str, tool: str) -> float:
+    return TRIAL_CPU_CORES.get((kind, tool), PERF_TOOL_CPU_CORES)
+
 
 def trial_seconds(exp: Experiment, cond: Condition, client: ClientVariant, obj: str) -> float:
     """Handshake + request + slow-start rounds + serialisation + the tool's own start-up (a

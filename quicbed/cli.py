@@ -179,6 +179,7 @@ def cmd_run(args: argparse.Namespace, on_run_dir: Callable[[Path], None] | None 
                 ray_workers=args.ray_workers,
                 ray_retries=args.ray_retries,
                 capture=args.capture,
+                parallel=args.parallel,
             )
         finally:
             # A helper a teardown missed (an interrupt mid-calibration) must not outlive it.
@@ -313,6 +314,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="with --ray: rerun a lost worker's unit up to N times, skipping "
         "its stored trials (default 1; the rest: --resume)",
+    )
+    p.add_argument(
+        "--parallel",
+        metavar="K",
+        nargs="?",
+        const="auto",
+        default="1",
+        help="K units at once on this machine, each on its own path (auto, or the flag alone: "
+        "from the workload's measured CPU per trial and the cores; default 1); with --dry-run, "
+        "K and the planned wall time",
     )
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="use the file's quick: settings")

@@ -123,6 +123,12 @@ RUNNER = _columns(
     ("started_at", "", "UTC time the trial started"),
     ("wall_s", "s", "the trial's wall time in the runner"),
     ("attempt", "", "attempt number (resumes retry failures)"),
+    (
+        "parallel",
+        "",
+        "paths measuring at once on the machine (--parallel K; 1: a CPU-bound unit measured "
+        "again alone; absent in a run without --parallel)",
+    ),
 )
 # What the browser client (clients/browser) adds to the perf tools' columns for a page load;
 # its row has the TOOL columns too, where the meaning is the same (connection_time_ms: the
