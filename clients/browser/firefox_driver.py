@@ -163,16 +163,44 @@ _ERROR_PAGE_CATEGORIES = {
 }
 
 
+# Gecko's network errors (BiDi's navigate error, "Error: NS_ERROR_...") -> the row's category;
+# any NSS error (SEC_ERROR_*, SSL_ERROR_*, NS_ERROR_MODULE_SECURITY) is tls.
+_NS_CATEGORIES = (
+    (re.compile(r"SEC_ERROR_|SSL_ERROR_|NS_ERROR_MODULE_SECURITY|MOZILLA_PKIX_ERROR_"), "tls"),
+    (re.compile(r"NS_ERROR_NET_TIMEOUT|NS_ERROR_NET_TIMEOUT_EXTERNAL"), "timeout"),
+    (
+        re.compile(
+            r"NS_ERROR_(CONNECTION_REFUSED|NET_RESET|NET_INTERRUPT|NET_PARTIAL_TRANSFER|OFFLINE|"
+            r"UNKNOWN_HOST|DNS_LOOKUP_QUEUE_FULL|PROXY_|NET_HTTP3_PROTOCOL_ERROR|SOCKET_|"
+            r"PORT_ACCESS_NOT_ALLOWED|NET_INADEQUATE_SECURITY)"
+        ),
+        "connect",
+    ),
+    (re.compile(r"NS_ERROR_(UNKNOWN_PROTOCOL|MALFORMED_URI)"), "protocol"),
+    (re.compile(r"NS_ERROR_(CORRUPTED_CONTENT|INVALID_CONTENT_ENCODING|NET_EMPTY_RESPONSE)"), "http"),
+)
+
+
 def categorize_firefox(message: str) -> str:
-    """A failed navigation's `category: detail` from the BiDi error Firefox gave."""
+    """A failed navigation's `category: detail` from the BiDi error Firefox gave: a Gecko
+    error code (NS_ERROR_*, an NSS code inside it) or the error page it reached."""
     text = " ".join(str(message).split())
+    nss = re.search(r"\b((?:SEC|SSL|MOZILLA_PKIX)_ERROR_[A-Z0-9_]+)", text)
+    if nss:
+        return f"tls: {nss.group(1)}"
+    code = re.search(r"\b(NS_ERROR_[A-Z0-9_]+)", text)
+    if code:
+        for pattern, category in _NS_CATEGORIES:
+            if pattern.search(code.group(1)):
+                return f"{category}: {code.group(1)}"
+        return f"browser: {code.group(1)}"
     m = re.search(r"about:(neterror|certerror)\?([^\s]*)", text)
     if m:
-        code = (parse_qs(m.group(2)).get("e") or [""])[0]
+        page = (parse_qs(m.group(2)).get("e") or [""])[0]
         if m.group(1) == "certerror":
-            return f"tls: {code or 'certerror'} (Firefox's certificate error page)"
-        category = _ERROR_PAGE_CATEGORIES.get(code, "connect")
-        return f"{category}: {code} (Firefox's network error page)"
+            return f"tls: {page or 'certerror'} (Firefox's certificate error page)"
+        category = _ERROR_PAGE_CATEGORIES.get(page, "connect")
+        return f"{category}: {page} (Firefox's network error page)"
     return "browser: " + one_line(text, 300)
 
 

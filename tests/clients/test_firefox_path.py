@@ -34,7 +34,7 @@ MEDIA = "pages/media"
 HOP = {"quic": "h3", "tls1.3": "h2", "tls1.2": "h2"}
 PROTO = {"h3": "HTTP/3.0", "h2": "HTTP/2.0"}
 TLS = {"quic": "TLSv1.3", "tls1.3": "TLSv1.3", "tls1.2": "TLSv1.2"}
-HANDSHAKE_RTTS = {"quic": 1, "tls1.3": 2, "tls1.2": 2}  # TCP's, then TLS's (1.2: False Start)
+HANDSHAKE_RTTS = {"quic": 1, "tls1.3": 2, "tls1.2": 3}  # Firefox: no TLS 1.2 False Start (measured)
 
 
 @dataclass
@@ -148,7 +148,8 @@ def test_every_load_is_a_fresh_handshake_over_the_asked_protocol(path: Path_, pr
 def test_no_packet_leaves_the_testbed(path: Path_) -> None:
     """A capture on every interface of the client but loopback (Firefox's BiDi socket) over a
     QUIC and a TLS load, from the browser's start to its end: every packet is between the
-    client and the server's port 443; no DNS, no telemetry, no update check, nothing else."""
+    client and the server's port 443 (or the client's ICMP answers to the server); no DNS, no
+    telemetry, no update check, nothing else."""
     script = (
         "tcpdump -i any -n -l -U -w /tmp/ff.pcap 'not host 127.0.0.1 and not ip6 host ::1' "
         "2>/dev/null & cap=$!; sleep 1; "
@@ -168,8 +169,13 @@ def test_no_packet_leaves_the_testbed(path: Path_) -> None:
             strays.append(line)
             continue
         ends = (m.group(1), m.group(2).rstrip(":"))
-        if not any(re.fullmatch(rf"{server}\.443", e) for e in ends):
-            strays.append(line)
+        if any(re.fullmatch(rf"{server}\.443", e) for e in ends):
+            continue
+        # The client's port-unreachable answers to the server's last QUIC packets, after the
+        # browser (and its socket) is gone: between the two hosts, nothing else.
+        if " ICMP " in line and path.address in ends:
+            continue
+        strays.append(line)
     print(f"{len(lines)} packets captured, {len(strays)} not to or from {path.address}:443")
     assert len(lines) > 20, out[-2000:]
     assert any(" UDP" in line or "quic" in line.lower() for line in lines)
@@ -199,15 +205,17 @@ def _error_row(path: Path_, argv: list[str]) -> tuple[dict, float]:
     return row, wall
 
 
-@pytest.mark.parametrize("protocol", ["quic", "tls1.3"])
-def test_server_down_is_a_connect_error(path: Path_, protocol: str) -> None:
+# QUIC: neqo takes no ICMP port-unreachable as a refusal and, with the h3 mapping, Firefox
+# does not retry over TCP before the timeout (measured: 30 of 30 s): a timeout row, not connect.
+@pytest.mark.parametrize(("protocol", "category"), [("quic", "timeout: "), ("tls1.3", "connect: ")])
+def test_server_down_is_an_error_row(path: Path_, protocol: str, category: str) -> None:
     container = path.hosts["nginx"].container
     stop_server(container, "nginx")
     try:
-        row, _ = _error_row(path, _argv(path, protocol))
+        row, _ = _error_row(path, _argv(path, protocol, timeout=6))
     finally:
         start_server(container, "nginx", timeout=30)
-    assert row["error"].startswith("connect: "), row["error"]
+    assert row["error"].startswith(category), row["error"]
 
 
 def _other_ca(path: Path_) -> str:

@@ -101,6 +101,14 @@ def test_user_js_is_one_pref_per_line_in_firefox_syntax(ca: str) -> None:
         ("unknown error: Reached error page: about:neterror?e=netTimeout&u=https%3A//x/", "timeout"),
         ("unknown error: Reached error page: about:neterror?e=nssFailure2&u=https%3A//x/", "tls"),
         ("unknown error: Reached error page: about:certerror?e=nssBadCert&u=https%3A//x/", "tls"),
+        ("unknown error: Error: NS_ERROR_CONNECTION_REFUSED", "connect"),
+        ("unknown error: Error: NS_ERROR_NET_TIMEOUT", "timeout"),
+        (
+            "unknown error: Error: NS_ERROR_GENERATE_FAILURE(NS_ERROR_MODULE_SECURITY, "
+            "SEC_ERROR_UNKNOWN_ISSUER)",
+            "tls",
+        ),
+        ("unknown error: Error: NS_ERROR_NET_HTTP3_PROTOCOL_ERROR", "connect"),
         ("unknown error: something else", "browser"),
     ],
 )
