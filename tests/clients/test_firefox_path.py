@@ -153,10 +153,13 @@ def test_no_packet_leaves_the_testbed(path: Path_) -> None:
     script = (
         "tcpdump -i any -n -l -U -w /tmp/ff.pcap 'not host 127.0.0.1 and not ip6 host ::1' "
         "2>/dev/null & cap=$!; sleep 1; "
-        f"{' '.join(_argv(path, 'quic'))} >/dev/null; {' '.join(_argv(path, 'tls1.3'))} >/dev/null; "
+        f"{' '.join(_argv(path, 'quic'))} >/tmp/ff.json; {' '.join(_argv(path, 'tls1.3'))} >>/tmp/ff.json; "
         "sleep 1; kill $cap; wait $cap; tcpdump -n -r /tmp/ff.pcap 2>/dev/null"
     )
     out = path.tb.client.exec(["sh", "-c", script], timeout=180).stdout
+    rows = [json.loads(line) for line in path.tb.client.exec(["cat", "/tmp/ff.json"]).stdout.splitlines()]
+    # Both loads worked: the browser reached the server only through what the profile allows.
+    assert [(r["protocol"], r["error"]) for r in rows] == [("quic", ""), ("tls1.3", "")], rows
     lines = [line for line in out.splitlines() if line.strip()]
     server = re.escape(path.address)
     ok = re.compile(r"IP6? (\S+) > (\S+): ")
