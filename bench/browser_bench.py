@@ -1,5 +1,5 @@
-"""Page loads in headless Chromium (clients/browser) on the india path (prints figures; asserts
-nothing).
+"""Page loads in headless Chromium, and Firefox (clients/browser) on the india path (prints
+figures; asserts nothing).
 
 Per browser (before: the full Chromium, `--browser chromium-full`; after: Debian's
 chromium-headless-shell with the lean switches, the default) and protocol (QUIC, TLS 1.3, TLS
@@ -13,9 +13,12 @@ protocol of every resource, connections per load, the TLS group and the page's b
 from captures on the client's emulated interface (decrypted with the browser's key log, checked
 by wirecheck.py), the same endpoint time from the wire: handshake done − the first packet − n ×
 the first RTT on the wire, and the browser's time from connectStart to its first packet.
-Markdown tables on stdout.
+Markdown tables on stdout. `--browsers ... firefox` adds Debian's firefox-esr (the tool
+`firefox`, clients/firefox/README.md): its TLS 1.2 theory is 3 RTT (no False Start), and BiDi
+gives it no TLS group (empty) and no connection ids (sockets at the load event).
 
     .venv/bin/python bench/browser_bench.py [--reps 20] [--captures 5] [--page pages/media]
+                                            [--browsers chromium-full headless-shell firefox]
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile
 
 PROTOCOLS = {"quic": 1, "tls1.3": 2, "tls1.2": 2}  # fresh connection's RTTs in Chromium
+THEORY = {("firefox", "tls1.2"): 3}  # Firefox: no TLS False Start (clients/firefox/README.md)
 BROWSERS = ("chromium-full", "headless-shell")  # before, after (browser_perf --browser)
 # What a browser cannot pin (browser_perf's CANNOT_PIN): a row saying so, no loads.
 CANNOT = {("headless-shell", "tls1.2"): "refused (exit 3): the headless shell ignores --ssl-version-max"}
@@ -159,7 +163,11 @@ def main() -> int:
         )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for (browser, protocol), (rows, wires) in results.items():
-            n = PROTOCOLS[protocol]
+            n = THEORY.get((browser, protocol), PROTOCOLS[protocol])
+            # Only captures whose start the wire check found (Firefox's came out without one).
+            wires = [
+                w for w in wires if (w["wire"].get("events", {}).get("start") or {}).get("wire") is not None
+            ]
             wire_endpoint = [
                 (w["row"]["t_handshake"] - w["wire"]["events"]["start"]["wire"]) * 1e3
                 - n * w["wire"]["wire_first_rtt_ms"]

@@ -143,7 +143,7 @@ BROWSER = _columns(
     ("connections", "", "connections the client opened"),
     ("browser_cpu_ms", "ms", "CPU time of the browser's processes, navigation to load end"),
     ("browser_cpu_pct", "%", "browser_cpu_ms / page_load_time_ms, of one core"),
-    ("browser", "", "headless-shell (Debian's chromium-headless-shell) or chromium-full"),
+    ("browser", "", "headless-shell (Debian's chromium-headless-shell), chromium-full or firefox"),
     ("host_idle_pct", "%", "idle time of the CPUs the browser may use, over the load"),
     ("busiest_thread_pct", "%", "the busiest browser thread's CPU time / the load's wall time"),
     ("busiest_thread", "", "that thread's name"),

@@ -19,7 +19,10 @@ from quicbed.errors import EnvironmentProblem
 from quicbed.paths import CACHE, REPO
 
 # Python files whose commands run inside a container image, not on the host.
-IN_IMAGES = {"clients/perf/wirecheck.py", "clients/browser/browser_perf.py"}
+IN_IMAGES = {
+    "clients/perf/wirecheck.py",
+    *(f"clients/browser/{name}" for name in ("browser_perf.py", "chromium_driver.py", "firefox_driver.py")),
+}
 SOURCES = ("quicbed", "topology", "servers", "experiments", "analysis", "bench", "clients", "workloads")
 # Calls whose first argument is an argv run with the host's binaries (host.exec is the
 # container's, and is left out on purpose).

@@ -36,10 +36,11 @@ OWN_IMAGE = "quicbed-test/own-client:1.0"
 
 def test_shipped_clients_are_the_old_tools() -> None:
     """What clients/tools.py's literal held, checked on the loaded descriptors."""
-    assert list(tools.TOOLS) == ["tls_perf", "quic_perf", "video_download", "chromium"]
+    assert list(tools.TOOLS) == ["tls_perf", "quic_perf", "video_download", "chromium", "firefox"]
     assert {t.image for t in tools.TOOLS.values()} == {tools.CLIENT_IMAGE}
     assert {t.dockerfile for t in tools.TOOLS.values()} == {"images/client/Dockerfile"}
-    tls, quic, video, chromium = tools.TOOLS.values()
+    tls, quic, video, chromium, firefox = tools.TOOLS.values()
+    assert firefox.command == ("browser_perf", "--browser", "firefox") and firefox.workloads == ("web",)
     assert len(tls.labels()) == 16 and "tls1.2-h1-pq-resume" in tls.labels()
     assert tls.defaults == {"tls": "1.3", "http": "2", "kex": "x25519", "resume": "no"}
     assert quic.labels()[:2] == ["quic-h3", "quic-h3-resume"]
@@ -77,7 +78,7 @@ def test_shipped_clients_are_the_old_tools() -> None:
 def test_fixture_is_discovered_both_ways() -> None:
     for dirs in (str(FIXTURES), str(FIXTURES / OWN), f"{FIXTURES}::"):
         found = tools.load_clients(dirs=dirs)
-        assert list(found)[-1] == OWN and len(found) == 5, dirs
+        assert list(found)[-1] == OWN and len(found) == 6, dirs
     own = found[OWN]
     assert (own.image, own.dockerfile, own.command) == (OWN_IMAGE, None, ("quic_perf", "--backend", "ngtcp2"))
     # The command's own arguments come first, then the contract's, then the variant's.

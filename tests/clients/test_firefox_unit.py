@@ -1,0 +1,185 @@
+"""The Firefox driver's pure parts (clients/browser/firefox_driver.py: the profile's prefs, the
+error pages' categories, what it refuses) and its WebDriver BiDi client (bidi_client.py)
+against a real WebSocket peer on a local socket. Loaded by path, as browser_perf is: the
+driver runs in the client image."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import json
+import re
+import socket
+import struct
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from quicbed.paths import REPO
+
+
+def _load_browser_perf():
+    """As test_browser_unit loads it; its directory goes first on sys.path, so the driver
+    modules beside it import by name."""
+    path = REPO / "clients" / "browser" / "browser_perf.py"
+    spec = importlib.util.spec_from_file_location("browser_perf", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["browser_perf"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bp = _load_browser_perf()
+bidi_client = sys.modules["bidi_client"]
+ff = sys.modules["firefox_driver"]
+URL = "https://server.quicbed/web/pages/news/index.html"
+
+
+def _argv(ca: str, *extra: str) -> list[str]:
+    return ["--url", URL, "--resolve", "server.quicbed:443:10.0.2.10", "--cacert", ca, *extra]
+
+
+@pytest.fixture
+def ca(tmp_path: Path) -> str:
+    path = tmp_path / "ca.pem"
+    path.write_text("-----BEGIN CERTIFICATE-----\n")
+    return str(path)
+
+
+def _prefs(ca: str, protocol: str) -> dict:
+    return ff.firefox_prefs(bp.parse_args(_argv(ca, "--browser", "firefox", "--protocol", protocol)))
+
+
+def test_quic_is_forced_for_the_origin_and_tcp_pins_its_tls_version(ca: str) -> None:
+    quic = _prefs(ca, "quic")
+    assert quic["network.http.http3.enable"] is True
+    assert quic["network.http.http3.alt-svc-mapping-for-testing"] == "server.quicbed;h3=:443"
+    assert quic["network.http.http3.disable_when_third_party_roots_found"] is False
+    for protocol, version in (("tls1.3", 4), ("tls1.2", 3)):
+        tcp = _prefs(ca, protocol)
+        assert tcp["network.http.http3.enable"] is False
+        assert "network.http.http3.alt-svc-mapping-for-testing" not in tcp
+        assert tcp["security.tls.version.min"] == tcp["security.tls.version.max"] == version
+
+
+def test_names_resolve_only_to_the_resolve_address_and_nothing_phones_home(ca: str) -> None:
+    prefs = _prefs(ca, "quic")
+    assert prefs["network.dns.forceResolve"] == "10.0.2.10"
+    assert prefs["network.trr.mode"] == 5
+    off = (
+        "toolkit.telemetry.enabled",
+        "datareporting.policy.dataSubmissionEnabled",
+        "app.update.auto",
+        "browser.safebrowsing.malware.enabled",
+        "browser.safebrowsing.phishing.enabled",
+        "network.captive-portal-service.enabled",
+        "network.connectivity-service.enabled",
+        "dom.push.enabled",
+        "app.normandy.enabled",
+        "network.predictor.enabled",
+        "browser.chrome.guess_favicon",
+    )
+    assert [k for k in off if prefs[k] is not False] == []
+    assert prefs["security.OCSP.enabled"] == 0
+
+
+def test_user_js_is_one_pref_per_line_in_firefox_syntax(ca: str) -> None:
+    text = ff.user_js(_prefs(ca, "tls1.2"))
+    lines = text.splitlines()
+    assert lines and all(re.fullmatch(r'user_pref\("[^"]+", .+\);', line) for line in lines)
+    assert 'user_pref("security.tls.version.max", 3);' in lines
+    assert 'user_pref("network.http.http3.enable", false);' in lines
+
+
+@pytest.mark.parametrize(
+    ("message", "category"),
+    [
+        ("unknown error: Reached error page: about:neterror?e=connectionFailure&u=https%3A//x/", "connect"),
+        ("unknown error: Reached error page: about:neterror?e=netTimeout&u=https%3A//x/", "timeout"),
+        ("unknown error: Reached error page: about:neterror?e=nssFailure2&u=https%3A//x/", "tls"),
+        ("unknown error: Reached error page: about:certerror?e=nssBadCert&u=https%3A//x/", "tls"),
+        ("unknown error: Error: NS_ERROR_CONNECTION_REFUSED", "connect"),
+        ("unknown error: Error: NS_ERROR_NET_TIMEOUT", "timeout"),
+        (
+            "unknown error: Error: NS_ERROR_GENERATE_FAILURE(NS_ERROR_MODULE_SECURITY, "
+            "SEC_ERROR_UNKNOWN_ISSUER)",
+            "tls",
+        ),
+        ("unknown error: Error: NS_ERROR_NET_HTTP3_PROTOCOL_ERROR", "connect"),
+        ("unknown error: something else", "browser"),
+    ],
+)
+def test_firefox_error_pages_map_to_the_row_categories(message: str, category: str) -> None:
+    error = ff.categorize_firefox(message)
+    assert error.split(":", 1)[0] == category and "\n" not in error
+    assert error.split(":", 1)[0] in bp.ERROR_CATEGORIES
+
+
+def test_firefox_refuses_a_playback_and_two_addresses(ca: str, capsys) -> None:
+    argv = _argv(ca, "--browser", "firefox")
+    assert bp.main(argv + ["--duration", "5"]) == bp.EXIT_UNSUPPORTED
+    assert "page loads only" in capsys.readouterr().err
+    two = argv + ["--resolve", "server.quicbed:443:10.0.2.11"]
+    assert bp.main(two) == bp.EXIT_UNSUPPORTED
+    assert "one --resolve address" in capsys.readouterr().err
+
+
+def test_the_firefox_descriptor_calls_browser_perf_with_firefox() -> None:
+    text = (REPO / "clients" / "firefox" / "client.yaml").read_text()
+    assert "command: [browser_perf, --browser, firefox]" in text
+    assert "firefox" in bp.DRIVERS and bp.DRIVERS["firefox"] is ff
+
+
+# ------------------------------------------------------------------------------ BiDi client
+
+
+def _serve_one(server: socket.socket, script: list[str]) -> None:
+    """A WebSocket peer: accept, answer the upgrade, then for each received command: an event
+    and the command's result (or, at "close", a close frame)."""
+    conn, _ = server.accept()
+    request = b""
+    while b"\r\n\r\n" not in request:
+        request += conn.recv(4096)
+    key = re.search(rb"Sec-WebSocket-Key: (\S+)", request).group(1)
+    accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n")
+    conn.sendall(b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+    for step in script:
+        b0, b1 = conn.recv(2)
+        assert b1 & 0x80, "a client frame must be masked"
+        n = b1 & 0x7F
+        if n == 126:
+            n = struct.unpack("!H", conn.recv(2))[0]
+        mask = conn.recv(4)
+        data = b""
+        while len(data) < n:
+            data += conn.recv(n - len(data))
+        command = json.loads(bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
+        if step == "close":
+            conn.sendall(bytes([0x88, 0]))
+            break
+        event = json.dumps({"type": "event", "method": "network.beforeRequestSent", "params": {"n": 1}})
+        answer = json.dumps({"type": "success", "id": command["id"], "result": {"echo": command["method"]}})
+        big = answer.encode()
+        conn.sendall(bytes([0x81, len(event)]) + event.encode())
+        conn.sendall(bytes([0x81, 126]) + struct.pack("!H", len(big)) + big)  # 16-bit length
+    conn.close()
+
+
+def test_bidi_session_gets_results_events_and_a_closed_socket() -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    peer = threading.Thread(target=_serve_one, args=(server, ["session.new", "close"]), daemon=True)
+    peer.start()
+    session = bidi_client.BidiSession(f"ws://127.0.0.1:{port}/session")
+    events: list[dict] = []
+    session.on("network.beforeRequestSent", events.append)
+    assert session.send("session.new", {"capabilities": {}}, timeout=5) == {"echo": "session.new"}
+    assert events == [{"n": 1}]
+    with pytest.raises(bidi_client.BidiClosed):
+        session.send("browsingContext.navigate", {}, timeout=5)
+    session.close()
+    server.close()
