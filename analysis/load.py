@@ -18,7 +18,7 @@ import pandas as pd
 
 from quicbed import paths, rowschema
 from quicbed.errors import QuicbedError
-from quicbed.workloads import derived_kinds
+from quicbed.workloads import PAGELOAD, derived_kinds
 
 from . import loss_response
 from .manifest import calibrated_rtt, calibration_entries, manifest_differences
@@ -318,6 +318,11 @@ def prepare(df: pd.DataFrame, manifests: list[dict[str, Any]], mixed: bool) -> p
     facet = df["condition_label"].fillna(df["condition"]).astype(str)
     if df["server"].nunique(dropna=True) > 1:
         facet = facet + " · " + df["server"].astype(str)
+    # Nor is a second browser: Chromium's and Firefox's page loads are two stacks (QUIC, TLS
+    # and their own loading), compared with each other by protocol, never pooled.
+    loads = df["workload"] == PAGELOAD
+    if "tool" in df and df.loc[loads, "tool"].nunique(dropna=True) > 1:
+        facet = facet.where(~loads, facet + " · " + df["tool"].astype(str))
     if mixed:
         facet = df["run_id"].astype(str) + " · " + facet
     df["facet"] = facet

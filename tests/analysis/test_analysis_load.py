@@ -230,3 +230,27 @@ def test_units_of_a_condition_that_calibrated_unlike_are_flagged():
         and "loss_pct down 1 (c0u0) vs 1.5 (c0u1)" in flag
     )
     assert units_unlike([{"run_id": "old", "conditions": {}}]) == []  # a run made before units
+
+
+def test_two_browsers_page_loads_are_never_pooled(results):
+    """Chromium's and Firefox's loads are two stacks: each gets its own facet, the transfer
+    tools beside them keep theirs."""
+    run_dir = results / "browsers"
+    run_dir.mkdir()
+    rows = [
+        {"protocol": "quic", "workload": "web", "object": "media", "tool": tool, "page_load_time_ms": 400.0}
+        for tool in ("chromium", "firefox")
+    ] + [
+        {
+            "protocol": "quic",
+            "workload": "web",
+            "object": "index.html",
+            "tool": "quic_perf",
+            "connection_time_ms": 81.0,
+        }
+    ]
+    (run_dir / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    df, _ = load_runs(["browsers"])
+    facets = dict(zip(df["tool"], df["facet"], strict=True))
+    assert facets["chromium"] != facets["firefox"] and facets["chromium"].endswith("chromium")
+    assert "quic_perf" not in facets["quic_perf"]
