@@ -191,12 +191,25 @@ build_actionlint() {
   echo "images: actionlint at $(dirname "$cache")/bin/actionlint-${versions[ACTIONLINT_VERSION]}"
 }
 
-# The browser client's Python wheels (clients/browser/requirements.txt, hash-pinned), fetched
-# by the host's pip into $QUICBED_CACHE/wheels and copied to client/prebuilt/wheels: pip inside
+# A client image's Python wheels, hash-pinned in a requirements.txt, fetched by the host's pip
+# into $QUICBED_CACHE/wheels and copied to the image's prebuilt/wheels: pip inside
 # `docker build` cannot verify TLS here (an egress proxy that only the host trusts). The
 # Dockerfile installs them offline (--no-index --require-hashes) for its CPython 3.13.
-prebuild_client_wheels() {
-  local req="$repo/clients/browser/requirements.txt" dest="$here/client/prebuilt/wheels" wheels
+# client (images/client): clients/browser/requirements.txt; any other client image whose
+# Dockerfile's directory holds a requirements.txt (clients/aioquic): that file.
+wheel_requirements() {
+  local name=$1 dir
+  dir=$(dirname "$(dockerfile_of "$name")")
+  if [[ "$dir" == "$here/client" ]]; then
+    echo "$repo/clients/browser/requirements.txt $here/client/prebuilt/wheels"
+    return 0
+  fi
+  [[ -f "$dir/requirements.txt" ]] && echo "$dir/requirements.txt $dir/prebuilt/wheels"
+  return 0
+}
+
+prebuild_wheels() {
+  local req=$1 dest=$2 wheels
   local -a pip
   wheels=$(dirname "$cache")/wheels
   rm -rf "$dest"
@@ -208,7 +221,7 @@ prebuild_client_wheels() {
     --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -r "$req")
   # From the cache when it holds them (pip checks every hash either way), else from the index.
   if ! "${pip[@]}" download -q --no-index --find-links "$wheels" "${target[@]}" -d "$dest" 2>/dev/null; then
-    echo "images: downloading the browser client's wheels (clients/browser/requirements.txt)"
+    echo "images: downloading the wheels of ${req#"$repo"/}"
     "${pip[@]}" download -q "${target[@]}" -d "$wheels"
     "${pip[@]}" download -q --no-index --find-links "$wheels" "${target[@]}" -d "$dest"
   fi
@@ -254,7 +267,10 @@ build_one() {
     "$here/base.sh" "$suite"
   done
   if [[ "$name" == caddy ]]; then prebuild_caddy; fi
-  if [[ "$name" == client ]]; then prebuild_client_wheels; fi
+  local wheel_req
+  wheel_req=$(wheel_requirements "$name")
+  # shellcheck disable=SC2086  # two words: the requirements file and the wheels' directory
+  [[ -n "$wheel_req" ]] && prebuild_wheels $wheel_req
   echo "images: building $tag ($hash)"
   start=$SECONDS
   local -a args
@@ -268,13 +284,13 @@ build_one() {
         -f "${df#"$repo"/}" -t "$tag" - >"$log" 2>&1; then
     tail -40 "$log" >&2
     rm -f "$here/caddy/prebuilt/caddy"
-    rm -rf "$here/client/prebuilt/wheels"
+    [[ -n "$wheel_req" ]] && rm -rf "${wheel_req#* }"
     echo "images: building $tag failed (full log: $log)" >&2
     return 1
   fi
   rm -f "$log"
   if [[ "$name" == caddy ]]; then rm -f "$here/caddy/prebuilt/caddy"; fi
-  if [[ "$name" == client ]]; then rm -rf "$here/client/prebuilt/wheels"; fi
+  if [[ -n "$wheel_req" ]]; then rm -rf "${wheel_req#* }"; fi
   mkdir -p "$cache"
   # Exactly <name>-<16 hex>.tar: "caddy-*" would also match caddy-debian's tar.
   rm -f "$cache/$name"-????????????????.tar
