@@ -227,6 +227,39 @@ prebuild_wheels() {
   fi
 }
 
+# A client image whose Dockerfile's directory holds a go.mod (clients/quicgo): its main
+# package, compiled with the host's Go (toolchain CADDY_GO_TOOLCHAIN, modules from the Go
+# proxy, pinned by its go.sum) once per source into $QUICBED_CACHE/bin/<dir>_perf-<hash>, and
+# copied to the directory's prebuilt/<dir>_perf for the Dockerfile to COPY. Its sources are
+# COPYed into the image too, so the image's input hash follows them.
+prebuild_go_client() {
+  local name=$1 dir bin hash go
+  dir=$(dirname "$(dockerfile_of "$name")")
+  [[ -f "$dir/go.mod" ]] || return 0
+  bin=$(basename "$dir")_perf
+  hash=$(cd "$dir" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-16)
+  local bindir gocache
+  bindir=$(dirname "$cache")/bin
+  gocache=$(dirname "$cache")/go
+  if [[ ! -x "$bindir/$bin-$hash" ]]; then
+    go=$(command -v go || true)
+    [[ -z "$go" && -x /usr/local/go/bin/go ]] && go=/usr/local/go/bin/go
+    if [[ -z "$go" ]]; then
+      echo "images: $name needs Go on the host (make deps) to compile $bin" >&2
+      return 1
+    fi
+    echo "images: building $bin ($hash) with the host's Go, toolchain ${versions[CADDY_GO_TOOLCHAIN]}" >&2
+    mkdir -p "$bindir" "$gocache"
+    (cd "$dir" && env GOTOOLCHAIN="${versions[CADDY_GO_TOOLCHAIN]}" CGO_ENABLED=0 GOFLAGS=-trimpath \
+      GOPATH="$gocache" GOMODCACHE="$gocache/mod" GOCACHE="$gocache/build" \
+      "$go" build -o "$bindir/.$bin-$hash.tmp" .)
+    mv "$bindir/.$bin-$hash.tmp" "$bindir/$bin-$hash"
+  fi
+  mkdir -p "$dir/prebuilt"
+  cp "$bindir/$bin-$hash" "$dir/prebuilt/$bin"
+  go_prebuilt="$dir/prebuilt/$bin"
+}
+
 label_of() {
   docker image inspect -f '{{ index .Config.Labels "quicbed.inputs" }}' "$1" 2>/dev/null || true
 }
@@ -271,6 +304,8 @@ build_one() {
   wheel_req=$(wheel_requirements "$name")
   # shellcheck disable=SC2086  # two words: the requirements file and the wheels' directory
   [[ -n "$wheel_req" ]] && prebuild_wheels $wheel_req
+  go_prebuilt=""
+  prebuild_go_client "$name"
   echo "images: building $tag ($hash)"
   start=$SECONDS
   local -a args
@@ -285,12 +320,14 @@ build_one() {
     tail -40 "$log" >&2
     rm -f "$here/caddy/prebuilt/caddy"
     [[ -n "$wheel_req" ]] && rm -rf "${wheel_req#* }"
+    [[ -n "$go_prebuilt" ]] && rm -f "$go_prebuilt"
     echo "images: building $tag failed (full log: $log)" >&2
     return 1
   fi
   rm -f "$log"
   if [[ "$name" == caddy ]]; then rm -f "$here/caddy/prebuilt/caddy"; fi
   if [[ -n "$wheel_req" ]]; then rm -rf "${wheel_req#* }"; fi
+  if [[ -n "$go_prebuilt" ]]; then rm -f "$go_prebuilt"; fi
   mkdir -p "$cache"
   # Exactly <name>-<16 hex>.tar: "caddy-*" would also match caddy-debian's tar.
   rm -f "$cache/$name"-????????????????.tar

@@ -1,9 +1,10 @@
-"""aioquic_perf on the real emulated path (india, 80 ms), run by `quicbed run` in its own image.
+"""The QUIC stacks' clients on the real emulated path (india, 80 ms), run by `quicbed run`,
+each in its own image: aioquic (clients/aioquic) and quic-go (clients/quicgo).
 
-One bring-up for the module: a tiny experiment names the aioquic client against Caddy
-(quic-go), nginx and HAProxy (each its own QUIC stack); the tests read its run directory.
-The manifest shows the executor started the client container from the client's image
-(quicbed/aioquic:<AIOQUIC_VERSION>), and each server's fresh connections take one RTT within
+One bring-up per client (an experiment's clients share one image): a tiny experiment names
+the client against Caddy (quic-go), nginx and HAProxy (each its own QUIC stack); the tests
+read its run directory. The manifest shows the executor started the client container from the
+client's image (quicbed/<name>:<its version>), and each server's fresh connections take one RTT within
 the project's row criterion (analysis/physics.py: net of the client's measured CPU, at most
 max(+3 %, +1.5 ms) above 1 RTT).
 """
@@ -27,27 +28,35 @@ pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
 SERVERS = ["caddy", "nginx", "haproxy"]
 REPETITIONS = 3
-EXPERIMENT = f"""name: aioquic-path
+# client -> (its versions.env key, the row's backend, the command the manifest records)
+STACKS = {
+    "aioquic": ("AIOQUIC_VERSION", "aioquic", "aioquic_perf"),
+    "quicgo": ("QUICGO_VERSION", "quic-go", "quicgo_perf"),
+}
+EXPERIMENT = """name: {client}-path
 profiles: [india]
-servers: [{", ".join(SERVERS)}]
-clients: [{{tool: aioquic}}]
+servers: [{servers}]
+clients: [{{tool: {client}}}]
 workload: {{kind: web, objects: [index.html]}}
-repetitions: {REPETITIONS}
+repetitions: {repetitions}
 """
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("aioquic-path")
+@pytest.fixture(scope="module", params=list(STACKS))
+def run_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    client = request.param
+    tmp = tmp_path_factory.mktemp(f"{client}-path")
     build = subprocess.run(
-        [str(Path(tools.SHIPPED_DIR).parent / "images" / "build.sh"), "aioquic"],
+        [str(Path(tools.SHIPPED_DIR).parent / "images" / "build.sh"), client],
         capture_output=True,
         text=True,
         timeout=1800,
     )
     assert build.returncode == 0, build.stderr[-3000:]
-    experiment = tmp / "aioquic.yaml"
-    experiment.write_text(EXPERIMENT)
+    experiment = tmp / f"{client}.yaml"
+    experiment.write_text(
+        EXPERIMENT.format(client=client, servers=", ".join(SERVERS), repetitions=REPETITIONS)
+    )
     env = {**os.environ, "QUICBED_RESULTS": str(tmp / "results")}
     proc = subprocess.run(
         [sys.executable, "-m", "quicbed.cli", "run", str(experiment), "--no-progress"],
@@ -67,15 +76,17 @@ def _rows(run_dir: Path) -> list[dict]:
 
 def test_the_executor_runs_the_clients_own_image(run_dir: Path) -> None:
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    image = f"quicbed/aioquic:{read_versions()['AIOQUIC_VERSION']}"
-    assert manifest["executor"]["client_image"]["image"] == image, manifest["executor"]["client_image"]
-    assert manifest["executor"]["client_tools"]["aioquic"]["command"] == ["aioquic_perf"]
-    assert manifest["versions"]["AIOQUIC_VERSION"] == read_versions()["AIOQUIC_VERSION"]
+    (client,) = manifest["executor"]["client_tools"]
+    key, backend, command = STACKS[client]
+    version = read_versions()[key]
+    assert manifest["executor"]["client_image"]["image"] == f"quicbed/{client}:{version}"
+    assert manifest["executor"]["client_tools"][client]["command"] == [command]
+    assert manifest["versions"][key] == version
     rows = _rows(run_dir)
     assert len(rows) == len(SERVERS) * REPETITIONS
-    assert all(r["error"] is None and r["backend"] == "aioquic" for r in rows), rows
+    assert all(r["error"] is None and r["backend"] == backend for r in rows), rows
     # The version the descriptor says it reports reaches every row.
-    assert all(r["library"].startswith(f"aioquic/{read_versions()['AIOQUIC_VERSION']} ") for r in rows)
+    assert all(r["library"].startswith(f"{backend}/{version} ") for r in rows), rows[0]["library"]
 
 
 @pytest.mark.parametrize("server", SERVERS)
@@ -88,7 +99,10 @@ def test_a_fresh_connection_takes_one_rtt(run_dir: Path, server: str) -> None:
     )
     raw = statistics.median(r["connection_time_ms"] for r in rows) / rtt
     cpu = statistics.median(r["client_cpu_ms"] for r in rows)
-    print(f"aioquic -> {server}: connection {raw:.3f} RTT raw, {net:.3f} net of {cpu:.2f} ms client CPU")
+    print(
+        f"{rows[0]['tool']} -> {server}: connection {raw:.3f} RTT raw, "
+        f"{net:.3f} net of {cpu:.2f} ms client CPU"
+    )
     assert row_connection_within(1, net, rtt), (net, raw, rows)
     # The request goes after the handshake: its answer comes one RTT later.
     assert all(r["ttfb_ms"] - r["connection_time_ms"] >= 0.98 * rtt for r in rows), rows
