@@ -191,12 +191,25 @@ build_actionlint() {
   echo "images: actionlint at $(dirname "$cache")/bin/actionlint-${versions[ACTIONLINT_VERSION]}"
 }
 
-# The browser client's Python wheels (clients/browser/requirements.txt, hash-pinned), fetched
-# by the host's pip into $QUICBED_CACHE/wheels and copied to client/prebuilt/wheels: pip inside
+# A client image's Python wheels, hash-pinned in a requirements.txt, fetched by the host's pip
+# into $QUICBED_CACHE/wheels and copied to the image's prebuilt/wheels: pip inside
 # `docker build` cannot verify TLS here (an egress proxy that only the host trusts). The
 # Dockerfile installs them offline (--no-index --require-hashes) for its CPython 3.13.
-prebuild_client_wheels() {
-  local req="$repo/clients/browser/requirements.txt" dest="$here/client/prebuilt/wheels" wheels
+# client (images/client): clients/browser/requirements.txt; any other client image whose
+# Dockerfile's directory holds a requirements.txt (clients/aioquic): that file.
+wheel_requirements() {
+  local name=$1 dir
+  dir=$(dirname "$(dockerfile_of "$name")")
+  if [[ "$dir" == "$here/client" ]]; then
+    echo "$repo/clients/browser/requirements.txt $here/client/prebuilt/wheels"
+    return 0
+  fi
+  [[ -f "$dir/requirements.txt" ]] && echo "$dir/requirements.txt $dir/prebuilt/wheels"
+  return 0
+}
+
+prebuild_wheels() {
+  local req=$1 dest=$2 wheels
   local -a pip
   wheels=$(dirname "$cache")/wheels
   rm -rf "$dest"
@@ -208,10 +221,43 @@ prebuild_client_wheels() {
     --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -r "$req")
   # From the cache when it holds them (pip checks every hash either way), else from the index.
   if ! "${pip[@]}" download -q --no-index --find-links "$wheels" "${target[@]}" -d "$dest" 2>/dev/null; then
-    echo "images: downloading the browser client's wheels (clients/browser/requirements.txt)"
+    echo "images: downloading the wheels of ${req#"$repo"/}"
     "${pip[@]}" download -q "${target[@]}" -d "$wheels"
     "${pip[@]}" download -q --no-index --find-links "$wheels" "${target[@]}" -d "$dest"
   fi
+}
+
+# A client image whose Dockerfile's directory holds a go.mod (clients/quicgo): its main
+# package, compiled with the host's Go (toolchain CADDY_GO_TOOLCHAIN, modules from the Go
+# proxy, pinned by its go.sum) once per source into $QUICBED_CACHE/bin/<dir>_perf-<hash>, and
+# copied to the directory's prebuilt/<dir>_perf for the Dockerfile to COPY. Its sources are
+# COPYed into the image too, so the image's input hash follows them.
+prebuild_go_client() {
+  local name=$1 dir bin hash go
+  dir=$(dirname "$(dockerfile_of "$name")")
+  [[ -f "$dir/go.mod" ]] || return 0
+  bin=$(basename "$dir")_perf
+  hash=$(cd "$dir" && cat go.mod go.sum ./*.go | sha256sum | cut -c1-16)
+  local bindir gocache
+  bindir=$(dirname "$cache")/bin
+  gocache=$(dirname "$cache")/go
+  if [[ ! -x "$bindir/$bin-$hash" ]]; then
+    go=$(command -v go || true)
+    [[ -z "$go" && -x /usr/local/go/bin/go ]] && go=/usr/local/go/bin/go
+    if [[ -z "$go" ]]; then
+      echo "images: $name needs Go on the host (make deps) to compile $bin" >&2
+      return 1
+    fi
+    echo "images: building $bin ($hash) with the host's Go, toolchain ${versions[CADDY_GO_TOOLCHAIN]}" >&2
+    mkdir -p "$bindir" "$gocache"
+    (cd "$dir" && env GOTOOLCHAIN="${versions[CADDY_GO_TOOLCHAIN]}" CGO_ENABLED=0 GOFLAGS=-trimpath \
+      GOPATH="$gocache" GOMODCACHE="$gocache/mod" GOCACHE="$gocache/build" \
+      "$go" build -o "$bindir/.$bin-$hash.tmp" .)
+    mv "$bindir/.$bin-$hash.tmp" "$bindir/$bin-$hash"
+  fi
+  mkdir -p "$dir/prebuilt"
+  cp "$bindir/$bin-$hash" "$dir/prebuilt/$bin"
+  go_prebuilt="$dir/prebuilt/$bin"
 }
 
 label_of() {
@@ -254,7 +300,12 @@ build_one() {
     "$here/base.sh" "$suite"
   done
   if [[ "$name" == caddy ]]; then prebuild_caddy; fi
-  if [[ "$name" == client ]]; then prebuild_client_wheels; fi
+  local wheel_req
+  wheel_req=$(wheel_requirements "$name")
+  # shellcheck disable=SC2086  # two words: the requirements file and the wheels' directory
+  [[ -n "$wheel_req" ]] && prebuild_wheels $wheel_req
+  go_prebuilt=""
+  prebuild_go_client "$name"
   echo "images: building $tag ($hash)"
   start=$SECONDS
   local -a args
@@ -268,13 +319,15 @@ build_one() {
         -f "${df#"$repo"/}" -t "$tag" - >"$log" 2>&1; then
     tail -40 "$log" >&2
     rm -f "$here/caddy/prebuilt/caddy"
-    rm -rf "$here/client/prebuilt/wheels"
+    [[ -n "$wheel_req" ]] && rm -rf "${wheel_req#* }"
+    [[ -n "$go_prebuilt" ]] && rm -f "$go_prebuilt"
     echo "images: building $tag failed (full log: $log)" >&2
     return 1
   fi
   rm -f "$log"
   if [[ "$name" == caddy ]]; then rm -f "$here/caddy/prebuilt/caddy"; fi
-  if [[ "$name" == client ]]; then rm -rf "$here/client/prebuilt/wheels"; fi
+  if [[ -n "$wheel_req" ]]; then rm -rf "${wheel_req#* }"; fi
+  if [[ -n "$go_prebuilt" ]]; then rm -f "$go_prebuilt"; fi
   mkdir -p "$cache"
   # Exactly <name>-<16 hex>.tar: "caddy-*" would also match caddy-debian's tar.
   rm -f "$cache/$name"-????????????????.tar

@@ -35,11 +35,13 @@ OWN_IMAGE = "quicbed-test/own-client:1.0"
 
 
 def test_shipped_clients_are_the_old_tools() -> None:
-    """What clients/tools.py's literal held, checked on the loaded descriptors."""
-    assert list(tools.TOOLS) == ["tls_perf", "quic_perf", "video_download", "chromium", "firefox"]
-    assert {t.image for t in tools.TOOLS.values()} == {tools.CLIENT_IMAGE}
-    assert {t.dockerfile for t in tools.TOOLS.values()} == {"images/client/Dockerfile"}
-    tls, quic, video, chromium, firefox = tools.TOOLS.values()
+    """What clients/tools.py's literal held, checked on the loaded descriptors; the stacks
+    added since (clients/aioquic, clients/quicgo) come after them, each in its own image."""
+    old = {name: t for name, t in tools.TOOLS.items() if t.image == tools.CLIENT_IMAGE}
+    assert list(old) == ["tls_perf", "quic_perf", "video_download", "chromium", "firefox"]
+    assert {t.dockerfile for t in old.values()} == {"images/client/Dockerfile"}
+    assert tools.TOOLS["aioquic"].dockerfile == "clients/aioquic/Dockerfile"
+    tls, quic, video, chromium, firefox = old.values()
     assert firefox.command == ("browser_perf", "--browser", "firefox") and firefox.workloads == ("web",)
     assert len(tls.labels()) == 16 and "tls1.2-h1-pq-resume" in tls.labels()
     assert tls.defaults == {"tls": "1.3", "http": "2", "kex": "x25519", "resume": "no"}
@@ -78,7 +80,7 @@ def test_shipped_clients_are_the_old_tools() -> None:
 def test_fixture_is_discovered_both_ways() -> None:
     for dirs in (str(FIXTURES), str(FIXTURES / OWN), f"{FIXTURES}::"):
         found = tools.load_clients(dirs=dirs)
-        assert list(found)[-1] == OWN and len(found) == 6, dirs
+        assert list(found)[-1] == OWN and len(found) == len(tools.TOOLS) + 1, dirs
     own = found[OWN]
     assert (own.image, own.dockerfile, own.command) == (OWN_IMAGE, None, ("quic_perf", "--backend", "ngtcp2"))
     # The command's own arguments come first, then the contract's, then the variant's.
@@ -183,7 +185,7 @@ def test_doctor_checks_the_images_the_descriptors_name(
     assert doctor.image_tags() == [
         *(spec.image for spec in servers.SERVERS.values()),
         "quicbed-test/own-caddy:1.0",
-        tools.CLIENT_IMAGE,
+        *dict.fromkeys(t.image for t in tools.TOOLS.values()),
         OWN_IMAGE,
     ]
     monkeypatch.setenv(tools.ENV_DIRS, str(tmp_path / "nope"))

@@ -1,0 +1,562 @@
+// quicgo_perf: HTTP/3 GETs through quic-go's public API (quic.Dial, http3.Transport's
+// ClientConn), one JSON row per measurement with the perf tools' keys (clients/perf/README.md).
+// Exit 0 all measurements succeeded, 1 a row has an error, 2 usage error, 3 unsupported.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+)
+
+const (
+	toolName        = "quicgo" // the row's tool: the client's name in the testbed
+	toolVersion     = "0.1.0"
+	exitUnsupported = 3
+)
+
+type resolveList []string
+
+func (r *resolveList) String() string     { return strings.Join(*r, ",") }
+func (r *resolveList) Set(v string) error { *r = append(*r, v); return nil }
+
+type options struct {
+	url, cacert, keylog, qlog, outputBody, cc, groups, backend, http, tls string
+	resolve                                                               resolveList
+	insecure, cpu, discard, sha, resume, cold, verbose, curlTimers        bool
+	n                                                                     int
+	pause                                                                 float64
+	timeout                                                               int
+}
+
+func usage(msg string) {
+	fmt.Fprintf(os.Stderr, "usage: quicgo_perf --url https://NAME[:PORT]/PATH [options] (%s; see --help)\n", msg)
+	os.Exit(2)
+}
+
+func parse(args []string) options {
+	var o options
+	fs := flag.NewFlagSet("quicgo_perf", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.url, "url", "", "")
+	fs.Var(&o.resolve, "resolve", "")
+	fs.StringVar(&o.cacert, "cacert", "", "")
+	fs.BoolVar(&o.insecure, "insecure", false, "")
+	fs.IntVar(&o.n, "n", 1, "")
+	fs.IntVar(&o.n, "repetitions", 1, "")
+	fs.Float64Var(&o.pause, "pause", 0, "")
+	fs.IntVar(&o.timeout, "timeout", 30, "")
+	fs.BoolVar(&o.cpu, "cpu", false, "")
+	fs.StringVar(&o.keylog, "keylog", "", "")
+	fs.StringVar(&o.qlog, "qlog", "", "")
+	fs.StringVar(&o.outputBody, "output-body", "", "")
+	fs.BoolVar(&o.discard, "discard", false, "")
+	fs.BoolVar(&o.sha, "sha256", false, "")
+	fs.BoolVar(&o.resume, "resume", false, "")
+	fs.BoolVar(&o.cold, "cold", false, "")
+	fs.BoolVar(&o.verbose, "verbose", false, "")
+	fs.BoolVar(&o.curlTimers, "curl-timers", false, "")
+	fs.StringVar(&o.cc, "cc", "", "")
+	fs.StringVar(&o.groups, "groups", "", "")
+	fs.StringVar(&o.backend, "backend", "quic-go", "")
+	fs.StringVar(&o.http, "http", "3", "")
+	fs.StringVar(&o.tls, "tls", "1.3", "")
+	version := fs.Bool("version", false, "")
+	help := fs.Bool("help", false, "")
+	if err := fs.Parse(args); err != nil {
+		usage(err.Error())
+	}
+	if *help {
+		fmt.Println("usage: quicgo_perf --url URL [--resolve NAME:PORT:ADDR] [--cacert FILE | --insecure] [-n N] [--pause MS]\n" +
+			"  [--timeout S] [--cpu] [--keylog FILE] [--output-body FILE | --discard] [--sha256] [--groups LIST]\n" +
+			"Exit status: 0 all measurements succeeded, 1 some failed, 2 usage error, 3 unsupported (no rows).")
+		os.Exit(0)
+	}
+	if *version {
+		fmt.Printf("quicgo_perf %s (%s)\n", toolVersion, library())
+		os.Exit(0)
+	}
+	switch {
+	case fs.NArg() > 0:
+		usage("stray argument " + fs.Arg(0))
+	case o.url == "":
+		usage("--url is required")
+	case o.n < 1:
+		usage("-n must be at least 1")
+	case o.timeout < 1:
+		usage("--timeout must be at least 1")
+	case o.pause < 0:
+		usage("--pause must not be negative")
+	case o.backend != "quic-go":
+		usage("--backend: only quic-go")
+	case o.http != "3":
+		usage("--http: only 3")
+	case o.tls != "1.3":
+		usage("--tls: only 1.3")
+	case o.insecure && o.cacert != "":
+		usage("--cacert and --insecure exclude each other")
+	case o.outputBody != "" && o.discard:
+		usage("--output-body and --discard exclude each other")
+	}
+	for _, r := range o.resolve {
+		parts := strings.SplitN(r, ":", 3)
+		if len(parts) != 3 || parts[0] == "" || parts[2] == "" {
+			usage("--resolve " + r + " is not NAME:PORT:ADDR")
+		}
+		if _, err := strconv.Atoi(parts[1]); err != nil {
+			usage("--resolve " + r + " is not NAME:PORT:ADDR")
+		}
+	}
+	return o
+}
+
+// Key-exchange groups by OpenSSL's names (the C tools' --groups).
+var groupNames = map[string]tls.CurveID{
+	"X25519": tls.X25519, "secp256r1": tls.CurveP256, "secp384r1": tls.CurveP384,
+	"secp521r1": tls.CurveP521, "X25519MLKEM768": tls.X25519MLKEM768,
+}
+
+func unsupported(o options) string {
+	switch {
+	case o.resume:
+		return "--resume: not written yet for quic-go (its session cache and 0-RTT)"
+	case o.qlog != "":
+		return "--qlog: quic-go v0.63 writes a newer qlog draft than the testbed's 0.3 JSON-SEQ"
+	case o.cc != "":
+		return "--cc: quic-go cannot choose its congestion control (its own CUBIC/NewReno)"
+	case o.curlTimers:
+		return "--curl-timers: there is no libcurl in quicgo_perf"
+	}
+	return ""
+}
+
+func curves(list string) ([]tls.CurveID, string) {
+	if list == "" {
+		list = "X25519:secp256r1" // the C tools' default
+	}
+	var out []tls.CurveID
+	for _, name := range strings.Split(list, ":") {
+		id, ok := groupNames[name]
+		if !ok {
+			return nil, name
+		}
+		out = append(out, id)
+	}
+	return out, ""
+}
+
+func library() string {
+	ver := "unknown"
+	goVer := ""
+	if info, ok := debug.ReadBuildInfo(); ok {
+		goVer = info.GoVersion
+		for _, dep := range info.Deps {
+			if dep.Path == "github.com/quic-go/quic-go" {
+				ver = dep.Version
+			}
+		}
+	}
+	return "quic-go/" + ver + " " + strings.Replace(goVer, "go", "Go/", 1)
+}
+
+type target struct {
+	host, authority string
+	addr            *net.UDPAddr
+}
+
+func resolveTarget(o options) (target, string) {
+	u, err := url.Parse(o.url)
+	if err != nil || u.Scheme != "https" || u.Hostname() == "" || strings.ContainsAny(o.url, " \t") {
+		return target{}, "url: not an https://NAME[:PORT]/PATH URL: " + o.url
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	address := ""
+	for _, r := range o.resolve {
+		p := strings.SplitN(r, ":", 3)
+		if p[0] == u.Hostname() && p[1] == port {
+			address = p[2]
+		}
+	}
+	if address == "" {
+		addrs, err := net.LookupHost(u.Hostname())
+		if err != nil || len(addrs) == 0 {
+			return target{}, "connect: cannot resolve " + u.Hostname()
+		}
+		address = addrs[0]
+	}
+	udp, err := net.ResolveUDPAddr("udp", net.JoinHostPort(address, port))
+	if err != nil {
+		return target{}, "connect: " + err.Error()
+	}
+	return target{host: u.Hostname(), authority: u.Host, addr: udp}, ""
+}
+
+// connectedConn is a connected UDP socket as a plain net.PacketConn: quic-go writes to its one
+// peer, and an ICMP port unreachable (no server) comes back as a read error, a "connect:" row
+// at once instead of a handshake timeout. Plain on purpose: a *net.UDPConn would make quic-go
+// use sendmsg with an address (refused on a connected socket), so it runs without GSO and ECN.
+type connectedConn struct {
+	udp  *net.UDPConn
+	peer net.Addr
+}
+
+func (c connectedConn) WriteTo(b []byte, _ net.Addr) (int, error) { return c.udp.Write(b) }
+func (c connectedConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	n, err := c.udp.Read(b)
+	return n, c.peer, err
+}
+func (c connectedConn) Close() error                       { return c.udp.Close() }
+func (c connectedConn) LocalAddr() net.Addr                { return c.udp.LocalAddr() }
+func (c connectedConn) SetDeadline(t time.Time) error      { return c.udp.SetDeadline(t) }
+func (c connectedConn) SetReadDeadline(t time.Time) error  { return c.udp.SetReadDeadline(t) }
+func (c connectedConn) SetWriteDeadline(t time.Time) error { return c.udp.SetWriteDeadline(t) }
+
+type measurement struct {
+	tStart, tHandshake, tFirstByte, tDone float64
+	cpuMs                                 *float64
+	localIP                               string
+	localPort, status                     int
+	bytes                                 int64
+	cipher, group, alpn                   string
+	err                                   string
+	digest                                string
+}
+
+func now() float64 { return float64(time.Now().UnixNano()) / 1e9 }
+
+func procCPU() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e6
+}
+
+func classify(err error, handshakeDone bool, ctx context.Context) string {
+	var te *quic.TransportError
+	var ue x509.UnknownAuthorityError
+	var he x509.HostnameError
+	var ci x509.CertificateInvalidError
+	var idle *quic.IdleTimeoutError
+	var hs *quic.HandshakeTimeoutError
+	var se syscall.Errno
+	switch {
+	case errors.As(err, &ue) || errors.As(err, &he) || errors.As(err, &ci):
+		return "tls: " + err.Error()
+	case errors.As(err, &te) && te.ErrorCode.IsCryptoError():
+		return "tls: " + err.Error()
+	case errors.As(err, &se) && (se == syscall.ECONNREFUSED || se == syscall.ENETUNREACH || se == syscall.EHOSTUNREACH):
+		return "connect: " + se.Error()
+	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || errors.As(err, &idle) || errors.As(err, &hs):
+		if handshakeDone {
+			return "timeout: transfer not done"
+		}
+		return "timeout: handshake not done"
+	}
+	return "quic: " + err.Error()
+}
+
+func measure(o options, t target, tlsConf *tls.Config, body io.Writer) measurement {
+	var m measurement
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(o.timeout)*time.Second)
+	defer cancel()
+	udp, err := net.DialUDP("udp", nil, t.addr)
+	if err != nil {
+		m.err = "connect: " + err.Error()
+		return m
+	}
+	defer udp.Close()
+	local := udp.LocalAddr().(*net.UDPAddr)
+	m.localIP, m.localPort = local.IP.String(), local.Port
+	m.tStart = now()
+	cpu0 := procCPU()
+	conn, err := quic.Dial(ctx, connectedConn{udp, t.addr}, t.addr, tlsConf, &quic.Config{})
+	if err != nil {
+		m.err = classify(err, false, ctx)
+		return m
+	}
+	m.tHandshake = now()
+	cpu := procCPU() - cpu0
+	m.cpuMs = &cpu
+	state := conn.ConnectionState().TLS
+	m.cipher = tls.CipherSuiteName(state.CipherSuite)
+	m.group = groupName(state.CurveID)
+	m.alpn = state.NegotiatedProtocol
+	defer conn.CloseWithError(0, "")
+	cc := (&http3.Transport{}).NewClientConn(conn)
+	trace := &httptrace.ClientTrace{GotFirstResponseByte: func() {
+		if m.tFirstByte == 0 {
+			m.tFirstByte = now()
+		}
+	}}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, o.url, nil)
+	if err != nil {
+		m.err = "url: " + err.Error()
+		return m
+	}
+	req.Header.Set("User-Agent", "quicgo_perf/"+toolVersion)
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		m.err = classify(err, true, ctx)
+		return m
+	}
+	defer resp.Body.Close()
+	m.status = resp.StatusCode
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(h, body), resp.Body)
+	m.bytes = n
+	if err != nil {
+		m.err = classify(err, true, ctx)
+		return m
+	}
+	m.tDone = now()
+	m.digest = hex.EncodeToString(h.Sum(nil))
+	if m.status != 200 {
+		m.err = fmt.Sprintf("http: status %d", m.status)
+	}
+	return m
+}
+
+func groupName(id tls.CurveID) string {
+	for name, v := range groupNames {
+		if v == id {
+			return name
+		}
+	}
+	return ""
+}
+
+// cpuSampler: every 500 ms the process's share of one CPU and the machine's busy share.
+type cpuSampler struct {
+	mu      sync.Mutex
+	samples []map[string]float64
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func readJiffies() (proc, all, idle float64) {
+	if b, err := os.ReadFile("/proc/self/stat"); err == nil {
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		u, _ := strconv.ParseFloat(f[11], 64)
+		s, _ := strconv.ParseFloat(f[12], 64)
+		proc = u + s
+	}
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		line := strings.SplitN(string(b), "\n", 2)[0]
+		for i, f := range strings.Fields(line)[1:] {
+			v, _ := strconv.ParseFloat(f, 64)
+			all += v
+			if i == 3 || i == 4 {
+				idle += v
+			}
+		}
+	}
+	return
+}
+
+func startSampler() *cpuSampler {
+	s := &cpuSampler{samples: []map[string]float64{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		start := time.Now()
+		p0, a0, i0 := readJiffies()
+		ncpu := float64(numCPU())
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-tick.C:
+				p, a, i := readJiffies()
+				if a > a0 {
+					s.mu.Lock()
+					s.samples = append(s.samples, map[string]float64{
+						"t":            time.Since(start).Seconds(),
+						"proc_pct":     100 * (p - p0) / ((a - a0) / ncpu),
+						"sys_busy_pct": 100 * ((a - a0) - (i - i0)) / (a - a0),
+					})
+					s.mu.Unlock()
+				}
+				p0, a0, i0 = p, a, i
+			}
+		}
+	}()
+	return s
+}
+
+func (s *cpuSampler) finish() []map[string]float64 {
+	close(s.stop)
+	<-s.done
+	return s.samples
+}
+
+func numCPU() int {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 1
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "cpu") && !strings.HasPrefix(line, "cpu ") {
+			n++
+		}
+	}
+	if n == 0 {
+		return 1
+	}
+	return n
+}
+
+func row(o options, t target, m measurement, rep int, cpu []map[string]float64) map[string]any {
+	ok := m.err == ""
+	ms := func(x float64) any {
+		if x == 0 || m.tStart == 0 {
+			return nil
+		}
+		return float64(int64((x-m.tStart)*1e6)) / 1e3
+	}
+	abs := func(x float64) any {
+		if x == 0 {
+			return nil
+		}
+		return x
+	}
+	r := map[string]any{
+		"tool": toolName, "tool_version": toolVersion, "library": library(), "backend": "quic-go",
+		"protocol": "quic", "tls_version": "", "http_version": "", "cipher": m.cipher, "tls_group": m.group,
+		"local_ip": m.localIP, "local_port": m.localPort, "remote_ip": "", "remote_port": 0,
+		"url": o.url, "bytes": m.bytes, "http_status": m.status, "t_start": abs(m.tStart),
+		"t_connect": abs(m.tHandshake), "t_handshake": abs(m.tHandshake), "t_first_byte": abs(m.tFirstByte),
+		"t_done": nil, "connection_time_ms": ms(m.tHandshake), "client_cpu_ms": nil,
+		"ttfb_ms": ms(m.tFirstByte), "download_time_ms": nil, "throughput_mbps": nil,
+		"resumed": false, "cpu": cpu, "rep": rep, "error": m.err,
+	}
+	if t.addr != nil {
+		r["remote_ip"], r["remote_port"] = t.addr.IP.String(), t.addr.Port
+	}
+	if m.tHandshake != 0 {
+		r["tls_version"] = "TLSv1.3"
+	}
+	if m.alpn == "h3" {
+		r["http_version"] = "3"
+	}
+	if m.cpuMs != nil {
+		r["client_cpu_ms"] = float64(int64(*m.cpuMs*1e3)) / 1e3
+	}
+	if ok && m.tDone != 0 {
+		r["t_done"] = m.tDone
+		d := m.tDone - m.tStart
+		r["download_time_ms"] = ms(m.tDone)
+		r["throughput_mbps"] = float64(m.bytes) * 8 / d / 1e6
+	}
+	if o.sha {
+		r["sha256"] = ""
+		if ok {
+			r["sha256"] = m.digest
+		}
+	}
+	return r
+}
+
+func tlsConfig(o options, t target, keylog io.Writer) (*tls.Config, string) {
+	groups, bad := curves(o.groups)
+	if bad != "" {
+		return nil, "tls: quic-go does not know the group " + bad
+	}
+	conf := &tls.Config{ServerName: t.host, NextProtos: []string{http3.NextProtoH3}, CurvePreferences: groups,
+		KeyLogWriter: keylog, MinVersion: tls.VersionTLS13, InsecureSkipVerify: o.insecure}
+	if o.cacert != "" {
+		pem, err := os.ReadFile(o.cacert)
+		if err != nil {
+			return nil, "tls: CA file " + o.cacert + ": " + errors.Unwrap(err).Error()
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, "tls: no certificate in CA file " + o.cacert
+		}
+		conf.RootCAs = pool
+	}
+	return conf, ""
+}
+
+func openOut(path string, flags int) io.WriteCloser {
+	f, err := os.OpenFile(path, flags, 0o644)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "quicgo_perf: %s\n", err)
+		os.Exit(2)
+	}
+	return f
+}
+
+func main() {
+	o := parse(os.Args[1:])
+	if why := unsupported(o); why != "" {
+		fmt.Fprintln(os.Stderr, "quicgo_perf: unsupported: "+why)
+		os.Exit(exitUnsupported)
+	}
+	var keylog io.Writer
+	if o.keylog != "" {
+		f := openOut(o.keylog, os.O_CREATE|os.O_APPEND|os.O_WRONLY)
+		defer f.Close()
+		keylog = f
+	}
+	body := io.Discard
+	if o.outputBody != "" {
+		f := openOut(o.outputBody, os.O_CREATE|os.O_TRUNC|os.O_WRONLY)
+		defer f.Close()
+		body = f
+	}
+	t, setupErr := resolveTarget(o)
+	var tlsConf *tls.Config
+	if setupErr == "" {
+		tlsConf, setupErr = tlsConfig(o, t, keylog)
+	}
+	failed := false
+	enc := json.NewEncoder(os.Stdout)
+	for rep := 0; rep < o.n; rep++ {
+		if rep > 0 && o.pause > 0 {
+			time.Sleep(time.Duration(o.pause * float64(time.Millisecond)))
+		}
+		var sampler *cpuSampler
+		if o.cpu {
+			sampler = startSampler()
+		}
+		m := measurement{err: setupErr}
+		if setupErr == "" {
+			m = measure(o, t, tlsConf, body)
+		}
+		cpu := []map[string]float64{}
+		if sampler != nil {
+			cpu = sampler.finish()
+		}
+		r := row(o, t, m, rep, cpu)
+		failed = failed || m.err != ""
+		_ = enc.Encode(r)
+	}
+	if failed {
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,182 @@
+"""The QUIC stacks' clients keep the client contract, against a real nginx (h3):
+aioquic_perf (clients/aioquic) and quicgo_perf (clients/quicgo).
+
+They share test_perf_tools.py's bed (nginx with --network none, the perf tools' client in its
+namespace, the blackhole on 9443); each joins that namespace from its own image
+(quicbed/aioquic:<AIOQUIC_VERSION>, quicbed/quicgo:<QUICGO_VERSION>), built by images/build.sh
+once per module. The cases are the C tools':
+a fetch with the perf tools' row keys, bad input as error rows of the same categories (wrong
+CA, server down, timeout, 404...), usage errors (exit 2, no rows) and the options aioquic cannot
+do (exit 3, no rows).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from test_perf_tools import BAD, ROW_KEYS, TIMEOUT_S, Bed, assert_ordered, bed, common, docker, images
+
+from quicbed.clients import tools
+from quicbed.paths import REPO
+
+pytestmark = pytest.mark.docker
+__all__ = ["bed", "images"]  # the shared fixtures, imported to be used here
+
+STACKS = ["aioquic", "quicgo"]
+# What each stack's row says of itself: (tool, backend, tls_group).
+IDENTITY = {"aioquic": ("aioquic", "aioquic", ""), "quicgo": ("quicgo", "quic-go", "X25519")}
+
+
+@dataclass
+class Run:
+    rc: int
+    rows: list[dict]
+    stderr: str
+    elapsed: float
+
+
+@dataclass
+class Stack:
+    name: str
+    container: str
+    bed: Bed
+
+    def run(self, *args: str, timeout: float = 60) -> Run:
+        t0 = time.monotonic()
+        command = tools.get_tool(self.name).command
+        res = docker("exec", self.container, *command, *args, timeout=timeout, check=False)
+        rows = [json.loads(line) for line in res.stdout.decode().splitlines() if line.strip()]
+        return Run(res.returncode, rows, res.stderr.decode(), time.monotonic() - t0)
+
+
+@pytest.fixture(scope="module", params=STACKS)
+def aq(bed: Bed, request: pytest.FixtureRequest) -> Iterator[Stack]:
+    name = request.param
+    build = subprocess.run(
+        [str(REPO / "images/build.sh"), name],
+        capture_output=True,
+        timeout=1800,
+        check=False,
+        env={**os.environ, "QUICBED_SAVE_IMAGES": "0"},
+    )
+    assert build.returncode == 0, (build.stdout + build.stderr).decode()[-3000:]
+    container = f"dev-{name}-{uuid.uuid4().hex[:8]}"
+    try:
+        docker(
+            "run", "-d", "--name", container, "--network", f"container:{bed.client}",
+            "-v", f"{bed.workdir}:/w", tools.get_tool(name).image, "sleep", "infinity",
+        )  # fmt: skip
+        yield Stack(name, container, bed)
+    finally:
+        docker("rm", "-f", container, check=False)
+
+
+def test_fetch_gives_the_perf_tools_row(aq: Stack) -> None:
+    qlog = ["--qlog", "/tmp/q.sqlog"] if tools.get_tool(aq.name).qlog_flag else []
+    r = aq.run(*common(), "--sha256", "-n", "2", "--cpu", *qlog, "--keylog", "/tmp/k.log")
+    assert r.rc == 0, (r.stderr, [row["error"] for row in r.rows])
+    assert len(r.rows) == 2
+    for rep, row in enumerate(r.rows):
+        assert set(row) == ROW_KEYS | {"sha256"}, set(row) ^ ROW_KEYS
+        assert row["error"] == "" and row["rep"] == rep and row["http_status"] == 200
+        assert row["bytes"] == 100_000 and row["sha256"] == aq.bed.small_sha
+        assert (row["tool"], row["backend"], row["tls_group"]) == IDENTITY[aq.name]
+        assert row["protocol"] == "quic" and row["library"].startswith(IDENTITY[aq.name][1] + "/")
+        assert (row["tls_version"], row["http_version"]) == ("TLSv1.3", "3")
+        assert row["cipher"].startswith("TLS_") and row["resumed"] is False
+        assert row["tool_version"]
+        assert row["local_ip"] == "127.0.0.1" and row["local_port"] > 0 and row["remote_port"] == 443
+        assert 0 < row["client_cpu_ms"] < row["connection_time_ms"] * 1.5 + 5
+        assert_ordered(row)
+    # One connection per measurement: the key log names two client randoms, the qlog has two
+    # JSON-SEQ headers (qlog 0.3) and the events of both.
+    out = docker("exec", aq.container, "cat", "/tmp/k.log").stdout.decode()
+    secrets = [line.split() for line in out.splitlines() if line.startswith("CLIENT_HANDSHAKE_TRAFFIC")]
+    randoms = {fields[1] for fields in secrets}
+    assert len(randoms) == 2
+    if not qlog:
+        return
+    out = docker("exec", aq.container, "cat", "/tmp/q.sqlog").stdout.decode()
+    records = [json.loads(rec) for rec in out.split("\x1e")[1:]]
+    headers = [rec for rec in records if "qlog_version" in rec]
+    assert [h["qlog_version"] for h in headers] == ["0.3", "0.3"] and len(records) > 20
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_is_an_error_row_of_the_c_tools_category(aq: Stack, case: str) -> None:
+    """Wrong CA, server down (refused), no route, a silent server, 404, a missing CA file."""
+    args, category = BAD[case]
+    r = aq.run(*args, "--timeout", str(TIMEOUT_S))
+    assert r.rc == 1, r.stderr
+    assert len(r.rows) == 1
+    row = r.rows[0]
+    assert set(row) == ROW_KEYS
+    assert row["error"].startswith(category + ":"), row["error"]
+    assert row["t_done"] is None and row["download_time_ms"] is None
+    assert row["throughput_mbps"] is None and row["local_port"] >= 0
+    assert r.elapsed < TIMEOUT_S + 5
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--url"],
+        ["--url", "https://x/", "-n", "0"],
+        ["--url", "https://x/", "--timeout", "soon"],
+        ["--url", "https://x/", "stray"],
+        ["--url", "https://x/", "--http", "2"],
+        ["--url", "https://x/", "--tls", "1.2"],
+        ["--url", "https://x/", "--backend", "ngtcp2"],
+        ["--url", "https://x/", "--resolve", "x:443"],
+    ],
+)
+def test_usage_error_is_exit_2_without_rows(aq: Stack, args: list[str]) -> None:
+    r = aq.run(*args)
+    assert r.rc == 2 and r.rows == [], r
+    assert "usage:" in r.stderr
+
+
+# What each stack cannot do: (arguments, words of its one line on stderr).
+CANNOT = {
+    "aioquic": [
+        (["--resume"], "--resume"),
+        (["--groups", "X25519"], "key-exchange groups"),
+        (["--curl-timers"], "no libcurl"),
+        (["--cc", "bbr"], "no congestion control 'bbr'"),
+    ],
+    "quicgo": [
+        (["--resume"], "--resume"),
+        (["--qlog", "/tmp/q"], "qlog"),
+        (["--curl-timers"], "no libcurl"),
+        (["--cc", "cubic"], "congestion control"),
+    ],
+}
+
+
+def test_what_a_stack_cannot_do_is_exit_3(aq: Stack) -> None:
+    for args, words in CANNOT[aq.name]:
+        r = aq.run(*common(), *args)
+        assert r.rc == tools.UNSUPPORTED_EXIT and r.rows == [], (args, r)
+        assert words in r.stderr, (args, r.stderr)
+
+
+def test_what_a_stack_can_choose_reaches_the_row(aq: Stack) -> None:
+    """aioquic: its congestion control; quic-go: the key-exchange groups (OpenSSL's names)."""
+    if aq.name == "aioquic":
+        for cc in ("reno", "cubic"):
+            r = aq.run(*common(), "--cc", cc)
+            assert r.rc == 0 and r.rows[0]["cc"] == cc, r
+        return
+    for groups, expected in (("secp256r1", "secp256r1"), ("X25519MLKEM768", "X25519MLKEM768")):
+        r = aq.run(*common(), "--groups", groups)
+        assert r.rc == 0 and r.rows[0]["tls_group"] == expected, r
+    r = aq.run(*common(), "--groups", "ffdhe9999")
+    assert r.rc == 1 and "does not know" in r.rows[0]["error"], r

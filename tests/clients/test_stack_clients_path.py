@@ -1,0 +1,108 @@
+"""The QUIC stacks' clients on the real emulated path (india, 80 ms), run by `quicbed run`,
+each in its own image: aioquic (clients/aioquic) and quic-go (clients/quicgo).
+
+One bring-up per client (an experiment's clients share one image): a tiny experiment names
+the client against Caddy (quic-go), nginx and HAProxy (each its own QUIC stack); the tests
+read its run directory. The manifest shows the executor started the client container from the
+client's image (quicbed/<name>:<its version>), and each server's fresh connections take one RTT within
+the project's row criterion (analysis/physics.py: net of the client's measured CPU, at most
+max(+3 %, +1.5 ms) above 1 RTT).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from quicbed.analysis.physics import net_connection_rtts, row_connection_within
+from quicbed.clients import tools
+from quicbed.paths import read_versions
+
+pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
+
+SERVERS = ["caddy", "nginx", "haproxy"]
+REPETITIONS = 3
+# client -> (its versions.env key, the row's backend, the command the manifest records)
+STACKS = {
+    "aioquic": ("AIOQUIC_VERSION", "aioquic", "aioquic_perf"),
+    "quicgo": ("QUICGO_VERSION", "quic-go", "quicgo_perf"),
+}
+EXPERIMENT = """name: {client}-path
+profiles: [india]
+servers: [{servers}]
+clients: [{{tool: {client}}}]
+workload: {{kind: web, objects: [index.html]}}
+repetitions: {repetitions}
+"""
+
+
+@pytest.fixture(scope="module", params=list(STACKS))
+def run_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    client = request.param
+    tmp = tmp_path_factory.mktemp(f"{client}-path")
+    build = subprocess.run(
+        [str(Path(tools.SHIPPED_DIR).parent / "images" / "build.sh"), client],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert build.returncode == 0, build.stderr[-3000:]
+    experiment = tmp / f"{client}.yaml"
+    experiment.write_text(
+        EXPERIMENT.format(client=client, servers=", ".join(SERVERS), repetitions=REPETITIONS)
+    )
+    env = {**os.environ, "QUICBED_RESULTS": str(tmp / "results")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "quicbed.cli", "run", str(experiment), "--no-progress"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (found,) = (tmp / "results").iterdir()
+    return found
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()]
+
+
+def test_the_executor_runs_the_clients_own_image(run_dir: Path) -> None:
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (client,) = manifest["executor"]["client_tools"]
+    key, backend, command = STACKS[client]
+    version = read_versions()[key]
+    assert manifest["executor"]["client_image"]["image"] == f"quicbed/{client}:{version}"
+    assert manifest["executor"]["client_tools"][client]["command"] == [command]
+    assert manifest["versions"][key] == version
+    rows = _rows(run_dir)
+    assert len(rows) == len(SERVERS) * REPETITIONS
+    assert all(r["error"] is None and r["backend"] == backend for r in rows), rows
+    # The version the descriptor says it reports reaches every row.
+    assert all(r["library"].startswith(f"{backend}/{version} ") for r in rows), rows[0]["library"]
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_fresh_connection_takes_one_rtt(run_dir: Path, server: str) -> None:
+    rows = [r for r in _rows(run_dir) if r["server"] == server]
+    assert len(rows) == REPETITIONS and all(r["error"] is None for r in rows), rows
+    rtt = rows[0]["calib_rtt_ms"]
+    net = statistics.median(
+        net_connection_rtts(r["connection_time_ms"], r["client_cpu_ms"], rtt) for r in rows
+    )
+    raw = statistics.median(r["connection_time_ms"] for r in rows) / rtt
+    cpu = statistics.median(r["client_cpu_ms"] for r in rows)
+    print(
+        f"{rows[0]['tool']} -> {server}: connection {raw:.3f} RTT raw, "
+        f"{net:.3f} net of {cpu:.2f} ms client CPU"
+    )
+    assert row_connection_within(1, net, rtt), (net, raw, rows)
+    # The request goes after the handshake: its answer comes one RTT later.
+    assert all(r["ttfb_ms"] - r["connection_time_ms"] >= 0.98 * rtt for r in rows), rows
