@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -405,7 +406,6 @@ FAIRNESS_KEYS = ["profile", "server", "protocol"]
 
 def cross_flow_names(rows: pd.DataFrame) -> str:
     """The competing flows of these rows, as the experiment declared them (x0 tcp cubic ...)."""
-    import json
 
     seen: dict[str, None] = {}
     for text in rows["cross_flows"].dropna():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from load_common import _PAGE_TIMINGS_JS, _QOE_DONE_JS, BrowserLoad
+from load_common import _PAGE_TIMINGS_JS, _QOE_DONE_JS, BrowserLoad, browser_env
 from page_row import (
     LoadError,
     _short,
@@ -32,7 +32,7 @@ from page_row import (
     judge,
     one_line,
 )
-from proc_watch import MARKER, cpu_limits, cpu_snapshot, local_endpoints, marked_pids, process_cpu_s
+from proc_watch import cpu_limits, cpu_snapshot, local_endpoints, marked_pids, process_cpu_s
 
 # The binaries themselves, not Debian's /usr/bin wrappers (which add Google API keys, remote
 # extensions and GPU rasterization from /etc/chromium.d). Both are built from one Chromium
@@ -134,17 +134,7 @@ class Load(BrowserLoad):
                     f"tls: certutil could not trust {self.args.cacert}: "
                     f"{(proc.stderr or proc.stdout).strip()}"
                 )
-        env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": home,
-            "TMPDIR": tmpdir,
-            "XDG_CONFIG_HOME": os.path.join(home, ".config"),
-            "XDG_CACHE_HOME": os.path.join(home, ".cache"),
-            "LANG": "C.UTF-8",
-            MARKER: self.token,
-        }
-        if self.args.keylog:
-            env["SSLKEYLOGFILE"] = os.path.abspath(self.args.keylog)
+        env = browser_env(home, tmpdir, self.token, self.args.keylog)
         return env
 
     # -- DevTools network record

@@ -25,9 +25,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from bidi_client import BidiClosed, BidiError, BidiSession
-from load_common import _PAGE_TIMINGS_JS, BrowserLoad
+from load_common import _PAGE_TIMINGS_JS, BrowserLoad, browser_env
 from page_row import LoadError, add_cpu, build_row, drop_favicon, empty_row, http_problems, judge, one_line
-from proc_watch import MARKER, cpu_limits, cpu_snapshot, local_endpoints, marked_pids, process_cpu_s
+from proc_watch import cpu_limits, cpu_snapshot, local_endpoints, marked_pids, process_cpu_s
 
 # The binary itself (Debian's /usr/bin/firefox-esr is a link to it).
 BROWSERS = {"firefox": "/usr/lib/firefox-esr/firefox-esr"}
@@ -230,20 +230,15 @@ class FirefoxLoad(BrowserLoad):
             if proc.returncode != 0:
                 why = (proc.stderr or proc.stdout).strip()
                 raise LoadError(f"tls: certutil could not trust {self.args.cacert}: {why}")
-        env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": home,
-            "TMPDIR": tmpdir,
-            "XDG_CONFIG_HOME": os.path.join(home, ".config"),
-            "XDG_CACHE_HOME": os.path.join(home, ".cache"),
-            "LANG": "C.UTF-8",
-            "MOZ_HEADLESS": "1",
-            "MOZ_CRASHREPORTER_DISABLE": "1",
-            "MOZ_DISABLE_AUTO_SAFE_MODE": "1",
-            MARKER: self.token,
-        }
-        if self.args.keylog:
-            env["SSLKEYLOGFILE"] = os.path.abspath(self.args.keylog)
+        env = browser_env(
+            home,
+            tmpdir,
+            self.token,
+            self.args.keylog,
+            MOZ_HEADLESS="1",
+            MOZ_CRASHREPORTER_DISABLE="1",
+            MOZ_DISABLE_AUTO_SAFE_MODE="1",
+        )
         return profile, env
 
     def launch(self, profile: str, env: dict[str, str]) -> str:

@@ -21,12 +21,32 @@ from page_row import PAGE_ONLY_KEYS, one_line
 from proc_watch import (
     _TICK_S,
     CPU_SAMPLE_S,
+    MARKER,
     TMP_PREFIX,
     _system_jiffies,
     kill_marked,
     marked_pids,
     process_cpu_s,
 )
+
+
+def browser_env(home: str, tmpdir: str, token: str, keylog: str | None, **extra: str) -> dict[str, str]:
+    """A fresh browser's whole environment: nothing of the caller's leaks in, its HOME and
+    caches are the load's own, and the marker lets the process watch find its processes."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "TMPDIR": tmpdir,
+        "XDG_CONFIG_HOME": os.path.join(home, ".config"),
+        "XDG_CACHE_HOME": os.path.join(home, ".cache"),
+        "LANG": "C.UTF-8",
+        MARKER: token,
+        **extra,
+    }
+    if keylog:
+        env["SSLKEYLOGFILE"] = os.path.abspath(keylog)
+    return env
+
 
 PLAYER_PAGE = "/player/index.html"  # served by the testbed's servers (servers/player.py)
 _QOE_DONE_JS = "window.quicbedQoE !== undefined && window.quicbedQoE.done"
