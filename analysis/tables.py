@@ -248,8 +248,9 @@ def pageload_vs_download_table(df: pd.DataFrame) -> pd.DataFrame:
     perf = df[df["workload"] == "web"]
     lines = []
     for values, group in group_frames(pages, ["facet", "object", "protocol"]):
-        facet, obj, protocol = values
-        same = perf[(perf["facet"] == facet) & (perf["object"] == obj) & (perf["protocol"] == protocol)]
+        _, obj, protocol = values
+        path = group["path_facet"].iloc[0]
+        same = perf[(perf["path_facet"] == path) & (perf["object"] == obj) & (perf["protocol"] == protocol)]
         load, download = median_ci(group["page_load_time_ms"]), median_ci(same["download_time_ms"])
         lines.append(
             {

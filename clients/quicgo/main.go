@@ -139,8 +139,6 @@ var groupNames = map[string]tls.CurveID{
 
 func unsupported(o options) string {
 	switch {
-	case o.resume:
-		return "--resume: not written yet for quic-go (its session cache and 0-RTT)"
 	case o.qlog != "":
 		return "--qlog: quic-go v0.63 writes a newer qlog draft than the testbed's 0.3 JSON-SEQ"
 	case o.cc != "":
@@ -220,11 +218,20 @@ func resolveTarget(o options) (target, string) {
 // at once instead of a handshake timeout. Plain on purpose: a *net.UDPConn would make quic-go
 // use sendmsg with an address (refused on a connected socket), so it runs without GSO and ECN.
 type connectedConn struct {
-	udp  *net.UDPConn
-	peer net.Addr
+	udp     *net.UDPConn
+	peer    net.Addr
+	zeroRTT *int64 // bytes of the 0-RTT packets written (quic-go counts no early stream bytes)
 }
 
-func (c connectedConn) WriteTo(b []byte, _ net.Addr) (int, error) { return c.udp.Write(b) }
+// A QUIC v1 long header's first byte: form bit 0x80, packet type 0-RTT = 01 in bits 0x30.
+func isZeroRTT(b []byte) bool { return len(b) > 0 && b[0]&0x80 != 0 && (b[0]&0x30)>>4 == 1 }
+
+func (c connectedConn) WriteTo(b []byte, _ net.Addr) (int, error) {
+	if c.zeroRTT != nil && isZeroRTT(b) {
+		*c.zeroRTT += int64(len(b))
+	}
+	return c.udp.Write(b)
+}
 func (c connectedConn) ReadFrom(b []byte) (int, net.Addr, error) {
 	n, err := c.udp.Read(b)
 	return n, c.peer, err
@@ -244,6 +251,8 @@ type measurement struct {
 	cipher, group, alpn                   string
 	err                                   string
 	digest                                string
+	resumed                               bool
+	earlyBytes                            *int64 // --resume only: 0-RTT packet bytes the server accepted
 }
 
 func now() float64 { return float64(time.Now().UnixNano()) / 1e9 }
@@ -290,36 +299,63 @@ func measure(o options, t target, tlsConf *tls.Config, body io.Writer) measureme
 	defer udp.Close()
 	local := udp.LocalAddr().(*net.UDPAddr)
 	m.localIP, m.localPort = local.IP.String(), local.Port
+	var zeroRTT int64
+	pc := connectedConn{udp, t.addr, &zeroRTT}
 	m.tStart = now()
 	cpu0 := procCPU()
-	conn, err := quic.Dial(ctx, connectedConn{udp, t.addr}, t.addr, tlsConf, &quic.Config{})
+	var conn *quic.Conn
+	if o.resume {
+		// With a ticket, DialEarly returns before the handshake ends, and the request goes
+		// out as 0-RTT; the handshake's end is timed where it happens.
+		conn, err = quic.DialEarly(ctx, pc, t.addr, tlsConf, &quic.Config{Allow0RTT: true})
+	} else {
+		conn, err = quic.Dial(ctx, pc, t.addr, tlsConf, &quic.Config{})
+	}
 	if err != nil {
 		m.err = classify(err, false, ctx)
 		return m
 	}
-	m.tHandshake = now()
-	cpu := procCPU() - cpu0
-	m.cpuMs = &cpu
-	state := conn.ConnectionState().TLS
-	m.cipher = tls.CipherSuiteName(state.CipherSuite)
-	m.group = groupName(state.CurveID)
-	m.alpn = state.NegotiatedProtocol
-	defer conn.CloseWithError(0, "")
-	cc := (&http3.Transport{}).NewClientConn(conn)
-	trace := &httptrace.ClientTrace{GotFirstResponseByte: func() {
-		if m.tFirstByte == 0 {
-			m.tFirstByte = now()
-		}
-	}}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, o.url, nil)
-	if err != nil {
-		m.err = "url: " + err.Error()
-		return m
+	defer func() { conn.CloseWithError(0, "") }()
+	handshake := make(chan float64, 1)
+	if o.resume {
+		go func() {
+			select {
+			case <-conn.HandshakeComplete():
+				handshake <- now()
+			case <-ctx.Done():
+				handshake <- 0
+			}
+		}()
+	} else {
+		m.tHandshake = now() // quic.Dial returns with the handshake complete
+		m.handshakeState(conn, cpu0)
 	}
-	req.Header.Set("User-Agent", "quicgo_perf/"+toolVersion)
-	resp, err := cc.RoundTrip(req)
+	method := http.MethodGet
+	if o.resume {
+		method = http3.MethodGet0RTT
+	}
+	resp, err := m.get(ctx, conn, o.url, method)
+	if o.resume && errors.Is(err, quic.Err0RTTRejected) {
+		// The server resumed but refused early data (nginx): the request again, in 1-RTT.
+		var next *quic.Conn
+		if next, err = conn.NextConnection(ctx); err == nil {
+			conn = next
+			resp, err = m.get(ctx, conn, o.url, http.MethodGet)
+		}
+	}
+	if o.resume {
+		m.tHandshake = <-handshake
+		if m.tHandshake != 0 {
+			m.handshakeState(conn, cpu0)
+			early := int64(0)
+			if conn.ConnectionState().Used0RTT {
+				early = zeroRTT
+			}
+			m.earlyBytes = &early
+		}
+	}
 	if err != nil {
-		m.err = classify(err, true, ctx)
+		m.err = classify(err, m.tHandshake != 0, ctx)
 		return m
 	}
 	defer resp.Body.Close()
@@ -337,6 +373,36 @@ func measure(o options, t target, tlsConf *tls.Config, body io.Writer) measureme
 		m.err = fmt.Sprintf("http: status %d", m.status)
 	}
 	return m
+}
+
+// handshakeState: what the finished handshake negotiated, and the CPU it took the client
+// (with --resume, the request's sending is in it too: they overlap).
+func (m *measurement) handshakeState(conn *quic.Conn, cpu0 float64) {
+	if m.tHandshake == 0 {
+		return
+	}
+	cpu := procCPU() - cpu0
+	m.cpuMs = &cpu
+	state := conn.ConnectionState().TLS
+	m.cipher = tls.CipherSuiteName(state.CipherSuite)
+	m.group = groupName(state.CurveID)
+	m.alpn = state.NegotiatedProtocol
+	m.resumed = state.DidResume
+}
+
+func (m *measurement) get(ctx context.Context, conn *quic.Conn, rawURL, method string) (*http.Response, error) {
+	cc := (&http3.Transport{}).NewClientConn(conn)
+	trace := &httptrace.ClientTrace{GotFirstResponseByte: func() {
+		if m.tFirstByte == 0 {
+			m.tFirstByte = now()
+		}
+	}}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), method, rawURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("User-Agent", "quicgo_perf/"+toolVersion)
+	return cc.RoundTrip(req)
 }
 
 func groupName(id tls.CurveID) string {
@@ -452,7 +518,13 @@ func row(o options, t target, m measurement, rep int, cpu []map[string]float64) 
 		"t_connect": abs(m.tHandshake), "t_handshake": abs(m.tHandshake), "t_first_byte": abs(m.tFirstByte),
 		"t_done": nil, "connection_time_ms": ms(m.tHandshake), "client_cpu_ms": nil,
 		"ttfb_ms": ms(m.tFirstByte), "download_time_ms": nil, "throughput_mbps": nil,
-		"resumed": false, "cpu": cpu, "rep": rep, "error": m.err,
+		"resumed": m.resumed, "cpu": cpu, "rep": rep, "error": m.err,
+	}
+	if o.resume {
+		r["early_data_bytes"] = nil
+		if m.earlyBytes != nil {
+			r["early_data_bytes"] = *m.earlyBytes
+		}
 	}
 	if t.addr != nil {
 		r["remote_ip"], r["remote_port"] = t.addr.IP.String(), t.addr.Port
@@ -533,6 +605,14 @@ func main() {
 	var tlsConf *tls.Config
 	if setupErr == "" {
 		tlsConf, setupErr = tlsConfig(o, t, keylog)
+	}
+	if setupErr == "" && o.resume {
+		// An unprinted warm-up connection leaves a session ticket (and the server's transport
+		// parameters) in the cache for every measured connection to resume.
+		tlsConf.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+		if w := measure(options{url: o.url, timeout: o.timeout}, t, tlsConf, io.Discard); w.err != "" {
+			setupErr = w.err
+		}
 	}
 	failed := false
 	enc := json.NewEncoder(os.Stdout)

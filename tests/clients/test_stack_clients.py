@@ -153,7 +153,6 @@ CANNOT = {
         (["--cc", "bbr"], "no congestion control 'bbr'"),
     ],
     "quicgo": [
-        (["--resume"], "--resume"),
         (["--qlog", "/tmp/q"], "qlog"),
         (["--curl-timers"], "no libcurl"),
         (["--cc", "cubic"], "congestion control"),

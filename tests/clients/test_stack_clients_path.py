@@ -33,10 +33,12 @@ STACKS = {
     "aioquic": ("AIOQUIC_VERSION", "aioquic", "aioquic_perf"),
     "quicgo": ("QUICGO_VERSION", "quic-go", "quicgo_perf"),
 }
+# quic-go also resumes a warm-up's session, with its request in 0-RTT.
+CLIENTS = {"aioquic": "{tool: aioquic}", "quicgo": '{tool: quicgo}, {tool: quicgo, resume: "yes"}'}
 EXPERIMENT = """name: {client}-path
 profiles: [india]
 servers: [{servers}]
-clients: [{{tool: {client}}}]
+clients: [{clients}]
 workload: {{kind: web, objects: [index.html]}}
 repetitions: {repetitions}
 """
@@ -55,7 +57,9 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
     assert build.returncode == 0, build.stderr[-3000:]
     experiment = tmp / f"{client}.yaml"
     experiment.write_text(
-        EXPERIMENT.format(client=client, servers=", ".join(SERVERS), repetitions=REPETITIONS)
+        EXPERIMENT.format(
+            client=client, clients=CLIENTS[client], servers=", ".join(SERVERS), repetitions=REPETITIONS
+        )
     )
     env = {**os.environ, "QUICBED_RESULTS": str(tmp / "results")}
     proc = subprocess.run(
@@ -70,8 +74,10 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
     return found
 
 
-def _rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()]
+def _rows(run_dir: Path, resumed: bool = False) -> list[dict]:
+    """The fresh connections' rows, or the resuming client's."""
+    rows = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["client"].endswith("-resume") == resumed]
 
 
 def test_the_executor_runs_the_clients_own_image(run_dir: Path) -> None:
@@ -82,8 +88,8 @@ def test_the_executor_runs_the_clients_own_image(run_dir: Path) -> None:
     assert manifest["executor"]["client_image"]["image"] == f"quicbed/{client}:{version}"
     assert manifest["executor"]["client_tools"][client]["command"] == [command]
     assert manifest["versions"][key] == version
-    rows = _rows(run_dir)
-    assert len(rows) == len(SERVERS) * REPETITIONS
+    rows = _rows(run_dir) + _rows(run_dir, resumed=True)
+    assert len(rows) == len(SERVERS) * REPETITIONS * CLIENTS[client].count("tool:")
     assert all(r["error"] is None and r["backend"] == backend for r in rows), rows
     # The version the descriptor says it reports reaches every row.
     assert all(r["library"].startswith(f"{backend}/{version} ") for r in rows), rows[0]["library"]
@@ -106,3 +112,27 @@ def test_a_fresh_connection_takes_one_rtt(run_dir: Path, server: str) -> None:
     assert row_connection_within(1, net, rtt), (net, raw, rows)
     # The request goes after the handshake: its answer comes one RTT later.
     assert all(r["ttfb_ms"] - r["connection_time_ms"] >= 0.98 * rtt for r in rows), rows
+
+
+# Whether each server takes quic-go's early data: Caddy (quic-go) does, nginx 1.26 (its
+# OpenSSL compatibility layer) and HAProxy resume without it (clients/quicgo/README.md).
+EARLY_DATA = {"caddy": True, "nginx": False, "haproxy": False}
+
+
+@pytest.mark.parametrize("run_dir", ["quicgo"], indirect=True)  # aioquic has no --resume yet
+@pytest.mark.parametrize("server", SERVERS)
+def test_a_resumed_connection_sends_its_request_in_0rtt_where_the_server_takes_it(
+    run_dir: Path, server: str
+) -> None:
+    """With 0-RTT the request leaves with the first flight: its answer's first byte comes one
+    RTT after the start; refused early data costs the 1-RTT request after the handshake."""
+    rows = [r for r in _rows(run_dir, resumed=True) if r["server"] == server]
+    assert len(rows) == REPETITIONS and all(r["error"] is None and r["resumed"] for r in rows), rows
+    rtt = rows[0]["calib_rtt_ms"]
+    ttfb = statistics.median(r["ttfb_ms"] for r in rows) / rtt
+    early = [r["early_data_bytes"] for r in rows]
+    print(f"{rows[0]['tool']} -> {server} resumed: TTFB {ttfb:.3f} RTT, 0-RTT bytes {early}")
+    if EARLY_DATA[server]:
+        assert all(b > 0 for b in early) and 1.0 <= ttfb < 1.2, (ttfb, rows)
+    else:
+        assert early == [0] * REPETITIONS and 2.0 <= ttfb < 2.2, (ttfb, rows)
