@@ -318,6 +318,9 @@ def prepare(df: pd.DataFrame, manifests: list[dict[str, Any]], mixed: bool) -> p
     facet = df["condition_label"].fillna(df["condition"]).astype(str)
     if df["server"].nunique(dropna=True) > 1:
         facet = facet + " · " + df["server"].astype(str)
+    # The path and server a row ran on, whatever measured it: where a browser's page load
+    # meets the perf tools' download of the same page.
+    df["path_facet"] = facet
     # Nor is a second browser: Chromium's and Firefox's page loads are two stacks (QUIC, TLS
     # and their own loading), compared with each other by protocol, never pooled.
     loads = df["workload"] == PAGELOAD
@@ -325,6 +328,7 @@ def prepare(df: pd.DataFrame, manifests: list[dict[str, Any]], mixed: bool) -> p
         facet = facet.where(~loads, facet + " · " + df["tool"].astype(str))
     if mixed:
         facet = df["run_id"].astype(str) + " · " + facet
+        df["path_facet"] = df["run_id"].astype(str) + " · " + df["path_facet"]
     df["facet"] = facet
     return df
 

@@ -10,6 +10,7 @@ from analysis_synthetic import Model, write_run
 
 from quicbed.analysis import AnalysisError, load_runs, main_report
 from quicbed.analysis.load import manifest_differences
+from quicbed.analysis.tables import pageload_vs_download_table
 
 SMALL = Model(repetitions=3, workloads=("web",), conditions={"india": (80.0, 20.0, 20.0, 0.0)})
 
@@ -234,19 +235,27 @@ def test_units_of_a_condition_that_calibrated_unlike_are_flagged():
 
 def test_two_browsers_page_loads_are_never_pooled(results):
     """Chromium's and Firefox's loads are two stacks: each gets its own facet, the transfer
-    tools beside them keep theirs."""
+    tools beside them keep theirs, and each browser's load meets the same download."""
     run_dir = results / "browsers"
     run_dir.mkdir()
     rows = [
-        {"protocol": "quic", "workload": "web", "object": "media", "tool": tool, "page_load_time_ms": 400.0}
+        {
+            "protocol": "quic",
+            "workload": "web",
+            "object": "media",
+            "tool": tool,
+            "page_load_time_ms": 400.0,
+            "connections": 1,
+        }
         for tool in ("chromium", "firefox")
     ] + [
         {
             "protocol": "quic",
             "workload": "web",
-            "object": "index.html",
+            "object": "media",
             "tool": "quic_perf",
             "connection_time_ms": 81.0,
+            "download_time_ms": 200.0,
         }
     ]
     (run_dir / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
@@ -254,3 +263,5 @@ def test_two_browsers_page_loads_are_never_pooled(results):
     facets = dict(zip(df["tool"], df["facet"], strict=True))
     assert facets["chromium"] != facets["firefox"] and facets["chromium"].endswith("chromium")
     assert "quic_perf" not in facets["quic_perf"]
+    table = pageload_vs_download_table(df)
+    assert list(table["perf-tool download median (ms) [95% CI]"].str.startswith("200")) == [True, True]
