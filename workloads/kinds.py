@@ -74,11 +74,13 @@ class Web(WorkloadKind):
             cdfs_in_rtts=True,
         ),
         ReportSection(
-            "Page loads in Chromium",
+            "Page loads in browsers",
             (PAGELOAD,),
-            "One page load per trial in a fresh headless Chromium (no cache, no session, no "
-            "alt-svc memory); every resource's protocol was checked. Times from navigation "
-            "start. Beside it, the perf tools' download of the same page's HTML.",
+            "One page load per trial in a fresh headless browser, Chromium or Firefox (no "
+            "cache, no session, no alt-svc memory); every resource's protocol was checked. "
+            "Times from navigation start. Each browser is its own facet, never pooled with "
+            "the other. Beside it, the perf tools' download of the same page's HTML, and "
+            "the share of loads a CPU rather than the path limited.",
             metrics=(*m.PAGE_METRICS, m.PAGE_CPU),
             compared=tuple(m.PAGE_METRICS),
             figures="pageload",

@@ -186,7 +186,7 @@ def test_browser_page_loads_are_their_own_kind_never_pooled_with_the_perf_tools(
     assert not CONNECTION.rows(df)["tool"].eq("chromium").any()
     assert set(PAGE_CONNECTION.rows(df)["tool"]) == {"chromium"}
     markdown = full_report.with_suffix(".md").read_text()
-    section = markdown.split("## Page loads in Chromium", 1)[1].split("\n## ", 1)[0]
+    section = markdown.split("## Page loads in browsers", 1)[1].split("\n## ", 1)[0]
     section = section.split("Browser page load beside the perf tools' download of its HTML")[1]
     # india's quic row: the page load ≈ the download + 2 RTT + 60 ms, as the model says
     line = next(r for r in section.splitlines() if r.startswith("| india") and "QUIC" in r)
