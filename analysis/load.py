@@ -326,6 +326,11 @@ def prepare(df: pd.DataFrame, manifests: list[dict[str, Any]], mixed: bool) -> p
     loads = df["workload"] == PAGELOAD
     if "tool" in df and df.loc[loads, "tool"].nunique(dropna=True) > 1:
         facet = facet.where(~loads, facet + " · " + df["tool"].astype(str))
+    # Nor is a browser's cloud download with a perf tool's of the same protocol: the browser's
+    # stack (and its CPU) is what such a run compares.
+    if "browser" in df and "tool" in df:
+        downloads = (df["workload"] == "cloud") & df["browser"].notna()
+        facet = facet.where(~downloads, facet + " · " + df["tool"].astype(str))
     if mixed:
         facet = df["run_id"].astype(str) + " · " + facet
         df["path_facet"] = df["run_id"].astype(str) + " · " + df["path_facet"]

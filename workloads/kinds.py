@@ -138,6 +138,11 @@ class Cloud(WorkloadKind):
         super().prepare_content(root, objects)
         content.ensure_files(root, objects)
 
+    def tool_args(self, duration_s: float | None, settings: dict[str, Any]) -> dict[str, str]:
+        # A browser must be told the URL is a file to download, not a page to open; the perf
+        # tools fetch any URL the same way and do not take the flag.
+        return {"--workload": "cloud"}
+
 
 class Video(WorkloadKind):
     """A DASH stream (servers/content.py's ladder: video renditions and audio, 2 s segments),

@@ -205,6 +205,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="with --duration: dash.js settings (its updateSettings object) merged "
         "into its defaults; the row's player_settings shows those in force",
     )
+    p.add_argument(
+        "--workload",
+        choices=("web", "cloud"),
+        default="web",
+        help="web: load --url as a page (default); cloud: download the file at --url with "
+        "fetch() in a blank page of its origin, reading the body to the end without keeping it "
+        "(the perf tools' transfer keys; Chromium only)",
+    )
     p.add_argument("--verbose", action="store_true", help="the browser's arguments on stderr")
     p.add_argument("--version", action="store_true", help="print versions and exit")
     if "--version" in argv:
@@ -217,6 +225,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         raise Unsupported("only https:// URLs: the load must go over QUIC or TLS")
     if args.duration is not None and args.duration >= args.timeout:
         raise UsageError(f"--timeout {args.timeout:g} must exceed --duration {args.duration:g}")
+    if args.workload == "cloud" and args.duration is not None:
+        raise UsageError("--workload cloud: a download has no --duration (that is a playback)")
     if args.player_settings is not None and args.duration is None:
         raise UsageError("--player-settings: only with --duration (a playback)")
     driver = DRIVERS[args.browser]

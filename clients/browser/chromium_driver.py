@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from cloud_fetch import BLANK_HTML, FETCH_JS, blank_url, build_cloud_row, cloud_error, file_only
 from load_common import _PAGE_TIMINGS_JS, _QOE_DONE_JS, BrowserLoad, browser_env
 from page_row import (
     LoadError,
@@ -208,6 +209,9 @@ class Load(BrowserLoad):
                 # The favicon is the browser's own fetch, not the page's: after the load event,
                 # on a connection of its own (another network partition). Never sent.
                 cdp.send("Network.setBlockedURLs", {"urls": [FAVICON]})
+                if getattr(args, "workload", "web") == "cloud":
+                    self.fetch_file(page)
+                    return self.row
                 pids = marked_pids(self.token)
                 cpu0, snap0 = process_cpu_s(pids), cpu_snapshot(pids)
                 sampler.start()
@@ -263,6 +267,46 @@ class Load(BrowserLoad):
                     context.close()
         return self.row
 
+    def fetch_file(self, page: Any) -> None:
+        """--workload cloud: the file fetched by fetch() in a blank page of its origin, its
+        body read to the end and dropped (cloud_fetch.py says why this way). The blank page is
+        answered by the browser (a route removed before the fetch: the file's request is never
+        intercepted), so the file's fetch opens the only connection to the server."""
+        args = self.args
+        blank = blank_url(args.url)
+        page.route(blank, lambda route: route.fulfill(status=200, content_type="text/html", body=BLANK_HTML))
+        page.goto(blank, wait_until="load", timeout=args.timeout * 1000)
+        page.unroute(blank)
+        pids = marked_pids(self.token)
+        cpu0, snap0 = process_cpu_s(pids), cpu_snapshot(pids)
+        threading.Thread(target=self.sample_cpu, daemon=True).start()
+        try:
+            result = page.evaluate(FETCH_JS, [args.url, args.timeout * 1000])
+        finally:
+            pids = marked_pids(self.token)
+            cpu1, snap1 = process_cpu_s(pids), cpu_snapshot(pids)
+            self._sampling.set()
+            self.row["cpu"] = self.cpu_samples
+        net = file_only(self.net, args.url)
+        drop_favicon({}, net)
+        response: dict[str, Any] = next(iter(net["responses"]), {})
+        if response.get("remoteIPAddress"):  # the connection is still open: its local end
+            ends = local_endpoints(pids, response["remoteIPAddress"], int(response.get("remotePort") or 0))
+            if len(ends) == 1:
+                self.row["local_ip"], self.row["local_port"] = ends[0]
+        if args.verbose:
+            print(f"browser_perf: fetch {json.dumps(result)}; DevTools {json.dumps(net)}", file=sys.stderr)
+        build_cloud_row(self.row, result, net)
+        cpu_ms = (cpu1 - cpu0) * 1000.0
+        self.row["browser_cpu_ms"] = round(cpu_ms, 3)
+        if self.row["download_time_ms"]:  # of one core, over the download (shown, not the flag)
+            self.row["browser_cpu_pct"] = round(100.0 * cpu_ms / self.row["download_time_ms"], 1)
+        self.row.update(cpu_limits(snap0, snap1))
+        error = cloud_error(args.protocol, args.url, result, net)
+        if re.search(r"ERR_QUIC_(PROTOCOL_ERROR|HANDSHAKE_FAILED)", error) and not net["responses"]:
+            error = self.diagnose_quic(error)
+        self.row["error"] = error
+
     def describe(self, perf: dict[str, Any]) -> None:
         """--verbose: what the browser fetched and over what, on stderr."""
         processes = marked_pids(self.token)
@@ -311,7 +355,8 @@ class Load(BrowserLoad):
             )
         if re.search(r"ERR_QUIC_(PROTOCOL_ERROR|HANDSHAKE_FAILED)", error) and self.net["document"] is None:
             error = self.diagnose_quic(error)
-        if page is not None and self.net["document"] is not None:
+        page_load = getattr(self.args, "workload", "web") != "cloud"  # a fetch has no page row
+        if page_load and page is not None and self.net["document"] is not None:
             with contextlib.suppress(Exception):
                 perf = page.evaluate(_PAGE_TIMINGS_JS, False)
                 drop_favicon(perf, self.net)

@@ -113,6 +113,8 @@ def unsupported(args: argparse.Namespace) -> str:
     """Why this valid request cannot be done in Firefox ("" when it can)."""
     if args.duration is not None:
         return "--browser firefox: page loads only (the dash.js playback runs in Chromium)"
+    if getattr(args, "workload", "web") == "cloud":
+        return "--browser firefox: page loads only (the cloud download runs in Chromium)"
     url = urlsplit(args.url)
     port = url.port or 443
     addresses = {r.address for r in args.resolve if r.port == port}

@@ -20,13 +20,14 @@ from pathlib import Path
 import pytest
 from capture_shell import ARRIVING, attempt_line, tool_earlier_than_wire, wirecheck
 
+from quicbed.analysis.physics import GOODPUT_OF_MODEL, HANDSHAKE_RTTS, tcp_download_s
 from quicbed.paths import CACHE
 from quicbed.servers import content
 from quicbed.servers.accesslog import read_access_log
 from quicbed.servers.descriptors import get_server
 from quicbed.servers.lifecycle import start_server, stop_server
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
-from quicbed.topology.calibrate import check_rtt
+from quicbed.topology.calibrate import GOODPUT_CEILING, check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile
 from quicbed.workloads.kinds import object_bytes
@@ -34,6 +35,7 @@ from quicbed.workloads.kinds import object_bytes
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
 MEDIA = "pages/media"  # the bench's page: six assets of every kind
+CLOUD_FILE = "10MB"  # the cloud download's: 4 s at india's 20 Mbit/s
 HOP = {"quic": "h3", "tls1.3": "h2", "tls1.2": "h2"}
 PROTO = {"h3": "HTTP/3.0", "h2": "HTTP/2.0"}
 TLS = {"quic": "TLSv1.3", "tls1.3": "TLSv1.3", "tls1.2": "TLSv1.2"}
@@ -58,6 +60,7 @@ class Path_:
 @pytest.fixture(scope="module")
 def path(tmp_path_factory, clean_slate):
     root = content.ensure_content(CACHE / "content", {"web"})
+    content.ensure_files(root, [CLOUD_FILE])  # the cloud download's
     tmp = tmp_path_factory.mktemp("browser")
     with served_testbed(
         load_profile("india"),
@@ -171,6 +174,56 @@ def test_every_request_goes_over_the_asked_protocol(path: Path_, server: str, pr
         (PROTO[hop], TLS[protocol], 200)
     }, entries
     assert not any(e["resumed"] for e in entries)
+
+
+# ------------------------------------------------------------------------------ cloud
+
+
+@pytest.mark.parametrize("protocol", ["quic", "tls1.3"])
+def test_a_cloud_download_crosses_the_link_at_its_rate(path: Path_, protocol: str) -> None:
+    """--workload cloud: the 10 MB file fetched in a blank page of its origin, over the one
+    connection the fetch opens, its protocol proven by the browser (Resource Timing, DevTools)
+    and by nginx's log, and its goodput within the TCP model of the link (setup RTTs, request,
+    slow start, payload at line rate: analysis/physics.py), as the matrix holds every stack to;
+    nothing left behind."""
+    before = len(_log(path, "nginx"))
+    argv = _argv(path, "nginx", protocol)
+    argv[argv.index("--url") + 1] = f"https://{SERVER_NAME}/cloud/{CLOUD_FILE}"
+    rows, proc = _run(path, [*argv, "--workload", "cloud"])
+    assert proc.returncode == 0 and rows, (proc.returncode, proc.stderr[-800:], rows[-1:])
+    (row,) = rows
+    assert row["error"] == "", row
+    size, hop, rate = object_bytes("cloud", CLOUD_FILE), HOP[protocol], load_profile("india").down.rate_mbit
+    assert (row["bytes"], row["http_status"]) == (size, 200)
+    assert (row["http_version"], row["tls_version"], row["resource_protocols"]) == (
+        hop[1:],
+        TLS[protocol],
+        {hop: 1},
+    )
+    assert (row["connections"], row["remote_ip"]) == (1, path.address("nginx"))
+    assert row["local_port"], row  # the one socket the browser had to the server
+    assert row["page_load_time_ms"] is None and row["fcp_ms"] is None  # a transfer, not a page
+    # The fetch's own connection: n RTT (plus the browser's own time), then the request's.
+    n = FRESH_RTTS[protocol]
+    assert n - 0.05 <= row["connection_time_ms"] / path.rtt <= n + 0.6, row["connection_time_ms"]
+    assert row["ttfb_ms"] - row["connection_time_ms"] >= 0.95 * path.rtt
+    model = tcp_download_s(size, rate, path.rtt, HANDSHAKE_RTTS[protocol])
+    of_model = model * 1e3 / row["download_time_ms"]
+    print(
+        f"cloud {protocol}: {row['throughput_mbps']:.2f} Mbit/s, model/measured {of_model:.3f}, "
+        f"browser CPU {row['browser_cpu_ms']:.0f} ms ({row['browser_cpu_pct']} % of a core), "
+        f"cpu_bound {row['cpu_bound']}"
+    )
+    assert GOODPUT_OF_MODEL <= of_model, (of_model, row["download_time_ms"])
+    assert row["throughput_mbps"] <= GOODPUT_CEILING * rate
+    assert row["browser_cpu_ms"] > 0 and row["browser_cpu_pct"] > 0
+    assert abs(row["download_time_ms"] / 1e3 - (row["t_done"] - row["t_start"])) < 0.01
+    time.sleep(0.3)  # the access log line of the response
+    entries = _log(path, "nginx")[before:]
+    assert [(e["path"], e["proto"], e["tls"], e["status"]) for e in entries] == [
+        (f"/cloud/{CLOUD_FILE}", PROTO[hop], TLS[protocol], 200)
+    ], entries
+    assert _leftovers(path) == []
 
 
 # ------------------------------------------------------------------------------ physics

@@ -63,9 +63,9 @@ def test_shipped_clients_are_the_old_tools() -> None:
         "--tls",
         "1.2",
     ]
-    assert video.workloads == ("video",) and chromium.workloads == ("web", "video")
+    assert video.workloads == ("video",) and chromium.workloads == ("web", "video", "cloud")
     assert chromium.command == ("browser_perf",) and chromium.start_s == 1.5
-    assert chromium.workload_flags == ("--duration", "--player-settings")
+    assert chromium.workload_flags == ("--duration", "--player-settings", "--workload")
     assert (quic.qlog_flag, chromium.qlog_flag, chromium.no_qlog) == (
         "--qlog",
         "",

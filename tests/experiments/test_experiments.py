@@ -313,9 +313,17 @@ def test_cloud_workload_and_what_cannot_run_yet():
     assert argv[-2:] == ["--duration", "60"] and argv[argv.index("--timeout") + 1] == "120"
     with pytest.raises(ExperimentError, match="not longer than the 60 s of video"):
         parse_experiment(played.text + "\ntimeout_s: 60\n")
-    with pytest.raises(ExperimentError, match="chromium cannot run the cloud workload"):
+    # ... and downloads a cloud file, told so by the workload (the perf tools are not).
+    fetched = parse_experiment(
+        GOOD.replace("  - quic_perf", "  - chromium").replace(
+            "{kind: web, objects: [index.html, sample.png]}", "{kind: cloud, files: [1KB]}"
+        )
+    )
+    argv = TestbedExecutor._tool_argv(trials(fetched, conditions(fetched)[0])[-1], "10.77.2.10")
+    assert argv[0] == "browser_perf" and argv[-2:] == ["--workload", "cloud"]
+    with pytest.raises(ExperimentError, match="firefox cannot run the cloud workload"):
         parse_experiment(
-            GOOD.replace("  - quic_perf", "  - chromium").replace(
+            GOOD.replace("  - quic_perf", "  - firefox").replace(
                 "{kind: web, objects: [index.html, sample.png]}", "{kind: cloud, files: [1KB]}"
             )
         )
