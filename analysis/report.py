@@ -65,12 +65,16 @@ def flags(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> list[str]:
         for d in df.attrs.get("manifest_differences", [])
     ]
     out += df.attrs.get("notes", [])
-    clients = df.dropna(subset=["client"]).groupby("protocol")["client"].unique()
+    # Tables pool a protocol's trials within a facet and kind of measurement only: two
+    # browsers, or a browser beside a perf tool, sit in facets or kinds of their own.
+    clients = df.dropna(subset=["client"]).groupby(["protocol", "facet", "workload"])["client"].unique()
+    pooled: dict[str, set[str]] = {}
+    for (protocol, _, _), names in clients.items():
+        if len(names) > 1:
+            pooled.setdefault(str(protocol), set()).update(map(str, names))
     out += [
-        f"Protocol {p} was measured by several clients ({', '.join(map(str, c))}); "
-        "their trials are pooled."
-        for p, c in clients.items()
-        if len(c) > 1
+        f"Protocol {p} was measured by several clients ({', '.join(sorted(c))}); " "their trials are pooled."
+        for p, c in pooled.items()
     ]
     out += [
         f"Calibration of {e['label']} (run {e['run']}) failed"

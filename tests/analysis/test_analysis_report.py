@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from analysis_synthetic import Model, write_run
 
 from quicbed.analysis import load_runs, main_report, write_report
 from quicbed.analysis.claims import FAILS, HOLDS, NO_DATA, evaluate
 from quicbed.analysis.figures import make_figures
+from quicbed.analysis.report import flags
 from quicbed.workloads import PAGELOAD
 from quicbed.workloads.metrics import CONNECTION, PAGE_CONNECTION
 
@@ -247,3 +249,21 @@ def test_a_quick_run_marks_the_findings_it_cannot_judge(tmp_path: Path) -> None:
     full_dir = write_run(tmp_path, "few", Model(repetitions=3))
     full = write_report([str(full_dir)]).with_suffix(".md").read_text()
     assert "needs FULL=1" not in full and NO_DATA in full
+
+
+def test_the_pooled_clients_flag_names_only_clients_whose_trials_share_a_table() -> None:
+    """Two perf tools of one protocol on one path are pooled; a browser's page loads (a kind
+    of their own) and the same tool on another path are not."""
+
+    def frame(rows: list[tuple[str, str, str]]) -> pd.DataFrame:
+        df = pd.DataFrame(rows, columns=["client", "facet", "workload"])
+        df["protocol"], df["calib_forced"], df["cpu_bound"], df["failed"] = "quic", False, False, False
+        return df
+
+    apart = frame(
+        [("quic-h3", "india", "web"), ("chromium-quic", "india", PAGELOAD), ("quic-h3", "germany", "web")]
+    )
+    assert not [f for f in flags(apart, []) if "several clients" in f]
+    pooled = frame([("quic-h3", "india", "web"), ("quic-h3-ngtcp2", "india", "web")])
+    (flag,) = [f for f in flags(pooled, []) if "several clients" in f]
+    assert "quic-h3, quic-h3-ngtcp2" in flag
