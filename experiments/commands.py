@@ -83,16 +83,17 @@ def cmd_run(
                 "quicbed_path, docs/cluster/README.md)"
             )
         k = k or auto_parallel(exp)
-        if dry:
-            console.print(dry_run(exp), markup=False)
-            console.print(parallel_plan(exp, k, parallel == "auto"), markup=False)
-            if text := _cluster_plan(exp, part, ray, ray_workers, paths_per_worker):
-                console.print(text, markup=False)
-            return 0
-        if paths_per_worker is not None:
+        if paths_per_worker is not None and not dry:
             raise InputError(
                 "--paths-per-worker plans (with --dry-run); a Ray worker runs the paths it offers"
             )
+        if dry:
+            cluster_plan = _cluster_plan(exp, part, ray, ray_workers, paths_per_worker)  # refused first
+            console.print(dry_run(exp), markup=False)
+            console.print(parallel_plan(exp, k, parallel == "auto"), markup=False)
+            if cluster_plan:
+                console.print(cluster_plan, markup=False)
+            return 0
     except QuicbedError as exc:
         console.print(str(exc), markup=False)
         return exc.exit_code
