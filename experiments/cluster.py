@@ -1,8 +1,16 @@
 """`quicbed run FILE --ray ADDRESS`: an experiment's units on a Ray cluster.
 
 Each unit (part of a condition: its path, its own calibration and its trials; shard.py) is one
-Ray task holding the custom resource `quicbed_path: 1`, so a machine that offers one runs one
-path at a time. The
+Ray task holding the custom resource `quicbed_path: 1`, so a machine that offers K runs K paths
+at once (K = 1: one at a time). Units side by side on one machine keep apart as --parallel's
+paths do (parallel.py): namespaces and containers are each Testbed's own, the servers' logs go
+to logs/<unit>/ when a condition is split (parallel.own_log_scope), and the files every path
+shares (keys, content) are made under a lock of the machine. A workload whose path and trial
+need more than one of a 2-core worker's paths' CPU (plan.WORKER_CORES; parallel.paths_fit:
+web with Chromium, 1.65 cores) holds all of a worker's paths (`task_paths`), so it runs alone:
+the rule chosen over --parallel's "rerun a CPU-bound unit alone", which a cluster could only
+follow by running the unit twice. Rows of a worker offering more than one path say `parallel`
+(how many paths the worker ran at most beside this unit's, itself included). The
 worker measures through its own executor (`runner.measure_units`, as a local run does) and
 hands each row, as it is measured, to a `Sink` actor on the head's node; the head drains it into
 the run's store (append + fsync, one row per trial: `runner.Session.record` drops a second).
@@ -16,6 +24,8 @@ Ray is an optional extra (`pip install -e .[cluster]`) and imported only here, l
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import math
 import os
 import socket
 import time
@@ -27,11 +37,13 @@ from quicbed import paths
 from quicbed.errors import InputError, QuicbedError
 
 from .matrix import Trial
+from .parallel import cpu_per_path, own_log_scope, paths_fit
+from .plan import MEASURED_PATHS, WORKER_CORES
 from .runner import ConditionSkipped, Executor, Session, Work, host_facts, measure_units, ran_on
 from .schema import Experiment
-from .shard import Unit, unit_seconds
+from .shard import Unit, condition_units, unit_seconds
 
-RESOURCE = "quicbed_path"  # one per machine: `ray start ... --resources '{"quicbed_path": 1}'`
+RESOURCE = "quicbed_path"  # paths a machine runs at once: `ray start ... --resources '{"quicbed_path": 2}'`
 CONNECT_S = 5.0
 POLL_S = 0.2  # how often the head drains the sink
 CANCEL_WAIT_S = 120.0  # an interrupted worker's teardown (path, containers) gets this long
@@ -72,10 +84,47 @@ def _reachable(address: str) -> None:
         ) from None
 
 
+def node_paths(address: str) -> list[int]:
+    """Each live node's `quicbed_path` offer (those that offer one)."""
+    ray = connect(address)
+    offers = (int(node["Resources"].get(RESOURCE, 0)) for node in ray.nodes() if node["Alive"])
+    return [k for k in offers if k > 0]
+
+
 def path_slots(address: str) -> int:
     """How many paths the cluster runs at once: its live nodes' `quicbed_path` resources."""
-    ray = connect(address)
-    return int(sum(node["Resources"].get(RESOURCE, 0) for node in ray.nodes() if node["Alive"]))
+    return sum(node_paths(address))
+
+
+def parse_paths_per_worker(text: str) -> int | None:
+    """`--paths-per-worker K` or `auto` (None): only the K that bench/parallel_bench.py measured."""
+    if text == "auto":
+        return None
+    if text not in {str(k) for k in MEASURED_PATHS}:
+        raise InputError(
+            f"--paths-per-worker {text!r}: expected auto or one of "
+            f"{', '.join(map(str, MEASURED_PATHS))} (the parallel slowdown of more is not measured)"
+        )
+    return int(text)
+
+
+def paths_per_worker(exp: Experiment, offered: int | None) -> tuple[int, str]:
+    """The paths a worker offering `offered` (None: auto) runs of this experiment at once, and
+    why: a CPU-heavy workload's unit holds the whole worker (`task_paths`)."""
+    fit = paths_fit(exp, WORKER_CORES)
+    k = fit if offered is None else min(offered, fit)
+    why = f"{cpu_per_path(exp):.2f} cores a path on a {WORKER_CORES}-core worker fit {fit}"
+    if offered is not None and offered > k:
+        why += f"; its units hold all {offered} of a worker's paths"
+    return k, why
+
+
+def task_paths(exp: Experiment, most_offered: int) -> int:
+    """The `quicbed_path` resources a unit's task holds: one, or for a workload of which fewer
+    paths fit a 2-core worker's CPU than a worker offers, enough that no more run beside it
+    (all of them, for web with Chromium). It can only run on a node offering that many: in a
+    cluster of unequal workers, those offering the most."""
+    return max(1, math.ceil(most_offered / paths_fit(exp, WORKER_CORES)))
 
 
 class Sink:
@@ -105,9 +154,10 @@ def unit_task(
     todo: list[tuple[Trial, int]],
     run_id: str,
     factory: ExecutorFactory,
+    held: int = 1,
 ) -> str:
-    """On a worker: measure one unit on a path of its own, sending home each row before the
-    next trial."""
+    """On a worker: measure one unit on a path of its own (holding `held` of the machine's
+    paths), sending home each row before the next trial."""
     import ray
 
     from quicbed.topology.marker import kill_own_helpers
@@ -121,19 +171,45 @@ def unit_task(
     run_dir = paths.RESULTS / run_id
     executor = factory(exp, run_dir)
     host, info = host_facts(), executor.manifest_info()
+    offered = _this_node_paths(ray)
+    beside = {"parallel": offered // held} if offered > 1 else {}
+    own_log_scope(executor, [(unit, todo)], len(condition_units(exp, unit.condition)))
+    prepare = getattr(executor, "prepare", None)
+    if prepare:  # keys and content, which a unit beside this one may be making too
+        with _machine_lock(run_id):
+            prepare()
     try:
         measure_units(
             [(unit, todo)],
             executor,
             run_id,
             lambda u, calib: put("calibrated", (u.id, calib, ran_on(host, info, calib))),
-            lambda row: put("row", (row, _trace(run_dir, row))),
+            lambda row: put("row", (row | beside, _trace(run_dir, row))),
         )
     except ConditionSkipped as exc:
         put("skipped", (unit.id, f"{exc} (on {host['hostname']})"))
     finally:
         kill_own_helpers()  # a helper its teardown missed must not outlive the task
     return unit.id
+
+
+def _this_node_paths(ray: Any) -> int:
+    here = ray.get_runtime_context().get_node_id()
+    return next((int(n["Resources"].get(RESOURCE, 0)) for n in ray.nodes() if n["NodeID"] == here), 1)
+
+
+@contextlib.contextmanager
+def _machine_lock(run_id: str) -> Any:
+    """One unit at a time on this machine makes the run's shared files (as --parallel makes
+    them once before its paths fork)."""
+    lock = paths.STATE / "locks" / f"prepare-{run_id}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _trace(run_dir: Path, row: dict[str, Any]) -> str | None:
@@ -155,7 +231,7 @@ class RayDispatcher:
         if not path_slots(address):
             raise QuicbedError(
                 f"--ray {address}: no live node offers the {RESOURCE} resource "
-                f"(start workers with --resources '{{\"{RESOURCE}\": 1}}')"
+                f"(start workers with --resources '{{\"{RESOURCE}\": 1}}', or 2: docs/cluster/README.md)"
             )
 
     def manifest_info(self) -> dict[str, Any]:
@@ -164,6 +240,8 @@ class RayDispatcher:
                 "address": self.address,
                 "version": self.ray.__version__,
                 "path_slots": path_slots(self.address),
+                "paths_per_node": node_paths(self.address),
+                "paths_per_unit": task_paths(self.exp, max(node_paths(self.address))),
                 "retries": self.retries,
             },
             "per_unit": "units.<id>.ran_on",
@@ -174,14 +252,23 @@ class RayDispatcher:
         here = ray.get_runtime_context().get_node_id()
         affinity = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(here, soft=False)
         sink = ray.remote(num_cpus=0)(Sink).options(scheduling_strategy=affinity).remote()
+        held = task_paths(self.exp, max(node_paths(self.address)))
+        # SPREAD: a unit goes to an idle worker before it joins a busy one beside another unit.
         task = ray.remote(unit_task).options(
-            num_cpus=0, resources={RESOURCE: 1}, max_retries=self.retries, retry_exceptions=False
+            num_cpus=0,
+            resources={RESOURCE: held},
+            max_retries=self.retries,
+            retry_exceptions=False,
+            scheduling_strategy="SPREAD",
         )
         # Longest first, as shard.assign plans it: Ray hands them to free workers in this order.
         work = sorted(work, key=lambda w: -unit_seconds(self.exp, w[0]))
         self.work = {unit.id: (unit, todo) for unit, todo in work}
         pending = {
-            task.remote(sink, self.exp, unit, todo, session.manifest["run_id"], self.factory): (unit, todo)
+            task.remote(sink, self.exp, unit, todo, session.manifest["run_id"], self.factory, held): (
+                unit,
+                todo,
+            )
             for unit, todo in work
         }
         try:

@@ -23,7 +23,7 @@ from .parallel import ParallelLocal, auto_parallel, parallel_plan, parse_paralle
 from .plan import dry_run
 from .runner import Dispatcher, Executor, RunAborted, run_experiment
 from .schema import Experiment, load_experiment, parse_capture
-from .shard import parse_shard, plan
+from .shard import Shard, parse_shard, plan
 from .store import load_rows, new_run_id, read_manifest
 
 
@@ -46,6 +46,7 @@ def cmd_run(
     ray_retries: int = 1,
     capture: str | None = None,
     parallel: str = "1",
+    paths_per_worker: str | None = None,
 ) -> int:
     """`quicbed run FILE [--resume ID [--retry-failed]] [--dry-run] [--check] [--quick]
     [--capture qlog,pcap,keys]` (capture: overrides the file's `capture:`).
@@ -77,14 +78,21 @@ def cmd_run(
             raise InputError("--shard and --ray: choose one (a cluster schedules every condition)")
         k = parse_parallel(parallel)
         if ray and k != 1:
-            raise InputError("--parallel and --ray: choose one (a Ray node runs one path at a time)")
+            raise InputError(
+                "--parallel and --ray: choose one (a Ray worker runs the paths it offers: "
+                "quicbed_path, docs/cluster/README.md)"
+            )
         k = k or auto_parallel(exp)
+        if paths_per_worker is not None and not dry:
+            raise InputError(
+                "--paths-per-worker plans (with --dry-run); a Ray worker runs the paths it offers"
+            )
         if dry:
+            cluster_plan = _cluster_plan(exp, part, ray, ray_workers, paths_per_worker)  # refused first
             console.print(dry_run(exp), markup=False)
             console.print(parallel_plan(exp, k, parallel == "auto"), markup=False)
-            workers = part.count if part else ray_workers or (ray and cluster.path_slots(ray))
-            if workers:  # a shard's units of one condition share its path; Ray's do not
-                console.print(plan(exp, workers, shared=part is not None), markup=False)
+            if cluster_plan:
+                console.print(cluster_plan, markup=False)
             return 0
     except QuicbedError as exc:
         console.print(str(exc), markup=False)
@@ -188,3 +196,28 @@ def cmd_merge(run_ids: list[str], out: str | None = None, results: Path | None =
             f"{merged.run_dir.name}"
         )
     return 0
+
+
+def _cluster_plan(
+    exp: Experiment, part: Shard | None, ray: str | None, ray_workers: int | None, per_worker: str | None
+) -> str:
+    """The dry run's plan for shards or Ray workers (empty without either). A shard's units of
+    one condition share its path; Ray's each have their own, `--paths-per-worker` at once."""
+    if per_worker is not None and part is not None:
+        raise InputError("--paths-per-worker is for Ray workers; a shard runs one path (--parallel: local)")
+    if part:
+        return plan(exp, part.count, shared=True)
+    offers = cluster.node_paths(ray) if ray else []
+    workers = ray_workers or len(offers)
+    if not workers:
+        if per_worker is not None:
+            raise InputError("--paths-per-worker plans for --ray-workers N or --ray ADDRESS")
+        return ""
+    if per_worker is None:  # as the cluster's workers offer, else one
+        offered: int | None = max(offers, default=1)
+    else:
+        offered = cluster.parse_paths_per_worker(per_worker)
+    paths, why = cluster.paths_per_worker(exp, offered)
+    # Said when asked for, or when the workload runs fewer paths than the workers offer.
+    say = per_worker is not None or (offered is not None and paths < offered)
+    return plan(exp, workers, shared=False, paths=paths, why=why if say else "")

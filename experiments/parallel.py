@@ -73,9 +73,23 @@ def auto_parallel(exp: Experiment, cores: int | None = None) -> int:
     """K from the workload's measured CPU per trial and the host's cores: as many paths as
     fit in CPU_BUDGET of the cores, at most one per unit and at most one per core (two paths'
     calibrations on one core would slow each other's probes)."""
-    cores = cores or os.cpu_count() or 1
+    return min(paths_fit(exp, cores or os.cpu_count() or 1), len(units(exp)))
+
+
+def paths_fit(exp: Experiment, cores: int) -> int:
+    """Paths of this workload that fit in CPU_BUDGET of `cores`, at most one per core (at
+    least one): --parallel auto's K, and a Ray worker's (cluster.py, on plan.WORKER_CORES)."""
     fits = math.floor(cores * CPU_BUDGET / cpu_per_path(exp))
-    return max(1, min(fits, cores, len(units(exp))))
+    return max(1, min(fits, cores))
+
+
+def own_log_scope(executor: Executor, job: Job, condition_units: int) -> None:
+    """A condition split over paths that run at once (here, or on one Ray worker): each path's
+    servers log apart, in logs/<its first unit>/ (the executor's set_log_name); the path's
+    namespaces and containers are its own already (every Testbed names its own)."""
+    name_logs = getattr(executor, "set_log_name", None)
+    if name_logs and len(job) < condition_units:
+        name_logs(job[0][0].id)
 
 
 def jobs(work: Work, k: int, exp: Experiment) -> list[Job]:
@@ -305,10 +319,7 @@ def _job_main(executor: Executor, job: Job, session: Session, home: Any, width: 
         home.send((kind, payload))
 
     run_id, host, info = session.manifest["run_id"], host_facts(), executor.manifest_info()
-    name_logs = getattr(executor, "set_log_name", None)
-    first = job[0][0]
-    if name_logs and len(job) < len(_condition_units(session, first)):
-        name_logs(first.id)  # a condition split over paths at once: its servers log per unit
+    own_log_scope(executor, job, len(_condition_units(session, job[0][0])))
     code = 0
     try:
         measure_units(

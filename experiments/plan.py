@@ -36,6 +36,22 @@ PERF_TOOL_CPU_CORES = 0.15  # a tool or workload not measured yet: assume a perf
 # (host-wide, on a shared host); 0.25 keeps a margin.
 PATH_CPU_CORES = 0.25
 
+# The worker a cluster plan assumes: 2 cores, as the host these figures were measured on (and
+# docs/cluster/ray-cluster.yaml's c6i.large).
+WORKER_CORES = 2
+# bench/parallel_bench.py (bench/README.md, 2026-11-26): the quick video slice with two paths
+# at once took 0.59 and 0.58 of one path's wall time. So each of two paths ran 2 x 0.59 = 1.18
+# times as long as alone (both paths' mutual slowdown and the slice's unequal conditions
+# together; not a perfect 0.5). Only K = 2 is measured, so plans go no further.
+PARALLEL_WALL_K2 = 0.59
+MEASURED_PATHS = (1, 2)
+
+
+def path_stretch(paths: int) -> float:
+    """How much longer a unit takes on a worker running `paths` at once than alone (a plan
+    stretches every unit of such a worker, as if it always had a neighbour: an upper bound)."""
+    return 1.0 if paths <= 1 else 2 * PARALLEL_WALL_K2
+
 
 def trial_cpu_cores(kind: str, tool: str) -> float:
     return TRIAL_CPU_CORES.get((kind, tool), PERF_TOOL_CPU_CORES)

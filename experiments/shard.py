@@ -28,7 +28,7 @@ from typing import TypeVar
 from quicbed.errors import InputError
 
 from .matrix import Condition, Trial, conditions, trials
-from .plan import SETUP_S, hms, trial_seconds
+from .plan import PARALLEL_WALL_K2, SETUP_S, hms, path_stretch, trial_seconds
 from .schema import Experiment
 
 # A unit's trials take at least this long (when its condition has that much), so its own
@@ -198,30 +198,50 @@ def shard_units(exp: Experiment, shard: Shard) -> list[Unit]:
     return assign(exp, shard.count)[shard.index - 1]
 
 
-def plan(exp: Experiment, count: int, shared: bool = True) -> str:
+def worker_paths(exp: Experiment, count: int, paths: int) -> list[list[list[Unit]]]:
+    """Each of `count` Ray workers' paths (`paths` each) and their units: longest first, each
+    to the path with the least so far, the workers' first paths before any second one (as
+    Ray's SPREAD hands units to idle workers first)."""
+    slots = assign(exp, count * paths)
+    return [[slots[w + p * count] for p in range(paths)] for w in range(count)]
+
+
+def plan(exp: Experiment, count: int, shared: bool = True, paths: int = 1, why: str = "") -> str:
     """Where the time goes on `count` shards (`shared`: a shard's units of one condition share
-    its path) or Ray workers (each unit on a path of its own): each one's units and time, the
-    unit count and what bounds the wall time (the longest unit, or the total / N)."""
-    bins = assign(exp, count)
-    every = [u for b in bins for u in b]
+    its path) or Ray workers (each unit on a path of its own, `paths` at once on a worker, each
+    then plan.path_stretch times as long): each one's units and time, the unit count and what
+    bounds the wall time (the longest unit, or the total / (N x paths))."""
+    stretch = path_stretch(paths)
+    workers = worker_paths(exp, count, paths)
+    every = [u for w in workers for p in w for u in p]
+    at_once = "one emulated path" if paths == 1 else f"{paths} emulated paths"
     lines = [
-        f"plan for {count} worker(s), one emulated path each at a time: "
+        f"plan for {count} worker(s), {at_once} each at a time: "
         f"{len(every)} unit(s) in {len(conditions(exp))} condition(s)"
     ]
+    if paths > 1 or why:
+        lines.append(
+            f"paths per worker: {paths} ({why or 'as asked'}); each unit {stretch:.2f}x as long "
+            f"as alone (bench/parallel_bench.py: {PARALLEL_WALL_K2:g} of the wall time at 2)"
+            if paths > 1
+            else f"paths per worker: 1 ({why})"
+        )
     totals = []
-    for i, held in enumerate(bins, 1):
-        seconds = worker_seconds(exp, held, shared)
+    for i, held_paths in enumerate(workers, 1):
+        held = [u for p in held_paths for u in p]
+        seconds = max(worker_seconds(exp, p, shared) for p in held_paths) * stretch
         totals.append(seconds)
         ids = ", ".join(u.id for u in held) or "nothing (more workers than units)"
         lines.append(f"  worker {i:>3}: {len(held):>3} unit(s), ~{hms(seconds)}: {ids}")
-    whole = sum(totals)
+    whole = sum(worker_seconds(exp, p, shared) for w in workers for p in w) * stretch
     wall = max(totals)
     longest = max(every, key=lambda u: unit_seconds(exp, u))
-    floor_unit, floor_share = unit_seconds(exp, longest), whole / count
+    floor_unit, floor_share = unit_seconds(exp, longest) * stretch, whole / (count * paths)
+    per = f"{count}" if paths == 1 else f"({count} x {paths} paths)"
     bound = (
         f"the longest unit ({longest.id} {longest.label}, ~{hms(floor_unit)})"
         if floor_unit >= floor_share
-        else f"the total / {count} (~{hms(floor_share)})"
+        else f"the total / {per} (~{hms(floor_share)})"
     )
     alone = worker_seconds(exp, every)
     lines.append(
@@ -231,16 +251,30 @@ def plan(exp: Experiment, count: int, shared: bool = True) -> str:
     return "\n".join(lines)
 
 
-def plan_together(exps: list[Experiment], count: int) -> str:
-    """Several experiments on `count` Ray workers (a path per unit): one after another (as
-    `quicbed run --ray` runs each), and as one pool of units (each worker takes the next unit
-    of any experiment: a bound no command reaches yet)."""
+def ray_wall(exp: Experiment, count: int, paths: int = 1) -> float:
+    """The planned wall time on `count` Ray workers of `paths` paths each (a path per unit)."""
+    stretch = path_stretch(paths)
+    return (
+        max(worker_seconds(exp, p, shared=False) for w in worker_paths(exp, count, paths) for p in w)
+        * stretch
+    )
+
+
+def plan_together(exps: list[Experiment], count: int, paths: dict[str, int] | None = None) -> str:
+    """Several experiments on `count` Ray workers (a path per unit; `paths`: how many at once
+    on a worker, per experiment name, default 1): one after another (as `quicbed run --ray`
+    runs each), and as one pool of units (each worker takes the next unit of any experiment:
+    a bound no command reaches yet; one path a worker)."""
+    paths = paths or {}
     lines = [f"{len(exps)} experiment(s) on {count} worker(s):"]
     walls = []
     for exp in exps:
-        wall = max(worker_seconds(exp, b, shared=False) for b in assign(exp, count))
+        k = paths.get(exp.name, 1)
+        wall = ray_wall(exp, count, k)
         walls.append(wall)
-        lines.append(f"  {exp.name:<14} {len(units(exp)):>4} unit(s), wall ~{hms(wall)}")
+        lines.append(
+            f"  {exp.name:<14} {len(units(exp)):>4} unit(s), {k} path(s) a worker, wall ~{hms(wall)}"
+        )
     pool = [(exp, u) for exp in exps for u in units(exp)]
     cost = {(e.name, u.id): unit_seconds(e, u) for e, u in pool}
     order = {(e.name, u.id): i for i, (e, u) in enumerate(pool)}
@@ -254,8 +288,8 @@ def plan_together(exps: list[Experiment], count: int) -> str:
     total = sum(cost.values())
     lines += [
         f"one after another: ~{hms(sum(walls))}",
-        f"as one pool of {len(pool)} units: ~{hms(pooled)} (total {hms(total)} / {count} = "
-        f"{hms(total / count)}; longest unit {hms(max(cost.values()))})",
+        f"as one pool of {len(pool)} units, one path a worker: ~{hms(pooled)} "
+        f"(total {hms(total)} / {count} = {hms(total / count)}; longest unit {hms(max(cost.values()))})",
     ]
     return "\n".join(lines)
 
@@ -271,14 +305,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("files", nargs="+", metavar="FILE")
     ap.add_argument("--workers", type=int, required=True, metavar="N")
     ap.add_argument("--quick", action="store_true", help="the files' quick: settings")
+    ap.add_argument("--paths-per-worker", metavar="K", help="1, 2 or auto (per experiment; default 1)")
     args = ap.parse_args(argv)
     try:
         exps = [load_experiment(f, quick=args.quick) for f in args.files]
+        per_worker = {e.name: _paths_per_worker(e, args.paths_per_worker) for e in exps}
     except InputError as exc:
         print(exc)
         return 2
-    print(plan_together(exps, args.workers))
+    print(plan_together(exps, args.workers, per_worker))
     return 0
+
+
+def _paths_per_worker(exp: Experiment, text: str | None) -> int:
+    from .cluster import parse_paths_per_worker, paths_per_worker  # cluster imports this module
+
+    return paths_per_worker(exp, parse_paths_per_worker(text))[0] if text else 1
 
 
 if __name__ == "__main__":

@@ -180,6 +180,7 @@ def cmd_run(args: argparse.Namespace, on_run_dir: Callable[[Path], None] | None 
                 ray_retries=args.ray_retries,
                 capture=args.capture,
                 parallel=args.parallel,
+                paths_per_worker=args.paths_per_worker,
             )
         finally:
             # A helper a teardown missed (an interrupt mid-calibration) must not outlive it.
@@ -306,6 +307,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="with --dry-run: the per-worker plan for N workers, no cluster needed",
+    )
+    p.add_argument(
+        "--paths-per-worker",
+        metavar="K",
+        help="with --dry-run and --ray-workers/--ray: each worker runs K units at once (1, 2 or "
+        "auto: as many as the workload's measured CPU fits in a 2-core worker; default: what "
+        "the cluster's workers offer, else 1)",
     )
     p.add_argument(
         "--ray-retries",

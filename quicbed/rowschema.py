@@ -127,7 +127,8 @@ RUNNER = _columns(
         "parallel",
         "",
         "paths measuring at once on the machine (--parallel K; 1: a CPU-bound unit measured "
-        "again alone; absent in a run without --parallel)",
+        "again alone; on Ray, the worker's quicbed_path offer, 1 for a unit that held them all; "
+        "absent on one path)",
     ),
 )
 # What the browser client (clients/browser) adds to the perf tools' columns for a page load;

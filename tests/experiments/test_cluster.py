@@ -1,6 +1,8 @@
 """`quicbed run --ray` (experiments/cluster.py) on a real local Ray cluster: a head and a worker
 node started here by `ray start`, one CPU each. The synthetic executor's runs need no network;
-the `path` test runs experiments/ci/handshake.yaml on the emulated path."""
+the `path` test runs the handshake experiment in two conditions on a worker offering two paths,
+both at once. Without a cluster: the plans for workers of K paths, and the scope that keeps two
+units of one condition apart on one worker."""
 
 from __future__ import annotations
 
@@ -23,7 +25,10 @@ from quicbed.errors import InputError
 from quicbed.experiments import cluster
 from quicbed.experiments.commands import cmd_run
 from quicbed.experiments.matrix import conditions, trials
-from quicbed.experiments.schema import load_experiment
+from quicbed.experiments.parallel import own_log_scope
+from quicbed.experiments.plan import PARALLEL_WALL_K2
+from quicbed.experiments.schema import load_experiment, parse_experiment
+from quicbed.experiments.shard import condition_units, ray_wall, unit_seconds, units, worker_paths
 from quicbed.experiments.store import load_history, read_manifest
 from quicbed.experiments.synthetic import SyntheticExecutor
 
@@ -83,8 +88,9 @@ def _stop(temp_dir: str) -> None:
 
 
 @contextlib.contextmanager
-def ray_cluster(env: dict[str, str], head_paths: int) -> Iterator[str]:
-    """A head (offering `head_paths` paths) and one worker node offering one; stopped after."""
+def ray_cluster(env: dict[str, str], head_paths: int, worker_paths: int = 1) -> Iterator[str]:
+    """A head (offering `head_paths` paths) and one worker node offering `worker_paths`;
+    stopped after."""
     pytest.importorskip("ray", reason="the cluster extra is not installed (pip install -e .[cluster])")
     port, temp_dir = _free_port(), tempfile.mkdtemp(prefix="qbray-")
     address = f"127.0.0.1:{port}"
@@ -96,7 +102,7 @@ def ray_cluster(env: dict[str, str], head_paths: int) -> Iterator[str]:
                 ["--head", "--port", str(port), "--include-dashboard=false", "--temp-dir", temp_dir],
                 head_paths,
             ),
-            (["--address", address], 1),
+            (["--address", address], worker_paths),
         ):
             offers = ["--resources", json.dumps({cluster.RESOURCE: paths})] if paths else []
             subprocess.run(
@@ -258,15 +264,37 @@ def test_a_dry_run_plans_for_n_workers_without_a_cluster(tmp_path, capsys):
     assert "choose one" in capsys.readouterr().out
 
 
+# experiments/ci/handshake.yaml in two conditions (one unit each): a worker offering two paths
+# measures both at once, and the handshakes still take their RTTs on each.
+HANDSHAKE = REPO / "experiments" / "ci" / "handshake.yaml"
+TWO_CONDITIONS = {"sweep": "sweep: {rate_mbit: [20, 10]}\nservers: [caddy]", "name": "ray-two-paths"}
+
+
+def _two_conditions_file(tmp: Path) -> Path:
+    text = HANDSHAKE.read_text().replace("name: ci-handshake", f"name: {TWO_CONDITIONS['name']}")
+    text = text.replace("servers: [caddy]", TWO_CONDITIONS["sweep"])
+    file = tmp / "handshake2.yaml"
+    file.write_text(text)
+    return file
+
+
+def _span(rows: list[dict]) -> tuple[float, float]:
+    from datetime import datetime
+
+    starts = [datetime.fromisoformat(r["started_at"]).timestamp() for r in rows]
+    ends = [s + r["wall_s"] for s, r in zip(starts, rows, strict=True)]
+    return min(starts), max(ends)
+
+
 @pytest.mark.path
 @pytest.mark.usefixtures("clean_slate")
-def test_the_handshake_experiment_on_a_ray_worker_matches_a_local_run(tmp_path):
+def test_a_worker_offering_two_paths_measures_two_units_at_once_and_leaves_nothing(tmp_path):
     from quicbed.topology.clean import leftovers
 
-    file, results = REPO / "experiments" / "ci" / "handshake.yaml", tmp_path / "results"
+    file, results = _two_conditions_file(tmp_path), tmp_path / "results"
     env = _env(results)
-    # The head offers no path: the one worker node measures, as a cloud worker would.
-    with ray_cluster(env, head_paths=0) as address:
+    # The head offers no path: the one worker node measures both units, as a cloud worker would.
+    with ray_cluster(env, head_paths=0, worker_paths=2) as address:
         proc = subprocess.run(
             [str(VENV_BIN / "quicbed"), "run", str(file), "--ray", address, "--no-progress", "--check"],
             env=env,
@@ -276,16 +304,25 @@ def test_the_handshake_experiment_on_a_ray_worker_matches_a_local_run(tmp_path):
         )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = _run_dir(results)
-    ray_ids = [r["trial_id"] for r in load_history(run_dir)[0]]
+    rows = load_history(run_dir)[0]
+    ray_ids = [r["trial_id"] for r in rows]
     # The local side: the same file through the runner here (network-free executor).
     local = tmp_path / "local"
     assert cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), results=local, progress=False) == 0
     local_ids = [r["trial_id"] for r in load_history(_run_dir(local))[0]]
-    assert sorted(ray_ids) == sorted(local_ids) and len(ray_ids) == len(set(ray_ids)) == 20
-    (entry,) = read_manifest(run_dir)["conditions"].values()
-    assert entry["calibration"]["passed"] and entry["ran_on"]["link_backend"]
-    assert entry["ran_on"]["images"]["client"].startswith("sha256:")
-    assert not leftovers()  # the worker's teardown left nothing behind
+    assert sorted(ray_ids) == sorted(local_ids) and len(ray_ids) == len(set(ray_ids)) == 40
+    manifest = read_manifest(run_dir)
+    assert manifest["executor"]["ray"]["paths_per_node"] == [2]
+    assert sorted(manifest["units"]) == ["c0u0", "c1u0"]
+    for entry in manifest["units"].values():
+        assert entry["calibration"]["passed"] and entry["ran_on"]["link_backend"]
+        assert entry["ran_on"]["images"]["client"].startswith("sha256:")
+    # Both units' rows merged, each saying two paths ran, and their trials overlapped in time.
+    by_unit = {u: [r for r in rows if r["unit"] == u] for u in ("c0u0", "c1u0")}
+    assert all(len(r) == 20 and {x["parallel"] for x in r} == {2} for r in by_unit.values())
+    (a0, a1), (b0, b1) = (_span(r) for r in by_unit.values())
+    assert a0 < b1 and b0 < a1, "the two units did not run at once"
+    assert not leftovers()  # the worker's teardowns left nothing behind
 
 
 def test_the_ray_launcher_sets_nodes_up_by_the_readme_commands():
@@ -300,9 +337,113 @@ def test_the_ray_launcher_sets_nodes_up_by_the_readme_commands():
     assert block and launcher["setup_commands"] == block.group(1).splitlines()
     nodes = launcher["available_node_types"]
     head, worker = nodes[launcher["head_node_type"]], nodes["worker"]
-    assert cluster.RESOURCE not in head["resources"] and worker["resources"] == {cluster.RESOURCE: 1}
+    # Two paths a 2-vCPU worker: what the plans assume (plan.WORKER_CORES, --paths-per-worker 2).
+    assert cluster.RESOURCE not in head["resources"] and worker["resources"] == {cluster.RESOURCE: 2}
     start = " ".join(launcher["worker_start_ray_commands"])
-    assert json.dumps({cluster.RESOURCE: 1}) in start and "--num-cpus=1" in start
+    assert json.dumps({cluster.RESOURCE: 2}) in start and "--num-cpus=1" in start
     # Ray from the venv the setup made, at the version versions.env pins
     assert all("quicbed/.venv/bin/ray " in c for c in launcher["head_start_ray_commands"])
     assert "cluster" in launcher["setup_commands"][-1]
+
+
+# -- workers of K paths, without a cluster --------------------------------------------------
+
+PAPER = REPO / "experiments" / "paper"
+
+
+def test_a_worker_of_two_paths_plans_each_unit_at_the_measured_slowdown_not_half(tmp_path):
+    exp = parse_experiment(SYNTHETIC)
+    # Four units: the 10 Mbit/s condition's two twice the 20's; two paths get one of each.
+    (worker,) = worker_paths(exp, 1, 2)
+    assert [sorted(u.id for u in p) for p in worker] == [["c0u0", "c1u0"], ["c0u1", "c1u1"]]
+    one, two = ray_wall(exp, 1, 1), ray_wall(exp, 1, 2)
+    assert two / one == pytest.approx(PARALLEL_WALL_K2)  # 0.59, not a perfect 0.5
+    path = sum(unit_seconds(exp, u) for u in worker[0])
+    assert two == pytest.approx(path * 2 * PARALLEL_WALL_K2)
+    # Sixteen workers' first paths fill before any second one (Ray's SPREAD): four units, four
+    # workers, none doubled up, and the plan is the longest unit alone... stretched as an upper
+    # bound, since a worker of two paths may get a neighbour.
+    spread = worker_paths(exp, 16, 2)
+    assert [len(w[0]) for w in spread[:4]] == [1, 1, 1, 1] and not any(w[1] for w in spread)
+    longest = max(unit_seconds(exp, u) for u in units(exp))
+    assert ray_wall(exp, 16, 2) == pytest.approx(longest * 2 * PARALLEL_WALL_K2)
+
+
+def test_auto_paths_per_worker_follow_the_workloads_cpu_and_heavy_units_hold_the_worker():
+    web, cloud, video = (load_experiment(PAPER / f"{x}.yaml") for x in ("web", "cloud", "video"))
+    assert [cluster.paths_per_worker(e, None)[0] for e in (web, cloud, video)] == [1, 2, 2]
+    # Asked for 2, web's Chromium (1.65 cores a path) still runs one a worker, and says why.
+    k, why = cluster.paths_per_worker(web, 2)
+    assert k == 1 and "hold all 2" in why
+    # At run time a web unit's task holds every path of the most a worker offers; video's one.
+    assert [cluster.task_paths(web, n) for n in (1, 2)] == [1, 2]
+    assert [cluster.task_paths(video, n) for n in (1, 2)] == [1, 1]
+
+
+def test_the_whole_paper_plans_within_two_hours_on_16_workers_of_auto_paths(capsys):
+    """Issue 34: web + cloud + video one after another <= 2 h on 16 workers (2 h 20 at one
+    path a worker: video's 80 units alone are 1 h 34)."""
+    exps = [load_experiment(PAPER / f"{x}.yaml") for x in ("web", "cloud", "video")]
+    walls = [ray_wall(e, 16, cluster.paths_per_worker(e, None)[0]) for e in exps]
+    assert sum(walls) <= 2 * 3600
+    assert sum(ray_wall(e, 16, 1) for e in exps) > 2 * 3600  # without the second path, over
+    video = PAPER / "video.yaml"
+    args = {"dry": True, "ray_workers": 16, "paths_per_worker": "auto"}
+    assert cmd_run(video, lambda exp, run_dir: SyntheticExecutor(), **args) == 0
+    out = capsys.readouterr().out
+    assert "plan for 16 worker(s), 2 emulated paths each at a time: 80 unit(s)" in out
+    assert "each unit 1.18x as long as alone" in out and "bound: the total / (16 x 2 paths)" in out
+    assert f"expected wall time: {_hms(walls[2])}" in out
+
+
+def _hms(seconds: float) -> str:
+    from quicbed.experiments.plan import hms
+
+    return hms(seconds)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            {"dry": True, "ray_workers": 4, "paths_per_worker": "3"},
+            "--paths-per-worker '3': expected auto or",
+        ),
+        ({"dry": True, "shard": "1/2", "paths_per_worker": "2"}, "is for Ray workers"),
+        ({"dry": True, "paths_per_worker": "2"}, "plans for --ray-workers N"),
+        ({"paths_per_worker": "2"}, "plans (with --dry-run)"),
+    ],
+)
+def test_paths_per_worker_outside_a_ray_plan_is_refused_in_one_line(tmp_path, capsys, args, says):
+    file = tmp_path / "synthetic.yaml"
+    file.write_text(SYNTHETIC)
+    code = cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), results=tmp_path / "r", **args)
+    out = capsys.readouterr().out
+    assert code == 2 and says in out and out.count("\n") == 1, out
+    assert not (tmp_path / "r").exists()
+
+
+class _LogNames:
+    """An executor's set_log_name alone: what own_log_scope asks of it."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def set_log_name(self, name: str) -> None:
+        self.names.append(name)
+
+
+def test_units_of_one_condition_side_by_side_log_apart_and_a_whole_condition_as_before():
+    exp = parse_experiment(SYNTHETIC)
+    cond = conditions(exp)[0]
+    u0, u1 = condition_units(exp, cond)
+    # A Ray task holds one unit: a condition of two logs under the unit's id (logs/c0u1/).
+    for unit in (u0, u1):
+        executor = _LogNames()
+        own_log_scope(executor, [(unit, [])], len(condition_units(exp, cond)))
+        assert executor.names == [unit.id]
+    # A path holding the whole condition (a local run, a shard) keeps logs/<condition>/.
+    executor = _LogNames()
+    own_log_scope(executor, [(u0, []), (u1, [])], 2)
+    assert executor.names == []
+    own_log_scope(object(), [(u0, [])], 2)  # an executor that keeps no logs: nothing to scope
