@@ -749,7 +749,11 @@ def stack_matrix(found: list[Any], out_dir: Path) -> list[Figure]:
                 ax.add_patch(
                     plt.Rectangle((j, i), 1, 1, facecolor=VERDICT_COLORS[verdict], edgecolor="white")
                 )
-                text = cell.text(check).replace(" [", "\n[").replace(", ", ",\n", 1) if cell else "not run"
+                text = (
+                    cell.text(check).replace(" [", "\n[").replace("], ", "]\n").replace("; ", "\n")
+                    if cell
+                    else "not run"
+                )
                 ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=5.5)
         for g in range(1, len(shown)):  # the column groups' borders
             ax.axvline(g * len(servers), color="0.2", linewidth=1.2)
@@ -761,7 +765,7 @@ def stack_matrix(found: list[Any], out_dir: Path) -> list[Figure]:
         ax.set_ylim(len(clients), 0)
         ax.set_xticks([j + 0.5 for j in range(len(columns))], [s for _, s in columns], fontsize=7)
         ax.set_yticks([i + 0.5 for i in range(len(clients))], clients, fontsize=7)
-        ax.set_title(profile, fontsize=10, pad=18)
+        ax.set_title(profile, fontsize=10, pad=20, loc="left")
         ax.tick_params(length=0)
     fig.set_size_inches(
         max(6.0, 1.25 * len(columns) + 2), max(2.5, (0.75 * len(clients) + 1.2) * len(profiles))
