@@ -119,7 +119,7 @@ class Cell:
     client: str
     server: str
     protocol: str
-    n: int
+    n: int  # the measured (error-free) trials of every check of the cell
     handshake: Estimate | None = None  # connection ÷ RTT, net of the client's CPU
     handshake_rtts: int | None = None  # what the protocol takes
     handshake_upper: float | None = None  # the most the rows' rule allows, in RTTs
