@@ -766,44 +766,62 @@ def make_figures(ok: pd.DataFrame, out_dir: Path) -> list[Figure]:
 CONGESTION = "congestion"  # the report's Congestion response section
 FAIRNESS = "fairness"  # the report's Shared bottleneck section
 MATRIX = "matrix"  # the report's client x server matrix section
-VERDICT_COLORS = {"pass": "#b7e4c7", "fail": "#f4a6a6", "n/a": "#e0e0e0"}
+VERDICT_COLORS = {"pass": "#b7e4c7", "fail": "#f4a6a6", "n/a": "#e0e0e0", "unsupported": "#c6dbef"}
 
 
 def stack_matrix(found: list[Any], out_dir: Path) -> list[Figure]:
-    """One grid per profile: a row per client, a column per server; colour = the cell's
-    verdict, text = its medians with 95 % CIs (analysis/stack_matrix.py)."""
-    from .stack_matrix import cell_text
+    """One grid per profile: a row per client, a column group per check (analysis/
+    stack_matrix.py CHECKS) holding a column per server; colour = the check's verdict, text =
+    its median with 95 % CI."""
+    from .stack_matrix import CHECK_TITLES, checks_shown
 
     profiles = list(dict.fromkeys(c.profile for c in found))
     if not profiles:
         return []
     clients = list(dict.fromkeys(c.client for c in found))
     servers = list(dict.fromkeys(c.server for c in found))
+    shown = checks_shown(found)
+    columns = [(check, server) for check in shown for server in servers]
     fig, axes = panel_grid(len(profiles), columns=1)
     for ax, profile in zip(axes, profiles, strict=True):
         mine = {(c.client, c.server): c for c in found if c.profile == profile}
         for i, client in enumerate(clients):
-            for j, server in enumerate(servers):
+            for j, (check, server) in enumerate(columns):
                 cell = mine.get((client, server))
-                verdict = cell.verdict if cell else "n/a"
+                verdict = cell.checks.get(check, "n/a") if cell else "n/a"
                 ax.add_patch(
                     plt.Rectangle((j, i), 1, 1, facecolor=VERDICT_COLORS[verdict], edgecolor="white")
                 )
-                text = f"{cell_text(cell)}\nn={cell.n}" if cell else "not run"
-                ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=7)
-        ax.set_xlim(0, len(servers))
+                text = (
+                    cell.text(check).replace(" [", "\n[").replace("], ", "]\n").replace("; ", "\n")
+                    if cell
+                    else "not run"
+                )
+                ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=5.5)
+        for g in range(1, len(shown)):  # the column groups' borders
+            ax.axvline(g * len(servers), color="0.2", linewidth=1.2)
+        for g, check in enumerate(shown):
+            ax.text(
+                (g + 0.5) * len(servers), -0.35, CHECK_TITLES[check], ha="center", va="bottom", fontsize=7
+            )
+        ax.set_xlim(0, len(columns))
         ax.set_ylim(len(clients), 0)
-        ax.set_xticks([j + 0.5 for j in range(len(servers))], servers)
-        ax.set_yticks([i + 0.5 for i in range(len(clients))], clients)
-        ax.set_title(profile, fontsize=10)
+        ax.set_xticks([j + 0.5 for j in range(len(columns))], [s for _, s in columns], fontsize=7)
+        ax.set_yticks([i + 0.5 for i in range(len(clients))], clients, fontsize=7)
+        ax.set_title(profile, fontsize=10, pad=20, loc="left")
         ax.tick_params(length=0)
-    fig.set_size_inches(max(6.0, 2.4 * len(servers) + 2), max(2.5, (0.9 * len(clients) + 1) * len(profiles)))
+    fig.set_size_inches(
+        max(6.0, 1.25 * len(columns) + 2), max(2.5, (0.75 * len(clients) + 1.2) * len(profiles))
+    )
     caption = (
-        "Each cell is one client against one server: green, every check passes on its median; "
-        "red, one fails; grey, nothing to check. First line: connection time net of the "
-        "client's CPU in calibrated RTTs (QUIC 1, TLS 1.3 2, TLS 1.2 3; at most +3 % or "
-        "+1.5 ms); second: the TCP model's time for the download over the measured one "
-        "(downloads of 1 MB or more; at least 0.97). Brackets: 95 % CIs."
+        "Each row is one client, each column group one check, a column per server: green, the "
+        "check passes on its median; red, it fails; blue, the client cannot do it (exit 3, or "
+        "no such option in its descriptor); grey, nothing to check. Handshake: connection time "
+        "net of the client's CPU in calibrated RTTs (QUIC 1, TLS 1.3 2, TLS 1.2 3; at most +3 % "
+        "or +1.5 ms). Goodput: the TCP model's time for the download over the measured one "
+        "(lossless, 1 MB or more; at least 0.97). Resumed: the first byte in RTTs (QUIC 0-RTT 1, "
+        "resumed 2; TLS 1.3 early data 2, resumed 3; TLS 1.2 3). Loss: every trial completes "
+        "within the timeout; the text is the median goodput. Brackets: 95 % CIs."
     )
     return [save(fig, out_dir, "stack_matrix", MATRIX, "Client × server matrix", caption)]
 

@@ -71,6 +71,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from quicbed.clients.tools import TOOLS
+
 # A full TCP segment's payload with timestamps (1500 − 20 IP − 20 TCP − 12 options); also the
 # calibration's TCP_PAYLOAD_SHARE. QUIC packets on these paths carry about as much.
 PACKET_BYTES = 1448
@@ -100,7 +102,12 @@ VERDICTS = (NO_LOSS, TOO_SHORT, NOT_BINDING, NOT_RESPONSIVE, DEMAND_LIMITED, RES
 CALIBRATED, CONFIGURED = "calibrated", "configured"
 # Analysis kinds and tools whose sender waits on its receiver's demand (see the docstring).
 DEMAND_LIMITED_KINDS = ("video", "streaming", "pageload")
-BROWSER_TOOLS = ("chromium",)
+# The page loaders, from their descriptors (clients/<name>/client.yaml `workloads`): a client
+# that runs the web workload but cannot fetch a cloud file (chromium, firefox). The perf tools
+# and the other stacks' clients (aioquic, quicgo) fetch one object and are not demand-limited.
+BROWSER_TOOLS = tuple(
+    name for name, tool in TOOLS.items() if "web" in tool.workloads and "cloud" not in tool.workloads
+)
 
 # RFC 9438's CUBIC constants.
 CUBIC_C, CUBIC_BETA = 0.4, 0.7

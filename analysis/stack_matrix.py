@@ -1,30 +1,116 @@
 """The client x server matrix: one cell per profile, client and server, judged by the physics
 every stack pair must obey (analysis/physics.py), so that a stack upgrade is a regression check.
+Each cell holds one verdict per check (CHECKS), drawn as a column group of its own:
 
 - handshake: the connection time net of the client's CPU, in calibrated RTTs, against the
   protocol's count (QUIC 1, TLS 1.3 2, TLS 1.2 3) within max(+3 %, +1.5 ms): the rows' rule;
-- goodput (downloads of 1 MB or more): the TCP model's time for the transfer (setup RTTs,
-  request, slow start, the payload at line rate) over the measured one, at least
+- goodput (lossless downloads of 1 MB or more): the TCP model's time for the transfer (setup
+  RTTs, request, slow start, the payload at line rate) over the measured one, at least
   GOODPUT_OF_MODEL. QUIC is held to the same arithmetic: a stack that cannot fill the link
-  where TCP does is what the matrix is for.
+  where TCP does is what the matrix is for;
+- resumption (a client variant whose `resume` option is "yes": a warm-up connection, then the
+  measured one resumes): every trial resumed (where the tool reports it), and the first byte,
+  net of the client's CPU, at the RTT count resumption allows (RESUMED_TTFB_RTTS): with early
+  data where the rows say 0-RTT bytes went, without where they say none, and the nearer of
+  the two where the tool does not say (libcurl's QUIC);
+- streams (rows with `streams` > 1, from a client with a `streams` option): every stream
+  completed (`streams_completed`) on one connection (`connections`), and the TCP model's time
+  for all their bytes over the measured time at least GOODPUT_OF_MODEL. No shipped client has
+  such an option: the check is "unsupported" for every tool whose descriptor lacks it;
+- loss (rows of a lossy condition): every trial completed within the timeout; the text is the
+  median goodput. No verdict beyond that: model.py has no model of a lossy transfer.
 
-A cell passes when every check it has passes on the median; the figure colours it so.
+A trial the client answered with exit 3 (error "unsupported: ...") makes its check
+"unsupported", not "fail". A cell fails when any check fails on the median; the figure colours
+each check so.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from .model import parse_size
+from quicbed.clients.tools import TOOLS
+
+from .loss_response import BROWSER_TOOLS
+from .model import is_failed, parse_size
 from .physics import GOODPUT_OF_MODEL, HANDSHAKE_RTTS, net_connection_rtts, row_upper_rtts, tcp_download_s
 from .stats import Estimate, median_ci
 
-PASS, FAIL, NO_DATA = "pass", "fail", "n/a"
+PASS, FAIL, NO_DATA, UNSUPPORTED = "pass", "fail", "n/a", "unsupported"
 MIN_GOODPUT_BYTES = 1 << 20  # smaller downloads are mostly handshake and slow start
 KEYS = ["profile", "client", "server"]  # profile: the condition's label (profile and swept values)
+CHECKS = ("handshake", "goodput", "resumption", "streams", "loss")
+CHECK_TITLES = {
+    "handshake": "connection (RTTs, net of client CPU)",
+    "goodput": "goodput (model time ÷ measured)",
+    "resumption": "resumed: first byte (RTTs, net of client CPU)",
+    "streams": "parallel streams on one connection",
+    "loss": "loss: goodput (Mbit/s)",
+}
+RESUME_OPTION, STREAMS_OPTION = "resume", "streams"
+UNSUPPORTED_ERROR = "unsupported:"  # the executor's error for a tool's exit 3
+# The first byte of a resumed connection, in RTTs from its start: the setup that remains, then
+# the request's round trip, which early data folds into the first flight.
+RESUMED_TTFB_RTTS = {
+    "quic": {"0-RTT": 1, "resumed": 2},  # QUIC resumed without early data: 1 RTT + request
+    "tls1.3": {"early data": 2, "resumed": 3},  # TCP 1, then ClientHello + request (or TLS 1, request 1)
+    "tls1.2": {"resumed": 3},  # TCP 1, the abbreviated handshake 1, request 1; no early data
+}
+
+
+@dataclass(frozen=True)
+class Resumption:
+    ttfb: Estimate  # first byte ÷ RTT, net of the client's CPU
+    rtt_ms: float
+    resumed: float | None  # the share of trials that resumed; None: the tool does not say
+    early_bytes: float | None  # median 0-RTT bytes; None: the tool does not say
+
+    def expected(self, protocol: str) -> tuple[str, int] | None:
+        """What resumption should take here: (name, RTTs)."""
+        allowed = RESUMED_TTFB_RTTS.get(protocol, {})
+        if not allowed:
+            return None
+        if self.early_bytes is not None:
+            early = [k for k in allowed if k != "resumed"]
+            name = early[0] if self.early_bytes > 0 and early else "resumed"
+            return (name, allowed[name]) if name in allowed else None
+        return min(allowed.items(), key=lambda kv: abs(kv[1] - self.ttfb.value))
+
+    def verdict(self, protocol: str) -> str:
+        expected = self.expected(protocol)
+        if expected is None or (self.resumed is not None and self.resumed < 1):
+            return FAIL
+        rtts = expected[1]
+        return PASS if rtts * 0.99 <= self.ttfb.value <= row_upper_rtts(rtts, self.rtt_ms) else FAIL
+
+
+@dataclass(frozen=True)
+class Streams:
+    requested: int
+    all_completed: bool  # every trial completed every stream
+    one_connection: bool  # every trial on one connection
+    of_model: Estimate | None  # model time for all the streams' bytes ÷ measured time
+
+    @property
+    def verdict(self) -> str:
+        fast = self.of_model is not None and self.of_model.value >= GOODPUT_OF_MODEL
+        return PASS if self.all_completed and self.one_connection and fast else FAIL
+
+
+@dataclass(frozen=True)
+class Loss:
+    loss_pct: float
+    completed: int
+    failed: int  # timed out or broke
+    goodput_mbit: Estimate | None
+
+    @property
+    def verdict(self) -> str:
+        return PASS if self.completed and not self.failed else FAIL
 
 
 @dataclass(frozen=True)
@@ -33,26 +119,70 @@ class Cell:
     client: str
     server: str
     protocol: str
-    n: int
-    handshake: Estimate | None  # connection ÷ RTT, net of the client's CPU
-    handshake_rtts: int | None  # what the protocol takes
-    handshake_upper: float | None  # the most the rows' rule allows, in RTTs
-    goodput: Estimate | None  # model time ÷ measured time
+    n: int  # the measured (error-free) trials of every check of the cell
+    handshake: Estimate | None = None  # connection ÷ RTT, net of the client's CPU
+    handshake_rtts: int | None = None  # what the protocol takes
+    handshake_upper: float | None = None  # the most the rows' rule allows, in RTTs
+    goodput: Estimate | None = None  # model time ÷ measured time
+    resumption: Resumption | None = None
+    streams: Streams | None = None
+    loss: Loss | None = None
+    unsupported: frozenset[str] = field(default_factory=frozenset)  # checks the client cannot do
 
     @property
     def checks(self) -> dict[str, str]:
-        out = {}
+        out = {check: UNSUPPORTED for check in CHECKS if check in self.unsupported}
         if self.handshake and self.handshake.n and self.handshake_rtts and self.handshake_upper:
             low = self.handshake_rtts * 0.99
             out["handshake"] = PASS if low <= self.handshake.value <= self.handshake_upper else FAIL
         if self.goodput and self.goodput.n:
             out["goodput"] = PASS if self.goodput.value >= GOODPUT_OF_MODEL else FAIL
+        if self.resumption:
+            out["resumption"] = self.resumption.verdict(self.protocol)
+        if self.streams:
+            out["streams"] = self.streams.verdict
+        if self.loss:
+            out["loss"] = self.loss.verdict
         return out
 
     @property
     def verdict(self) -> str:
-        checks = self.checks.values()
-        return NO_DATA if not checks else FAIL if FAIL in checks else PASS
+        checks = set(self.checks.values())
+        for verdict in (FAIL, PASS, UNSUPPORTED):
+            if verdict in checks:
+                return verdict
+        return NO_DATA
+
+    def text(self, check: str) -> str:
+        """The check's medians with their CIs, or why there are none."""
+        if check in self.unsupported:
+            return UNSUPPORTED
+        if check == "handshake" and self.handshake and self.handshake.n:
+            return _ci(self.handshake, "RTT")
+        if check == "goodput" and self.goodput and self.goodput.n:
+            return _ci(self.goodput, "of model")
+        if check == "resumption" and self.resumption:
+            r = self.resumption
+            if r.resumed is not None and r.resumed < 1:
+                return f"resumed {r.resumed:.0%} of trials; {_ci(r.ttfb, 'RTT')}"
+            kind = (r.expected(self.protocol) or ("?", 0))[0]
+            return f"{_ci(r.ttfb, 'RTT')}, {kind}"
+        if check == "streams" and self.streams:
+            s = self.streams
+            parts = [] if s.all_completed else [f"not all {s.requested} completed"]
+            parts += [] if s.one_connection else ["more than one connection"]
+            parts += [_ci(s.of_model, "of model")] if s.of_model else []
+            return f"{s.requested} streams: " + "; ".join(parts)
+        if check == "loss" and self.loss:
+            lo = self.loss
+            rate = _ci(lo.goodput_mbit, "Mbit/s") if lo.goodput_mbit else "none completed"
+            late = f"; {lo.failed} of {lo.completed + lo.failed} did not complete" if lo.failed else ""
+            return f"{lo.loss_pct:g} %: {rate}{late}"
+        return NO_DATA
+
+
+def _ci(e: Estimate, unit: str) -> str:
+    return f"{e.value:.2f} {unit} [{e.lo:.2f}, {e.hi:.2f}]"
 
 
 def _handshake(rows: pd.DataFrame, protocol: str) -> tuple[Estimate | None, int | None, float | None]:
@@ -68,15 +198,14 @@ def _handshake(rows: pd.DataFrame, protocol: str) -> tuple[Estimate | None, int 
     return median_ci(np.array(ratios)), rtts, row_upper_rtts(rtts, rtt)
 
 
-def _goodput(rows: pd.DataFrame, protocol: str) -> Estimate | None:
+def _model_share(rows: pd.DataFrame, protocol: str, size_of: str = "object") -> Estimate | None:
+    """The TCP model's time for each row's bytes over the measured time (rows of 1 MB or more)."""
     rtts = HANDSHAKE_RTTS.get(protocol)
     if rtts is None or "download_time_ms" not in rows or "rate_down_mbit" not in rows:
         return None
-    if "loss_pct" in rows and (pd.to_numeric(rows["loss_pct"], errors="coerce").fillna(0) > 0).any():
-        return None  # the model is of a lossless link; loss is the congestion section's
     ratios = []
     for _, r in rows.iterrows():
-        size = parse_size(r.get("object"))
+        size = parse_size(r.get("object")) if size_of == "object" else _num(r.get(size_of)) or 0.0
         took, rate, rtt = (
             _num(r.get("download_time_ms")),
             _num(r.get("rate_down_mbit")),
@@ -87,6 +216,58 @@ def _goodput(rows: pd.DataFrame, protocol: str) -> Estimate | None:
     return median_ci(np.array(ratios)) if ratios else None
 
 
+def _resumption(rows: pd.DataFrame) -> Resumption | None:
+    usable = rows[rows["ttfb_ms"].notna() & (rows["calib_rtt_ms"] > 0)] if "ttfb_ms" in rows else rows[:0]
+    if usable.empty:
+        return None
+    ratios = [
+        net_connection_rtts(float(r.ttfb_ms), _num(r.get("client_cpu_ms")), float(r.calib_rtt_ms))
+        for _, r in usable.iterrows()
+    ]
+    resumed = _known(usable, "resumed")
+    early = _known(usable, "early_data_bytes")
+    return Resumption(
+        median_ci(np.array(ratios)),
+        float(usable["calib_rtt_ms"].median()),
+        float(resumed.astype(bool).mean()) if resumed is not None else None,
+        float(early.median()) if early is not None else None,
+    )
+
+
+def _known(rows: pd.DataFrame, column: str) -> pd.Series | None:
+    """The column's values where every row has one; None where the tool does not report it."""
+    if column not in rows or rows[column].isna().any():
+        return None
+    return pd.to_numeric(rows[column].astype(float), errors="coerce")
+
+
+def _streams(rows: pd.DataFrame, protocol: str) -> Streams:
+    requested = int(pd.to_numeric(rows["streams"]).max())
+    done = pd.to_numeric(rows.get("streams_completed"), errors="coerce")
+    conns = pd.to_numeric(rows.get("connections"), errors="coerce")
+    return Streams(
+        requested,
+        bool((done == rows["streams"]).all()),
+        bool((conns == 1).all()),
+        _model_share(rows, protocol, size_of="bytes"),
+    )
+
+
+def _loss(ok: pd.DataFrame, failed: pd.DataFrame) -> Loss:
+    rows = pd.concat([ok, failed])
+    goodput = []
+    for _, r in ok.iterrows():
+        size, took = _num(r.get("bytes")), _num(r.get("download_time_ms"))
+        if size and took:
+            goodput.append(size * 8 / (took * 1e3))
+    return Loss(
+        float(pd.to_numeric(rows["loss_pct"], errors="coerce").max()),
+        len(ok),
+        len(failed),
+        median_ci(np.array(goodput)) if goodput else None,
+    )
+
+
 def _num(value: object) -> float | None:
     try:
         out = float(value)  # type: ignore[arg-type]
@@ -95,34 +276,97 @@ def _num(value: object) -> float | None:
     return out if np.isfinite(out) else None
 
 
-def cells(ok: pd.DataFrame) -> list[Cell]:
-    """The matrix of a run's error-free rows that time a connection (the perf tools and the
-    other stacks' clients), per profile, client and server."""
-    if ok.empty or not set(KEYS) <= set(ok.columns) or "connection_time_ms" not in ok:
+def _option_suffix(tool: object, option: str, value: str) -> str | None:
+    """How the tool's descriptor spells option=value in a label ("-resume"), None if it has no
+    such option."""
+    described = TOOLS.get(str(tool))
+    if described is None or value not in described.options.get(option, ()):
+        return None
+    return described.short.get(option, {}).get(value, value)
+
+
+def _check_of(row: pd.Series) -> tuple[str, str]:
+    """(check, base client label) a row measures: a lossy condition's rows the loss check; a
+    variant resuming its session the resumption check of the client without it; else the
+    fresh connection's checks (handshake and goodput)."""
+    client = str(row["client"])
+    if (_num(row.get("loss_pct")) or 0) > 0:
+        return "loss", client
+    if (_num(row.get("streams")) or 0) > 1:
+        return "streams", client
+    suffix = _option_suffix(row.get("tool"), RESUME_OPTION, "yes")
+    if suffix and client.endswith(suffix):
+        return "resumption", client[: -len(suffix)]
+    return "fresh", client
+
+
+def cells(df: pd.DataFrame) -> list[Cell]:
+    """The matrix of a run's rows that time a connection (the perf tools and the other stacks'
+    clients), per profile, client and server. Failed rows count only where a check needs
+    them: the client's exit 3 (unsupported) and the loss check's trials that did not finish."""
+    if df.empty or not set(KEYS) <= set(df.columns) or "connection_time_ms" not in df:
         return []
-    rows = ok[ok["connection_time_ms"].notna()]
-    if "condition_label" in rows:  # a sweep keeps its profile's name: one cell per point
-        rows = rows.assign(profile=rows["condition_label"].fillna(rows["profile"]))
+    rows = df.reset_index(drop=True)  # several runs' rows may share index labels
     if "page_load_time_ms" in rows:  # a browser's connection holds its CPU-bound start
         rows = rows[rows["page_load_time_ms"].isna()]
-    out = []
-    for (profile, client, server), group in rows.groupby(KEYS, sort=False):
-        protocol = str(group["protocol"].iloc[0])
-        hs, rtts, upper = _handshake(group, protocol)
-        out.append(
-            Cell(
-                str(profile),
-                str(client),
-                str(server),
-                protocol,
-                len(group),
-                hs,
-                rtts,
-                upper,
-                _goodput(group, protocol),
-            )
-        )
-    return out
+    if "tool" in rows:  # ... and its failed rows have no page load time to say so
+        rows = rows[~rows["tool"].isin(BROWSER_TOOLS)]
+    error = rows["error"] if "error" in rows else pd.Series(None, index=rows.index, dtype=object)
+    failed = error.map(is_failed).astype(bool)
+    rows = rows.assign(
+        _failed=failed, _unsupported=failed & error.astype(str).str.startswith(UNSUPPORTED_ERROR)
+    )
+    rows = rows[rows["_failed"] | rows["connection_time_ms"].notna()]
+    if rows.empty:
+        return []
+    checks = rows.apply(_check_of, axis=1, result_type="expand")
+    lossy = checks[0] == "loss"
+    # A sweep keeps its profile's name (one matrix per point); a lossy condition is the loss
+    # column of its profile's matrix.
+    label = rows["condition_label"].fillna(rows["profile"]) if "condition_label" in rows else rows["profile"]
+    rows = rows.assign(
+        profile=label.where(~lossy, rows["profile"]),
+        client=checks[1],
+        _check=checks[0],
+    )
+    rows = rows[~rows["_failed"] | rows["_unsupported"] | (rows["_check"] == "loss")]
+    return [_cell(key, group) for key, group in rows.groupby(KEYS, sort=False)]
+
+
+def _cell(key: Iterable[object], group: pd.DataFrame) -> Cell:
+    profile, client, server = (str(k) for k in key)
+    protocol = str(group["protocol"].iloc[0])
+    parts = dict(iter(group.groupby("_check", sort=False)))
+    gone = {check for check, rows in parts.items() if rows["_unsupported"].all()}
+    unsupported = {"handshake", "goodput"} if "fresh" in gone else set()
+    unsupported |= gone - {"fresh"}
+    tool = str(group["tool"].iloc[0]) if "tool" in group else ""
+    if "streams" not in parts and tool in TOOLS and STREAMS_OPTION not in TOOLS[tool].options:
+        unsupported.add("streams")  # no trial to run: the descriptor offers no streams option
+
+    def ok(check: str) -> pd.DataFrame:
+        rows = parts.get(check)
+        return rows[~rows["_failed"]] if rows is not None and check not in gone else group[:0]
+
+    fresh = ok("fresh")
+    hs, rtts, upper = _handshake(fresh, protocol) if not fresh.empty else (None, None, None)
+    lossless = "loss_pct" not in fresh or not (pd.to_numeric(fresh["loss_pct"], errors="coerce") > 0).any()
+    lossy = parts.get("loss")
+    return Cell(
+        profile,
+        client,
+        server,
+        protocol,
+        int((~group["_failed"]).sum()),
+        hs,
+        rtts,
+        upper,
+        _model_share(fresh, protocol) if lossless and not fresh.empty else None,
+        _resumption(ok("resumption")) if not ok("resumption").empty else None,
+        _streams(ok("streams"), protocol) if not ok("streams").empty else None,
+        _loss(ok("loss"), lossy[lossy["_failed"]]) if lossy is not None and "loss" not in gone else None,
+        frozenset(unsupported),
+    )
 
 
 def is_matrix(found: list[Cell]) -> bool:
@@ -130,18 +374,29 @@ def is_matrix(found: list[Cell]) -> bool:
     return len({c.client for c in found}) > 1 and len({c.server for c in found}) > 1
 
 
+def checks_shown(found: list[Cell]) -> list[str]:
+    """The checks any cell has a verdict or a measurement for, in CHECKS order; a check every
+    cell lacks (e.g. loss without a lossy run) has no column."""
+    measured = {check for c in found for check, v in c.checks.items() if v != UNSUPPORTED}
+    unsupported = {check for c in found for check in c.unsupported}
+    return [check for check in CHECKS if check in measured or check in unsupported]
+
+
 def cell_text(cell: Cell) -> str:
-    parts = []
-    if cell.handshake and cell.handshake.n:
-        e = cell.handshake
-        parts.append(f"{e.value:.2f} RTT [{e.lo:.2f}, {e.hi:.2f}]")
-    if cell.goodput and cell.goodput.n:
-        e = cell.goodput
-        parts.append(f"{e.value:.2f} of model [{e.lo:.2f}, {e.hi:.2f}]")
+    parts = [cell.text(check) for check in CHECKS if check in cell.checks and check not in cell.unsupported]
     return "\n".join(parts) or NO_DATA
 
 
 def matrix_table(found: list[Cell]) -> pd.DataFrame:
+    shown = checks_shown(found)
+
+    def column(c: Cell, check: str) -> str:
+        verdict = c.checks.get(check)
+        if verdict is None:
+            return "–"
+        text = c.text(check)
+        return text if verdict in (PASS, UNSUPPORTED) else f"{verdict}: {text}"
+
     return pd.DataFrame(
         [
             {
@@ -149,11 +404,7 @@ def matrix_table(found: list[Cell]) -> pd.DataFrame:
                 "client": c.client,
                 "server": c.server,
                 "n": str(c.n),
-                "connection (RTTs, net of client CPU)": cell_text(c).split("\n")[0] if c.handshake else "–",
-                "expected": f"{c.handshake_rtts}..{c.handshake_upper:.3f}" if c.handshake_upper else "–",
-                "goodput (model time ÷ measured)": next(
-                    (t for t in cell_text(c).split("\n") if "model" in t), "–"
-                ),
+                **{CHECK_TITLES[check]: column(c, check) for check in shown},
                 "verdict": c.verdict,
             }
             for c in found

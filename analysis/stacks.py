@@ -20,11 +20,15 @@ import numpy as np
 import pandas as pd
 
 from quicbed import rowschema
+from quicbed.clients.tools import TOOLS
 
 from .load import AnalysisError
 
 TRIALS_PER_STACK = 2
-PERF_TOOLS = ("tls_perf", "quic_perf")
+# One GET on one fresh connection per trial: every client whose descriptor
+# (clients/<name>/client.yaml `workloads`) can fetch a cloud file (tls_perf, quic_perf, aioquic,
+# quicgo, and any of QUICBED_CLIENT_DIRS); a browser's page load opens several connections.
+PERF_TOOLS = tuple(name for name, tool in TOOLS.items() if "cloud" in tool.workloads)
 
 Evidence = Callable[[Path, str], dict[str, Any]]
 

@@ -92,6 +92,17 @@ def test_goodput_of_each_tools_row():
     assert lr.row_columns(failed, INDIA)["loss_response"] is None
 
 
+def test_the_browsers_are_read_from_the_client_descriptors():
+    """A page loader is a client that runs the web workload but cannot fetch a cloud file
+    (its client.yaml); the other stacks' clients fetch one object, as the perf tools."""
+    assert lr.BROWSER_TOOLS == ("chromium", "firefox")
+    page = {"tool": "firefox", "bytes": 600_000, "download_time_ms": 50.0, "t_start": 1.0, "t_done": 2.2}
+    assert lr.is_demand_limited(page) and lr.goodput_mbit(page) == pytest.approx(4.0)
+    for tool in ("aioquic", "quicgo"):
+        row = {"tool": tool, "workload": "cloud", "bytes": MiB, "download_time_ms": 1000.0}
+        assert not lr.is_demand_limited(row) and lr.goodput_mbit(row) == pytest.approx(8 * MiB / 1e6)
+
+
 def test_the_calibrated_loss_wins_over_the_configured():
     calib = {
         "rtt_ms": 80.0,

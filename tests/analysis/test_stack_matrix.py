@@ -1,5 +1,6 @@
 """The client x server matrix (analysis/stack_matrix.py): each cell judged by the handshake's
-RTT count and the download against the TCP model, drawn and reported."""
+RTT count, the download against the TCP model, a resumed session's first byte, 30 streams on
+one connection and a transfer at 5 % loss, drawn and reported; each check can fail alone."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from quicbed.analysis.physics import tcp_download_s
 from quicbed.analysis.report import matrix_section
 
 RTT, RATE, SIZE = 80.0, 20.0, 10 * 2**20
+TOOL = {"quic-h3": "quic_perf", "tls1.3-h2": "tls_perf", "aioquic": "aioquic"}
+PROTOCOL = {"quic-h3": "quic", "tls1.3-h2": "tls1.3", "aioquic": "quic"}
 
 
 def trial(client: str, server: str, protocol: str, rtts: float, model_share: float) -> dict:
@@ -21,15 +24,21 @@ def trial(client: str, server: str, protocol: str, rtts: float, model_share: flo
     took = tcp_download_s(SIZE, RATE, RTT, setup) * 1000 / model_share
     return {
         "profile": "india",
+        "condition_label": "india",
         "client": client,
+        "tool": TOOL[client],
         "server": server,
         "protocol": protocol,
         "object": "10MB",
         "calib_rtt_ms": RTT,
         "rate_down_mbit": RATE,
+        "loss_pct": 0.0,
         "connection_time_ms": rtts * RTT + 0.4,  # 0.4 ms of the client's own CPU
         "client_cpu_ms": 0.4,
+        "ttfb_ms": (setup + 1) * RTT + 0.4,
         "download_time_ms": took,
+        "bytes": SIZE,
+        "error": None,
     }
 
 
@@ -43,15 +52,52 @@ def rows(quic_nginx_rtts: float = 1.0, tls_caddy_share: float = 0.99) -> pd.Data
     return pd.DataFrame([trial(*cell) for cell in cells for _ in range(5)])
 
 
-def verdicts(found: list[stack_matrix.Cell]) -> dict[tuple[str, str], str]:
-    return {(c.client, c.server): c.verdict for c in found}
+def resumed(client: str, server: str, ttfb_rtts: float, early: float | None, ok: bool = True) -> pd.DataFrame:
+    """Five trials of the client's "-resume" variant; early=None: the tool does not report it."""
+    row = trial(client, server, PROTOCOL[client], 1.0 if client == "quic-h3" else 2.0, 1.0)
+    row.update(client=f"{client}-resume", ttfb_ms=ttfb_rtts * RTT + 0.4, resumed=True)
+    if early is not None:
+        row["early_data_bytes"] = early
+    out = pd.DataFrame([row] * 5)
+    if not ok:
+        out.loc[4, "resumed"] = False
+    return out
+
+
+def with_resumption(quic_caddy: float = 1.0, tls_nginx: float = 3.0, quic_ok: bool = True) -> pd.DataFrame:
+    return pd.concat(
+        [
+            rows(),
+            resumed("quic-h3", "caddy", quic_caddy, early=1200.0, ok=quic_ok),  # 0-RTT: 1 RTT
+            resumed("quic-h3", "nginx", 2.0, early=0.0),  # resumed, no early data: 2 RTT
+            resumed("tls1.3-h2", "caddy", 3.01, early=0.0),  # TCP 1, TLS 1, request 1
+            resumed("tls1.3-h2", "nginx", tls_nginx, early=None),  # not reported: nearest count
+        ]
+    )
+
+
+def lossy(failed: int = 0) -> pd.DataFrame:
+    """1 MB at 5 % loss, a condition of its own (a sweep's label), 3 trials a cell."""
+    out = rows().assign(condition_label="india loss_pct=5", loss_pct=5.0, object="1MB", bytes=2**20)
+    out = out.assign(download_time_ms=2**20 * 8 / 1.6e3)  # 1.6 Mbit/s
+    out = out.groupby(["client", "server"]).head(3).reset_index(drop=True)
+    out.loc[: failed - 1, ["error", "connection_time_ms", "download_time_ms"]] = ["timeout: 60 s", None, None]
+    return out
+
+
+def verdicts(found: list[stack_matrix.Cell], check: str | None = None) -> dict[tuple[str, str], str]:
+    return {(c.client, c.server): c.checks.get(check, "–") if check else c.verdict for c in found}
+
+
+def cell(found: list[stack_matrix.Cell], client: str, server: str) -> stack_matrix.Cell:
+    return next(c for c in found if (c.client, c.server) == (client, server))
 
 
 def test_every_cell_passes_on_the_physics() -> None:
     found = stack_matrix.cells(rows())
     assert stack_matrix.is_matrix(found)
     assert set(verdicts(found).values()) == {"pass"}
-    quic = next(c for c in found if (c.client, c.server) == ("quic-h3", "caddy"))
+    quic = cell(found, "quic-h3", "caddy")
     assert quic.handshake and quic.handshake.value == pytest.approx(1.0)
     assert quic.goodput and quic.goodput.value == pytest.approx(1.0)
 
@@ -67,33 +113,115 @@ def test_every_cell_passes_on_the_physics() -> None:
 def test_a_cell_that_breaks_the_physics_fails_alone(change: dict, failing: tuple, check: str) -> None:
     found = stack_matrix.cells(rows(**change))
     assert [k for k, v in verdicts(found).items() if v == "fail"] == [failing]
-    cell = next(c for c in found if (c.client, c.server) == failing)
-    assert cell.checks[check] == "fail"
+    assert cell(found, *failing).checks[check] == "fail"
+
+
+def test_resumption_is_a_column_of_the_client_without_it() -> None:
+    found = stack_matrix.cells(with_resumption())
+    assert {c.client for c in found} == {"quic-h3", "tls1.3-h2"}  # no "-resume" rows of their own
+    assert set(verdicts(found, "resumption").values()) == {"pass"}
+    assert set(verdicts(found).values()) == {"pass"}
+    assert cell(found, "quic-h3", "caddy").text("resumption") == "1.00 RTT [1.00, 1.00], 0-RTT"
+    assert cell(found, "quic-h3", "nginx").text("resumption").endswith(", resumed")
+    assert cell(found, "tls1.3-h2", "nginx").text("resumption").endswith(", resumed")  # 3 RTT: no early data
+
+
+@pytest.mark.parametrize(
+    "change, failing",
+    [
+        ({"quic_caddy": 2.0}, ("quic-h3", "caddy")),  # 0-RTT bytes went, yet the first byte took 2 RTT
+        ({"quic_ok": False}, ("quic-h3", "caddy")),  # one trial of five did not resume
+        ({"tls_nginx": 2.5}, ("tls1.3-h2", "nginx")),  # unreported early data, 2.5 RTT: neither count
+        ({"tls_nginx": 3.1}, ("tls1.3-h2", "nginx")),  # 8 ms over resumption's 3 RTT
+    ],
+)
+def test_a_resumption_that_breaks_the_physics_fails_alone(change: dict, failing: tuple) -> None:
+    found = stack_matrix.cells(with_resumption(**change))
+    assert [k for k, v in verdicts(found).items() if v == "fail"] == [failing]
+    assert cell(found, *failing).checks == {"handshake": "pass", "goodput": "pass", "resumption": "fail"} | {
+        "streams": "unsupported"
+    }
+
+
+def test_a_client_that_exits_3_is_unsupported_not_failed() -> None:
+    aioquic = pd.DataFrame([trial("aioquic", server, "quic", 1.0, 1.0) for server in ("caddy", "nginx")] * 3)
+    cannot = aioquic.assign(
+        client="aioquic-resume", connection_time_ms=None, error="unsupported: --resume: not written yet"
+    )
+    found = stack_matrix.cells(pd.concat([rows(), aioquic, cannot]))
+    mine = cell(found, "aioquic", "caddy")
+    assert mine.checks == {
+        "handshake": "pass",
+        "goodput": "pass",
+        "resumption": "unsupported",
+        "streams": "unsupported",
+    }
+    assert mine.verdict == "pass" and mine.text("resumption") == "unsupported"
+    assert mine.n == 3  # the unsupported trials are not measurements
+
+
+def test_no_shipped_client_offers_streams_and_a_streams_row_is_judged() -> None:
+    found = stack_matrix.cells(rows())
+    assert set(verdicts(found, "streams").values()) == {"unsupported"}
+    # A client of QUICBED_CLIENT_DIRS reporting 30 streams: 30 x 100 KB against the TCP model.
+    streams = rows().assign(tool="own-streams", client="own", streams=30, streams_completed=30, connections=1)
+    size = 30 * 100 * 1024
+    streams = streams.assign(bytes=size, download_time_ms=tcp_download_s(size, RATE, RTT, 1) * 1000 / 0.99)
+    streams = streams[streams["protocol"] == "quic"]
+    broken = streams.copy()
+    broken.loc[broken.index[0], "connections"] = 2
+    good = cell(stack_matrix.cells(pd.concat([rows(), streams])), "own", "caddy")
+    assert good.checks == {"streams": "pass"}, good.text("streams")
+    bad = stack_matrix.cells(pd.concat([rows(), broken]))
+    assert verdicts(bad)[("own", "caddy")] == "fail" and verdicts(bad)[("own", "nginx")] == "pass"
+    assert "more than one connection" in cell(bad, "own", "caddy").text("streams")
+
+
+def test_a_lossy_condition_is_its_profiles_loss_column_and_fails_on_a_timeout() -> None:
+    found = stack_matrix.cells(pd.concat([rows(), lossy()]))
+    assert {c.profile for c in found} == {"india"}
+    assert set(verdicts(found, "loss").values()) == {"pass"}
+    assert cell(found, "quic-h3", "caddy").text("loss") == "5 %: 1.60 Mbit/s [1.60, 1.60]"
+    late = stack_matrix.cells(pd.concat([rows(), lossy(failed=1)]))
+    assert [k for k, v in verdicts(late).items() if v == "fail"] == [("quic-h3", "caddy")]
+    assert cell(late, "quic-h3", "caddy").text("loss").endswith("1 of 3 did not complete")
 
 
 def test_page_loads_and_small_objects_are_left_out() -> None:
     data = rows()
-    browser = data.assign(client="chromium-quic", page_load_time_ms=900.0)
+    browser = data.assign(client="chromium-quic", tool="chromium", page_load_time_ms=900.0)
+    failed_browser = data.assign(
+        client="chromium-quic", tool="chromium", error="timeout", connection_time_ms=None
+    )
     small = data.assign(object="1KB")
-    assert {c.client for c in stack_matrix.cells(pd.concat([data, browser]))} == {"quic-h3", "tls1.3-h2"}
+    found = stack_matrix.cells(pd.concat([data, browser, failed_browser]))
+    assert {c.client for c in found} == {"quic-h3", "tls1.3-h2"}
     assert all(c.goodput is None for c in stack_matrix.cells(small))
 
 
 def test_one_server_is_no_matrix_and_the_report_says_what_fails(tmp_path: Path) -> None:
-    data = rows(quic_nginx_rtts=2.0)
+    data = pd.concat([with_resumption(quic_caddy=2.0), lossy()])
+    data.loc[data["client"] == "quic-h3", "connection_time_ms"] = 2 * RTT  # every QUIC handshake 2 RTT
     assert matrix_section(data[data["server"] == "caddy"], []) is None
-    (figure,) = draw(stack_matrix.cells(data), tmp_path)
+    found = stack_matrix.cells(data)
+    assert stack_matrix.checks_shown(found) == ["handshake", "goodput", "resumption", "streams", "loss"]
+    (figure,) = draw(found, tmp_path)
     assert figure.png.stat().st_size > 1000
     section = matrix_section(data, [figure])
     assert section is not None
     texts = [getattr(b, "items", None) for b in section.blocks]
-    assert ["fails a check: india: quic-h3 × nginx"] in texts
+    assert [
+        "fails handshake, resumption: india: quic-h3 × caddy",
+        "fails handshake: india: quic-h3 × nginx",
+    ] in texts
+    assert ["quic-h3 cannot do: streams", "tls1.3-h2 cannot do: streams"] in texts
+    (table,) = [b.frame for b in section.blocks if hasattr(b, "frame")]
+    assert list(table.columns[4:]) == [*stack_matrix.CHECK_TITLES.values(), "verdict"]
 
 
-def test_a_swept_condition_is_a_matrix_of_its_own_and_loss_has_no_goodput_model() -> None:
-    clean = rows().assign(condition_label="india", loss_pct=0.0)
-    lossy = rows(tls_caddy_share=0.5).assign(condition_label="india loss_pct=1", loss_pct=1.0)
-    found = stack_matrix.cells(pd.concat([clean, lossy]))
-    assert {c.profile for c in found} == {"india", "india loss_pct=1"}
-    assert all(c.goodput is None for c in found if c.profile != "india")
-    assert {c.verdict for c in found} == {"pass"}
+def test_a_swept_condition_is_a_matrix_of_its_own() -> None:
+    clean = rows()
+    other = rows(tls_caddy_share=0.5).assign(condition_label="india aqm=fq_codel")
+    found = stack_matrix.cells(pd.concat([clean, other]))
+    assert {c.profile for c in found} == {"india", "india aqm=fq_codel"}
+    assert verdicts([c for c in found if c.profile != "india"])[("tls1.3-h2", "caddy")] == "fail"

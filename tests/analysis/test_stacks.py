@@ -148,3 +148,10 @@ def test_the_table_says_what_was_not_measured(kind: str) -> None:
     (row,) = windows_table([_w("caddy", kind, 10, 14_480, 2)]).to_dict("records")
     assert row["initial window"] == "10 packets (14.5 KB)" and row["response"] == "10.4 KB in 2 flight(s)"
     assert ("not measured" in row["congestion control"]) == (kind == "QUIC")
+
+
+def test_the_perf_tools_are_read_from_the_client_descriptors() -> None:
+    """One GET on one connection per trial: every client that can fetch a cloud file."""
+    from quicbed.analysis.stacks import PERF_TOOLS
+
+    assert PERF_TOOLS == ("tls_perf", "quic_perf", "aioquic", "quicgo")
