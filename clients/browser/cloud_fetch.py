@@ -19,12 +19,11 @@ from urllib.parse import urlsplit
 
 from page_row import (
     EXPECTED,
-    HTTP_VERSION,
     PAGE_ONLY_KEYS,
     _epoch,
     _ms,
-    _tls_version,
     categorize,
+    connection_keys,
     http_problems,
     judge,
 )
@@ -102,7 +101,6 @@ def build_cloud_row(row: dict[str, Any], result: dict[str, Any], net: dict[str, 
     entry = result.get("entry") or {}
     origin = result.get("timeOrigin")
     response: dict[str, Any] = next(iter(net.get("responses") or []), {})
-    security = response.get("securityDetails") or {}
     hop = entry.get("nextHopProtocol") or response.get("protocol") or ""
     start = entry.get("startTime")
     connect_start, connect_end = entry.get("connectStart"), entry.get("connectEnd")
@@ -110,12 +108,7 @@ def build_cloud_row(row: dict[str, Any], result: dict[str, Any], net: dict[str, 
     download_ms = _since(entry, "responseEnd")
     body = int(entry.get("encodedBodySize") or 0)
     row.update(
-        tls_version=_tls_version(security.get("protocol", "")),
-        http_version=HTTP_VERSION.get(hop, hop),
-        cipher=security.get("cipher") or "",
-        tls_group=security.get("keyExchangeGroup") or "",
-        remote_ip=response.get("remoteIPAddress") or row.get("remote_ip"),
-        remote_port=response.get("remotePort") or row.get("remote_port"),
+        **connection_keys(row, response, hop),
         bytes=body,
         http_status=int(result.get("status") or entry.get("responseStatus") or response.get("status") or 0),
         t_start=_epoch(origin, start) if origin is not None else None,

@@ -160,6 +160,20 @@ def empty_row(protocol: str, url: str, rep: int) -> dict[str, Any]:
     return row
 
 
+def connection_keys(row: dict[str, Any], response: dict[str, Any], hop: str) -> dict[str, Any]:
+    """What DevTools says of the connection a response came over (its securityDetails and
+    peer) and the protocol Resource Timing names (`hop`), in the perf tools' keys."""
+    security = response.get("securityDetails") or {}
+    return {
+        "tls_version": _tls_version(security.get("protocol", "")),
+        "http_version": HTTP_VERSION.get(hop, hop),
+        "cipher": security.get("cipher") or "",
+        "tls_group": security.get("keyExchangeGroup") or "",
+        "remote_ip": response.get("remoteIPAddress") or row.get("remote_ip"),
+        "remote_port": response.get("remotePort") or row.get("remote_port"),
+    }
+
+
 def build_row(row: dict[str, Any], perf: dict[str, Any], net: dict[str, Any]) -> dict[str, Any]:
     """Fill a row from the page's timing entries (`perf`: timeOrigin, navigation, resources,
     fcp, lcp) and the DevTools network record (`net`: document, responses). Times are
@@ -168,17 +182,11 @@ def build_row(row: dict[str, Any], perf: dict[str, Any], net: dict[str, Any]) ->
     resources = perf.get("resources") or []
     origin = perf.get("timeOrigin")
     doc = net.get("document") or {}
-    security = doc.get("securityDetails") or {}
     hop = nav.get("nextHopProtocol") or doc.get("protocol") or ""
     connect_start, connect_end = nav.get("connectStart"), nav.get("connectEnd")
     secure_start = nav.get("secureConnectionStart")
     row.update(
-        tls_version=_tls_version(security.get("protocol", "")),
-        http_version=HTTP_VERSION.get(hop, hop),
-        cipher=security.get("cipher") or "",
-        tls_group=security.get("keyExchangeGroup") or "",
-        remote_ip=doc.get("remoteIPAddress") or row.get("remote_ip"),
-        remote_port=doc.get("remotePort") or row.get("remote_port"),
+        **connection_keys(row, doc, hop),
         bytes=int(sum(e.get("encodedBodySize") or 0 for e in [nav, *resources])),
         http_status=int(nav.get("responseStatus") or doc.get("status") or 0),
         t_start=round(origin / 1000.0, 6) if origin is not None else None,

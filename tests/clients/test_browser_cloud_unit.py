@@ -6,28 +6,16 @@ test_browser_path.py::test_a_cloud_download_crosses_the_link_at_its_rate."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser_module import load_browser_perf
 
 from quicbed.clients.tools import TOOLS
-from quicbed.paths import REPO
 from quicbed.workloads import WORKLOADS
 
-
-def _load_browser_perf():
-    path = REPO / "clients" / "browser" / "browser_perf.py"
-    spec = importlib.util.spec_from_file_location("browser_perf", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["browser_perf"] = module  # dataclasses look the module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-bp = _load_browser_perf()
+bp = load_browser_perf()
 import cloud_fetch  # noqa: E402 - beside browser_perf.py, on the path it put first
 
 FILE = "https://server.quicbed/cloud/10MB"

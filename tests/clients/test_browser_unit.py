@@ -4,31 +4,19 @@ the landing pages it loads (servers/content.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from browser_module import load_browser_perf
 
 from quicbed import rowschema
-from quicbed.paths import REPO
 from quicbed.servers import content
 from quicbed.workloads.kinds import object_bytes
 
-
-def _load_browser_perf():
-    path = REPO / "clients" / "browser" / "browser_perf.py"
-    spec = importlib.util.spec_from_file_location("browser_perf", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["browser_perf"] = module  # dataclasses look the module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-bp = _load_browser_perf()
+bp = load_browser_perf()
 URL = "https://server.quicbed/web/pages/news/index.html"
 BASE = "https://server.quicbed/web/pages/news/"
 

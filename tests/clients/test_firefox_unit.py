@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import json
 import re
 import socket
@@ -17,22 +16,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from browser_module import load_browser_perf
 
 from quicbed.paths import REPO
 
-
-def _load_browser_perf():
-    """As test_browser_unit loads it; its directory goes first on sys.path, so the driver
-    modules beside it import by name."""
-    path = REPO / "clients" / "browser" / "browser_perf.py"
-    spec = importlib.util.spec_from_file_location("browser_perf", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["browser_perf"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bp = _load_browser_perf()
+bp = load_browser_perf()
 bidi_client = sys.modules["bidi_client"]
 ff = sys.modules["firefox_driver"]
 URL = "https://server.quicbed/web/pages/news/index.html"
