@@ -12,7 +12,8 @@ Each cell holds one verdict per check (CHECKS), drawn as a column group of its o
   measured one resumes): every trial resumed (where the tool reports it), and the first byte,
   net of the client's CPU, at the RTT count resumption allows (RESUMED_TTFB_RTTS): with early
   data where the rows say 0-RTT bytes went, without where they say none, and the nearer of
-  the two where the tool does not say (libcurl's QUIC);
+  the two where the tool does not say (libcurl's QUIC); "unsupported" for a tool whose
+  descriptor has no `resume` option (aioquic);
 - streams (rows with `streams` > 1, from a client with a `streams` option): every stream
   completed (`streams_completed`) on one connection (`connections`), and the TCP model's time
   for all their bytes over the measured time at least GOODPUT_OF_MODEL. No shipped client has
@@ -341,8 +342,9 @@ def _cell(key: Iterable[object], group: pd.DataFrame) -> Cell:
     unsupported = {"handshake", "goodput"} if "fresh" in gone else set()
     unsupported |= gone - {"fresh"}
     tool = str(group["tool"].iloc[0]) if "tool" in group else ""
-    if "streams" not in parts and tool in TOOLS and STREAMS_OPTION not in TOOLS[tool].options:
-        unsupported.add("streams")  # no trial to run: the descriptor offers no streams option
+    for check, option in (("streams", STREAMS_OPTION), ("resumption", RESUME_OPTION)):
+        if check not in parts and tool in TOOLS and option not in TOOLS[tool].options:
+            unsupported.add(check)  # no trial to run: the descriptor does not offer the option
 
     def ok(check: str) -> pd.DataFrame:
         rows = parts.get(check)
