@@ -26,7 +26,7 @@ from scipy.stats import binomtest
 
 from quicbed.topology.hosts import NsHost
 from quicbed.topology.linkspec import FQ_FLOW_LIMIT, FRAME_BYTES, Aqm, LinkSpec
-from quicbed.topology.net import ADDRESSES, ROUTER_CLIENT_IP, Testbed
+from quicbed.topology.net import ADDRESSES, ROUTER_CLIENT_IP, RTT_PING_INTERVAL_S, Testbed
 from quicbed.topology.traces import OPPORTUNITY_BYTES, WINDOW_MS, delivered_per_window, windowed_error
 
 IPERF_PORT = 5201
@@ -171,7 +171,7 @@ def expected_ping_rtt_ms(down: LinkSpec, up: LinkSpec) -> float:
 
 def check_rtt(tb: Testbed, samples: int) -> Check:
     tb.ping(count=3, interval=0.2)  # ARP through the delay line takes an extra RTT
-    rtts = tb.ping(count=max(20, samples), interval=0.05)
+    rtts = tb.ping(count=max(20, samples), interval=RTT_PING_INTERVAL_S)
     if tb.profile.has_trace:
         return check_min_rtt(tb, rtts)
     configured = round(expected_ping_rtt_ms(tb.profile.down, tb.profile.up), 3)

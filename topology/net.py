@@ -43,7 +43,12 @@ CLIENT_NET, SERVER_NET = "10.77.1", "10.77.2"
 ROUTER_CLIENT_IP, ROUTER_SERVER_IP = f"{CLIENT_NET}.1", f"{SERVER_NET}.1"
 ADDRESSES = {"client": f"{CLIENT_NET}.10", "cross": f"{CLIENT_NET}.11", "server": f"{SERVER_NET}.10"}
 DEFAULT_IMAGE = "quicbed/client:dev"
-PROBE_DELAY_MS = 5.0  # netem delay per direction while the path's own latency is measured
+# The least netem delay per direction while the path's own latency is measured: some of that
+# latency (timers) only shows while netem holds packets.
+PROBE_DELAY_MS = 5.0
+# Calibration's pings and the latency probe's alike: in a TCG guest, how long the vCPU idles
+# between packets changes how late its timers fire.
+RTT_PING_INTERVAL_S = 0.05
 OFFLOADS = ("gso", "tso", "gro", "tx-udp-segmentation", "rx-udp-gro-forwarding", "rx-gro-list")
 
 
@@ -272,17 +277,22 @@ class Testbed:
 
     # -- link --------------------------------------------------------------------------
     def _measure_forwarding_latency(self) -> None:
-        """What the path adds to netem's delay: forwarding, and (in UML) timer latency that
-        only shows when netem holds packets. Measured through a probe delay in each
-        direction and subtracted from the netem delay, so the path's RTT is the profile's."""
+        """What the path adds to netem's delay: forwarding, and timer latency that only shows
+        when netem holds packets. Measured at the profile's own delays and subtracted from
+        them, so the path's RTT is the profile's: in a TCG guest, timers fire late in
+        proportion to the time they wait (80 ms added 1.3-1.5 ms where a 5 ms probe showed
+        0.6-1.05), so a latency measured at another delay misses part of it."""
         assert self.backend
-        probe = LinkSpec(rate_mbit=self.profile.down.rate_mbit, delay_ms=PROBE_DELAY_MS)
-        self.backend.impair((probe, PROBE_DELAY_MS), (probe, PROBE_DELAY_MS))
+        down, up = (max(PROBE_DELAY_MS, spec.delay_ms) for spec in (self.profile.down, self.profile.up))
+        rate = self.profile.down.rate_mbit
+        self.backend.impair(
+            (LinkSpec(rate_mbit=rate, delay_ms=down), down), (LinkSpec(rate_mbit=rate, delay_ms=up), up)
+        )
         self.ping(count=3, interval=0.05)  # ARP and caches
-        samples = self.ping(count=30, interval=0.02)
+        samples = self.ping(count=30, interval=RTT_PING_INTERVAL_S)
         if len(samples) < 20:
             raise EnvironmentProblem("the router does not forward: client cannot reach the server")
-        self.forwarding_rtt_ms = max(0.0, statistics.median(samples) - 2 * PROBE_DELAY_MS)
+        self.forwarding_rtt_ms = max(0.0, statistics.median(samples) - down - up)
 
     def apply_link(self, down: LinkSpec, up: LinkSpec) -> None:
         """Shape both directions; a backend that cannot apply a parameter raises (a queue its
