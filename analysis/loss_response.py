@@ -102,12 +102,10 @@ VERDICTS = (NO_LOSS, TOO_SHORT, NOT_BINDING, NOT_RESPONSIVE, DEMAND_LIMITED, RES
 CALIBRATED, CONFIGURED = "calibrated", "configured"
 # Analysis kinds and tools whose sender waits on its receiver's demand (see the docstring).
 DEMAND_LIMITED_KINDS = ("video", "streaming", "pageload")
-# The page loaders, from their descriptors (clients/<name>/client.yaml `workloads`): a client
-# that runs the web workload but cannot fetch a cloud file (chromium, firefox). The perf tools
-# and the other stacks' clients (aioquic, quicgo) fetch one object and are not demand-limited.
-BROWSER_TOOLS = tuple(
-    name for name, tool in TOOLS.items() if "web" in tool.workloads and "cloud" not in tool.workloads
-)
+# The page loaders, from their descriptors (clients/<name>/client.yaml `command`: the browser
+# client, chromium and firefox). The perf tools and the other stacks' clients (aioquic,
+# quicgo) fetch one object and are not demand-limited.
+BROWSER_TOOLS = tuple(name for name, tool in TOOLS.items() if tool.browser)
 
 # RFC 9438's CUBIC constants.
 CUBIC_C, CUBIC_BETA = 0.4, 0.7

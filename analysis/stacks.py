@@ -25,10 +25,10 @@ from quicbed.clients.tools import TOOLS
 from .load import AnalysisError
 
 TRIALS_PER_STACK = 2
-# One GET on one fresh connection per trial: every client whose descriptor
+# One GET on one fresh connection per trial: every client but the browsers whose descriptor
 # (clients/<name>/client.yaml `workloads`) can fetch a cloud file (tls_perf, quic_perf, aioquic,
 # quicgo, and any of QUICBED_CLIENT_DIRS); a browser's page load opens several connections.
-PERF_TOOLS = tuple(name for name, tool in TOOLS.items() if "cloud" in tool.workloads)
+PERF_TOOLS = tuple(name for name, tool in TOOLS.items() if "cloud" in tool.workloads and not tool.browser)
 
 Evidence = Callable[[Path, str], dict[str, Any]]
 

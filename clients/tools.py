@@ -48,6 +48,7 @@ ENV_DIRS = "QUICBED_CLIENT_DIRS"
 DESCRIPTOR = "client.yaml"
 SHIPPED_DIR = Path(__file__).resolve().parent
 CLIENT_IMAGE = "quicbed/client:dev"  # images/client: the perf tools and the browser
+BROWSER_COMMAND = "browser_perf"  # clients/browser: every browser client's program
 UNSUPPORTED_EXIT = 3  # clients/perf/perf.h: PERF_EXIT_UNSUPPORTED
 
 
@@ -92,6 +93,12 @@ class Tool:
     description: str = ""
     order: int = 100  # position in listings
     file: str = ""  # the descriptor it was read from
+
+    @property
+    def browser(self) -> bool:
+        """A browser (clients/browser): its web trial is a page load over several connections,
+        its downloads carry the browser's start and CPU; a perf tool's is one GET."""
+        return self.command[:1] == (BROWSER_COMMAND,)
 
     def capture_argv(self, keylog: str | None, qlog: str | None) -> list[str]:
         """The flags that make the tool write its key log and qlog to these paths (None: not

@@ -6,7 +6,7 @@ at once (K = 1: one at a time). Units side by side on one machine keep apart as 
 paths do (parallel.py): namespaces and containers are each Testbed's own, the servers' logs go
 to logs/<unit>/ when a condition is split (parallel.own_log_scope), and the files every path
 shares (keys, content) are made under a lock of the machine. A workload whose path and trial
-need more than one of a 2-core worker's paths' CPU (plan.WORKER_CORES; parallel.paths_fit:
+need more than one of a 2-core worker's paths' CPU (plan.WORKER_CORES; plan.paths_fit:
 web with Chromium, 1.65 cores) holds all of a worker's paths (`task_paths`), so it runs alone:
 the rule chosen over --parallel's "rerun a CPU-bound unit alone", which a cluster could only
 follow by running the unit twice. Rows of a worker offering more than one path say `parallel`
@@ -37,8 +37,8 @@ from quicbed import paths
 from quicbed.errors import InputError, QuicbedError
 
 from .matrix import Trial
-from .parallel import cpu_per_path, own_log_scope, paths_fit
-from .plan import MEASURED_PATHS, WORKER_CORES
+from .parallel import own_log_scope
+from .plan import WORKER_CORES, paths_fit
 from .runner import ConditionSkipped, Executor, Session, Work, host_facts, measure_units, ran_on
 from .schema import Experiment
 from .shard import Unit, condition_units, unit_seconds
@@ -94,29 +94,6 @@ def node_paths(address: str) -> list[int]:
 def path_slots(address: str) -> int:
     """How many paths the cluster runs at once: its live nodes' `quicbed_path` resources."""
     return sum(node_paths(address))
-
-
-def parse_paths_per_worker(text: str) -> int | None:
-    """`--paths-per-worker K` or `auto` (None): only the K that bench/parallel_bench.py measured."""
-    if text == "auto":
-        return None
-    if text not in {str(k) for k in MEASURED_PATHS}:
-        raise InputError(
-            f"--paths-per-worker {text!r}: expected auto or one of "
-            f"{', '.join(map(str, MEASURED_PATHS))} (the parallel slowdown of more is not measured)"
-        )
-    return int(text)
-
-
-def paths_per_worker(exp: Experiment, offered: int | None) -> tuple[int, str]:
-    """The paths a worker offering `offered` (None: auto) runs of this experiment at once, and
-    why: a CPU-heavy workload's unit holds the whole worker (`task_paths`)."""
-    fit = paths_fit(exp, WORKER_CORES)
-    k = fit if offered is None else min(offered, fit)
-    why = f"{cpu_per_path(exp):.2f} cores a path on a {WORKER_CORES}-core worker fit {fit}"
-    if offered is not None and offered > k:
-        why += f"; its units hold all {offered} of a worker's paths"
-    return k, why
 
 
 def task_paths(exp: Experiment, most_offered: int) -> int:

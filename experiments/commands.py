@@ -20,7 +20,7 @@ from . import cluster
 from .check import check
 from .merge import merge_runs
 from .parallel import ParallelLocal, auto_parallel, parallel_plan, parse_parallel
-from .plan import dry_run
+from .plan import dry_run, parse_paths_per_worker, paths_per_worker
 from .runner import Dispatcher, Executor, RunAborted, run_experiment
 from .schema import Experiment, load_experiment, parse_capture
 from .shard import Shard, parse_shard, plan
@@ -216,8 +216,8 @@ def _cluster_plan(
     if per_worker is None:  # as the cluster's workers offer, else one
         offered: int | None = max(offers, default=1)
     else:
-        offered = cluster.parse_paths_per_worker(per_worker)
-    paths, why = cluster.paths_per_worker(exp, offered)
+        offered = parse_paths_per_worker(per_worker)
+    paths, why = paths_per_worker(exp, offered)
     # Said when asked for, or when the workload runs fewer paths than the workers offer.
     say = per_worker is not None or (offered is not None and paths < offered)
     return plan(exp, workers, shared=False, paths=paths, why=why if say else "")

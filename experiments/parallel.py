@@ -16,7 +16,6 @@ why (`units.<id>.parallel`).
 from __future__ import annotations
 
 import contextlib
-import math
 import multiprocessing
 import os
 import signal
@@ -28,7 +27,7 @@ from typing import Any
 
 from quicbed.errors import HostProblem, InputError
 
-from .plan import PATH_CPU_CORES, SETUP_S, hms, trial_cpu_cores
+from .plan import SETUP_S, cpu_per_path, hms, paths_fit
 from .runner import (
     ConditionSkipped,
     Executor,
@@ -42,7 +41,7 @@ from .schema import Experiment
 from .shard import Unit, unit_seconds, units
 
 CPU_BOUND_RERUN = 0.10  # a unit with more of its parallel trials CPU-bound is measured alone
-CPU_BUDGET = 0.8  # of the host's cores, for auto K: the rest for the kernel, Docker, the runner
+
 POLL_S = 0.2
 TEARDOWN_WAIT_S = 180.0  # an interrupted job's teardown (path, containers) gets this long
 
@@ -62,25 +61,11 @@ def parse_parallel(text: str) -> int | None:
     return k
 
 
-def cpu_per_path(exp: Experiment) -> float:
-    """Cores one path and its trials keep busy: the busiest client's trial plus the path's
-    own (router backend, containers), from the measured table in plan.py."""
-    trial = max((trial_cpu_cores(exp.workload.kind, c.tool) for c in exp.clients), default=0.0)
-    return trial + PATH_CPU_CORES
-
-
 def auto_parallel(exp: Experiment, cores: int | None = None) -> int:
     """K from the workload's measured CPU per trial and the host's cores: as many paths as
     fit in CPU_BUDGET of the cores, at most one per unit and at most one per core (two paths'
     calibrations on one core would slow each other's probes)."""
     return min(paths_fit(exp, cores or os.cpu_count() or 1), len(units(exp)))
-
-
-def paths_fit(exp: Experiment, cores: int) -> int:
-    """Paths of this workload that fit in CPU_BUDGET of `cores`, at most one per core (at
-    least one): --parallel auto's K, and a Ray worker's (cluster.py, on plan.WORKER_CORES)."""
-    fits = math.floor(cores * CPU_BUDGET / cpu_per_path(exp))
-    return max(1, min(fits, cores))
 
 
 def own_log_scope(executor: Executor, job: Job, condition_units: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from quicbed.analysis.loss_response import mathis_mbit
+from quicbed.errors import InputError
 from quicbed.rowschema import TRIALS_DIR
 from quicbed.workloads import object_bytes
 
@@ -141,3 +142,43 @@ def _cross_text(flow: CrossFlow) -> str:
 def hms(seconds: float) -> str:
     s = round(seconds)
     return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s"
+
+
+CPU_BUDGET = 0.8  # of the host's cores, for auto K: the rest for the kernel, Docker, the runner
+
+
+def cpu_per_path(exp: Experiment) -> float:
+    """Cores one path and its trials keep busy: the busiest client's trial plus the path's
+    own (router backend, containers), from the measured table above."""
+    trial = max((trial_cpu_cores(exp.workload.kind, c.tool) for c in exp.clients), default=0.0)
+    return trial + PATH_CPU_CORES
+
+
+def paths_fit(exp: Experiment, cores: int) -> int:
+    """Paths of this workload that fit in CPU_BUDGET of `cores`, at most one per core (at
+    least one): --parallel auto's K, and a Ray worker's (cluster.py, on plan.WORKER_CORES)."""
+    fits = math.floor(cores * CPU_BUDGET / cpu_per_path(exp))
+    return max(1, min(fits, cores))
+
+
+def parse_paths_per_worker(text: str) -> int | None:
+    """`--paths-per-worker K` or `auto` (None): only the K that bench/parallel_bench.py measured."""
+    if text == "auto":
+        return None
+    if text not in {str(k) for k in MEASURED_PATHS}:
+        raise InputError(
+            f"--paths-per-worker {text!r}: expected auto or one of "
+            f"{', '.join(map(str, MEASURED_PATHS))} (the parallel slowdown of more is not measured)"
+        )
+    return int(text)
+
+
+def paths_per_worker(exp: Experiment, offered: int | None) -> tuple[int, str]:
+    """The paths a worker offering `offered` (None: auto) runs of this experiment at once, and
+    why: a CPU-heavy workload's unit holds the whole worker (`task_paths`)."""
+    fit = paths_fit(exp, WORKER_CORES)
+    k = fit if offered is None else min(offered, fit)
+    why = f"{cpu_per_path(exp):.2f} cores a path on a {WORKER_CORES}-core worker fit {fit}"
+    if offered is not None and offered > k:
+        why += f"; its units hold all {offered} of a worker's paths"
+    return k, why

@@ -28,7 +28,15 @@ from typing import TypeVar
 from quicbed.errors import InputError
 
 from .matrix import Condition, Trial, conditions, trials
-from .plan import PARALLEL_WALL_K2, SETUP_S, hms, path_stretch, trial_seconds
+from .plan import (
+    PARALLEL_WALL_K2,
+    SETUP_S,
+    hms,
+    parse_paths_per_worker,
+    path_stretch,
+    paths_per_worker,
+    trial_seconds,
+)
 from .schema import Experiment
 
 # A unit's trials take at least this long (when its condition has that much), so its own
@@ -318,8 +326,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _paths_per_worker(exp: Experiment, text: str | None) -> int:
-    from .cluster import parse_paths_per_worker, paths_per_worker  # cluster imports this module
-
     return paths_per_worker(exp, parse_paths_per_worker(text))[0] if text else 1
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from quicbed.errors import InputError
-from quicbed.experiments import cluster
+from quicbed.experiments import cluster, plan
 from quicbed.experiments.commands import cmd_run
 from quicbed.experiments.matrix import conditions, trials
 from quicbed.experiments.parallel import own_log_scope
@@ -371,9 +371,9 @@ def test_a_worker_of_two_paths_plans_each_unit_at_the_measured_slowdown_not_half
 
 def test_auto_paths_per_worker_follow_the_workloads_cpu_and_heavy_units_hold_the_worker():
     web, cloud, video = (load_experiment(PAPER / f"{x}.yaml") for x in ("web", "cloud", "video"))
-    assert [cluster.paths_per_worker(e, None)[0] for e in (web, cloud, video)] == [1, 2, 2]
+    assert [plan.paths_per_worker(e, None)[0] for e in (web, cloud, video)] == [1, 2, 2]
     # Asked for 2, web's Chromium (1.65 cores a path) still runs one a worker, and says why.
-    k, why = cluster.paths_per_worker(web, 2)
+    k, why = plan.paths_per_worker(web, 2)
     assert k == 1 and "hold all 2" in why
     # At run time a web unit's task holds every path of the most a worker offers; video's one.
     assert [cluster.task_paths(web, n) for n in (1, 2)] == [1, 2]
@@ -384,7 +384,7 @@ def test_the_whole_paper_plans_within_two_hours_on_16_workers_of_auto_paths(caps
     """Issue 34: web + cloud + video one after another <= 2 h on 16 workers (2 h 20 at one
     path a worker: video's 80 units alone are 1 h 34)."""
     exps = [load_experiment(PAPER / f"{x}.yaml") for x in ("web", "cloud", "video")]
-    walls = [ray_wall(e, 16, cluster.paths_per_worker(e, None)[0]) for e in exps]
+    walls = [ray_wall(e, 16, plan.paths_per_worker(e, None)[0]) for e in exps]
     assert sum(walls) <= 2 * 3600
     assert sum(ray_wall(e, 16, 1) for e in exps) > 2 * 3600  # without the second path, over
     video = PAPER / "video.yaml"
