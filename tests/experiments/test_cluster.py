@@ -317,10 +317,15 @@ def test_a_worker_offering_two_paths_measures_two_units_at_once_and_leaves_nothi
     for entry in manifest["units"].values():
         assert entry["calibration"]["passed"] and entry["ran_on"]["link_backend"]
         assert entry["ran_on"]["images"]["client"].startswith("sha256:")
-    # Both units' rows merged, each saying two paths ran, and their trials overlapped in time.
+    # Both units' rows merged, each saying two paths ran, and both paths were up at once: each
+    # unit's life, from its calibration's start to its last trial's end, overlapped the
+    # other's. (Their trials alone need not: 20 handshakes take 7 s, a calibration 30.)
     by_unit = {u: [r for r in rows if r["unit"] == u] for u in ("c0u0", "c1u0")}
     assert all(len(r) == 20 and {x["parallel"] for x in r} == {2} for r in by_unit.values())
-    (a0, a1), (b0, b1) = (_span(r) for r in by_unit.values())
+    (a0, a1), (b0, b1) = (
+        (manifest["units"][u]["calibration"]["calibration"]["started_at"], _span(r)[1])
+        for u, r in by_unit.items()
+    )
     assert a0 < b1 and b0 < a1, "the two units did not run at once"
     assert not leftovers()  # the worker's teardowns left nothing behind
 
