@@ -535,32 +535,19 @@ def streaming_against_loss(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
     )
 
 
-def cloud_rate_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows of cloud_against_rate: a browser's download takes its CPU over the download
-    (browser_cpu_pct) as its client CPU; the same frame when no browser downloaded."""
-    if "browser_cpu_pct" not in df:
-        return df
-    browser = (df["workload"] == "cloud") & df["browser_cpu_pct"].notna()
-    if not browser.any():
-        return df
-    return df.assign(cpu_client_pct=df["cpu_client_pct"].where(~browser, df["browser_cpu_pct"]))
-
-
 def cloud_against_rate(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
     """Seed 003's Figures 3 and 6: throughput and the client's CPU against the link rate,
     for a run that sweeps the rate (a rate calibration refused has no point), per tool and
-    protocol where a browser downloaded beside the perf tools. A browser's client CPU is its
-    processes' over the download (browser_cpu_pct), not the container's over the trial, which
-    holds the browser's start (about half a CPU-second, most of a 1 s download)."""
-    rows = cloud_rate_rows(df)
+    protocol where a browser downloaded beside the perf tools. The client CPU is
+    transfer_cpu_pct (analysis/load.py): a browser's over its download, as in the tables."""
     note = ""
-    if rows is not df:
+    if "browser_cpu_pct" in df and (df["workload"].eq("cloud") & df["browser_cpu_pct"].notna()).any():
         note = (
             " A browser's (dashed) client CPU is its processes' over the download alone "
             "(browser_cpu_pct), not over its start."
         )
     return against_loss(
-        rows,
+        df,
         out_dir,
         "cloud",
         [CLOUD_THROUGHPUT, CLOUD_CPU],

@@ -292,6 +292,14 @@ def add_loss_response(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> None
     df["loss_bound_mbit"] = pd.to_numeric(df["loss_bound_mbit"], errors="coerce")
 
 
+def transfer_cpu_pct(df: pd.DataFrame) -> pd.Series:
+    """The client's CPU over a cloud transfer, one per row kind: a browser's processes' over
+    its download (browser_cpu_pct), since the container's over the trial holds the browser's
+    start (about half a CPU-second, most of a 1 s download); the container's for the others."""
+    browser = (df["workload"] == "cloud") & df["browser_cpu_pct"].notna()
+    return df["cpu_client_pct"].where(~browser, df["browser_cpu_pct"])
+
+
 def prepare(df: pd.DataFrame, manifests: list[dict[str, Any]], mixed: bool) -> pd.DataFrame:
     """Add missing optional columns and the derived ones every later stage relies on."""
     df = df.reset_index(drop=True)
@@ -311,6 +319,7 @@ def prepare(df: pd.DataFrame, manifests: list[dict[str, Any]], mixed: bool) -> p
     # noise, so such trials have no RTT-normalised values (NaN) anywhere.
     df["rtt_ref_ms"] = rtt.where(rtt >= MIN_RTT_MS)
     df["object_bytes"] = object_size_bytes(df)
+    df["transfer_cpu_pct"] = transfer_cpu_pct(df)
     add_loss_response(df, manifests)
     # Runs with different setups are kept apart (the run id becomes part of the facet)
     # rather than pooled; a second server is likewise never pooled with the first.

@@ -143,7 +143,7 @@ BROWSER = _columns(
     ("resource_protocols", "", "nextHopProtocol -> resources, the document included"),
     ("connections", "", "connections the client opened"),
     ("browser_cpu_ms", "ms", "CPU time of the browser's processes, navigation to load end"),
-    ("browser_cpu_pct", "%", "browser_cpu_ms / page_load_time_ms, of one core"),
+    ("browser_cpu_pct", "%", "browser_cpu_ms over the page load or download, of one core"),
     ("browser", "", "headless-shell (Debian's chromium-headless-shell), chromium-full or firefox"),
     ("host_idle_pct", "%", "idle time of the CPUs the browser may use, over the load"),
     ("busiest_thread_pct", "%", "the busiest browser thread's CPU time / the load's wall time"),
@@ -232,6 +232,14 @@ CROSS = _columns(
     ("trial_share", "", "the trial's share of the down bytes in the window"),
     ("cross_trace_file", "", "every flow's rate over the trial, 250 ms bins (cross/...)"),
 )
+# Derived by the analysis (analysis/load.py) for every row it reads; never written.
+DERIVED = _columns(
+    (
+        "transfer_cpu_pct",
+        "%",
+        "the client's CPU over a cloud transfer: a browser's over its download, else the container's",
+    ),
+)
 SWEEP_PREFIX = "param_"  # a swept axis's value, e.g. param_server.tcp_cc
 CLASH_PREFIX = "tool_"  # a tool value that disagrees with an axis of the same name
 
@@ -249,6 +257,7 @@ COLUMNS: dict[str, Column] = {
         LOSS_RESPONSE,
         CAPTURE,
         CROSS,
+        DERIVED,
     )
     for c in group
 }
@@ -308,6 +317,7 @@ ANALYSIS_DEFAULTS: dict[str, object] = {
     "fcp_ms": _NAN,
     "lcp_ms": _NAN,
     "browser_cpu_ms": _NAN,
+    "browser_cpu_pct": _NAN,
     "stall_ms": _NAN,
     "stall_total_ms": _NAN,
 }

@@ -38,7 +38,7 @@ TTFB = Metric("ttfb_ms", "TTFB", "ms", ("web",))
 DOWNLOAD = Metric("download_time_ms", "Download time", "ms", ("web",))
 TIMING_METRICS = [CONNECTION, TTFB, DOWNLOAD]
 CLOUD_THROUGHPUT = Metric("throughput_mbps", "Throughput", "Mbit/s", ("cloud",), per_rtt=False)
-CLOUD_CPU = Metric("cpu_client_pct", "Client CPU", "%", ("cloud",), per_rtt=False)
+CLOUD_CPU = Metric("transfer_cpu_pct", "Client CPU", "%", ("cloud",), per_rtt=False)
 CLOUD_DOWNLOAD = Metric("download_time_ms", "Download time", "ms", ("cloud",), per_rtt=False)
 VIDEO_CONNECTION = Metric("connection_time_ms", "Connection time", "ms", ("video",))
 VIDEO_THROUGHPUT = Metric("throughput_mbps", "Download rate", "Mbit/s", ("video",), per_rtt=False)

@@ -316,8 +316,9 @@ func measure(o options, t target, tlsConf *tls.Config, body io.Writer) measureme
 		return m
 	}
 	defer func() { conn.CloseWithError(0, "") }()
-	handshake := make(chan float64, 1)
+	var handshake chan float64 // with --resume, the handshake ends after DialEarly returns
 	if o.resume {
+		handshake = make(chan float64, 1)
 		go func() {
 			select {
 			case <-conn.HandshakeComplete():

@@ -197,7 +197,7 @@ def test_throughput_and_cpu_against_a_swept_rate(tmp_path: Path) -> None:
         return pd.DataFrame(
             [
                 {"workload": "cloud", "profile": profile, "server": "caddy", "protocol": proto}
-                | {"rate_down_mbit": rate, "throughput_mbps": rate * 0.9, "cpu_client_pct": rate / 10}
+                | {"rate_down_mbit": rate, "throughput_mbps": rate * 0.9, "transfer_cpu_pct": rate / 10}
                 for rate, profile in profile_of_rate.items()
                 for proto in ("quic", "tls1.3")
                 for _ in range(3)

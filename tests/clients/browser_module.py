@@ -19,3 +19,8 @@ def load_browser_perf() -> ModuleType:
     sys.modules["browser_perf"] = module  # dataclasses look the module up by name
     spec.loader.exec_module(module)
     return module
+
+
+def browser_argv(url: str, ca: str, *extra: str) -> list[str]:
+    """browser_perf's arguments for `url` as the runner gives them, with `extra` after."""
+    return ["--url", url, "--resolve", "server.quicbed:443:10.0.2.10", "--cacert", ca, *extra]

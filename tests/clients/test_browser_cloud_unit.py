@@ -6,11 +6,10 @@ test_browser_path.py::test_a_cloud_download_crosses_the_link_at_its_rate."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_module import load_browser_perf
+from browser_module import browser_argv, load_browser_perf
 
 from quicbed.clients.tools import TOOLS
 from quicbed.workloads import WORKLOADS
@@ -168,15 +167,8 @@ def test_the_whole_file_over_the_asked_protocol_passes(protocol: str, hop: str, 
 # ------------------------------------------------------------------------------ how it is asked for
 
 
-@pytest.fixture
-def ca(tmp_path: Path) -> str:
-    path = tmp_path / "ca.pem"
-    path.write_text("-----BEGIN CERTIFICATE-----\n")
-    return str(path)
-
-
 def _argv(ca: str, *extra: str) -> list[str]:
-    return ["--url", FILE, "--resolve", "server.quicbed:443:10.0.2.10", "--cacert", ca, *extra]
+    return browser_argv(FILE, ca, *extra)
 
 
 def test_the_workload_flag_parses_and_a_download_has_no_duration(ca: str) -> None:

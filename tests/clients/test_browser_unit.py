@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from browser_module import load_browser_perf
+from browser_module import browser_argv, load_browser_perf
 
 from quicbed import rowschema
 from quicbed.servers import content
@@ -21,28 +21,8 @@ URL = "https://server.quicbed/web/pages/news/index.html"
 BASE = "https://server.quicbed/web/pages/news/"
 
 
-@pytest.fixture
-def ca(tmp_path: Path) -> str:
-    path = tmp_path / "ca.pem"
-    path.write_text("-----BEGIN CERTIFICATE-----\n")
-    return str(path)
-
-
 def _argv(ca: str, *extra: str) -> list[str]:
-    return [
-        "--url",
-        URL,
-        "--resolve",
-        "server.quicbed:443:10.0.2.10",
-        "--cacert",
-        ca,
-        "-n",
-        "1",
-        "--cpu",
-        "--timeout",
-        "30",
-        *extra,
-    ]
+    return browser_argv(URL, ca, "-n", "1", "--cpu", "--timeout", "30", *extra)
 
 
 # ------------------------------------------------------------------------------ arguments

@@ -13,10 +13,9 @@ import socket
 import struct
 import sys
 import threading
-from pathlib import Path
 
 import pytest
-from browser_module import load_browser_perf
+from browser_module import browser_argv, load_browser_perf
 
 from quicbed.paths import REPO
 
@@ -27,14 +26,7 @@ URL = "https://server.quicbed/web/pages/news/index.html"
 
 
 def _argv(ca: str, *extra: str) -> list[str]:
-    return ["--url", URL, "--resolve", "server.quicbed:443:10.0.2.10", "--cacert", ca, *extra]
-
-
-@pytest.fixture
-def ca(tmp_path: Path) -> str:
-    path = tmp_path / "ca.pem"
-    path.write_text("-----BEGIN CERTIFICATE-----\n")
-    return str(path)
+    return browser_argv(URL, ca, *extra)
 
 
 def _prefs(ca: str, protocol: str) -> dict:
