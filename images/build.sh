@@ -260,6 +260,20 @@ prebuild_go_client() {
   go_prebuilt="$dir/prebuilt/$bin"
 }
 
+# An image whose Dockerfile's directory holds a Cargo.lock (a Rust stack): every crates.io
+# package it names, fetched by the host (vendor_crates.py, into $QUICBED_CACHE/crates, each
+# checked against the lock's sha256) and unpacked into the directory's prebuilt/vendor, which
+# the Dockerfile COPYs and builds from offline (cargo build --offline --locked), for the same
+# reason as the wheels: cargo inside `docker build` cannot verify TLS here.
+prebuild_crates() {
+  local name=$1 dir
+  dir=$(dirname "$(dockerfile_of "$name")")
+  [[ -f "$dir/Cargo.lock" ]] || return 0
+  rm -rf "$dir/prebuilt/vendor"
+  "$py" "$here/vendor_crates.py" "$dir/Cargo.lock" "$dir/prebuilt/vendor" "$(dirname "$cache")/crates" >&2
+  crates_prebuilt="$dir/prebuilt/vendor"
+}
+
 label_of() {
   docker image inspect -f '{{ index .Config.Labels "quicbed.inputs" }}' "$1" 2>/dev/null || true
 }
@@ -304,8 +318,9 @@ build_one() {
   wheel_req=$(wheel_requirements "$name")
   # shellcheck disable=SC2086  # two words: the requirements file and the wheels' directory
   [[ -n "$wheel_req" ]] && prebuild_wheels $wheel_req
-  go_prebuilt=""
+  go_prebuilt="" crates_prebuilt=""
   prebuild_go_client "$name"
+  prebuild_crates "$name"
   echo "images: building $tag ($hash)"
   start=$SECONDS
   local -a args
@@ -321,6 +336,7 @@ build_one() {
     rm -f "$here/caddy/prebuilt/caddy"
     [[ -n "$wheel_req" ]] && rm -rf "${wheel_req#* }"
     [[ -n "$go_prebuilt" ]] && rm -f "$go_prebuilt"
+    [[ -n "$crates_prebuilt" ]] && rm -rf "$crates_prebuilt"
     echo "images: building $tag failed (full log: $log)" >&2
     return 1
   fi
@@ -328,6 +344,7 @@ build_one() {
   if [[ "$name" == caddy ]]; then rm -f "$here/caddy/prebuilt/caddy"; fi
   if [[ -n "$wheel_req" ]]; then rm -rf "${wheel_req#* }"; fi
   if [[ -n "$go_prebuilt" ]]; then rm -f "$go_prebuilt"; fi
+  if [[ -n "$crates_prebuilt" ]]; then rm -rf "$crates_prebuilt"; fi
   mkdir -p "$cache"
   # Exactly <name>-<16 hex>.tar: "caddy-*" would also match caddy-debian's tar.
   rm -f "$cache/$name"-????????????????.tar
