@@ -15,6 +15,7 @@ def entries() -> list[dict[str, object]]:
             "name": t.name,
             "image": t.image,
             "dockerfile": t.dockerfile,
+            "on_demand": t.on_demand,
             "command": list(t.command),
             "workloads": list(t.workloads),
             "labels": t.labels(),

@@ -90,6 +90,7 @@ class Tool:
     # The row columns that carry its versions (e.g. tool_version, library).
     reports: tuple[str, ...] = ()
     dockerfile: str | None = None  # relative to the repository; None: a prebuilt image
+    on_demand: bool = False  # built when first needed, not by make images (quicbed/fields.py)
     description: str = ""
     order: int = 100  # position in listings
     file: str = ""  # the descriptor it was read from
@@ -298,6 +299,7 @@ def load_descriptor(path: Path | str, versions: dict[str, str] | None = None) ->
         **_capture(src, d.get("capture"), name),
         reports=reports,
         dockerfile=built.dockerfile,
+        on_demand=built.on_demand,
         description=check_text(src, ("description",), d["description"]) if "description" in d else "",
         order=check_whole(src, ("order",), d.get("order", 100), 0, 10_000),
         file=str(path),

@@ -23,7 +23,7 @@ from rich.console import Console
 
 from quicbed import rowschema, servers
 from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT, Tool
-from quicbed.errors import PathMismatch
+from quicbed.errors import HostProblem, PathMismatch
 from quicbed.paths import CACHE, REPO, STATE
 from quicbed.servers import pki
 from quicbed.servers.content import ensure_files
@@ -31,7 +31,7 @@ from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, ensure_pki, served_
 from quicbed.topology.backends import check_links, choose_backend, proofs
 from quicbed.topology.calibration_reuse import calibrate_or_reuse
 from quicbed.topology.calibration_table import print_calibration
-from quicbed.topology.hosts import DockerHost, SideContainer
+from quicbed.topology.hosts import DockerHost, SideContainer, image_present
 from quicbed.topology.net import (
     ADDRESSES,
     DEFAULT_IMAGE,
@@ -105,12 +105,14 @@ class TestbedExecutor:
         self.sidecar: SideContainer | None = None  # the cross flows' curl, per condition
         self.cross_file: str | None = None  # the file they download, per condition
         self.log_name: str | None = None  # logs/<this>/: the condition's id unless set
+        self.images_ready = False  # the on-demand images this run needs are built
 
     def prepare(self) -> None:
         """What every path of the run shares (keys, content), made once before --parallel's
         paths come up side by side: two making it at once would race."""
         ensure_pki(self.pki_dir)
         self._prepare_content()
+        self._ensure_images()
 
     def set_log_name(self, name: str) -> None:
         """Two paths of one condition at once (--parallel): each one's servers log apart."""
@@ -151,6 +153,7 @@ class TestbedExecutor:
     def condition(self, cond: Condition) -> Iterator[dict[str, Any]]:
         names = list(self.exp.servers)
         self._prepare_content()
+        self._ensure_images()
         timing: dict[str, float] = {}
         clock = time.monotonic()
         self.log_root, self.log_offsets = self.run_dir / rowschema.LOGS_DIR / (self.log_name or cond.id), {}
@@ -369,6 +372,28 @@ class TestbedExecutor:
         tmp.write_text(json.dumps(trace))
         tmp.replace(path)
         return rel
+
+    def _ensure_images(self) -> None:
+        """Build the on-demand images (stacks compiled from source, which make images leaves
+        out) that this run's servers and tools need and this host lacks: once, before the
+        first path comes up, saying so, since it takes minutes."""
+        if self.images_ready:
+            return
+        wanted = {name: servers.get_server(name) for name in self.exp.servers}
+        needed = {name: spec.image for name, spec in wanted.items() if spec.on_demand}
+        if not self.image_override:
+            needed |= {c.tool: TOOLS[c.tool].image for c in self.exp.clients if TOOLS[c.tool].on_demand}
+        for name, image in needed.items():
+            if image_present(image):
+                continue
+            self.console.print(f"building {image} for {name} (on demand, once: a few minutes)")
+            build = subprocess.run(
+                [str(REPO / "images" / "build.sh"), name], capture_output=True, text=True, timeout=3600
+            )
+            if build.returncode != 0:
+                tail = (build.stderr.strip().splitlines() or ["no output"])[-1]
+                raise HostProblem(f"image {image}: images/build.sh {name} failed: {tail}")
+        self.images_ready = True
 
     def _prepare_content(self) -> None:
         workload = self.exp.workload

@@ -34,27 +34,30 @@ while IFS='=' read -r key value; do
 done <"$repo/versions.env"
 
 # What to build comes from the descriptors, as the code reads them: `python -m quicbed.servers
-# list` and `python -m quicbed.clients list` print `name<TAB>image<TAB>dockerfile` (`-`: a
-# prebuilt image), the shipped ones and those of $QUICBED_SERVER_DIRS / $QUICBED_CLIENT_DIRS.
+# list` and `python -m quicbed.clients list` print `name<TAB>image<TAB>dockerfile<TAB>on-demand`
+# (`-`: a prebuilt image; an image `all` builds), the shipped ones and those of
+# $QUICBED_SERVER_DIRS / $QUICBED_CLIENT_DIRS. An on-demand image (a stack compiled from source,
+# minutes on 2 cores) is left out of `all`: the run or test that needs it builds it by name.
 # A server is built under its name; a client image under its Dockerfile's directory
 # (images/client -> client), which every tool of that image shares; a tool's name builds it too.
 py="$repo/.venv/bin/python"
-declare -A tag_by=() dockerfile_by=()
+declare -A tag_by=() dockerfile_by=() on_demand_by=()
 server_list=() client_list=()
 
 load_descriptors() {
-  local kind name image df target out
+  local kind name image df demand target out
   if [[ ! -x "$py" ]]; then
     echo "images: no $py: make venv first (the descriptors are read by python -m quicbed.servers list)" >&2
     exit 2
   fi
   for kind in servers clients; do
     out=$("$py" -m "quicbed.$kind" list) || exit 2  # it said why, in one line
-    while IFS=$'\t' read -r name image df; do
+    while IFS=$'\t' read -r name image df demand; do
       [[ -z "$name" ]] && continue
       [[ "$df" == - ]] && df=""
       tag_by[$name]=$image
       dockerfile_by[$name]=$df
+      on_demand_by[$name]=$demand
       if [[ "$kind" == servers ]]; then
         server_list+=("$name")
         continue
@@ -64,6 +67,7 @@ load_descriptors() {
       if [[ -z "${tag_by[$target]+x}" || "$target" == "$name" ]]; then
         tag_by[$target]=$image
         dockerfile_by[$target]=$df
+        on_demand_by[$target]=$demand
         client_list+=("$target")
       fi
     done <<<"$out"
@@ -356,13 +360,24 @@ build_one() {
   echo "images: built $tag in $((SECONDS - start)) s; saved to $tar"
 }
 
+# `all`'s step: every image but an on-demand one that is not built yet (one that is, is kept
+# current like the others).
+build_all_one() {
+  local name=$1
+  if [[ "${on_demand_by[$name]:-}" == on-demand ]] && ! docker image inspect "$(tag_of "$name")" >/dev/null 2>&1; then
+    echo "images: $(tag_of "$name") is built on demand (by the run or test that needs it, or images/build.sh $name)"
+    return 0
+  fi
+  build_one "$name"
+}
+
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=(all)
 for target in "${targets[@]}"; do
   if [[ "$target" == actionlint ]]; then
     build_actionlint
   elif [[ "$target" == all ]]; then
-    for name in $(server_names); do build_one "$name"; done
+    for name in $(server_names); do build_all_one "$name"; done
     build_one tools
     # Each client image once (tools of one image share it), a prebuilt one only checked.
     declare -A done_tags=()
@@ -370,7 +385,7 @@ for target in "${targets[@]}"; do
       tag=$(tag_of "$name")
       [[ -n "${done_tags[$tag]+x}" ]] && continue
       done_tags[$tag]=1
-      build_one "$name"
+      build_all_one "$name"
     done
   else
     tag_of "$target" >/dev/null

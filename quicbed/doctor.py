@@ -252,25 +252,28 @@ def check_docker() -> list[Check]:
     if not running:
         return out
     try:
-        tags = image_tags()
+        images = described_images()
     except DescriptorProblem as exc:
         return [*out, Check("descriptors", False, str(exc))]
-    for image in tags:
+    for image, on_demand in images.items():
         have = _run(["docker", "image", "inspect", "-f", "{{.Id}}", image]).returncode == 0
-        out.append(Check(f"image {image}", have, "present" if have else "make images"))
+        fix = "built by the first run or test that needs it" if on_demand else "make images"
+        out.append(Check(f"image {image}", have, "present" if have else fix, optional=on_demand))
     return out
 
 
-def image_tags() -> list[str]:
-    """The images a run needs, as the descriptors name them (`python -m quicbed.servers list`
-    and the clients' alike): every described server's and client's image, each once."""
-    tags: list[str] = []
+def described_images() -> dict[str, bool]:
+    """The images a run may need, as the descriptors name them (`python -m quicbed.servers
+    list` and the clients' alike): every described server's and client's image, each once,
+    and whether it is built on demand (not by make images)."""
+    images: dict[str, bool] = {}
     for kind in ("servers", "clients"):
         proc = _run([sys.executable, "-m", f"quicbed.{kind}", "list", "--json"])
         if proc.returncode != 0:  # a bad descriptor: its one line is the fix
             raise DescriptorProblem(proc.stderr.strip() or f"python -m quicbed.{kind} list failed")
-        tags += [entry["image"] for entry in json.loads(proc.stdout)]
-    return list(dict.fromkeys(tags))
+        for entry in json.loads(proc.stdout):
+            images[entry["image"]] = images.get(entry["image"], True) and bool(entry.get("on_demand"))
+    return images
 
 
 class DescriptorProblem(Exception):

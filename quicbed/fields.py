@@ -238,9 +238,12 @@ class ImageFields:
     version: str
     version_key: str | None  # the versions.env key `version` comes from
     dockerfile: str | None  # relative to the repository; None: a prebuilt image
+    # Built the first time a run or a test needs it, not by `make images`: a stack compiled
+    # from source (minutes on 2 cores) that only some experiments use.
+    on_demand: bool = False
 
 
-IMAGE_FIELDS = ("image", "version_key", "version", "dockerfile")
+IMAGE_FIELDS = ("image", "version_key", "version", "dockerfile", "on_demand")
 
 
 def image_fields(src: Source, d: dict[str, Any], versions: dict[str, str]) -> ImageFields:
@@ -286,7 +289,12 @@ def image_fields(src: Source, d: dict[str, Any], versions: dict[str, str]) -> Im
                 "(give a path like images/<name>/Dockerfile, or leave dockerfile out "
                 "for a prebuilt image)",
             )
-    return ImageFields(image if tagged else f"{image}:{version}", version, version_key, dockerfile)
+    on_demand = d.get("on_demand", False)
+    if not isinstance(on_demand, bool):
+        raise src.error(("on_demand",), "true or false")
+    if on_demand and dockerfile is None:
+        raise src.error(("on_demand",), "only an image built here (with a dockerfile:) is built on demand")
+    return ImageFields(image if tagged else f"{image}:{version}", version, version_key, dockerfile, on_demand)
 
 
 def check_unique(files: Iterable[tuple[Path, str]], what: str) -> None:
@@ -303,8 +311,9 @@ def check_unique(files: Iterable[tuple[Path, str]], what: str) -> None:
 
 def list_main(prog: str, entries: list[dict[str, Any]], argv: list[str] | None = None) -> int:
     """`python -m quicbed.servers list [--json]` (and clients): what images/build.sh and
-    doctor ask instead of reading YAML themselves. Plain: one `name<TAB>image<TAB>dockerfile`
-    line each (`-` for a prebuilt image); --json: every entry's fields."""
+    doctor ask instead of reading YAML themselves. Plain: one
+    `name<TAB>image<TAB>dockerfile<TAB>on-demand` line each (`-` for a prebuilt image, and for
+    an image `make images` builds); --json: every entry's fields."""
     import argparse
     import json
 
@@ -317,5 +326,7 @@ def list_main(prog: str, entries: list[dict[str, Any]], argv: list[str] | None =
         print(json.dumps(entries, indent=2))
         return 0
     for e in entries:
-        print(f"{e['name']}\t{e['image']}\t{e['dockerfile'] or '-'}")
+        print(
+            f"{e['name']}\t{e['image']}\t{e['dockerfile'] or '-'}\t{'on-demand' if e['on_demand'] else '-'}"
+        )
     return 0

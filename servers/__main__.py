@@ -17,6 +17,7 @@ def entries() -> list[dict[str, object]]:
             "version": s.version,
             "version_key": s.version_key,
             "dockerfile": s.dockerfile,
+            "on_demand": s.on_demand,
             "description": s.description,
             "file": s.file,
         }

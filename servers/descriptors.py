@@ -151,6 +151,7 @@ def load_descriptor(
         qlog_dir=qlog_dir,
         no_qlog=no_qlog,
         dockerfile=built.dockerfile,
+        on_demand=built.on_demand,
         version_key=built.version_key,
         order=check_whole(src, ("order",), d.get("order", 100), 0, 10_000),
         description=description,

@@ -69,6 +69,7 @@ class ServerSpec:
     no_qlog: str = ""
     compose_port: int | None = None  # published on 127.0.0.1 by docker-compose.yml
     dockerfile: str | None = None  # relative to the repository; None: a prebuilt image
+    on_demand: bool = False  # built when first needed, not by make images (quicbed/fields.py)
     version_key: str | None = None  # the versions.env key `version` comes from
     order: int = 100  # position in listings (SERVERS, error messages, manifests)
     description: str = ""

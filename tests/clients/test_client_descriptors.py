@@ -175,6 +175,35 @@ def test_build_sh_names_client_images_from_the_descriptors() -> None:
     ]
 
 
+def test_an_on_demand_image_is_listed_so_and_left_to_the_run_that_needs_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A stack compiled from source says `on_demand: true`: the listing says so, build.sh's
+    `all` reads it (and leaves the image to the run or test that needs it), and doctor notes
+    a missing one instead of failing."""
+    later = tmp_path / "quicgo-later"
+    later.mkdir()
+    text = (REPO / "clients" / "quicgo" / "client.yaml").read_text()
+    (later / "client.yaml").write_text(
+        text.replace("image: quicbed/quicgo", "image: quicbed-test/later") + "on_demand: true\n"
+    )
+    image = f"quicbed-test/later:{tools.TOOLS['quicgo'].image.split(':')[1]}"
+    listed = _python(["-m", "quicbed.clients", "list"], str(tmp_path))
+    assert f"quicgo-later\t{image}\tclients/quicgo/Dockerfile\ton-demand" in listed.stdout.splitlines()
+    assert "quicgo\tquicbed/quicgo" in listed.stdout and listed.stdout.count("on-demand") == 1
+    script = (
+        f'eval "$(sed "/^targets=/,\\$d" {REPO}/images/build.sh)"; echo "${{on_demand_by[quicgo-later]}}"'
+    )
+    env = {**os.environ, tools.ENV_DIRS: str(tmp_path)}
+    sourced = subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60, cwd=REPO / "images"
+    )
+    assert sourced.stdout.strip() == "on-demand", sourced.stderr
+    monkeypatch.setenv(tools.ENV_DIRS, str(tmp_path))
+    described = doctor.described_images()
+    assert described[image] is True and described[tools.TOOLS["quicgo"].image] is False
+
+
 def test_doctor_checks_the_images_the_descriptors_name(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -182,7 +211,7 @@ def test_doctor_checks_the_images_the_descriptors_name(
     own included; a bad descriptor is its one line, not a traceback."""
     monkeypatch.setenv(tools.ENV_DIRS, str(FIXTURES))
     monkeypatch.setenv("QUICBED_SERVER_DIRS", str(SERVER_FIXTURES))
-    assert doctor.image_tags() == [
+    assert list(doctor.described_images()) == [
         *(spec.image for spec in servers.SERVERS.values()),
         "quicbed-test/own-caddy:1.0",
         *dict.fromkeys(t.image for t in tools.TOOLS.values()),
@@ -190,7 +219,7 @@ def test_doctor_checks_the_images_the_descriptors_name(
     ]
     monkeypatch.setenv(tools.ENV_DIRS, str(tmp_path / "nope"))
     with pytest.raises(doctor.DescriptorProblem) as err:
-        doctor.image_tags()
+        doctor.described_images()
     assert str(err.value) == f"quicbed: {tools.ENV_DIRS}: {tmp_path}/nope: no such directory"
 
 
@@ -289,6 +318,8 @@ BAD = [
         "not an image name",
     ),
     ("start", lambda t: t + "start_s: -1\n", "start_s", "from 0 to 600"),
+    ("on-demand-type", lambda t: t + 'on_demand: "yes"\n', "on_demand", "true or false"),
+    ("on-demand-prebuilt", lambda t: t + "on_demand: true\n", "on_demand", "only an image built here"),
     ("yaml", lambda t: t.replace("options:\n  kex:", "options:\n kex: [\n  kex:"), "yaml", ""),
     ("empty", lambda t: "# nothing yet\n", "client", "the file is empty"),
 ]

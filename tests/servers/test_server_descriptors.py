@@ -358,7 +358,8 @@ def test_servers_list_answers_build_sh_and_doctor() -> None:
     plain = subprocess.run(run, env=env, capture_output=True, text=True, timeout=60, check=True)
     specs = descriptors.load_servers(dirs=str(FIXTURES))
     assert plain.stdout.splitlines() == [
-        f"{s.name}\t{s.image}\t{s.dockerfile or '-'}" for s in specs.values()
+        f"{s.name}\t{s.image}\t{s.dockerfile or '-'}\t{'on-demand' if s.on_demand else '-'}"
+        for s in specs.values()
     ]
     listed = subprocess.run([*run, "--json"], env=env, capture_output=True, text=True, timeout=60, check=True)
     own = json.loads(listed.stdout)[-1]
