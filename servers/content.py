@@ -20,6 +20,7 @@ import fcntl
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import struct
 import subprocess
@@ -29,6 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from quicbed.paths import CACHE, REPO, read_versions
+from quicbed.topology.hosts import LABEL
+from quicbed.topology.marker import scope
 
 WORKLOADS = ("web", "cloud", "video")
 MANIFEST = "manifest.json"
@@ -469,6 +472,9 @@ def ffmpeg_runner(root: Path) -> tuple[list[str], str]:
         "docker",
         "run",
         "--rm",
+        "--label",
+        LABEL,  # `quicbed clean` finds one left by a killed run
+        *(["--label", f"{LABEL}.scope={owner}"] if (owner := scope()) else []),
         "--network",
         "none",
         "-v",
@@ -481,8 +487,19 @@ def ffmpeg_runner(root: Path) -> tuple[list[str], str]:
 
 
 def _ffmpeg(prefix: list[str], args: list[str], timeout: float) -> None:
+    """Run ffmpeg; a container of it is removed when the call ends early (a timeout, Ctrl-C):
+    stopping the docker client alone leaves it encoding, and its CPU skews the next path."""
+    container = None
+    if prefix[0] == "docker":
+        container = f"quicbed-ffmpeg-{os.getpid()}-{secrets.token_hex(4)}"
+        prefix = [*prefix[:2], "--name", container, *prefix[2:]]
     cmd = [*prefix, "-hide_banner", "-loglevel", "error", "-y", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except BaseException:
+        if container:
+            subprocess.run(["docker", "rm", "-f", container], capture_output=True, timeout=30)
+        raise
     if proc.returncode != 0:
         raise ContentError(f"ffmpeg failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
 

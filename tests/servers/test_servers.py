@@ -370,3 +370,21 @@ def test_server_not_answering_times_out(tmp_path: Path) -> None:
         assert _docker("exec", b.name, "kill", "-0", pid, check=False).returncode != 0
     finally:
         b.close()
+
+
+@pytest.mark.docker
+def test_an_ffmpeg_cut_short_leaves_no_container(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killing the docker client does not stop its container: a video encode cut by its
+    timeout (or Ctrl-C) must not keep encoding beside the next path's measurement."""
+    monkeypatch.setattr(content.shutil, "which", lambda name: None)  # ffmpeg from the tools image
+    prefix, seen = content.ffmpeg_runner(tmp_path)
+    assert "quicbed" in prefix  # labelled: `quicbed clean` finds one a killed run left
+
+    def encoders() -> set[str]:
+        ps = ["docker", "ps", "-aq", "--filter", f"ancestor={content.TOOLS_IMAGE}"]
+        return set(subprocess.run(ps, capture_output=True, text=True, check=True).stdout.split())
+
+    before = encoders()
+    with pytest.raises(subprocess.TimeoutExpired):
+        content._ffmpeg(prefix, [*content._source_args(600), f"{seen}/long.mp4"], timeout=3)
+    assert encoders() - before == set()
