@@ -423,7 +423,8 @@ def timeline(
 
 def _fetches(out: str) -> dict[str, Any]:
     """A web flow's fetches, from curl's -w %{json} lines: how many, how many failed, and the
-    median time of the ones that completed."""
+    median and longest time of the ones that completed (the longest says how late the flow's
+    last packet may come: a fetch begun just before its end still has all of it to run)."""
     done, failed = [], 0
     for line in out.splitlines():
         try:
@@ -439,6 +440,7 @@ def _fetches(out: str) -> dict[str, Any]:
         "fetches": len(done) + failed,
         "fetches_failed": failed,
         "fetch_ms_median": round(statistics.median(done), 1) if done else None,
+        "fetch_ms_max": round(max(done), 1) if done else None,
     }
 
 

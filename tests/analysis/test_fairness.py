@@ -217,8 +217,18 @@ def test_a_web_flows_fetches_are_counted_from_curls_lines() -> None:
         json.dumps({"exitcode": 28, "response_code": 0, "time_total": 20}),
         "",
     ]
-    assert cross._fetches("\n".join(lines)) == {"fetches": 4, "fetches_failed": 2, "fetch_ms_median": 200.0}
-    assert cross._fetches("") == {"fetches": 0, "fetches_failed": 0, "fetch_ms_median": None}
+    assert cross._fetches("\n".join(lines)) == {
+        "fetches": 4,
+        "fetches_failed": 2,
+        "fetch_ms_median": 200.0,
+        "fetch_ms_max": 300.0,
+    }
+    assert cross._fetches("") == {
+        "fetches": 0,
+        "fetches_failed": 0,
+        "fetch_ms_median": None,
+        "fetch_ms_max": None,
+    }
 
 
 def test_timeline_bins_each_flow_and_the_figure_draws_it(tmp_path: Path) -> None:

@@ -74,7 +74,9 @@ def test_each_flow_runs_what_it_was_given_on_time(row: dict) -> None:
     assert web["fetches"] >= 2 and web["fetches_failed"] == 0, web
     # A fresh TLS 1.3 connection and a 5 KB answer: two round trips of 40 ms at least.
     assert web["fetch_ms_median"] >= 2 * RTT_S * 1000, web
-    assert web["started_s"] < 5 and web["ended_s"] < 5 + LATE_END_S, web
+    # Fetches start until 5 s; the last may begin just before and run as long as the longest
+    # one did (a fresh connection whose SYN met a full queue waits out TCP's 1 s timeout).
+    assert web["started_s"] < 5 and web["ended_s"] < 5 + web["fetch_ms_max"] / 1000 + ON_TIME_S, web
 
 
 def test_the_row_has_the_shares_of_the_bottleneck(row: dict) -> None:
