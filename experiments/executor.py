@@ -546,7 +546,7 @@ def _check_links(exp: Experiment, backend: str) -> None:
         down, up = cond.link.down, cond.link.up
         if down.aqm.kind == up.aqm.kind == "droptail" and not cond.link.has_trace:
             continue
-        choice = choose_backend(backend, cond.link.max_rate_mbit, cond.link.has_trace)
+        choice = choose_backend(backend, cond.link.max_rate_mbit, cond.link.has_trace, (down.aqm, up.aqm))
         check_links(down, up, choice, f"{exp.file}: {cond.label}: ")
 
 

@@ -166,7 +166,10 @@ class Testbed:
         if any(spec.image for spec in (cfg.client, *cfg.servers)):
             require_docker()
         self.backend_choice = choose_backend(
-            self.config.backend, self.profile.max_rate_mbit, self.profile.has_trace
+            self.config.backend,
+            self.profile.max_rate_mbit,
+            self.profile.has_trace,
+            (self.profile.down.aqm, self.profile.up.aqm),
         )
         # An aqm this backend's kernel lacks, or a trace it cannot replay, is refused before
         # anything is brought up.

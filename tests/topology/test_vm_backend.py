@@ -15,8 +15,9 @@ import pytest
 
 from quicbed.errors import HostProblem
 from quicbed.topology import backends
-from quicbed.topology.backends import proof, vmimage
+from quicbed.topology.backends import base, proof, vmimage
 from quicbed.topology.backends.proof import Proof
+from quicbed.topology.linkspec import Aqm
 
 
 def _read_newc(data: bytes) -> list[tuple[str, int, bytes]]:
@@ -106,19 +107,40 @@ TCG = Proof("vm", True, "boots under tcg", accelerator="tcg")
 UML = Proof("uml", True, "boots")
 
 
+KVM = Proof("vm", True, "boots under kvm", accelerator="kvm")
+NO_UML = Proof("uml", False, "uml cannot run on this CPU: ptrace")
+CODEL = Aqm("fq_codel")
+
+
 def test_auto_takes_uml_then_the_qemu_router_then_the_delay_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    _proofs(monkeypatch, TCG, UML)
+    _proofs(monkeypatch, KVM, UML)
     assert backends.choose_backend("auto", 20).name == "uml"
-    assert backends.choose_backend("auto", 150).name == "vm"  # above UML's 100, within TCG's 200
+    assert backends.choose_backend("auto", 150).name == "vm"  # above UML's 100, within KVM's 200
     fast = backends.choose_backend("auto", 500)
     assert fast.name == "delayline"
-    ceiling = backends.VM_MAX_RATE_MBIT["tcg"]
+    ceiling = backends.VM_MAX_RATE_MBIT["kvm"]
     assert f"500 Mbit/s is above what the vm router forwards ({ceiling:g})" in fast.reason
-    _proofs(monkeypatch, TCG, Proof("uml", False, "uml cannot run on this CPU: ptrace"))
+    _proofs(monkeypatch, KVM, NO_UML)
     vm = backends.choose_backend("auto", 20)
-    assert vm.name == "vm" and "boots under tcg" in vm.reason
+    assert vm.name == "vm" and "boots under kvm" in vm.reason
     _proofs(monkeypatch, Proof("vm", False, "no kernel"), Proof("uml", False, "panics"))
     assert backends.choose_backend("auto", 20).reason == "no sch_netem in this kernel; panics; no kernel"
+
+
+def test_a_router_under_tcg_is_taken_only_for_a_queue_the_host_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its emulated CPU bunches packets: the delay line runs what it can, the TCG router
+    what needs its kernel (an AQM this kernel lacks), and anything if the delay line cannot."""
+    _proofs(monkeypatch, TCG, NO_UML)
+    monkeypatch.setattr(base, "host_has_qdisc", lambda kind: False)
+    plain = backends.choose_backend("auto", 20, queues=(Aqm(), Aqm()))
+    assert plain.name == "delayline"
+    assert "boots under tcg, but under tcg its emulated CPU passes packets on in bunches" in plain.reason
+    assert backends.choose_backend("auto", 20, queues=(CODEL, Aqm())).name == "vm"
+    monkeypatch.setattr(base, "host_has_qdisc", lambda kind: True)  # the delay line queues in it
+    assert backends.choose_backend("auto", 20, queues=(CODEL, CODEL)).name == "delayline"
+    _proofs(monkeypatch, TCG, NO_UML)
+    monkeypatch.setattr(backends, "prove_delayline", lambda: Proof("delayline", False, "no binary"))
+    assert backends.choose_backend("auto", 20).name == "vm"
 
 
 @pytest.mark.parametrize("compress", [lzma.compress, gzip.compress])
