@@ -753,7 +753,13 @@ def make_figures(ok: pd.DataFrame, out_dir: Path) -> list[Figure]:
 CONGESTION = "congestion"  # the report's Congestion response section
 FAIRNESS = "fairness"  # the report's Shared bottleneck section
 MATRIX = "matrix"  # the report's client x server matrix section
-VERDICT_COLORS = {"pass": "#b7e4c7", "fail": "#f4a6a6", "n/a": "#e0e0e0", "unsupported": "#c6dbef"}
+VERDICT_COLORS = {
+    "pass": "#b7e4c7",
+    "fail": "#f4a6a6",
+    "n/a": "#e0e0e0",
+    "unsupported": "#c6dbef",
+    "not spoken": "#fafafa",  # the server does not speak the client's protocol: no trial
+}
 
 
 def stack_matrix(found: list[Any], out_dir: Path) -> list[Figure]:
@@ -803,12 +809,14 @@ def stack_matrix(found: list[Any], out_dir: Path) -> list[Figure]:
     caption = (
         "Each row is one client, each column group one check, a column per server: green, the "
         "check passes on its median; red, it fails; blue, the client cannot do it (exit 3, or "
-        "no such option in its descriptor); grey, nothing to check. Handshake: connection time "
-        "net of the client's CPU in calibrated RTTs (QUIC 1, TLS 1.3 2, TLS 1.2 3; at most +3 % "
-        "or +1.5 ms). Goodput: the TCP model's time for the download over the measured one "
-        "(lossless, 1 MB or more; at least 0.97). Resumed: the first byte in RTTs (QUIC 0-RTT 1, "
-        "resumed 2; TLS 1.3 early data 2, resumed 3; TLS 1.2 3). Loss: every trial completes "
-        "within the timeout; the text is the median goodput. Brackets: 95 % CIs."
+        'no such option in its descriptor); grey, nothing to check; white, "not spoken": the '
+        "server does not speak the client's protocol (an HTTP/3-only server), so no trial. "
+        "Handshake: connection time net of the client's CPU in calibrated RTTs (QUIC 1, "
+        "TLS 1.3 2, TLS 1.2 3; at most +3 % or +1.5 ms). Goodput: the TCP model's time for the "
+        "download over the measured one (lossless, 1 MB or more; at least 0.97). Resumed: the "
+        "first byte in RTTs (QUIC 0-RTT 1, resumed 2; TLS 1.3 early data 2, resumed 3; TLS 1.2 "
+        "3). Loss: every trial completes within the timeout; the text is the median goodput. "
+        "Brackets: 95 % CIs."
     )
     return [save(fig, out_dir, "stack_matrix", MATRIX, "Client × server matrix", caption)]
 

@@ -23,11 +23,14 @@ Each cell holds one verdict per check (CHECKS), drawn as a column group of its o
 
 A trial the client answered with exit 3 (error "unsupported: ...") makes its check
 "unsupported", not "fail". A cell fails when any check fails on the median; the figure colours
-each check so.
+each check so. A pair the server does not speak (an HTTP/3-only server and a TLS-over-TCP
+client: servers/pairing.py, from the server's descriptor) ran no trial by design: its cell is
+"not spoken", neither a failure nor "n/a".
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -35,6 +38,8 @@ import numpy as np
 import pandas as pd
 
 from quicbed.clients.tools import TOOLS
+from quicbed.servers import SERVERS
+from quicbed.servers.pairing import Spoken, speaks
 
 from .loss_response import BROWSER_TOOLS
 from .model import is_failed, parse_size
@@ -42,6 +47,7 @@ from .physics import GOODPUT_OF_MODEL, HANDSHAKE_RTTS, net_connection_rtts, row_
 from .stats import Estimate, median_ci
 
 PASS, FAIL, NO_DATA, UNSUPPORTED = "pass", "fail", "n/a", "unsupported"
+NOT_SPOKEN = "not spoken"  # the server does not speak the client's protocol: no trial by design
 MIN_GOODPUT_BYTES = 1 << 20  # smaller downloads are mostly handshake and slow start
 KEYS = ["profile", "client", "server"]  # profile: the condition's label (profile and swept values)
 CHECKS = ("handshake", "goodput", "resumption", "streams", "loss")
@@ -129,9 +135,12 @@ class Cell:
     streams: Streams | None = None
     loss: Loss | None = None
     unsupported: frozenset[str] = field(default_factory=frozenset)  # checks the client cannot do
+    spoken: bool = True  # False: the server does not speak the client's protocol (no trials)
 
     @property
     def checks(self) -> dict[str, str]:
+        if not self.spoken:
+            return dict.fromkeys(CHECKS, NOT_SPOKEN)
         out = {check: UNSUPPORTED for check in CHECKS if check in self.unsupported}
         if self.handshake and self.handshake.n and self.handshake_rtts and self.handshake_upper:
             low = self.handshake_rtts * 0.99
@@ -148,6 +157,8 @@ class Cell:
 
     @property
     def verdict(self) -> str:
+        if not self.spoken:
+            return NOT_SPOKEN
         checks = set(self.checks.values())
         for verdict in (FAIL, PASS, UNSUPPORTED):
             if verdict in checks:
@@ -156,6 +167,8 @@ class Cell:
 
     def text(self, check: str) -> str:
         """The check's medians with their CIs, or why there are none."""
+        if not self.spoken:
+            return NOT_SPOKEN
         if check in self.unsupported:
             return UNSUPPORTED
         if check == "handshake" and self.handshake and self.handshake.n:
@@ -331,7 +344,40 @@ def cells(df: pd.DataFrame) -> list[Cell]:
         _check=checks[0],
     )
     rows = rows[~rows["_failed"] | rows["_unsupported"] | (rows["_check"] == "loss")]
-    return [_cell(key, group) for key, group in rows.groupby(KEYS, sort=False)]
+    found = [_cell(key, group) for key, group in rows.groupby(KEYS, sort=False)]
+    return found + _not_spoken(found, rows)
+
+
+def _not_spoken(found: list[Cell], rows: pd.DataFrame) -> list[Cell]:
+    """A cell for each profile x client x server of the matrix with no rows because the server
+    does not speak the client's protocol (servers/pairing.py); a pair with no rows for another
+    reason stays absent ("not run")."""
+    have = {(c.profile, c.client, c.server) for c in found}
+    servers = list(dict.fromkeys(c.server for c in found))
+    out = []
+    rows = rows if "tool" in rows else rows.assign(tool="")
+    for (client, protocol, tool), _ in rows.groupby(["client", "protocol", "tool"], sort=False):
+        variant = Spoken(str(client), str(protocol), _options_of(str(tool), str(client)))
+        for profile in dict.fromkeys(c.profile for c in found):
+            for server in servers:
+                if (profile, client, server) in have or server not in SERVERS:
+                    continue
+                if not speaks(server, variant):
+                    out.append(Cell(profile, str(client), server, str(protocol), 0, spoken=False))
+    return out
+
+
+def _options_of(tool: str, label: str) -> dict[str, str]:
+    """The options of the tool's variant with this label ({} when the descriptor has none)."""
+    described = TOOLS.get(tool)
+    if described is None:
+        return {}
+    names = list(described.options)
+    for values in itertools.product(*(described.options[n] for n in names)):
+        options = dict(zip(names, values, strict=True))
+        if described.variant_label(options) == label:
+            return options
+    return {}
 
 
 def _cell(key: Iterable[object], group: pd.DataFrame) -> Cell:
@@ -379,7 +425,7 @@ def is_matrix(found: list[Cell]) -> bool:
 def checks_shown(found: list[Cell]) -> list[str]:
     """The checks any cell has a verdict or a measurement for, in CHECKS order; a check every
     cell lacks (e.g. loss without a lossy run) has no column."""
-    measured = {check for c in found for check, v in c.checks.items() if v != UNSUPPORTED}
+    measured = {check for c in found for check, v in c.checks.items() if v not in (UNSUPPORTED, NOT_SPOKEN)}
     unsupported = {check for c in found for check in c.unsupported}
     return [check for check in CHECKS if check in measured or check in unsupported]
 
@@ -397,7 +443,7 @@ def matrix_table(found: list[Cell]) -> pd.DataFrame:
         if verdict is None:
             return "–"
         text = c.text(check)
-        return text if verdict in (PASS, UNSUPPORTED) else f"{verdict}: {text}"
+        return text if verdict in (PASS, UNSUPPORTED, NOT_SPOKEN) else f"{verdict}: {text}"
 
     return pd.DataFrame(
         [

@@ -218,7 +218,7 @@ class TestbedExecutor:
         servers.start_server(host.container, name, timeout=30, qlog="qlog" in self.exp.capture)
         self.started.add(name)
         assert self.tb
-        warm_up(self.tb, host)
+        warm_up(self.tb, host, name)
 
     def run_trial(self, trial: Trial) -> dict[str, Any]:
         assert self.tb

@@ -11,6 +11,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from quicbed.servers.pairing import spoken_pairs
+
 from .links import Link, apply_overrides, is_link_axis
 from .schema import ClientVariant, Experiment, Workload
 
@@ -74,7 +76,9 @@ def trials(exp: Experiment, cond: Condition) -> list[Trial]:
     shuffled: as interleaved, with each server x client block in a seeded random order.
     blocked: all repetitions of one server x client x object back to back.
     """
-    pairs = list(itertools.product(exp.servers, exp.clients))
+    # Only the pairs the server speaks (experiments/pairing.py): an HTTP/3-only server gets
+    # no TLS-over-TCP trial.
+    pairs = spoken_pairs(exp.servers, exp.clients)
     objects = exp.workload.objects
 
     def make(rep: int, obj: str, server: str, client: ClientVariant) -> Trial:
@@ -96,4 +100,4 @@ def trials(exp: Experiment, cond: Condition) -> list[Trial]:
 
 
 def count_per_condition(exp: Experiment) -> int:
-    return len(exp.servers) * len(exp.clients) * len(exp.workload.objects) * exp.repetitions
+    return len(spoken_pairs(exp.servers, exp.clients)) * len(exp.workload.objects) * exp.repetitions

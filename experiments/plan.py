@@ -7,6 +7,7 @@ import math
 from quicbed.analysis.loss_response import mathis_mbit
 from quicbed.errors import InputError
 from quicbed.rowschema import TRIALS_DIR
+from quicbed.servers.pairing import need_text, spoken_pairs, unspoken_pairs
 from quicbed.workloads import object_bytes
 
 from .cross import CrossFlow
@@ -87,14 +88,19 @@ def _sender_rate_mbit(cond: Condition) -> float:
 def estimate_seconds(exp: Experiment) -> float:
     total = 0.0
     for cond in conditions(exp):
-        per_rep = sum(trial_seconds(exp, cond, c, o) for c in exp.clients for o in exp.workload.objects)
-        total += SETUP_S + per_rep * len(exp.servers) * exp.repetitions
+        per_rep = sum(
+            trial_seconds(exp, cond, c, o)
+            for _, c in spoken_pairs(exp.servers, exp.clients)
+            for o in exp.workload.objects
+        )
+        total += SETUP_S + per_rep * exp.repetitions
     return total
 
 
 def dry_run(exp: Experiment) -> str:
     conds = conditions(exp)
     per = count_per_condition(exp)
+    unspoken = unspoken_pairs(exp.servers, exp.clients)
     w = exp.workload
     lines = [
         f"experiment {exp.name} ({exp.file}){' [quick]' if exp.quick else ''}",
@@ -112,8 +118,15 @@ def dry_run(exp: Experiment) -> str:
         f"clients: {', '.join(c.label for c in exp.clients)}",
         f"workload: {w.kind}: {', '.join(w.objects)}"
         + (f" ({w.duration_s:g} s each)" if w.duration_s else ""),
-        f"per condition: {len(exp.servers)} servers x {len(exp.clients)} clients x "
+        f"per condition: {len(spoken_pairs(exp.servers, exp.clients))} server x client pairs "
+        f"({len(exp.servers)} servers x {len(exp.clients)} clients, {len(unspoken)} not spoken) x "
         f"{len(w.objects)} objects x {exp.repetitions} repetitions = {per} trials",
+        "pairs not spoken (no trials): "
+        + (
+            "; ".join(f"{s} x {c.label} ({need_text(c)})" for s, c in unspoken)
+            if unspoken
+            else "none (every server speaks every client variant)"
+        ),
         f"total: {len(conds)} conditions x {per} = {len(conds) * per} trials, "
         f"order {exp.order}, seed {exp.seed}",
         f"estimated duration: {hms(estimate_seconds(exp))} (rough: {SETUP_S:g} s setup per "

@@ -23,6 +23,7 @@ from quicbed.fields import (
     check_str,
 )
 from quicbed.rowschema import CAPTURE_KINDS
+from quicbed.servers import pairing
 from quicbed.servers.player import ABR_RULES, Setting
 from quicbed.workloads import WORKLOADS
 from quicbed.yamlio import LocatedError as ExperimentError
@@ -133,15 +134,18 @@ def _build(src: Source, text: str) -> Experiment:
         raise src.error(("name",), "use letters, digits, '-', '_' and '.' (it names run dirs)")
     workload = _workload(src, d["workload"])
     profiles = _profiles(src, d["profiles"])
-    clients = _clients(src, d["clients"], workload.kind)
+    indexed = _clients(src, d["clients"], workload.kind)
+    clients = [v for _, v in indexed]
     _check_settings_are_taken(src, workload, clients)
+    server_names = check_list(src, ("servers",), d["servers"], lambda p, v: _server(src, p, v))
+    _check_spoken(src, server_names, indexed)
     exp = Experiment(
         name=name,
         file=src.file,
         text=text,
         profiles=profiles,
         sweep=_sweep(src, d.get("sweep", {}), profiles),
-        servers=check_list(src, ("servers",), d["servers"], lambda p, v: _server(src, p, v)),
+        servers=server_names,
         clients=clients,
         workload=workload,
         description=str(d.get("description") or ""),
@@ -167,10 +171,28 @@ def _build(src: Source, text: str) -> Experiment:
         exp.capture = _capture(src, d["capture"])
     if "cross" in d:
         exp.cross = parse_cross(src, d["cross"], _max_down_mbit(exp), exp.timeout_s)
+        _check_cross_spoken(src, exp)
     exp.expect = check_list(
         src, ("expect",), d.get("expect", []), lambda p, v: _expect(src, p, v), allow_empty=True
     )
     return exp
+
+
+def _check_cross_spoken(src: Source, exp: Experiment) -> None:
+    """A cross flow fetched from the trial's server (QUIC, or a web flow's curl over TCP:
+    TLS 1.3, h2) runs beside every trial, so every server must speak it (iperf3's bulk TCP
+    needs no server)."""
+    for i, flow in enumerate(exp.cross):
+        if not flow.in_sidecar:
+            continue
+        need = pairing.Spoken(f"cross flow {flow.name}", "quic" if flow.protocol == "quic" else "tls1.3")
+        deaf = [s for s in exp.servers if not pairing.speaks(s, need)]
+        if deaf:
+            raise src.error(
+                ("cross", i, "protocol"),
+                f"a {flow.kind} {flow.protocol} cross flow fetches from each trial's server with "
+                f"{pairing.need_text(need)}; {'; '.join(pairing.speaks_text(s) for s in deaf)}",
+            )
 
 
 def _max_down_mbit(exp: Experiment) -> float:
@@ -246,7 +268,8 @@ def _server(src: Source, path: PathKey, value: Any) -> str:
     return check_choice(src, path, value, SERVERS, "server")
 
 
-def _clients(src: Source, value: Any, kind: str) -> list[ClientVariant]:
+def _clients(src: Source, value: Any, kind: str) -> list[tuple[int, ClientVariant]]:
+    """Every variant with the index of the `clients:` entry it came from."""
     entries = check_list(src, ("clients",), value, lambda p, v: _client_entry(src, p, v, kind))
     seen: set[str] = set()
     for i, entry in enumerate(entries):
@@ -254,7 +277,15 @@ def _clients(src: Source, value: Any, kind: str) -> list[ClientVariant]:
             if v.label in seen:
                 raise src.error(("clients", i), f"client variant '{v.label}' appears twice")
             seen.add(v.label)
-    return [v for entry in entries for v in entry]
+    return [(i, v) for i, entry in enumerate(entries) for v in entry]
+
+
+def _check_spoken(src: Source, servers: list[str], clients: list[tuple[int, ClientVariant]]) -> None:
+    """Nothing is accepted that cannot run: a variant that none of the servers speaks
+    (experiments/pairing.py) would have no trial. A pair merely not spoken is skipped."""
+    for i, variant in clients:
+        if not any(pairing.speaks(s, variant) for s in servers):
+            raise src.error(("clients", i), pairing.unserved_message(variant, servers))
 
 
 def _client_entry(src: Source, path: PathKey, value: Any, kind: str) -> tuple[ClientVariant, ...]:

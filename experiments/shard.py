@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from quicbed.errors import InputError
+from quicbed.servers.pairing import speaks
 
 from .matrix import Condition, Trial, conditions, trials
 from .plan import (
@@ -110,7 +111,8 @@ def condition_seconds(exp: Experiment, cond: Condition) -> float:
 def cell_seconds(exp: Experiment, cond: Condition, cell: Cell) -> float:
     """Every client's trials of one server and object, in the cell's repetitions."""
     server, obj, first, end = cell
-    return sum(trial_seconds(exp, cond, c, obj) for c in exp.clients) * (end - first)
+    clients = [c for c in exp.clients if speaks(server, c)]
+    return sum(trial_seconds(exp, cond, c, obj) for c in clients) * (end - first)
 
 
 def cells_of(exp: Experiment, cond: Condition) -> list[Cell]:

@@ -55,15 +55,23 @@ load_descriptors() {
     while IFS=$'\t' read -r name image df demand; do
       [[ -z "$name" ]] && continue
       [[ "$df" == - ]] && df=""
-      tag_by[$name]=$image
-      dockerfile_by[$name]=$df
-      on_demand_by[$name]=$demand
       if [[ "$kind" == servers ]]; then
+        tag_by[$name]=$image
+        dockerfile_by[$name]=$df
+        on_demand_by[$name]=$demand
         server_list+=("$name")
         continue
       fi
+      if [[ " ${server_list[*]} " != *" $name "* ]]; then
+        tag_by[$name]=$image
+        dockerfile_by[$name]=$df
+        on_demand_by[$name]=$demand
+      fi
       target=$name
       [[ -n "$df" ]] && target=$(basename "$(dirname "$df")")
+      # A stack with a client and a server of one name (aioquic): the client image is keyed
+      # client:<name>, and the name builds both (the targets loop at the end).
+      if [[ " ${server_list[*]} " == *" $target "* ]]; then target=client:$target; fi
       if [[ -z "${tag_by[$target]+x}" || "$target" == "$name" ]]; then
         tag_by[$target]=$image
         dockerfile_by[$target]=$df
@@ -126,8 +134,9 @@ context_files() {
   echo "${df#"$repo"/}"
   while read -r src; do
     # $src unquoted on purpose: COPY sources may be globs.
+    # A prebuilt/ source (vendored crates) may not exist yet: it is filled later and not hashed.
     # shellcheck disable=SC2086
-    (cd "$repo" && find $src -type f ! -path '*/__pycache__/*' ! -name '*.pyc')
+    (cd "$repo" && find $src -type f ! -path '*/__pycache__/*' ! -name '*.pyc' 2>/dev/null)
   done < <(copy_sources "$df")
 }
 
@@ -208,7 +217,15 @@ wheel_requirements() {
     echo "$repo/clients/browser/requirements.txt $here/client/prebuilt/wheels"
     return 0
   fi
-  [[ -f "$dir/requirements.txt" ]] && echo "$dir/requirements.txt $dir/prebuilt/wheels"
+  if [[ -f "$dir/requirements.txt" ]]; then
+    echo "$dir/requirements.txt $dir/prebuilt/wheels"
+    return 0
+  fi
+  # A Dockerfile that COPYs another image's requirements.txt (the aioquic server takes the
+  # aioquic client's pins: one pin, one set of hashes): those wheels, in its own prebuilt/.
+  local req
+  req=$(copy_sources "$(dockerfile_of "$name")" | grep '/requirements\.txt$' | head -1 || true)
+  [[ -n "$req" ]] && echo "$repo/$req $dir/prebuilt/wheels"
   return 0
 }
 
@@ -301,7 +318,7 @@ build_one() {
     return 1
   fi
   hash=$(inputs_hash "$df")
-  tar="$cache/$name-$hash.tar"
+  tar="$cache/${name/:/-}-$hash.tar"
   if [[ "$(label_of "$tag")" == "$hash" ]]; then
     echo "images: $tag up to date ($hash)"
     return 0
@@ -351,7 +368,7 @@ build_one() {
   if [[ -n "$crates_prebuilt" ]]; then rm -rf "$crates_prebuilt"; fi
   mkdir -p "$cache"
   # Exactly <name>-<16 hex>.tar: "caddy-*" would also match caddy-debian's tar.
-  rm -f "$cache/$name"-????????????????.tar
+  rm -f "$cache/${name/:/-}"-????????????????.tar
   if [[ "${QUICBED_SAVE_IMAGES:-1}" == 0 ]]; then
     echo "images: built $tag in $((SECONDS - start)) s (not saved: QUICBED_SAVE_IMAGES=0)"
     return 0
@@ -388,6 +405,11 @@ for target in "${targets[@]}"; do
       build_all_one "$name"
     done
   else
+    if [[ -n "${tag_by[client:$target]+x}" ]]; then
+      build_one "$target"
+      build_one "client:$target"
+      continue
+    fi
     tag_of "$target" >/dev/null
     build_one "$target"
   fi

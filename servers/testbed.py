@@ -71,7 +71,7 @@ def served_testbed(
         hosts = dict(zip(names, tb.servers, strict=True))
         for name, host in hosts.items() if start else ():
             start_server(host.container, name, timeout=30)
-            warm_up(tb, host)
+            warm_up(tb, host, name)
         yield tb, hosts
 
 
@@ -85,11 +85,18 @@ WARM_UP_URL = f"https://{SERVER_NAME}/web/index.html"  # a 404 without web conte
 WARM_UP_TIMEOUT_S = 10
 
 
-def warm_up(tb: Testbed, host: DockerHost) -> None:
+def warm_up(tb: Testbed, host: DockerHost, name: str) -> None:
     """After a server starts: the client fetches from it once per transport, untimed. A failure
-    is left to the trials, which record theirs; the access-log lines come before any trial's."""
+    is left to the trials, which record theirs; the access-log lines come before any trial's.
+    Only over what the server speaks (an HTTP/3-only server has no TCP listener)."""
     resolve = f"{SERVER_NAME}:443:{server_address(tb.servers.index(host))}"
-    for tool in ("tls_perf", "quic_perf"):
+    spec = get_server(name)
+    tools = [
+        tool
+        for tool, http in (("tls_perf", ("HTTP/1.1", "HTTP/2.0")), ("quic_perf", ("HTTP/3.0",)))
+        if any(h in spec.http_versions for h in http)
+    ]
+    for tool in tools:
         argv = [
             tool,
             "--url",

@@ -230,3 +230,33 @@ def test_a_swept_condition_is_a_matrix_of_its_own() -> None:
     found = stack_matrix.cells(pd.concat([clean, other]))
     assert {c.profile for c in found} == {"india", "india aqm=fq_codel"}
     assert verdicts([c for c in found if c.profile != "india"])[("tls1.3-h2", "caddy")] == "fail"
+
+
+def test_a_pair_the_server_does_not_speak_is_not_spoken_not_a_failure(tmp_path: Path) -> None:
+    # aioquic serves HTTP/3 only (servers/aioquic/server.yaml): the runner made no TLS-over-TCP
+    # trial for it, and its cell says so rather than "n/a" or "fail".
+    data = pd.concat([rows(), pd.DataFrame([trial("quic-h3", "aioquic", "quic", 1.0, 1.0)] * 5)])
+    found = stack_matrix.cells(data)
+    quiet = cell(found, "tls1.3-h2", "aioquic")
+    assert (quiet.verdict, quiet.n, quiet.text("handshake")) == ("not spoken", 0, "not spoken")
+    assert set(quiet.checks.values()) == {"not spoken"}
+    assert cell(found, "quic-h3", "aioquic").verdict == "pass"
+    assert {v for k, v in verdicts(found).items() if k != ("tls1.3-h2", "aioquic")} == {"pass"}
+    # "not spoken" adds no column of its own
+    assert stack_matrix.checks_shown(found) == stack_matrix.checks_shown(stack_matrix.cells(rows()))
+    table = stack_matrix.matrix_table(found).set_index(["client", "server"])
+    assert table.loc[("tls1.3-h2", "aioquic"), "verdict"] == "not spoken"
+    assert table.loc[("tls1.3-h2", "aioquic"), stack_matrix.CHECK_TITLES["handshake"]] == "not spoken"
+    section = matrix_section(data, [])
+    assert section is not None
+    warned = [b for b in section.blocks if getattr(b, "warn", False)]
+    assert not any("aioquic" in str(b) for b in warned)  # not among the failing cells
+    (figure,) = draw(found, tmp_path)  # its own colour, and the caption says what it means
+    assert "not spoken" in figure.caption
+
+
+def test_a_spoken_pair_without_rows_stays_absent() -> None:
+    # nginx speaks both: a pair with no rows (not run) gets no "not spoken" cell.
+    data = rows()
+    data = data[~((data["client"] == "tls1.3-h2") & (data["server"] == "nginx"))]
+    assert ("tls1.3-h2", "nginx") not in verdicts(stack_matrix.cells(data))

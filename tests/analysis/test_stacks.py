@@ -154,4 +154,4 @@ def test_the_perf_tools_are_read_from_the_client_descriptors() -> None:
     """One GET on one connection per trial: every client that can fetch a cloud file."""
     from quicbed.analysis.stacks import PERF_TOOLS
 
-    assert PERF_TOOLS == ("tls_perf", "quic_perf", "aioquic", "quicgo")
+    assert PERF_TOOLS == ("tls_perf", "quic_perf", "aioquic", "quicgo", "quiche", "quinn")

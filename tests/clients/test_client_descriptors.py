@@ -190,7 +190,9 @@ def test_an_on_demand_image_is_listed_so_and_left_to_the_run_that_needs_it(
     image = f"quicbed-test/later:{tools.TOOLS['quicgo'].image.split(':')[1]}"
     listed = _python(["-m", "quicbed.clients", "list"], str(tmp_path))
     assert f"quicgo-later\t{image}\tclients/quicgo/Dockerfile\ton-demand" in listed.stdout.splitlines()
-    assert "quicgo\tquicbed/quicgo" in listed.stdout and listed.stdout.count("on-demand") == 1
+    # The shipped quicgo is built by `make images`; its on-demand copy is not.
+    (shipped,) = [line for line in listed.stdout.splitlines() if line.startswith("quicgo\t")]
+    assert shipped.startswith("quicgo\tquicbed/quicgo") and shipped.endswith("\t-"), shipped
     script = (
         f'eval "$(sed "/^targets=/,\\$d" {REPO}/images/build.sh)"; echo "${{on_demand_by[quicgo-later]}}"'
     )
@@ -211,12 +213,17 @@ def test_doctor_checks_the_images_the_descriptors_name(
     own included; a bad descriptor is its one line, not a traceback."""
     monkeypatch.setenv(tools.ENV_DIRS, str(FIXTURES))
     monkeypatch.setenv("QUICBED_SERVER_DIRS", str(SERVER_FIXTURES))
-    assert list(doctor.described_images()) == [
-        *(spec.image for spec in servers.SERVERS.values()),
-        "quicbed-test/own-caddy:1.0",
-        *dict.fromkeys(t.image for t in tools.TOOLS.values()),
-        OWN_IMAGE,
-    ]
+    # Each once: quinn's and quiche's one image each serves its client and its server.
+    assert list(doctor.described_images()) == list(
+        dict.fromkeys(
+            [
+                *(spec.image for spec in servers.SERVERS.values()),
+                "quicbed-test/own-caddy:1.0",
+                *(t.image for t in tools.TOOLS.values()),
+                OWN_IMAGE,
+            ]
+        )
+    )
     monkeypatch.setenv(tools.ENV_DIRS, str(tmp_path / "nope"))
     with pytest.raises(doctor.DescriptorProblem) as err:
         doctor.described_images()
@@ -407,3 +414,24 @@ def test_fixture_client_runs_on_the_path_in_its_own_image(tmp_path: Path) -> Non
     fresh = [r["connection_time_ms"] / r["calib_rtt_ms"] for r in rows if r["client"] == "own-ngtcp2"]
     assert all(0.9 < x < 1.2 for x in fresh), fresh  # QUIC: one RTT to a first connection
     print(f"own-ngtcp2 connection_time / rtt ({rtt:.1f} ms): {[round(x, 3) for x in fresh]}")
+
+
+def test_build_sh_builds_a_client_and_a_server_of_one_name() -> None:
+    # aioquic is a client (clients/aioquic) and a server (servers/aioquic): the server keeps
+    # the name, the client image is keyed client:aioquic, and the server's image takes the
+    # client's wheels (one pin: the requirements.txt its Dockerfile COPYs).
+    assert _build_sh(["aioquic", "client:aioquic"], "") == [
+        f"{servers.get_server('aioquic').image} {REPO}/images/aioquic/Dockerfile",
+        f"{tools.TOOLS['aioquic'].image} {REPO}/clients/aioquic/Dockerfile",
+    ]
+    script = (
+        f'set -euo pipefail; eval "$(sed "/^targets=/,\\$d" {REPO}/images/build.sh)"; '
+        "wheel_requirements aioquic; wheel_requirements client:aioquic; wheel_requirements nginx"
+    )
+    images = REPO / "images"
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=images)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        f"{REPO}/clients/aioquic/requirements.txt {REPO}/images/aioquic/prebuilt/wheels",
+        f"{REPO}/clients/aioquic/requirements.txt {REPO}/clients/aioquic/prebuilt/wheels",
+    ]

@@ -1,9 +1,11 @@
 """The QUIC stacks' clients keep the client contract, against a real nginx (h3):
-aioquic_perf (clients/aioquic) and quicgo_perf (clients/quicgo).
+aioquic_perf (clients/aioquic), quicgo_perf (clients/quicgo), quiche_perf (clients/quiche) and
+quinn_perf (clients/quinn).
 
 They share test_perf_tools.py's bed (nginx with --network none, the perf tools' client in its
 namespace, the blackhole on 9443); each joins that namespace from its own image
-(quicbed/aioquic:<AIOQUIC_VERSION>, quicbed/quicgo:<QUICGO_VERSION>), built by images/build.sh
+(quicbed/aioquic:<AIOQUIC_VERSION>, quicbed/quicgo:<QUICGO_VERSION>, quicbed/quiche:<QUICHE_VERSION>,
+quicbed/quinn:<QUINN_VERSION>), built by images/build.sh
 once per module. The cases are the C tools':
 a fetch with the perf tools' row keys, bad input as error rows of the same categories (wrong
 CA, server down, timeout, 404...), usage errors (exit 2, no rows) and the options aioquic cannot
@@ -29,9 +31,14 @@ from quicbed.paths import REPO
 pytestmark = pytest.mark.docker
 __all__ = ["bed", "images"]  # the shared fixtures, imported to be used here
 
-STACKS = ["aioquic", "quicgo"]
+STACKS = ["aioquic", "quicgo", "quiche", "quinn"]
 # What each stack's row says of itself: (tool, backend, tls_group).
-IDENTITY = {"aioquic": ("aioquic", "aioquic", ""), "quicgo": ("quicgo", "quic-go", "X25519")}
+IDENTITY = {
+    "aioquic": ("aioquic", "aioquic", ""),
+    "quicgo": ("quicgo", "quic-go", "X25519"),
+    "quiche": ("quiche", "quiche", "X25519"),
+    "quinn": ("quinn", "quinn", "X25519"),
+}
 
 
 @dataclass
@@ -157,6 +164,19 @@ CANNOT = {
         (["--curl-timers"], "no libcurl"),
         (["--cc", "cubic"], "congestion control"),
     ],
+    "quiche": [
+        (["--qlog", "/tmp/q"], "qlog"),
+        (["--curl-timers"], "no libcurl"),
+        (["--groups", "X25519"], "key-exchange groups"),
+        (["--cc", "vegas"], "no congestion control 'vegas'"),
+    ],
+    "quinn": [
+        (["--qlog", "/tmp/q"], "qlog"),
+        (["--resume"], "--resume"),
+        (["--curl-timers"], "no libcurl"),
+        (["--cc", "vegas"], "no congestion control"),
+        (["--groups", "X25519MLKEM768"], "no such key-exchange group"),
+    ],
 }
 
 
@@ -168,14 +188,17 @@ def test_what_a_stack_cannot_do_is_exit_3(aq: Stack) -> None:
 
 
 def test_what_a_stack_can_choose_reaches_the_row(aq: Stack) -> None:
-    """aioquic: its congestion control; quic-go: the key-exchange groups (OpenSSL's names)."""
-    if aq.name == "aioquic":
-        for cc in ("reno", "cubic"):
+    """aioquic and quiche: their congestion controls; quic-go: the key-exchange groups (OpenSSL's
+    names); quinn: both (the groups rustls's ring provider has; the one negotiated is in the row)."""
+    if aq.name in ("aioquic", "quiche", "quinn"):
+        for cc in tools.get_tool(aq.name).options["cc"]:
             r = aq.run(*common(), "--cc", cc)
             assert r.rc == 0 and r.rows[0]["cc"] == cc, r
-        return
-    for groups, expected in (("secp256r1", "secp256r1"), ("X25519MLKEM768", "X25519MLKEM768")):
+        if aq.name in ("aioquic", "quiche"):  # neither lets the groups be chosen (exit 3)
+            return
+    expect = {"quicgo": ["secp256r1", "X25519MLKEM768"], "quinn": ["secp256r1", "secp384r1"]}
+    for groups in expect[aq.name]:
         r = aq.run(*common(), "--groups", groups)
-        assert r.rc == 0 and r.rows[0]["tls_group"] == expected, r
+        assert r.rc == 0 and r.rows[0]["tls_group"] == groups, r
     r = aq.run(*common(), "--groups", "ffdhe9999")
     assert r.rc == 1 and "does not know" in r.rows[0]["error"], r

@@ -1,5 +1,6 @@
 """The QUIC stacks' clients on the real emulated path (india, 80 ms), run by `quicbed run`,
-each in its own image: aioquic (clients/aioquic) and quic-go (clients/quicgo).
+each in its own image: aioquic (clients/aioquic), quic-go (clients/quicgo), quiche
+(clients/quiche) and quinn (clients/quinn).
 
 One bring-up per client (an experiment's clients share one image): a tiny experiment names
 the client against Caddy (quic-go), nginx and HAProxy (each its own QUIC stack); the tests
@@ -32,9 +33,16 @@ REPETITIONS = 3
 STACKS = {
     "aioquic": ("AIOQUIC_VERSION", "aioquic", "aioquic_perf"),
     "quicgo": ("QUICGO_VERSION", "quic-go", "quicgo_perf"),
+    "quiche": ("QUICHE_VERSION", "quiche", "quiche_perf"),
+    "quinn": ("QUINN_VERSION", "quinn", "quinn_perf"),
 }
 # quic-go also resumes a warm-up's session, with its request in 0-RTT.
-CLIENTS = {"aioquic": "{tool: aioquic}", "quicgo": '{tool: quicgo}, {tool: quicgo, resume: "yes"}'}
+CLIENTS = {
+    "aioquic": "{tool: aioquic}",
+    "quicgo": '{tool: quicgo}, {tool: quicgo, resume: "yes"}',
+    "quiche": "{tool: quiche}",
+    "quinn": "{tool: quinn}",
+}
 EXPERIMENT = """name: {client}-path
 profiles: [india]
 servers: [{servers}]

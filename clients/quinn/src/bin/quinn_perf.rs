@@ -1,0 +1,1036 @@
+// quinn_perf: HTTP/3 GETs through quinn (QUIC), h3/h3-quinn (HTTP/3) and rustls with the ring
+// provider (TLS 1.3), one JSON row per measurement with the perf tools' keys
+// (clients/perf/README.md). Exit 0 all measurements succeeded, 1 a row has an error, 2 usage
+// error, 3 unsupported (no rows).
+#![deny(warnings)]
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Buf;
+use quinn::crypto::rustls::QuicClientConfig;
+use quinn::{ConnectionError, Runtime, TokioRuntime};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{ActiveKeyExchange, CryptoProvider, SharedSecret, SupportedKxGroup};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{
+    CipherSuite, DigitallySignedStruct, NamedGroup, SignatureScheme, SupportedCipherSuite,
+};
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+const TOOL: &str = "quinn"; // the row's tool: the client's name in the testbed
+const TOOL_VERSION: &str = env!("CARGO_PKG_VERSION");
+const EXIT_UNSUPPORTED: i32 = 3;
+
+fn library() -> String {
+    format!(
+        "quinn/{} rustls/{} h3/{}",
+        env!("QUINN_VER"),
+        env!("RUSTLS_VER"),
+        env!("H3_VER")
+    )
+}
+
+fn usage(msg: &str) -> ! {
+    eprintln!("usage: quinn_perf --url https://NAME[:PORT]/PATH [options] ({msg}; see --help)");
+    std::process::exit(2)
+}
+
+#[derive(Default)]
+struct Opts {
+    url: String,
+    resolve: Vec<String>,
+    cacert: Option<String>,
+    keylog: Option<String>,
+    qlog: Option<String>,
+    output_body: Option<String>,
+    cc: Option<String>,
+    groups: Option<String>,
+    insecure: bool,
+    cpu: bool,
+    discard: bool,
+    sha: bool,
+    resume: bool,
+    curl_timers: bool,
+    n: u32,
+    pause_ms: f64,
+    timeout_s: u64,
+}
+
+const HELP: &str = "usage: quinn_perf --url URL [--resolve NAME:PORT:ADDR] [--cacert FILE | --insecure] [-n N] [--pause MS]
+  [--timeout S] [--cpu] [--keylog FILE] [--output-body FILE | --discard] [--sha256] [--groups LIST]
+  [--cc reno|cubic|bbr]
+Exit status: 0 all measurements succeeded, 1 some failed, 2 usage error, 3 unsupported (no rows).";
+
+fn number<T: std::str::FromStr>(flag: &str, v: &str) -> T {
+    v.parse()
+        .unwrap_or_else(|_| usage(&format!("invalid value {v:?} for flag -{flag}")))
+}
+
+/// The perf tools' arguments, as Go's flag package takes them (-x or --x, value after a space
+/// or an '=').
+fn parse(args: Vec<String>) -> Opts {
+    let mut o = Opts {
+        n: 1,
+        timeout_s: 30,
+        ..Default::default()
+    };
+    let (mut backend, mut http, mut tls) =
+        ("quinn".to_string(), "3".to_string(), "1.3".to_string());
+    let mut it = args.into_iter();
+    while let Some(arg) = it.next() {
+        let Some(stripped) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
+            usage(&format!("stray argument {arg}"));
+        };
+        if stripped.is_empty() {
+            usage(&format!("stray argument {arg}"));
+        }
+        let (name, inline) = match stripped.split_once('=') {
+            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+            None => (stripped.to_string(), None),
+        };
+        let flag = |b: &mut bool| *b = inline.as_deref().is_none_or(|v| v == "true" || v == "1");
+        match name.as_str() {
+            "insecure" => flag(&mut o.insecure),
+            "cpu" => flag(&mut o.cpu),
+            "discard" => flag(&mut o.discard),
+            "sha256" => flag(&mut o.sha),
+            "resume" => flag(&mut o.resume),
+            "curl-timers" => flag(&mut o.curl_timers),
+            "cold" | "verbose" => {} // accepted, change nothing (as quicgo_perf)
+            "help" | "h" => {
+                println!("{HELP}");
+                std::process::exit(0)
+            }
+            "version" => {
+                println!("quinn_perf {TOOL_VERSION} ({})", library());
+                std::process::exit(0)
+            }
+            "url" | "resolve" | "cacert" | "n" | "repetitions" | "pause" | "timeout" | "keylog"
+            | "qlog" | "output-body" | "cc" | "groups" | "backend" | "http" | "tls" => {
+                let v = match inline {
+                    Some(v) => v,
+                    None => it
+                        .next()
+                        .unwrap_or_else(|| usage(&format!("flag needs an argument: -{name}"))),
+                };
+                match name.as_str() {
+                    "url" => o.url = v,
+                    "resolve" => o.resolve.push(v),
+                    "cacert" => o.cacert = Some(v),
+                    "n" | "repetitions" => {
+                        o.n = number::<i64>(&name, &v).clamp(0, u32::MAX as i64) as u32
+                    }
+                    "pause" => o.pause_ms = number(&name, &v),
+                    "timeout" => o.timeout_s = number::<i64>(&name, &v).max(0) as u64,
+                    "keylog" => o.keylog = Some(v),
+                    "qlog" => o.qlog = Some(v),
+                    "output-body" => o.output_body = Some(v),
+                    "cc" => o.cc = Some(v),
+                    "groups" => o.groups = Some(v),
+                    "backend" => backend = v,
+                    "http" => http = v,
+                    _ => tls = v,
+                }
+            }
+            _ => usage(&format!("flag provided but not defined: -{name}")),
+        }
+    }
+    if o.url.is_empty() {
+        usage("--url is required");
+    } else if o.n < 1 {
+        usage("-n must be at least 1");
+    } else if o.timeout_s < 1 {
+        usage("--timeout must be at least 1");
+    } else if o.pause_ms < 0.0 || o.pause_ms.is_nan() {
+        usage("--pause must not be negative");
+    } else if backend != "quinn" {
+        usage("--backend: only quinn");
+    } else if http != "3" {
+        usage("--http: only 3");
+    } else if tls != "1.3" {
+        usage("--tls: only 1.3");
+    } else if o.insecure && o.cacert.is_some() {
+        usage("--cacert and --insecure exclude each other");
+    } else if o.output_body.is_some() && o.discard {
+        usage("--output-body and --discard exclude each other");
+    }
+    for r in &o.resolve {
+        let p: Vec<&str> = r.splitn(3, ':').collect();
+        if p.len() != 3 || p[0].is_empty() || p[2].is_empty() || p[1].parse::<u16>().is_err() {
+            usage(&format!("--resolve {r} is not NAME:PORT:ADDR"));
+        }
+    }
+    o
+}
+
+// Key-exchange groups by OpenSSL's names (the C tools' --groups): what rustls's ring provider has,
+// and the names OpenSSL knows that it lacks (those are exit 3, not an error row).
+fn ring_group(name: &str) -> Option<&'static dyn SupportedKxGroup> {
+    use rustls::crypto::ring::kx_group;
+    match name {
+        "X25519" => Some(kx_group::X25519),
+        "secp256r1" | "P-256" | "prime256v1" => Some(kx_group::SECP256R1),
+        "secp384r1" | "P-384" => Some(kx_group::SECP384R1),
+        _ => None,
+    }
+}
+const LACKING_GROUPS: &[&str] = &[
+    "X25519MLKEM768",
+    "SecP256r1MLKEM768",
+    "SecP384r1MLKEM1024",
+    "MLKEM768",
+    "secp521r1",
+    "X448",
+    "ffdhe2048",
+    "ffdhe3072",
+    "ffdhe4096",
+    "ffdhe6144",
+    "ffdhe8192",
+];
+
+fn group_name(g: NamedGroup) -> &'static str {
+    match g {
+        NamedGroup::X25519 => "X25519",
+        NamedGroup::secp256r1 => "secp256r1",
+        NamedGroup::secp384r1 => "secp384r1",
+        _ => "",
+    }
+}
+
+fn cipher_name(s: CipherSuite) -> &'static str {
+    match s {
+        CipherSuite::TLS13_AES_128_GCM_SHA256 => "TLS_AES_128_GCM_SHA256",
+        CipherSuite::TLS13_AES_256_GCM_SHA384 => "TLS_AES_256_GCM_SHA384",
+        CipherSuite::TLS13_CHACHA20_POLY1305_SHA256 => "TLS_CHACHA20_POLY1305_SHA256",
+        _ => "",
+    }
+}
+
+fn unsupported(o: &Opts) -> Option<String> {
+    if o.qlog.is_some() {
+        return Some(
+            "--qlog: quinn_perf writes no qlog (quinn's qlog feature is not built in)".into(),
+        );
+    }
+    if o.resume {
+        return Some("--resume: quinn_perf has no session resumption or 0-RTT yet".into());
+    }
+    if o.curl_timers {
+        return Some("--curl-timers: there is no libcurl in quinn_perf".into());
+    }
+    if let Some(cc) = &o.cc {
+        if !["reno", "cubic", "bbr"].contains(&cc.as_str()) {
+            return Some(format!(
+                "--cc {cc}: quinn has no congestion control {cc:?} (reno, cubic, bbr)"
+            ));
+        }
+    }
+    if let Some(groups) = &o.groups {
+        if let Some(g) = groups.split(':').find(|g| LACKING_GROUPS.contains(g)) {
+            return Some(format!(
+                "--groups {g}: rustls's ring provider has no such key-exchange group (X25519, secp256r1, secp384r1)"
+            ));
+        }
+    }
+    None
+}
+
+// What the handshake negotiated. quinn hides its rustls connection, so the provider's groups
+// and cipher suites are wrapped to note what they are used for: the last key exchange
+// completed and the last suite that made packet keys (Initial keys are AES-128-GCM, the
+// handshake's keys the negotiated suite's, and they come after). One connection at a time.
+static NEGOTIATED: Mutex<(&str, &str)> = Mutex::new(("", ""));
+
+#[derive(Debug)]
+struct KxRecorder(&'static dyn SupportedKxGroup);
+
+impl SupportedKxGroup for KxRecorder {
+    fn start(&self) -> Result<Box<dyn ActiveKeyExchange>, rustls::Error> {
+        Ok(Box::new(ActiveRecorder(self.0.start()?)))
+    }
+    fn name(&self) -> NamedGroup {
+        self.0.name()
+    }
+}
+
+struct ActiveRecorder(Box<dyn ActiveKeyExchange>);
+
+impl ActiveKeyExchange for ActiveRecorder {
+    fn complete(self: Box<Self>, peer_pub_key: &[u8]) -> Result<SharedSecret, rustls::Error> {
+        let group = self.0.group();
+        let out = self.0.complete(peer_pub_key);
+        if out.is_ok() {
+            NEGOTIATED.lock().unwrap().1 = group_name(group);
+        }
+        out
+    }
+    fn pub_key(&self) -> &[u8] {
+        self.0.pub_key()
+    }
+    fn group(&self) -> NamedGroup {
+        self.0.group()
+    }
+}
+
+struct SuiteRecorder {
+    inner: &'static dyn rustls::quic::Algorithm,
+    name: &'static str,
+}
+
+impl rustls::quic::Algorithm for SuiteRecorder {
+    fn packet_key(
+        &self,
+        key: rustls::crypto::cipher::AeadKey,
+        iv: rustls::crypto::cipher::Iv,
+    ) -> Box<dyn rustls::quic::PacketKey> {
+        NEGOTIATED.lock().unwrap().0 = self.name;
+        self.inner.packet_key(key, iv)
+    }
+    fn header_protection_key(
+        &self,
+        key: rustls::crypto::cipher::AeadKey,
+    ) -> Box<dyn rustls::quic::HeaderProtectionKey> {
+        self.inner.header_protection_key(key)
+    }
+    fn aead_key_len(&self) -> usize {
+        self.inner.aead_key_len()
+    }
+    fn fips(&self) -> bool {
+        self.inner.fips()
+    }
+}
+
+fn provider(groups: Vec<&'static dyn SupportedKxGroup>) -> CryptoProvider {
+    let mut p = rustls::crypto::ring::default_provider();
+    p.kx_groups = groups
+        .into_iter()
+        .map(|g| &*Box::leak(Box::new(KxRecorder(g))) as &'static dyn SupportedKxGroup)
+        .collect();
+    p.cipher_suites = p
+        .cipher_suites
+        .iter()
+        .map(|cs| match cs {
+            SupportedCipherSuite::Tls13(s) if s.quic.is_some() => {
+                let quic: &'static dyn rustls::quic::Algorithm =
+                    Box::leak(Box::new(SuiteRecorder {
+                        inner: s.quic.unwrap(),
+                        name: cipher_name(s.common.suite),
+                    }));
+                let wrapped = rustls::Tls13CipherSuite {
+                    common: rustls::crypto::CipherSuiteCommon {
+                        suite: s.common.suite,
+                        hash_provider: s.common.hash_provider,
+                        confidentiality_limit: s.common.confidentiality_limit,
+                    },
+                    hkdf_provider: s.hkdf_provider,
+                    aead_alg: s.aead_alg,
+                    quic: Some(quic),
+                };
+                SupportedCipherSuite::Tls13(Box::leak(Box::new(wrapped)))
+            }
+            other => *other,
+        })
+        .collect();
+    p
+}
+
+/// --insecure: any certificate (the handshake's signature is still checked).
+#[derive(Debug)]
+struct AnyCert(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AnyCert {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// --cacert: webpki's verification, and, as OpenSSL (the C tools), a certificate of the CA
+/// file itself is trusted as the server's own when it is exactly the one presented (a
+/// self-signed server certificate given as its own CA; webpki alone refuses it as
+/// "CaUsedAsEndEntity"). Its name is still checked against the URL's.
+#[derive(Debug)]
+struct CaFile {
+    webpki: Arc<rustls::client::WebPkiServerVerifier>,
+    anchors: Vec<CertificateDer<'static>>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for CaFile {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .webpki
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        {
+            Err(_)
+                if self
+                    .anchors
+                    .iter()
+                    .any(|a| a.as_ref() == end_entity.as_ref()) =>
+            {
+                let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
+                rustls::client::verify_server_name(&cert, server_name)?;
+                Ok(ServerCertVerified::assertion())
+            }
+            other => other,
+        }
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// --keylog: NSS key log lines, appended.
+#[derive(Debug)]
+struct KeyLogFile(Mutex<File>);
+
+impl rustls::KeyLog for KeyLogFile {
+    fn log(&self, label: &str, client_random: &[u8], secret: &[u8]) {
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let mut f = self.0.lock().unwrap();
+        let _ = writeln!(f, "{label} {} {}", hex(client_random), hex(secret));
+    }
+}
+
+fn tls_config(o: &Opts, keylog: Option<Arc<KeyLogFile>>) -> Result<Arc<QuicClientConfig>, String> {
+    let list = o
+        .groups
+        .clone()
+        .unwrap_or_else(|| "X25519:secp256r1".into()); // the C tools' default
+    let mut groups = Vec::new();
+    for name in list.split(':') {
+        groups.push(
+            ring_group(name).ok_or_else(|| format!("tls: quinn does not know the group {name}"))?,
+        );
+    }
+    let provider = Arc::new(provider(groups));
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| format!("tls: {e}"))?;
+    let mut conf = if o.insecure {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCert(provider)))
+            .with_no_client_auth()
+    } else {
+        let mut roots = rustls::RootCertStore::empty();
+        let pem = match &o.cacert {
+            Some(path) => std::fs::read(path).map_err(|e| format!("tls: CA file {path}: {e}"))?,
+            // The system's CAs (ca-certificates), as the C tools without --cacert.
+            None => std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default(),
+        };
+        let anchors: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(&pem).flatten().collect();
+        for cert in &anchors {
+            let _ = roots.add(cert.clone());
+        }
+        if roots.is_empty() {
+            return Err(format!(
+                "tls: no certificate in CA file {}",
+                o.cacert.as_deref().unwrap_or("(system)")
+            ));
+        }
+        let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .map_err(|e| format!("tls: {e}"))?;
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(CaFile {
+                webpki,
+                anchors,
+                provider,
+            }))
+            .with_no_client_auth()
+    };
+    conf.alpn_protocols = vec![b"h3".to_vec()];
+    // Every measurement a fresh handshake: rustls would otherwise resume the previous one's
+    // session from its in-memory cache.
+    conf.resumption = rustls::client::Resumption::disabled();
+    if let Some(k) = keylog {
+        conf.key_log = k;
+    }
+    QuicClientConfig::try_from(conf)
+        .map(Arc::new)
+        .map_err(|e| format!("tls: {e}"))
+}
+
+struct Target {
+    host: String,
+    addr: SocketAddr,
+}
+
+fn resolve_target(o: &Opts) -> Result<Target, String> {
+    let bad = || format!("url: not an https://NAME[:PORT]/PATH URL: {}", o.url);
+    if o.url.contains(char::is_whitespace) {
+        return Err(bad());
+    }
+    let uri: http::Uri = o.url.parse().map_err(|_| bad())?;
+    if uri.scheme_str() != Some("https") {
+        return Err(bad());
+    }
+    let host = uri.host().filter(|h| !h.is_empty()).ok_or_else(bad)?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = uri.port_u16().unwrap_or(443);
+    let mut address = None;
+    for r in &o.resolve {
+        let p: Vec<&str> = r.splitn(3, ':').collect();
+        if p[0] == host && p[1].parse::<u16>() == Ok(port) {
+            address = Some(
+                p[2].trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_string(),
+            );
+        }
+    }
+    let addr = match address {
+        Some(a) => a
+            .parse::<std::net::IpAddr>()
+            .map(|ip| SocketAddr::new(ip, port))
+            .map_err(|_| format!("connect: cannot resolve {a}"))?,
+        None => (host.as_str(), port)
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| format!("connect: cannot resolve {host}"))?,
+    };
+    Ok(Target { host, addr })
+}
+
+/// Waits for the socket's pending error (SO_ERROR): an ICMP port unreachable from a server
+/// that is down. quinn's socket wrapper waits only for readability, which such an error does
+/// not signal (EPOLLERR alone), and swallows receive errors, so without this a server down
+/// would be a handshake timeout instead of the C tools' `connect:` row. A duplicate of the
+/// socket's descriptor, registered with tokio for error readiness only.
+async fn socket_error(watch: &tokio::net::UdpSocket) -> io::Error {
+    loop {
+        match watch.ready(tokio::io::Interest::ERROR).await {
+            Ok(_) => match watch.take_error() {
+                Ok(Some(e)) => return e,
+                Ok(None) => return io::Error::other("socket error"),
+                Err(e) => return e,
+            },
+            Err(e) => return e,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Measurement {
+    t_start: f64,
+    t_handshake: f64,
+    t_first_byte: f64,
+    t_done: f64,
+    cpu_ms: Option<f64>,
+    local: Option<SocketAddr>,
+    status: u16,
+    bytes: u64,
+    cipher: &'static str,
+    group: &'static str,
+    alpn: String,
+    err: String,
+    digest: String,
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+fn proc_cpu_ms() -> f64 {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn is_crypto(code: quinn::TransportErrorCode) -> bool {
+    (0x100..0x200).contains(&u64::from(code))
+}
+
+fn classify_conn(e: &ConnectionError, handshake_done: bool) -> String {
+    match e {
+        ConnectionError::TransportError(t) if is_crypto(t.code) => format!("tls: {e}"),
+        ConnectionError::ConnectionClosed(c) if is_crypto(c.error_code) => format!("tls: {e}"),
+        ConnectionError::TimedOut if handshake_done => "timeout: transfer not done".into(),
+        ConnectionError::TimedOut => "timeout: handshake not done".into(),
+        _ => format!("quic: {e}"),
+    }
+}
+
+struct Ctx {
+    target: Target,
+    tls: Arc<QuicClientConfig>,
+    cc: Option<String>,
+    timeout: Duration,
+    url: http::Uri,
+}
+
+async fn measure(c: &Ctx, body: &mut dyn Write) -> Measurement {
+    let mut m = Measurement::default();
+    let deadline = Instant::now() + c.timeout;
+    // A fresh UDP socket per measurement, connected: ENETUNREACH shows at connect(), an ICMP
+    // port unreachable on a later receive.
+    let bind: SocketAddr = if c.target.addr.is_ipv6() {
+        "[::]:0"
+    } else {
+        "0.0.0.0:0"
+    }
+    .parse()
+    .unwrap();
+    let sock = match UdpSocket::bind(bind).and_then(|s| s.connect(c.target.addr).map(|_| s)) {
+        Ok(s) => s,
+        Err(e) => {
+            m.err = format!("connect: {e}");
+            return m;
+        }
+    };
+    m.local = sock.local_addr().ok();
+    let runtime: Arc<dyn Runtime> = Arc::new(TokioRuntime);
+    let watch = sock.try_clone().and_then(|w| {
+        w.set_nonblocking(true)?;
+        tokio::net::UdpSocket::from_std(w)
+    });
+    let (endpoint, watch) = match watch.and_then(|w| {
+        let inner = runtime.wrap_udp_socket(sock)?;
+        Ok((
+            quinn::Endpoint::new_with_abstract_socket(
+                quinn::EndpointConfig::default(),
+                None,
+                inner,
+                runtime,
+            )?,
+            w,
+        ))
+    }) {
+        Ok(x) => x,
+        Err(e) => {
+            m.err = format!("connect: {e}");
+            return m;
+        }
+    };
+    let mut transport = quinn::TransportConfig::default();
+    // quinn's own idle timeout (30 s) must not end a measurement --timeout allows longer.
+    transport
+        .max_idle_timeout(quinn::IdleTimeout::try_from(c.timeout + Duration::from_secs(1)).ok());
+    match c.cc.as_deref() {
+        Some("reno") => {
+            transport.congestion_controller_factory(Arc::new(
+                quinn::congestion::NewRenoConfig::default(),
+            ));
+        }
+        Some("bbr") => {
+            transport
+                .congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
+        }
+        _ => {} // quinn's default: CUBIC
+    }
+    let mut config = quinn::ClientConfig::new(c.tls.clone());
+    config.transport_config(Arc::new(transport));
+    *NEGOTIATED.lock().unwrap() = ("", "");
+    m.t_start = now();
+    let cpu0 = proc_cpu_ms();
+    let connecting = match endpoint.connect_with(config, c.target.addr, &c.target.host) {
+        Ok(x) => x,
+        Err(e) => {
+            m.err = format!("quic: {e}");
+            return m;
+        }
+    };
+    let handshake = async {
+        tokio::select! {
+            c = connecting => c.map_err(|e| classify_conn(&e, false)),
+            e = socket_error(&watch) => Err(format!("connect: {e}")),
+        }
+    };
+    let conn = match tokio::time::timeout_at(deadline.into(), handshake).await {
+        Err(_) => {
+            m.err = "timeout: handshake not done".into();
+            return m;
+        }
+        Ok(Err(e)) => {
+            m.err = e;
+            return m;
+        }
+        Ok(Ok(conn)) => conn,
+    };
+    // The Connecting future resolves when quinn's handshake is complete (the server's Finished
+    // verified, the client's queued).
+    m.t_handshake = now();
+    m.cpu_ms = Some(proc_cpu_ms() - cpu0);
+    (m.cipher, m.group) = *NEGOTIATED.lock().unwrap();
+    if let Some(hd) = conn
+        .handshake_data()
+        .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+    {
+        m.alpn = String::from_utf8_lossy(hd.protocol.as_deref().unwrap_or_default()).into_owned();
+    }
+    let result = tokio::time::timeout_at(deadline.into(), get(c, &conn, &mut m, body)).await;
+    match result {
+        Err(_) => m.err = "timeout: transfer not done".into(),
+        Ok(Err(e)) => m.err = e,
+        Ok(Ok(())) => {
+            if m.status != 200 {
+                m.err = format!("http: status {}", m.status);
+            }
+        }
+    }
+    conn.close(0x100u32.into(), b""); // H3_NO_ERROR
+    // Let the connection's task send its CONNECTION_CLOSE before the endpoint goes (one
+    // runtime thread: the task woken by close() runs before this one resumes).
+    tokio::task::yield_now().await;
+    m
+}
+
+async fn get(
+    c: &Ctx,
+    conn: &quinn::Connection,
+    m: &mut Measurement,
+    body: &mut dyn Write,
+) -> Result<(), String> {
+    let failed = |e: &dyn std::fmt::Display| format!("quic: {e}");
+    // No GREASE frames: HAProxy 3.0 answers a request stream that carries one with 400
+    // (every request, india path); Caddy, nginx, quiche and quinn servers ignore them.
+    let (mut driver, mut send) = h3::client::builder()
+        .send_grease(false)
+        .build::<_, _, bytes::Bytes>(h3_quinn::Connection::new(conn.clone()))
+        .await
+        .map_err(|e| failed(&e))?;
+    let drive = tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
+    let req = http::Request::get(c.url.clone())
+        .header("user-agent", format!("quinn_perf/{TOOL_VERSION}"))
+        .body(())
+        .map_err(|e| format!("url: {e}"))?;
+    let out = async {
+        let mut stream = send.send_request(req).await.map_err(|e| failed(&e))?;
+        stream.finish().await.map_err(|e| failed(&e))?;
+        let resp = stream.recv_response().await.map_err(|e| failed(&e))?;
+        // h3 hands the response over once its HEADERS frame is decoded: its first byte, as
+        // near as this API shows it.
+        m.t_first_byte = now();
+        m.status = resp.status().as_u16();
+        let mut h = Sha256::new();
+        while let Some(mut chunk) = stream.recv_data().await.map_err(|e| failed(&e))? {
+            while chunk.has_remaining() {
+                let part = chunk.chunk();
+                h.update(part);
+                body.write_all(part)
+                    .map_err(|e| format!("quic: writing the body: {e}"))?;
+                m.bytes += part.len() as u64;
+                let n = part.len();
+                chunk.advance(n);
+            }
+        }
+        m.t_done = now();
+        m.digest = h.finalize().iter().map(|x| format!("{x:02x}")).collect();
+        Ok(())
+    }
+    .await;
+    drive.abort();
+    out
+}
+
+/// --cpu: every 500 ms the process's share of one CPU and the machine's busy share.
+struct Sampler {
+    stop: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<Vec<Value>>,
+}
+
+fn jiffies() -> (f64, f64, f64) {
+    let mut proc_ = 0.0;
+    if let Ok(s) = std::fs::read_to_string("/proc/self/stat") {
+        if let Some(i) = s.rfind(')') {
+            let f: Vec<&str> = s[i + 1..].split_whitespace().collect();
+            proc_ = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+                + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        }
+    }
+    let (mut all, mut idle) = (0.0, 0.0);
+    if let Ok(s) = std::fs::read_to_string("/proc/stat") {
+        if let Some(line) = s.lines().next() {
+            for (i, f) in line.split_whitespace().skip(1).enumerate() {
+                let v: f64 = f.parse().unwrap_or(0.0);
+                all += v;
+                if i == 3 || i == 4 {
+                    idle += v;
+                }
+            }
+        }
+    }
+    (proc_, all, idle)
+}
+
+fn ncpu() -> f64 {
+    let n = std::fs::read_to_string("/proc/stat")
+        .map(|s| {
+            s.lines()
+                .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+                .count()
+        })
+        .unwrap_or(1);
+    n.max(1) as f64
+}
+
+impl Sampler {
+    fn start() -> Sampler {
+        let (stop, rx) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let start = Instant::now();
+            let (mut p0, mut a0, mut i0) = jiffies();
+            let n = ncpu();
+            let mut out = Vec::new();
+            while let Err(mpsc::RecvTimeoutError::Timeout) =
+                rx.recv_timeout(Duration::from_millis(500))
+            {
+                let (p, a, i) = jiffies();
+                if a > a0 {
+                    out.push(json!({
+                        "t": start.elapsed().as_secs_f64(),
+                        "proc_pct": 100.0 * (p - p0) / ((a - a0) / n),
+                        "sys_busy_pct": 100.0 * ((a - a0) - (i - i0)) / (a - a0),
+                    }));
+                }
+                (p0, a0, i0) = (p, a, i);
+            }
+            out
+        });
+        Sampler { stop, thread }
+    }
+    fn finish(self) -> Vec<Value> {
+        drop(self.stop);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+fn row(o: &Opts, target: Option<&Target>, m: &Measurement, rep: u32, cpu: Vec<Value>) -> Value {
+    let ok = m.err.is_empty();
+    let ms = |x: f64| -> Value {
+        if x == 0.0 || m.t_start == 0.0 {
+            Value::Null
+        } else {
+            json!(((x - m.t_start) * 1e6).floor() / 1e3)
+        }
+    };
+    let abs = |x: f64| if x == 0.0 { Value::Null } else { json!(x) };
+    let mut r = Map::new();
+    let mut put = |k: &str, v: Value| {
+        r.insert(k.to_string(), v);
+    };
+    put("tool", json!(TOOL));
+    put("tool_version", json!(TOOL_VERSION));
+    put("library", json!(library()));
+    put("backend", json!("quinn"));
+    put("protocol", json!("quic"));
+    put(
+        "tls_version",
+        json!(if m.t_handshake != 0.0 { "TLSv1.3" } else { "" }),
+    );
+    put("http_version", json!(if m.alpn == "h3" { "3" } else { "" }));
+    put("cipher", json!(m.cipher));
+    put("tls_group", json!(m.group));
+    put(
+        "local_ip",
+        json!(m.local.map(|a| a.ip().to_string()).unwrap_or_default()),
+    );
+    put("local_port", json!(m.local.map(|a| a.port()).unwrap_or(0)));
+    put(
+        "remote_ip",
+        json!(target.map(|t| t.addr.ip().to_string()).unwrap_or_default()),
+    );
+    put(
+        "remote_port",
+        json!(target.map(|t| t.addr.port()).unwrap_or(0)),
+    );
+    put("url", json!(o.url));
+    put("bytes", json!(m.bytes));
+    put("http_status", json!(m.status));
+    put("t_start", abs(m.t_start));
+    put("t_connect", abs(m.t_handshake));
+    put("t_handshake", abs(m.t_handshake));
+    put("t_first_byte", abs(m.t_first_byte));
+    put("connection_time_ms", ms(m.t_handshake));
+    put(
+        "client_cpu_ms",
+        m.cpu_ms
+            .map(|c| json!((c * 1e3).floor() / 1e3))
+            .unwrap_or(Value::Null),
+    );
+    put("ttfb_ms", ms(m.t_first_byte));
+    put("t_done", Value::Null);
+    put("download_time_ms", Value::Null);
+    put("throughput_mbps", Value::Null);
+    if ok && m.t_done != 0.0 {
+        put("t_done", json!(m.t_done));
+        put("download_time_ms", ms(m.t_done));
+        put(
+            "throughput_mbps",
+            json!(m.bytes as f64 * 8.0 / (m.t_done - m.t_start) / 1e6),
+        );
+    }
+    put("resumed", json!(false));
+    put("cpu", Value::Array(cpu));
+    put("rep", json!(rep));
+    put("error", json!(m.err));
+    if let Some(cc) = &o.cc {
+        put("cc", json!(cc));
+    }
+    if o.sha {
+        put("sha256", json!(if ok { m.digest.as_str() } else { "" }));
+    }
+    Value::Object(r)
+}
+
+fn open_out(path: &str, append: bool) -> File {
+    let mut oo = OpenOptions::new();
+    oo.create(true);
+    if append {
+        oo.append(true);
+    } else {
+        oo.write(true).truncate(true);
+    }
+    oo.open(path).unwrap_or_else(|e| {
+        eprintln!("quinn_perf: {path}: {e}");
+        std::process::exit(2)
+    })
+}
+
+fn main() {
+    let o = parse(std::env::args().skip(1).collect());
+    if let Some(why) = unsupported(&o) {
+        eprintln!("quinn_perf: unsupported: {why}");
+        std::process::exit(EXIT_UNSUPPORTED);
+    }
+    let keylog = o
+        .keylog
+        .as_deref()
+        .map(|p| Arc::new(KeyLogFile(Mutex::new(open_out(p, true)))));
+    let mut body: Box<dyn Write> = match &o.output_body {
+        Some(p) => Box::new(io::BufWriter::new(open_out(p, false))),
+        None => Box::new(io::sink()),
+    };
+    let target = resolve_target(&o);
+    let setup = target.as_ref().map_err(|e| e.clone()).and_then(|t| {
+        let tls = tls_config(&o, keylog)?;
+        Ok(Ctx {
+            target: Target {
+                host: t.host.clone(),
+                addr: t.addr,
+            },
+            tls,
+            cc: o.cc.clone(),
+            timeout: Duration::from_secs(o.timeout_s),
+            url: o.url.parse().map_err(|_| format!("url: {}", o.url))?,
+        })
+    });
+    // One runtime thread: the handshake's CPU is this process's, and nothing runs in parallel.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let mut failed = false;
+    let stdout = io::stdout();
+    for rep in 0..o.n {
+        if rep > 0 && o.pause_ms > 0.0 {
+            std::thread::sleep(Duration::from_secs_f64(o.pause_ms / 1e3));
+        }
+        let sampler = o.cpu.then(Sampler::start);
+        let m = match &setup {
+            Ok(ctx) => rt.block_on(measure(ctx, &mut body)),
+            Err(e) => Measurement {
+                err: e.clone(),
+                ..Default::default()
+            },
+        };
+        let cpu = sampler.map(Sampler::finish).unwrap_or_default();
+        failed |= !m.err.is_empty();
+        let r = row(&o, target.as_ref().ok(), &m, rep, cpu);
+        let mut out = stdout.lock();
+        let _ = writeln!(out, "{r}");
+        let _ = out.flush();
+    }
+    let _ = body.flush();
+    std::process::exit(if failed { 1 } else { 0 })
+}
