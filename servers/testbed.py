@@ -78,9 +78,12 @@ def served_testbed(
 # A server's first connection after the path comes up cost half an RTT more than every later
 # one (+40 ms on india, +150 ms at 300 ms RTT): its container has no neighbour (ARP) entry for
 # its gateway yet, and the lookup's reply crosses the emulated delay (`quicbed explain` shows
-# the SYN-ACK one one-way delay late). Calibration pings the first server only. One untimed
-# fetch over TCP and one over QUIC make the entry, and take any first-handshake cost of the
-# server itself, before anything is measured.
+# the SYN-ACK one one-way delay late). Calibration pings the first server only. A ping from
+# the router makes the entries (the router's for the server, the server's for its gateway):
+# the fetches below cannot where the client's image has no tls_perf or quic_perf (a stack's
+# own, quicbed/quicgo), and the first trial of every stack to nginx and HAProxy (servers 1
+# and 2) was 40 ms late in three CIs. One untimed fetch over TCP and one over QUIC take any
+# first-handshake cost of the server itself, before anything is measured.
 WARM_UP_URL = f"https://{SERVER_NAME}/web/index.html"  # a 404 without web content: same handshake
 WARM_UP_TIMEOUT_S = 10
 
@@ -89,7 +92,10 @@ def warm_up(tb: Testbed, host: DockerHost, name: str) -> None:
     """After a server starts: the client fetches from it once per transport, untimed. A failure
     is left to the trials, which record theirs; the access-log lines come before any trial's.
     Only over what the server speaks (an HTTP/3-only server has no TCP listener)."""
-    resolve = f"{SERVER_NAME}:443:{server_address(tb.servers.index(host))}"
+    address = server_address(tb.servers.index(host))
+    with contextlib.suppress(subprocess.SubprocessError, OSError):
+        tb.router.run(["ping", "-n", "-q", "-c", "1", "-W", "5", address], timeout=10, check=False)
+    resolve = f"{SERVER_NAME}:443:{address}"
     spec = get_server(name)
     tools = [
         tool

@@ -118,6 +118,10 @@ def test_a_fresh_connection_takes_one_rtt(run_dir: Path, server: str) -> None:
         f"{net:.3f} net of {cpu:.2f} ms client CPU"
     )
     assert row_connection_within(1, net, rtt), (net, raw, rows)
+    # The first trial to a server costs what the later ones do: no neighbour lookup across the
+    # emulated delay (servers/testbed.py warm_up; it was half an RTT late before).
+    first, *later = (r["connection_time_ms"] for r in sorted(rows, key=lambda r: r["repetition"]))
+    assert first < statistics.median(later) + 0.25 * rtt, rows
     # The request goes after the handshake: its answer comes one RTT later.
     assert all(r["ttfb_ms"] - r["connection_time_ms"] >= 0.98 * rtt for r in rows), rows
 
