@@ -76,7 +76,7 @@ def trials(exp: Experiment, cond: Condition) -> list[Trial]:
     shuffled: as interleaved, with each server x client block in a seeded random order.
     blocked: all repetitions of one server x client x object back to back.
     """
-    # Only the pairs the server speaks (experiments/pairing.py): an HTTP/3-only server gets
+    # Only the pairs the server speaks (servers/pairing.py): an HTTP/3-only server gets
     # no TLS-over-TCP trial.
     pairs = spoken_pairs(exp.servers, exp.clients)
     objects = exp.workload.objects

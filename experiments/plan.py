@@ -87,12 +87,9 @@ def _sender_rate_mbit(cond: Condition) -> float:
 
 def estimate_seconds(exp: Experiment) -> float:
     total = 0.0
+    pairs = spoken_pairs(exp.servers, exp.clients)
     for cond in conditions(exp):
-        per_rep = sum(
-            trial_seconds(exp, cond, c, o)
-            for _, c in spoken_pairs(exp.servers, exp.clients)
-            for o in exp.workload.objects
-        )
+        per_rep = sum(trial_seconds(exp, cond, c, o) for _, c in pairs for o in exp.workload.objects)
         total += SETUP_S + per_rep * exp.repetitions
     return total
 
@@ -118,7 +115,7 @@ def dry_run(exp: Experiment) -> str:
         f"clients: {', '.join(c.label for c in exp.clients)}",
         f"workload: {w.kind}: {', '.join(w.objects)}"
         + (f" ({w.duration_s:g} s each)" if w.duration_s else ""),
-        f"per condition: {len(spoken_pairs(exp.servers, exp.clients))} server x client pairs "
+        f"per condition: {len(exp.servers) * len(exp.clients) - len(unspoken)} server x client pairs "
         f"({len(exp.servers)} servers x {len(exp.clients)} clients, {len(unspoken)} not spoken) x "
         f"{len(w.objects)} objects x {exp.repetitions} repetitions = {per} trials",
         "pairs not spoken (no trials): "

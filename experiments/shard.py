@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from quicbed.errors import InputError
-from quicbed.servers.pairing import speaks
+from quicbed.servers.pairing import spoken_clients
 
 from .matrix import Condition, Trial, conditions, trials
 from .plan import (
@@ -111,7 +111,7 @@ def condition_seconds(exp: Experiment, cond: Condition) -> float:
 def cell_seconds(exp: Experiment, cond: Condition, cell: Cell) -> float:
     """Every client's trials of one server and object, in the cell's repetitions."""
     server, obj, first, end = cell
-    clients = [c for c in exp.clients if speaks(server, c)]
+    clients = spoken_clients(server, exp.clients)
     return sum(trial_seconds(exp, cond, c, obj) for c in clients) * (end - first)
 
 

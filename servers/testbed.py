@@ -17,6 +17,7 @@ from quicbed.topology.profiles import Profile
 from . import pki
 from .descriptors import get_server
 from .lifecycle import container_options, start_server
+from .pairing import QUIC_HTTP, TCP_HTTP
 
 SERVER_NAME = f"server.{DOMAIN}"  # in every container's hosts file (topology.net)
 CLIENT_PKI = "/etc/quicbed/pki"  # where the client container sees the run's CA
@@ -99,7 +100,7 @@ def warm_up(tb: Testbed, host: DockerHost, name: str) -> None:
     spec = get_server(name)
     tools = [
         tool
-        for tool, http in (("tls_perf", ("HTTP/1.1", "HTTP/2.0")), ("quic_perf", ("HTTP/3.0",)))
+        for tool, http in (("tls_perf", TCP_HTTP), ("quic_perf", QUIC_HTTP))
         if any(h in spec.http_versions for h in http)
     ]
     for tool in tools:
