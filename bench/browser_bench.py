@@ -30,6 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from quicbed.clients.tools import TOOLS
 from quicbed.paths import CACHE
 from quicbed.servers import content
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
@@ -130,6 +131,7 @@ def main() -> int:
             content_dir=root,
             start=True,
             backend=args.backend,
+            client_image=TOOLS["chromium"].image,  # the browser image, as the client container
         ) as (tb, hosts),
     ):
         calibration = check_rtt(tb, 30)

@@ -47,7 +47,7 @@ from quicbed.yamlio import PathKey, Source
 ENV_DIRS = "QUICBED_CLIENT_DIRS"
 DESCRIPTOR = "client.yaml"
 SHIPPED_DIR = Path(__file__).resolve().parent
-CLIENT_IMAGE = "quicbed/client:dev"  # images/client: the perf tools and the browser
+CLIENT_IMAGE = "quicbed/client:dev"  # images/client: the perf tools (the browsers: images/browser)
 BROWSER_COMMAND = "browser_perf"  # clients/browser: every browser client's program
 UNSUPPORTED_EXIT = 3  # clients/perf/perf.h: PERF_EXIT_UNSUPPORTED
 

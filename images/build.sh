@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the testbed's images: images/build.sh [SERVER|CLIENT|tools|client|all|actionlint]...
+# Build the testbed's images: images/build.sh [SERVER|CLIENT|tools|client|browser|all|actionlint]...
 # (actionlint: not an image; the workflow linter make test uses, built like Caddy's binary)
 #
 # A server's or client's image is named by its descriptor, servers/<name>/server.yaml or
@@ -39,7 +39,7 @@ done <"$repo/versions.env"
 # $QUICBED_SERVER_DIRS / $QUICBED_CLIENT_DIRS. An on-demand image (a stack compiled from source,
 # minutes on 2 cores) is left out of `all`: the run or test that needs it builds it by name.
 # A server is built under its name; a client image under its Dockerfile's directory
-# (images/client -> client), which every tool of that image shares; a tool's name builds it too.
+# (images/client -> client, images/browser -> browser), which every tool of that image shares; a tool's name builds it too.
 py="$repo/.venv/bin/python"
 declare -A tag_by=() dockerfile_by=() on_demand_by=()
 server_list=() client_list=()
@@ -92,7 +92,7 @@ server_names() {
 tag_of() {
   if [[ "$1" == tools ]]; then echo "quicbed/tools:dev"; return 0; fi
   if [[ -z "${tag_by[$1]+x}" ]]; then
-    echo "images: unknown image '$1' ($(server_names | paste -sd, - | sed 's/,/, /g'), tools, client, all)" >&2
+    echo "images: unknown image '$1' ($(server_names | paste -sd, - | sed 's/,/, /g'), tools, client, browser, all)" >&2
     return 1
   fi
   echo "${tag_by[$1]}"
@@ -208,15 +208,12 @@ build_actionlint() {
 # into $QUICBED_CACHE/wheels and copied to the image's prebuilt/wheels: pip inside
 # `docker build` cannot verify TLS here (an egress proxy that only the host trusts). The
 # Dockerfile installs them offline (--no-index --require-hashes) for its CPython 3.13.
-# client (images/client): clients/browser/requirements.txt; any other client image whose
-# Dockerfile's directory holds a requirements.txt (clients/aioquic): that file.
+# A client image whose Dockerfile's directory holds a requirements.txt (clients/aioquic): that
+# file; one whose Dockerfile COPYs a requirements.txt from elsewhere (images/browser takes
+# clients/browser's): that one.
 wheel_requirements() {
   local name=$1 dir
   dir=$(dirname "$(dockerfile_of "$name")")
-  if [[ "$dir" == "$here/client" ]]; then
-    echo "$repo/clients/browser/requirements.txt $here/client/prebuilt/wheels"
-    return 0
-  fi
   if [[ -f "$dir/requirements.txt" ]]; then
     echo "$dir/requirements.txt $dir/prebuilt/wheels"
     return 0

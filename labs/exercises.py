@@ -230,6 +230,7 @@ def playback(tb: Any, protocol: str, seconds: int | None = None) -> dict[str, An
     time is PLAY_SECONDS unless given (read at the call: the suite plays shorter)."""
     seconds = seconds or PLAY_SECONDS
     from quicbed.clients.tools import TOOLS
+    from quicbed.topology.hosts import SideContainer
     from quicbed.topology.net import server_address
 
     argv = TOOLS["chromium"].argv(
@@ -240,7 +241,13 @@ def playback(tb: Any, protocol: str, seconds: int | None = None) -> dict[str, An
         {"protocol": protocol},
         {"--duration": str(seconds)},
     )
-    proc = tb.client.exec(argv, timeout=seconds + 150)
+    # The browser has its own image: it plays in a container of it beside the client's, on
+    # the client's interfaces and mounts (the CA), as a run's browser trials do.
+    browser = SideContainer(tb.client, TOOLS["chromium"].image, "browser")
+    try:
+        proc = browser.exec(argv, timeout=seconds + 150)
+    finally:
+        browser.stop()
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     if not rows or rows[-1].get("error"):
         raise RuntimeError(

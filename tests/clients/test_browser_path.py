@@ -21,6 +21,7 @@ import pytest
 from capture_shell import ARRIVING, attempt_line, tool_earlier_than_wire, wirecheck
 
 from quicbed.analysis.physics import GOODPUT_OF_MODEL, HANDSHAKE_RTTS, tcp_download_s
+from quicbed.clients.tools import TOOLS
 from quicbed.paths import CACHE
 from quicbed.servers import content
 from quicbed.servers.accesslog import read_access_log
@@ -69,6 +70,7 @@ def path(tmp_path_factory, clean_slate):
         pki_dir=tmp / "pki",
         content_dir=root,
         start=True,
+        client_image=TOOLS["chromium"].image,  # the browser image, as the client container
     ) as (tb, hosts):
         rtt = check_rtt(tb, 30)
         if not rtt.passed:  # a busy shared host: once more

@@ -35,11 +35,23 @@ OWN_IMAGE = "quicbed-test/own-client:1.0"
 
 
 def test_shipped_clients_are_the_old_tools() -> None:
-    """What clients/tools.py's literal held, checked on the loaded descriptors; the stacks
-    added since (clients/aioquic, clients/quicgo) come after them, each in its own image."""
-    old = {name: t for name, t in tools.TOOLS.items() if t.image == tools.CLIENT_IMAGE}
-    assert list(old) == ["tls_perf", "quic_perf", "video_download", "chromium", "firefox"]
-    assert {t.dockerfile for t in old.values()} == {"images/client/Dockerfile"}
+    """What clients/tools.py's literal held, checked on the loaded descriptors: the perf tools
+    in the client image, the browsers in an image of their own (the perf image carries no
+    browser); the stacks added since (clients/aioquic, ...) come after them, each in its own."""
+    old = {
+        name: tools.TOOLS[name] for name in ("tls_perf", "quic_perf", "video_download", "chromium", "firefox")
+    }
+    assert list(tools.TOOLS)[:5] == list(old)
+    images = {name: (t.image, t.dockerfile) for name, t in old.items()}
+    perf = (tools.CLIENT_IMAGE, "images/client/Dockerfile")
+    browser = ("quicbed/browser:dev", "images/browser/Dockerfile")
+    assert images == {
+        "tls_perf": perf,
+        "quic_perf": perf,
+        "video_download": perf,
+        "chromium": browser,
+        "firefox": browser,
+    }
     assert tools.TOOLS["aioquic"].dockerfile == "clients/aioquic/Dockerfile"
     tls, quic, video, chromium, firefox = old.values()
     assert firefox.command == ("browser_perf", "--browser", "firefox") and firefox.workloads == ("web",)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from quicbed.clients.tools import TOOLS
 from quicbed.paths import CACHE
 from quicbed.servers import content
 from quicbed.servers.accesslog import read_access_log
@@ -60,6 +61,7 @@ def path(tmp_path_factory, clean_slate):
         pki_dir=tmp / "pki",
         content_dir=root,
         start=True,
+        client_image=TOOLS["firefox"].image,  # the browser image, as the client container
     ) as (tb, hosts):
         rtt = check_rtt(tb, 20)
         if not rtt.passed:  # a busy shared host: once more

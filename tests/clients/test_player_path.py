@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from quicbed.clients.tools import TOOLS
 from quicbed.paths import CACHE
 from quicbed.servers import content, player
 from quicbed.servers.accesslog import read_access_log
@@ -49,6 +50,7 @@ def testbed(tmp_path_factory, clean_slate):
             pki_dir=tmp / "pki",
             content_dir=root,
             start=True,
+            client_image=TOOLS["chromium"].image,  # the browser image, as the client container
         )
 
     return up, tmp
