@@ -9,6 +9,10 @@ on a fresh UDP socket. Timed in aioquic's events, as quic_perf's ngtcp2 backend 
 its callbacks: t_start right before the connection is created (socket open, address known),
 t_handshake at HandshakeCompleted (before the client's Finished leaves), t_first_byte at the
 first stream data of the request, t_done at the response's end of stream.
+
+--resume: an unprinted warm-up GET leaves a session ticket; each measured connection resumes
+the newest ticket, and sends its request in 0-RTT with the Initial where the ticket allows
+early data (aioquic resends it in 1-RTT if the server refuses it).
 """
 
 from __future__ import annotations
@@ -31,12 +35,14 @@ from typing import IO, Any
 from urllib.parse import urlsplit
 
 from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.buffer import Buffer, BufferReadError
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted, QuicEvent, StreamDataReceived
 from aioquic.quic.logger import QuicLogger
+from aioquic.tls import SessionTicket
 
 TOOL = "aioquic_perf"
 TOOL_VERSION = "0.1.0"
@@ -116,8 +122,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--backend", choices=["aioquic"], default="aioquic")
     p.add_argument("--http", choices=["3"], default="3")
     p.add_argument("--tls", choices=["1.3"], default="1.3")
-    # Valid for the C tools, not for aioquic: exit 3 (checked in unsupported()).
     p.add_argument("--resume", action="store_true")
+    # Valid for the C tools, not for aioquic: exit 3 (checked in unsupported()).
     p.add_argument("--groups", metavar="LIST")
     p.add_argument("--curl-timers", action="store_true")
     args = p.parse_args(argv)
@@ -131,8 +137,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def unsupported(args: argparse.Namespace) -> str:
     """Why aioquic cannot do what was asked ("" = it can)."""
-    if args.resume:
-        return "--resume: not implemented for aioquic yet (its session tickets and 0-RTT)"
     if args.groups is not None:
         return "--groups: aioquic's public API cannot choose the key-exchange groups"
     if args.curl_timers:
@@ -214,8 +218,47 @@ class Measurement:
     alpn: str = ""
     cipher: str = ""
     resumed: bool | None = None
+    early_data_bytes: int | None = None  # --resume: bytes of the 0-RTT packets the server took
     error: str = ""
     digest: Any = field(default_factory=hashlib.sha256)
+
+
+def zero_rtt_bytes(datagram: bytes) -> int:
+    """The bytes of the 0-RTT packets in a datagram: its coalesced long-header packets
+    (RFC 9000 17.2), each type from its first byte, each length from its header."""
+    buf, total = Buffer(data=datagram), 0
+    try:
+        while not buf.eof() and buf.data_slice(buf.tell(), buf.tell() + 1)[0] & 0x80:
+            start = buf.tell()
+            kind = (buf.pull_uint8() & 0x30) >> 4  # QUIC v1: 0 Initial, 1 0-RTT, 2 Handshake
+            buf.pull_uint32()  # version
+            buf.pull_bytes(buf.pull_uint8())  # destination connection ID
+            buf.pull_bytes(buf.pull_uint8())  # source connection ID
+            if kind == 3:  # Retry: no length, and never sent by a client
+                break
+            if kind == 0:
+                buf.pull_bytes(buf.pull_uint_var())  # the token
+            end = buf.pull_uint_var() + buf.tell()
+            if kind == 1:
+                total += end - start
+            buf.seek(end)
+    except BufferReadError:
+        pass  # a short or foreign datagram: what was counted stands
+    return total
+
+
+class CountingTransport:
+    """The connection's datagram transport, counting the 0-RTT bytes it sends."""
+
+    def __init__(self, inner: asyncio.DatagramTransport) -> None:
+        self.inner, self.zero_rtt = inner, 0
+
+    def sendto(self, data: bytes, addr: Any = None) -> None:
+        self.zero_rtt += zero_rtt_bytes(data)
+        self.inner.sendto(data, addr)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 class PerfProtocol(QuicConnectionProtocol):
@@ -228,11 +271,21 @@ class PerfProtocol(QuicConnectionProtocol):
         self.stream_id: int | None = None
         self.cpu0 = 0.0
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.counting: CountingTransport | None = None
 
-    def start(self, addr: tuple[str, int]) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.counting = CountingTransport(transport)  # type: ignore[arg-type]
+        super().connection_made(self.counting)
+
+    def start(self, addr: tuple[str, int], early: bool = False) -> None:
+        """Connect; with `early` (a resumed ticket that allows early data), the request is
+        written before the Initial leaves, so it goes in 0-RTT beside it."""
         self.m.t_start = time.time()
         self.cpu0 = time.thread_time()
-        self.connect(addr)
+        self.connect(addr, transmit=not early)
+        if early:
+            self._request()
+            self.transmit()
 
     def quic_event_received(self, event: QuicEvent) -> None:
         if isinstance(event, HandshakeCompleted):
@@ -242,7 +295,10 @@ class PerfProtocol(QuicConnectionProtocol):
             self.m.resumed = event.session_resumed
             suite = getattr(getattr(self._quic.tls, "key_schedule", None), "cipher_suite", None)
             self.m.cipher = f"TLS_{suite.name}" if suite is not None else ""
-            self._request()
+            early = self.counting.zero_rtt if self.counting else 0
+            self.m.early_data_bytes = early if event.early_data_accepted else 0
+            if self.stream_id is None:
+                self._request()
         elif isinstance(event, StreamDataReceived) and event.stream_id == self.stream_id:
             if self.m.t_first_byte is None and event.data:
                 self.m.t_first_byte = time.time()
@@ -326,21 +382,40 @@ def _ca_data(path: str) -> bytes:
     return data
 
 
+class Tickets:
+    """The newest session ticket the server gave (--resume): each connection resumes it."""
+
+    def __init__(self) -> None:
+        self.newest: SessionTicket | None = None
+
+    def keep(self, ticket: SessionTicket) -> None:
+        self.newest = ticket
+
+
 async def measure(
     args: argparse.Namespace,
     target: Target,
     config: QuicConfiguration,
     qlog: IO[str] | None,
     body: IO[bytes] | None,
+    tickets: Tickets | None = None,
 ) -> Measurement:
     m = Measurement()
     loop = asyncio.get_running_loop()
     logger = QuicLogger() if qlog else None
     config.quic_logger = logger
+    config.session_ticket = tickets.newest if tickets else None
+    # aioquic sets up 0-RTT keys for a ticket whose early-data limit is QUIC's (RFC 9001 4.6.1).
+    early = config.session_ticket is not None and config.session_ticket.max_early_data_size is not None
+
+    def protocol() -> PerfProtocol:
+        handler = tickets.keep if tickets else None
+        quic = QuicConnection(configuration=config, session_ticket_handler=handler)
+        return PerfProtocol(quic, target, m, body)
+
     try:
         transport, proto = await loop.create_datagram_endpoint(
-            lambda: PerfProtocol(QuicConnection(configuration=config), target, m, body),
-            remote_addr=(target.address, target.port),
+            protocol, remote_addr=(target.address, target.port)
         )
     except OSError as exc:
         m.error = f"connect: {exc.strerror or exc}"
@@ -348,12 +423,14 @@ async def measure(
     try:
         sockname = transport.get_extra_info("sockname")
         m.local = (sockname[0], sockname[1])
-        proto.start((target.address, target.port))
+        proto.start((target.address, target.port), early=early)
         try:
             await asyncio.wait_for(asyncio.shield(proto.finished), args.timeout)
         except TimeoutError:
             what = "transfer" if m.t_handshake else "handshake"
             m.error = f"timeout: {what} not done after {args.timeout} s"
+        if tickets and not m.error and tickets.newest is config.session_ticket:
+            await asyncio.sleep(0.05)  # a ticket the server sends after the response
         proto.close()  # CONNECTION_CLOSE after the measurement: untimed
         await asyncio.sleep(0)
     finally:
@@ -431,6 +508,8 @@ def make_row(
         "rep": rep,
         "error": m.error,
     }
+    if args.resume:
+        row["early_data_bytes"] = m.early_data_bytes
     if args.sha256:
         row["sha256"] = m.digest.hexdigest() if ok else ""
     if args.cc:
@@ -480,6 +559,13 @@ async def run(args: argparse.Namespace) -> int:
                 config_error = f"tls: CA file {args.cacert}: {getattr(exc, 'strerror', None) or exc}"
             if config is not None and not args.cold:
                 warm_up(configuration(args, target, None))
+        tickets = Tickets() if args.resume else None
+        if tickets and config is not None and isinstance(target, Target):
+            # Unprinted: a full connection whose ticket the first measurement resumes.
+            first = await measure(args, target, configuration(args, target, None), None, None, tickets)
+            if first.error or tickets.newest is None:
+                config_error = f"resume: the warm-up connection {first.error or 'got no session ticket'}"
+                config = None
         for rep in range(args.repetitions):
             if rep and args.pause:
                 await asyncio.sleep(args.pause / 1e3)
@@ -489,7 +575,7 @@ async def run(args: argparse.Namespace) -> int:
                 sampler = CpuSampler() if args.cpu else None
                 if sampler:
                     sampler.start()
-                m = await measure(args, target, config, qlog, body)
+                m = await measure(args, target, config, qlog, body, tickets)
                 row = make_row(args, target, m, rep, sampler.stop() if sampler else [])
             failed |= bool(row["error"])
             print(json.dumps(row), flush=True)

@@ -154,7 +154,6 @@ def test_usage_error_is_exit_2_without_rows(aq: Stack, args: list[str]) -> None:
 # What each stack cannot do: (arguments, words of its one line on stderr).
 CANNOT = {
     "aioquic": [
-        (["--resume"], "--resume"),
         (["--groups", "X25519"], "key-exchange groups"),
         (["--curl-timers"], "no libcurl"),
         (["--cc", "bbr"], "no congestion control 'bbr'"),

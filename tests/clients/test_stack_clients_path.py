@@ -36,9 +36,9 @@ STACKS = {
     "quiche": ("QUICHE_VERSION", "quiche", "quiche_perf"),
     "quinn": ("QUINN_VERSION", "quinn", "quinn_perf"),
 }
-# quic-go also resumes a warm-up's session, with its request in 0-RTT.
+# quic-go and aioquic also resume a warm-up's session, with the request in 0-RTT.
 CLIENTS = {
-    "aioquic": "{tool: aioquic}",
+    "aioquic": '{tool: aioquic}, {tool: aioquic, resume: "yes"}',
     "quicgo": '{tool: quicgo}, {tool: quicgo, resume: "yes"}',
     "quiche": "{tool: quiche}",
     "quinn": "{tool: quinn}",
@@ -126,12 +126,12 @@ def test_a_fresh_connection_takes_one_rtt(run_dir: Path, server: str) -> None:
     assert all(r["ttfb_ms"] - r["connection_time_ms"] >= 0.98 * rtt for r in rows), rows
 
 
-# Whether each server takes quic-go's early data: Caddy (quic-go) does, nginx 1.26 (its
-# OpenSSL compatibility layer) and HAProxy resume without it (clients/quicgo/README.md).
+# Whether each server takes early data: Caddy (quic-go) does, nginx 1.26 (its OpenSSL
+# compatibility layer) and HAProxy resume without it (clients/quicgo/README.md).
 EARLY_DATA = {"caddy": True, "nginx": False, "haproxy": False}
 
 
-@pytest.mark.parametrize("run_dir", ["quicgo"], indirect=True)  # aioquic has no --resume yet
+@pytest.mark.parametrize("run_dir", ["quicgo", "aioquic"], indirect=True)
 @pytest.mark.parametrize("server", SERVERS)
 def test_a_resumed_connection_sends_its_request_in_0rtt_where_the_server_takes_it(
     run_dir: Path, server: str
