@@ -10,13 +10,24 @@ TCP_PAYLOAD = 1448  # its TCP payload with timestamps
 INITIAL_WINDOW = 10  # segments (RFC 6928, Linux's default)
 
 
-def slow_start_deficit_s(rate_mbit: float, rtt_ms: float, iw: int = INITIAL_WINDOW) -> float:
+def bdp_frames(rate_mbit: float, rtt_ms: float) -> float:
+    """The bandwidth-delay product in full-size frames."""
+    return rate_mbit * 1e6 * rtt_ms / 1e3 / (FRAME_BYTES * 8)
+
+
+def slow_start_rounds(rate_mbit: float, rtt_ms: float, iw: float = INITIAL_WINDOW) -> int:
+    """The round trips cwnd takes to double from `iw` (full-size segments) to the BDP."""
+    bdp = bdp_frames(rate_mbit, rtt_ms)
+    return max(0, math.ceil(math.log2(bdp / iw))) if bdp > iw else 0
+
+
+def slow_start_deficit_s(rate_mbit: float, rtt_ms: float, iw: float = INITIAL_WINDOW) -> float:
     """Time lost while cwnd doubles from `iw` up to the bandwidth-delay product: each RTT of
-    slow start sends cwnd frames where the link could carry a BDP's worth."""
+    slow start sends cwnd frames where the link could carry a BDP's worth. `iw` may be a
+    fraction: a window measured in bytes, in full-size segments' worth."""
     frame_s = FRAME_BYTES * 8 / (rate_mbit * 1e6)
-    bdp = rate_mbit * 1e6 * rtt_ms / 1e3 / (FRAME_BYTES * 8)
-    rounds = max(0, math.ceil(math.log2(bdp / iw))) if bdp > iw else 0
-    return sum(bdp - iw * 2**k for k in range(rounds)) * frame_s
+    bdp = bdp_frames(rate_mbit, rtt_ms)
+    return sum(bdp - iw * 2**k for k in range(slow_start_rounds(rate_mbit, rtt_ms, iw))) * frame_s
 
 
 def tcp_download_s(size_bytes: float, rate_mbit: float, rtt_ms: float, setup_rtts: int) -> float:

@@ -14,8 +14,8 @@ import yaml
 
 from quicbed.workloads import ReportSection, report_sections
 
+from . import disagreements, render, stack_matrix
 from . import loss_response as lr
-from . import render, stack_matrix
 from .claims import FAILS, NO_DATA, Direction, Verdict, evaluate, expectation_claim, gain_shrinks
 from .expectations import compile_expectation
 from .figures import (
@@ -473,9 +473,21 @@ MATRIX_INTRO = (
 )
 
 
-def matrix_section(df: pd.DataFrame, figures: list[Figure]) -> Section | None:
+DISAGREE_INTRO = (
+    "Where the stacks disagree: a server's stack (its trials pooled over the clients of one "
+    "transport; for the handshake, of one protocol) or a client's (pooled over the servers) "
+    "whose goodput of the model or handshake RTTs differ from the other stacks' beyond the "
+    "statistics (the 95 % CIs of its median and of all the others' trials apart, the medians "
+    f"at least {disagreements.MATERIAL * 100:g} % apart), and why, from what was measured."
+)
+
+
+def matrix_section(
+    df: pd.DataFrame, figures: list[Figure], windows: list[StackWindow] | None = None
+) -> Section | None:
     """The client x server matrix of the runs' rows, failed ones included: a client's exit 3
-    is an unsupported check, a lossy trial that did not finish a failed one."""
+    is an unsupported check, a lossy trial that did not finish a failed one. `windows`: the
+    measured initial windows, which may explain where the stacks disagree."""
     found = stack_matrix.cells(df)
     if not stack_matrix.is_matrix(found):
         return None
@@ -502,6 +514,9 @@ def matrix_section(df: pd.DataFrame, figures: list[Figure]) -> Section | None:
                 ]
             )
         )
+    disagree = disagreements.lines(df, windows or [])
+    if disagree:
+        blocks += [Text(DISAGREE_INTRO), Bullets(disagree)]
     blocks.append(Table(stack_matrix.matrix_table(found), "Medians per cell [95 % CI]"))
     blocks.extend(figure_blocks(figures, MATRIX))
     return Section("Client × server matrix", blocks)
@@ -532,7 +547,7 @@ def build_sections(
         congestion_section(ok, manifests, figures),
         *(workload_section(spec, ok, figures) for spec in report_sections()),
         fairness_section(ok, figures),
-        matrix_section(df, figures),
+        matrix_section(df, figures, windows),
         run_section(df, manifests, windows),
         flagged_section(df),
     ]

@@ -217,17 +217,25 @@ def _model_share(rows: pd.DataFrame, protocol: str, size_of: str = "object") -> 
     rtts = HANDSHAKE_RTTS.get(protocol)
     if rtts is None or "download_time_ms" not in rows or "rate_down_mbit" not in rows:
         return None
-    ratios = []
-    for _, r in rows.iterrows():
-        size = parse_size(r.get("object")) if size_of == "object" else _num(r.get(size_of)) or 0.0
-        took, rate, rtt = (
-            _num(r.get("download_time_ms")),
-            _num(r.get("rate_down_mbit")),
-            _num(r.get("calib_rtt_ms")),
-        )
-        if size >= MIN_GOODPUT_BYTES and took and rate and rtt:
-            ratios.append(tcp_download_s(size, rate, rtt, rtts) * 1000 / took)
+    times = [model_and_measured_s(r, rtts, size_of) for _, r in rows.iterrows()]
+    ratios = [model / took for model, took in filter(None, times)]
     return median_ci(np.array(ratios)) if ratios else None
+
+
+def model_and_measured_s(
+    row: pd.Series, setup_rtts: int, size_of: str = "object"
+) -> tuple[float, float] | None:
+    """(the TCP model's time for the row's bytes, the measured time), in s; None for a row
+    under MIN_GOODPUT_BYTES or without a time, a rate or an RTT."""
+    size = parse_size(row.get("object")) if size_of == "object" else _num(row.get(size_of)) or 0.0
+    took, rate, rtt = (
+        _num(row.get("download_time_ms")),
+        _num(row.get("rate_down_mbit")),
+        _num(row.get("calib_rtt_ms")),
+    )
+    if size < MIN_GOODPUT_BYTES or not (took and rate and rtt):
+        return None
+    return tcp_download_s(size, rate, rtt, setup_rtts), took / 1000
 
 
 def _resumption(rows: pd.DataFrame) -> Resumption | None:
@@ -318,8 +326,25 @@ def cells(df: pd.DataFrame) -> list[Cell]:
     """The matrix of a run's rows that time a connection (the perf tools and the other stacks'
     clients), per profile, client and server. Failed rows count only where a check needs
     them: the client's exit 3 (unsupported) and the loss check's trials that did not finish."""
-    if df.empty or not set(KEYS) <= set(df.columns) or "connection_time_ms" not in df:
+    rows = matrix_rows(df)
+    if rows.empty:
         return []
+    found = [_cell(key, group) for key, group in rows.groupby(KEYS, sort=False)]
+    return found + _not_spoken(found, rows)
+
+
+def fresh_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The measured trials of the fresh connections (the handshake and goodput checks' rows)."""
+    rows = matrix_rows(df)
+    return rows[(rows["_check"] == "fresh") & ~rows["_failed"]] if not rows.empty else rows
+
+
+def matrix_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows the matrix is made of, each with the cell it belongs to: `profile` the
+    condition's label, `client` the label without a variant's suffix, `_check` what it
+    measures, `_failed` and `_unsupported` (the client's exit 3). Empty when there are none."""
+    if df.empty or not set(KEYS) <= set(df.columns) or "connection_time_ms" not in df:
+        return df.iloc[0:0]
     rows = df.reset_index(drop=True)  # several runs' rows may share index labels
     if "page_load_time_ms" in rows:  # a browser's connection holds its CPU-bound start
         rows = rows[rows["page_load_time_ms"].isna()]
@@ -332,7 +357,7 @@ def cells(df: pd.DataFrame) -> list[Cell]:
     )
     rows = rows[rows["_failed"] | rows["connection_time_ms"].notna()]
     if rows.empty:
-        return []
+        return rows
     checks = rows.apply(_check_of, axis=1, result_type="expand")
     lossy = checks[0] == "loss"
     # A sweep keeps its profile's name (one matrix per point); a lossy condition is the loss
@@ -343,9 +368,7 @@ def cells(df: pd.DataFrame) -> list[Cell]:
         client=checks[1],
         _check=checks[0],
     )
-    rows = rows[~rows["_failed"] | rows["_unsupported"] | (rows["_check"] == "loss")]
-    found = [_cell(key, group) for key, group in rows.groupby(KEYS, sort=False)]
-    return found + _not_spoken(found, rows)
+    return rows[~rows["_failed"] | rows["_unsupported"] | (rows["_check"] == "loss")]
 
 
 def _not_spoken(found: list[Cell], rows: pd.DataFrame) -> list[Cell]:
