@@ -16,8 +16,10 @@ Each cell holds one verdict per check (CHECKS), drawn as a column group of its o
   descriptor has no `resume` option (quinn);
 - streams (rows with `streams` > 1, from a client with a `streams` option): every stream
   completed (`streams_completed`) on one connection (`connections`), and the TCP model's time
-  for all their bytes over the measured time at least GOODPUT_OF_MODEL. No shipped client has
-  such an option: the check is "unsupported" for every tool whose descriptor lacks it;
+  for all their bytes over the measured time at least GOODPUT_OF_MODEL; a trial that failed
+  (a server that answers a Range request with the whole object) fails it, saying why. The
+  variant's label suffix ("quicgo-s30") is dropped: the check sits in its client's cell. The
+  check is "unsupported" for every tool whose descriptor has no `streams` option;
 - loss (rows of a lossy condition): every trial completed within the timeout; the text is the
   median goodput. No verdict beyond that: model.py has no model of a lossy transfer.
 
@@ -101,11 +103,13 @@ class Streams:
     all_completed: bool  # every trial completed every stream
     one_connection: bool  # every trial on one connection
     of_model: Estimate | None  # model time for all the streams' bytes ÷ measured time
+    failed: int = 0  # trials that gave an error row (a server that ignores Range, ...)
+    error: str = ""  # the first one's error
 
     @property
     def verdict(self) -> str:
         fast = self.of_model is not None and self.of_model.value >= GOODPUT_OF_MODEL
-        return PASS if self.all_completed and self.one_connection and fast else FAIL
+        return PASS if self.all_completed and self.one_connection and fast and not self.failed else FAIL
 
 
 @dataclass(frozen=True)
@@ -183,7 +187,10 @@ class Cell:
             return f"{_ci(r.ttfb, 'RTT')}, {kind}"
         if check == "streams" and self.streams:
             s = self.streams
-            parts = [] if s.all_completed else [f"not all {s.requested} completed"]
+            if s.failed and s.of_model is None:
+                return f"{s.requested} streams: {s.failed} failed: {s.error[:120]}"
+            parts = [f"{s.failed} failed: {s.error[:120]}"] if s.failed else []
+            parts += [] if s.all_completed else [f"not all {s.requested} completed"]
             parts += [] if s.one_connection else ["more than one connection"]
             parts += [_ci(s.of_model, "of model")] if s.of_model else []
             return f"{s.requested} streams: " + "; ".join(parts)
@@ -263,15 +270,20 @@ def _known(rows: pd.DataFrame, column: str) -> pd.Series | None:
     return pd.to_numeric(rows[column].astype(float), errors="coerce")
 
 
-def _streams(rows: pd.DataFrame, protocol: str) -> Streams:
-    requested = int(pd.to_numeric(rows["streams"]).max())
+def _streams(all_rows: pd.DataFrame, protocol: str) -> Streams:
+    """The streams check of the measured trials, and of those that failed: a server that
+    answers a Range request with the whole object cannot serve one object as ranges."""
+    rows, failed = all_rows[~all_rows["_failed"]], all_rows[all_rows["_failed"]]
+    requested = int(all_rows["_streams_asked"].max())
     done = pd.to_numeric(rows.get("streams_completed"), errors="coerce")
     conns = pd.to_numeric(rows.get("connections"), errors="coerce")
     return Streams(
         requested,
-        bool((done == rows["streams"]).all()),
-        bool((conns == 1).all()),
-        _model_share(rows, protocol, size_of="bytes"),
+        bool((done == rows["streams"]).all()) if not rows.empty else False,
+        bool((conns == 1).all()) if not rows.empty else False,
+        _model_share(rows, protocol, size_of="bytes") if not rows.empty else None,
+        len(failed),
+        str(failed["error"].iloc[0]) if not failed.empty else "",
     )
 
 
@@ -307,19 +319,34 @@ def _option_suffix(tool: object, option: str, value: str) -> str | None:
     return described.short.get(option, {}).get(value, value)
 
 
-def _check_of(row: pd.Series) -> tuple[str, str]:
-    """(check, base client label) a row measures: a lossy condition's rows the loss check; a
-    variant resuming its session the resumption check of the client without it; else the
-    fresh connection's checks (handshake and goodput)."""
+def _streams_variant(tool: object, client: str) -> tuple[str, int]:
+    """(the client's label without its streams variant's suffix, the streams it asks for):
+    ("quicgo-s30", ...) -> ("quicgo", 30), so the streams check sits in the cell of the client
+    it is a variant of; (client, 0) for a label of no streams variant."""
+    described = TOOLS.get(str(tool))
+    for value in described.options.get(STREAMS_OPTION, ()) if described else ():
+        suffix = _option_suffix(tool, STREAMS_OPTION, value)
+        if value != "1" and suffix and client.endswith(suffix) and value.isdigit():
+            return client[: -len(suffix)], int(value)
+    return client, 0
+
+
+def _check_of(row: pd.Series) -> tuple[str, str, int]:
+    """(check, base client label, streams asked) a row measures: a lossy condition's rows the
+    loss check; a variant with several streams the streams check (known by its label, so an
+    error row too); a variant resuming its session the resumption check of the client without
+    it; else the fresh connection's checks (handshake and goodput)."""
     client = str(row["client"])
     if (_num(row.get("loss_pct")) or 0) > 0:
-        return "loss", client
-    if (_num(row.get("streams")) or 0) > 1:
-        return "streams", client
+        return "loss", client, 0
+    base, asked = _streams_variant(row.get("tool"), client)
+    reported = int(_num(row.get("streams")) or 0)
+    if reported > 1 or asked:
+        return "streams", base, reported or asked
     suffix = _option_suffix(row.get("tool"), RESUME_OPTION, "yes")
     if suffix and client.endswith(suffix):
-        return "resumption", client[: -len(suffix)]
-    return "fresh", client
+        return "resumption", client[: -len(suffix)], 0
+    return "fresh", client, 0
 
 
 def cells(df: pd.DataFrame) -> list[Cell]:
@@ -367,8 +394,9 @@ def matrix_rows(df: pd.DataFrame) -> pd.DataFrame:
         profile=label.where(~lossy, rows["profile"]),
         client=checks[1],
         _check=checks[0],
+        _streams_asked=checks[2],
     )
-    return rows[~rows["_failed"] | rows["_unsupported"] | (rows["_check"] == "loss")]
+    return rows[~rows["_failed"] | rows["_unsupported"] | rows["_check"].isin(["loss", "streams"])]
 
 
 def _not_spoken(found: list[Cell], rows: pd.DataFrame) -> list[Cell]:
@@ -434,7 +462,7 @@ def _cell(key: Iterable[object], group: pd.DataFrame) -> Cell:
         upper,
         _model_share(fresh, protocol) if lossless and not fresh.empty else None,
         _resumption(ok("resumption")) if not ok("resumption").empty else None,
-        _streams(ok("streams"), protocol) if not ok("streams").empty else None,
+        _streams(parts["streams"], protocol) if "streams" in parts and "streams" not in gone else None,
         _loss(ok("loss"), lossy[lossy["_failed"]]) if lossy is not None and "loss" not in gone else None,
         frozenset(unsupported),
     )

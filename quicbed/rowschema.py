@@ -151,6 +151,13 @@ BROWSER = _columns(
     ("cpu_wait_ms", "ms", "run-queue wait of all browser threads over the load (schedstat)"),
     ("cpu_throttled_ms", "ms", "the client container's CPU-quota throttled time over the load"),
 )
+# What a client with a `streams` option adds with --streams N > 1 (clients/quicgo): its TOOL
+# columns are then all the streams' (bytes, t_done, download_time_ms).
+STREAMS = _columns(
+    ("streams", "", "requests on parallel streams of one connection (--streams N)"),
+    ("streams_completed", "", "of them, those whose body arrived whole"),
+    ("connections", "", "QUIC connections the streams took (counted on the wire)"),
+)
 # What video_download (clients/perf) adds to the perf tools' columns; its TOOL columns are
 # the first connection's (connection_time_ms: the paper's handshake time) and the whole
 # download's (throughput_mbps: the overall download rate).
@@ -249,6 +256,7 @@ COLUMNS: dict[str, Column] = {
         AXES,
         TOOL,
         TOOL_OPTIONAL,
+        STREAMS,
         BROWSER,
         VIDEO_DOWNLOAD,
         EXECUTOR,

@@ -34,6 +34,17 @@ const (
 	toolName        = "quicgo" // the row's tool: the client's name in the testbed
 	toolVersion     = "0.1.0"
 	exitUnsupported = 3
+	maxStreams      = 1000 // --streams' bound: far above a server's stream limit (100-128)
+	// With --streams N > 1 the first stream asks for the object's first firstRange bytes and
+	// learns its size from Content-Range; the other N-1 streams' requests leave then, one RTT
+	// after the first. The link does not wait for them as long as this range outlasts the
+	// server's first round trip of slow start (its initial window: 10-32 packets, at most
+	// about 46 KB among the shipped servers), which is all it may send before their requests
+	// arrive anyway. README.md: why this design and not a --size argument or N whole copies.
+	firstRange = 128 << 10
+	// --sha256 or --output-body with --streams assembles the object in memory (the ranges
+	// arrive interleaved): refuse a Content-Range total beyond this rather than allocate it.
+	maxAssemble = 1 << 30
 )
 
 type resolveList []string
@@ -45,7 +56,7 @@ type options struct {
 	url, cacert, keylog, qlog, outputBody, cc, groups, backend, http, tls string
 	resolve                                                               resolveList
 	insecure, cpu, discard, sha, resume, cold, verbose, curlTimers        bool
-	n                                                                     int
+	n, streams                                                            int
 	pause                                                                 float64
 	timeout                                                               int
 }
@@ -67,6 +78,7 @@ func parse(args []string) options {
 	fs.IntVar(&o.n, "repetitions", 1, "")
 	fs.Float64Var(&o.pause, "pause", 0, "")
 	fs.IntVar(&o.timeout, "timeout", 30, "")
+	fs.IntVar(&o.streams, "streams", 1, "")
 	fs.BoolVar(&o.cpu, "cpu", false, "")
 	fs.StringVar(&o.keylog, "keylog", "", "")
 	fs.StringVar(&o.qlog, "qlog", "", "")
@@ -90,6 +102,7 @@ func parse(args []string) options {
 	if *help {
 		fmt.Println("usage: quicgo_perf --url URL [--resolve NAME:PORT:ADDR] [--cacert FILE | --insecure] [-n N] [--pause MS]\n" +
 			"  [--timeout S] [--cpu] [--keylog FILE] [--output-body FILE | --discard] [--sha256] [--groups LIST]\n" +
+			"  [--streams N]  (N > 1: the object in N byte ranges, N streams on one connection)\n" +
 			"Exit status: 0 all measurements succeeded, 1 some failed, 2 usage error, 3 unsupported (no rows).")
 		os.Exit(0)
 	}
@@ -106,6 +119,8 @@ func parse(args []string) options {
 		usage("-n must be at least 1")
 	case o.timeout < 1:
 		usage("--timeout must be at least 1")
+	case o.streams < 1 || o.streams > maxStreams:
+		usage(fmt.Sprintf("--streams must be 1 to %d", maxStreams))
 	case o.pause < 0:
 		usage("--pause must not be negative")
 	case o.backend != "quic-go":
@@ -145,6 +160,11 @@ func unsupported(o options) string {
 		return "--cc: quic-go cannot choose its congestion control (its own CUBIC/NewReno)"
 	case o.curlTimers:
 		return "--curl-timers: there is no libcurl in quicgo_perf"
+	case o.streams > 1 && o.resume:
+		// The streams check and the resumption check are judged apart (analysis/stack_matrix.py
+		// files a row under one check), and the first range as 0-RTT, resent on rejection,
+		// would need its own timing rules: not combined.
+		return "--streams with --resume: not combined (measure them apart)"
 	}
 	return ""
 }
@@ -220,7 +240,38 @@ func resolveTarget(o options) (target, string) {
 type connectedConn struct {
 	udp     *net.UDPConn
 	peer    net.Addr
-	zeroRTT *int64 // bytes of the 0-RTT packets written (quic-go counts no early stream bytes)
+	zeroRTT *int64     // bytes of the 0-RTT packets written (quic-go counts no early stream bytes)
+	conns   *sourceIDs // the connections the socket carried, counted on the wire
+}
+
+// sourceIDs: the client's source connection IDs seen in the long-header packets it wrote. Every
+// long-header packet of a connection carries its one client SCID (Initial, 0-RTT, Handshake,
+// in any QUIC version), so their number is the connections this socket opened: the row's
+// `connections`, counted from what left, not from the code's belief that it dialed once.
+type sourceIDs struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (s *sourceIDs) note(b []byte) {
+	// Long header: flags(1) version(4) DCID length(1) DCID, SCID length(1) SCID ...
+	if len(b) < 6 || b[0]&0x80 == 0 {
+		return
+	}
+	at := 6 + int(b[5])
+	if at >= len(b) || at+1+int(b[at]) > len(b) {
+		return
+	}
+	scid := string(b[at+1 : at+1+int(b[at])])
+	s.mu.Lock()
+	s.seen[scid] = true
+	s.mu.Unlock()
+}
+
+func (s *sourceIDs) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.seen)
 }
 
 // A QUIC v1 long header's first byte: form bit 0x80, packet type 0-RTT = 01 in bits 0x30.
@@ -229,6 +280,9 @@ func isZeroRTT(b []byte) bool { return len(b) > 0 && b[0]&0x80 != 0 && (b[0]&0x3
 func (c connectedConn) WriteTo(b []byte, _ net.Addr) (int, error) {
 	if c.zeroRTT != nil && isZeroRTT(b) {
 		*c.zeroRTT += int64(len(b))
+	}
+	if c.conns != nil {
+		c.conns.note(b)
 	}
 	return c.udp.Write(b)
 }
@@ -253,6 +307,7 @@ type measurement struct {
 	digest                                string
 	resumed                               bool
 	earlyBytes                            *int64 // --resume only: 0-RTT packet bytes the server accepted
+	streamsDone, connections              int    // --streams N > 1 only: streams whole, connections opened
 }
 
 func now() float64 { return float64(time.Now().UnixNano()) / 1e9 }
@@ -287,8 +342,7 @@ func classify(err error, handshakeDone bool, ctx context.Context) string {
 	return "quic: " + err.Error()
 }
 
-func measure(o options, t target, tlsConf *tls.Config, body io.Writer) measurement {
-	var m measurement
+func measure(o options, t target, tlsConf *tls.Config, body io.Writer) (m measurement) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(o.timeout)*time.Second)
 	defer cancel()
 	udp, err := net.DialUDP("udp", nil, t.addr)
@@ -300,7 +354,9 @@ func measure(o options, t target, tlsConf *tls.Config, body io.Writer) measureme
 	local := udp.LocalAddr().(*net.UDPAddr)
 	m.localIP, m.localPort = local.IP.String(), local.Port
 	var zeroRTT int64
-	pc := connectedConn{udp, t.addr, &zeroRTT}
+	conns := &sourceIDs{seen: map[string]bool{}}
+	pc := connectedConn{udp, t.addr, &zeroRTT, conns}
+	defer func() { m.connections = conns.count() }() // after the close: every packet written
 	m.tStart = now()
 	cpu0 := procCPU()
 	var conn *quic.Conn
@@ -330,6 +386,10 @@ func measure(o options, t target, tlsConf *tls.Config, body io.Writer) measureme
 	} else {
 		m.tHandshake = now() // quic.Dial returns with the handshake complete
 		m.handshakeState(conn, cpu0)
+	}
+	if o.streams > 1 {
+		m.fetchStreams(ctx, conn, o, body)
+		return m
 	}
 	method := http.MethodGet
 	if o.resume {
@@ -404,6 +464,195 @@ func (m *measurement) get(ctx context.Context, conn *quic.Conn, rawURL, method s
 	}
 	req.Header.Set("User-Agent", "quicgo_perf/"+toolVersion)
 	return cc.RoundTrip(req)
+}
+
+// byteRange: one stream's share of the object, first and last byte inclusive (HTTP's form).
+type byteRange struct{ first, last int64 }
+
+func (r byteRange) size() int64 { return r.last - r.first + 1 }
+
+// fetchStreams: --streams N > 1. The object once, in N byte ranges, N request streams of one
+// HTTP/3 connection: the first asks for its first firstRange bytes and its Content-Range tells
+// the object's size; the other N-1 then split the rest evenly and go at once. A server that
+// ignores Range (200), a range it answers otherwise than asked, or a body that is not exactly
+// its range's bytes make the row's error: those numbers would not be N streams of one object.
+func (m *measurement) fetchStreams(ctx context.Context, conn *quic.Conn, o options, body io.Writer) {
+	sctx, cancel := context.WithCancel(ctx) // the first failure stops the other streams
+	defer cancel()
+	var mu sync.Mutex
+	fail := func(msg string) {
+		mu.Lock()
+		if m.err == "" {
+			m.err = msg
+		}
+		mu.Unlock()
+		cancel()
+	}
+	// The other streams' errors after a failure are its consequence (canceled): the first
+	// one is the row's, classified against the measurement's own deadline; the stream's
+	// number follows the category (a timeout is the whole transfer's).
+	failErr := func(i int, err error) {
+		msg := classify(err, true, ctx)
+		if !strings.HasPrefix(msg, "timeout:") {
+			msg = strings.Replace(msg, ": ", fmt.Sprintf(": stream %d: ", i), 1)
+		}
+		fail(msg)
+	}
+	cc := (&http3.Transport{}).NewClientConn(conn)
+	trace := &httptrace.ClientTrace{GotFirstResponseByte: func() {
+		if m.tFirstByte == 0 {
+			m.tFirstByte = now()
+		}
+	}}
+	ranges := []byteRange{{0, firstRange - 1}}
+	first, err := rangeGet(httptrace.WithClientTrace(sctx, trace), cc, o.url, ranges[0])
+	if err != nil {
+		failErr(0, err)
+		return
+	}
+	m.status = first.StatusCode
+	total, msg := checkRange(first, 0, ranges[0], -1, o.streams)
+	if msg == "" && total < firstRange+int64(o.streams-1) {
+		msg = fmt.Sprintf("http: the object's %d bytes are too few for %d streams (the first takes %d)",
+			total, o.streams, firstRange)
+	}
+	var whole []byte // the object, assembled for --sha256 or --output-body
+	if msg == "" && (o.sha || body != io.Discard) {
+		if total > maxAssemble {
+			msg = fmt.Sprintf("http: the object's %d bytes are too many to assemble for --sha256 or --output-body", total)
+		} else {
+			whole = make([]byte, total)
+		}
+	}
+	if msg != "" {
+		first.Body.Close()
+		fail(msg)
+		return
+	}
+	rest := total - firstRange
+	for i := int64(1); i < int64(o.streams); i++ {
+		n := int64(o.streams - 1)
+		ranges = append(ranges, byteRange{firstRange + (i-1)*rest/n, firstRange + i*rest/n - 1})
+	}
+	got := make([]int64, o.streams)
+	done := make([]float64, o.streams)
+	read := func(i int, resp *http.Response) {
+		defer resp.Body.Close()
+		sink := &rangeSink{want: ranges[i].size()}
+		if whole != nil {
+			sink.buf = whole[ranges[i].first : ranges[i].last+1]
+		}
+		n, err := io.Copy(sink, resp.Body)
+		got[i] = n
+		switch {
+		case errors.Is(err, errPastRange):
+			fail(fmt.Sprintf("http: stream %d: more than the %d bytes of its range", i, sink.want))
+		case err != nil:
+			failErr(i, err)
+		case n != sink.want:
+			fail(fmt.Sprintf("http: stream %d: ended after %d of its range's %d bytes", i, n, sink.want))
+		default:
+			done[i] = now()
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(o.streams)
+	go func() { defer wg.Done(); read(0, first) }()
+	for i := 1; i < o.streams; i++ {
+		go func() {
+			defer wg.Done()
+			resp, err := rangeGet(sctx, cc, o.url, ranges[i])
+			if err != nil {
+				failErr(i, err)
+				return
+			}
+			if _, msg := checkRange(resp, i, ranges[i], total, o.streams); msg != "" {
+				resp.Body.Close()
+				fail(msg)
+				return
+			}
+			read(i, resp)
+		}()
+	}
+	wg.Wait()
+	for i := range done {
+		m.bytes += got[i]
+		if done[i] != 0 {
+			m.streamsDone++
+			m.tDone = max(m.tDone, done[i])
+		}
+	}
+	if m.err != "" {
+		m.tDone = 0
+		return
+	}
+	if whole != nil {
+		h := sha256.Sum256(whole)
+		m.digest = hex.EncodeToString(h[:])
+		if _, err := body.Write(whole); err != nil {
+			m.err = "http: --output-body: " + err.Error()
+		}
+	}
+}
+
+func rangeGet(ctx context.Context, cc *http3.ClientConn, rawURL string, r byteRange) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("User-Agent", "quicgo_perf/"+toolVersion)
+	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", r.first, r.last))
+	return cc.RoundTrip(req)
+}
+
+// checkRange: the object's total size from a response to stream i's range request (total < 0:
+// not known yet, the first stream), or why the response is not that range of the object.
+func checkRange(resp *http.Response, i int, r byteRange, total int64, streams int) (int64, string) {
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		return 0, fmt.Sprintf("http: stream %d: status 200 to a Range request (the server ignores Range:"+
+			" each of the %d streams would fetch the whole object)", i, streams)
+	case resp.StatusCode != http.StatusPartialContent && i == 0:
+		return 0, fmt.Sprintf("http: status %d", resp.StatusCode) // as without --streams (404...)
+	case resp.StatusCode != http.StatusPartialContent:
+		return 0, fmt.Sprintf("http: stream %d: status %d", i, resp.StatusCode)
+	}
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
+		return 0, fmt.Sprintf("http: stream %d: Content-Encoding %s on a range", i, enc)
+	}
+	cr := resp.Header.Get("Content-Range")
+	var first, last, size int64
+	if n, err := fmt.Sscanf(cr, "bytes %d-%d/%d", &first, &last, &size); err != nil || n != 3 ||
+		fmt.Sprintf("bytes %d-%d/%d", first, last, size) != cr {
+		return 0, fmt.Sprintf("http: stream %d: Content-Range %q is not bytes FIRST-LAST/SIZE", i, cr)
+	}
+	if total < 0 {
+		total = size
+	}
+	if size != total || first != r.first || last != min(r.last, total-1) {
+		return 0, fmt.Sprintf("http: stream %d: asked bytes %d-%d, got Content-Range %s", i, r.first, r.last, cr)
+	}
+	return total, ""
+}
+
+var errPastRange = errors.New("more bytes than the range")
+
+// rangeSink counts a stream's body and keeps it (buf) when the object is assembled; a byte
+// past the range is an error, not a silent overcount.
+type rangeSink struct {
+	buf     []byte
+	n, want int64
+}
+
+func (s *rangeSink) Write(p []byte) (int, error) {
+	if s.n+int64(len(p)) > s.want {
+		return 0, errPastRange
+	}
+	if s.buf != nil {
+		copy(s.buf[s.n:], p)
+	}
+	s.n += int64(len(p))
+	return len(p), nil
 }
 
 func groupName(id tls.CurveID) string {
@@ -526,6 +775,9 @@ func row(o options, t target, m measurement, rep int, cpu []map[string]float64) 
 		if m.earlyBytes != nil {
 			r["early_data_bytes"] = *m.earlyBytes
 		}
+	}
+	if o.streams > 1 {
+		r["streams"], r["streams_completed"], r["connections"] = o.streams, m.streamsDone, m.connections
 	}
 	if t.addr != nil {
 		r["remote_ip"], r["remote_port"] = t.addr.IP.String(), t.addr.Port

@@ -15,7 +15,7 @@ from quicbed.analysis.physics import tcp_download_s
 from quicbed.analysis.report import matrix_section
 
 RTT, RATE, SIZE = 80.0, 20.0, 10 * 2**20
-TOOL = {"quic-h3": "quic_perf", "tls1.3-h2": "tls_perf", "quinn": "quinn"}
+TOOL = {"quic-h3": "quic_perf", "tls1.3-h2": "tls_perf", "quinn": "quinn", "quicgo": "quicgo"}
 PROTOCOL = {"quic-h3": "quic", "tls1.3-h2": "tls1.3", "quinn": "quic"}
 
 
@@ -165,7 +165,7 @@ def test_a_client_that_exits_3_is_unsupported_not_failed() -> None:
     assert "resumption" not in cell(found, "tls1.3-h2", "caddy").checks
 
 
-def test_no_shipped_client_offers_streams_and_a_streams_row_is_judged() -> None:
+def test_a_client_without_the_streams_option_is_unsupported_and_a_streams_row_is_judged() -> None:
     found = stack_matrix.cells(rows())
     assert set(verdicts(found, "streams").values()) == {"unsupported"}
     # A client of QUICBED_CLIENT_DIRS reporting 30 streams: 30 x 100 KB against the TCP model.
@@ -180,6 +180,25 @@ def test_no_shipped_client_offers_streams_and_a_streams_row_is_judged() -> None:
     bad = stack_matrix.cells(pd.concat([rows(), broken]))
     assert verdicts(bad)[("own", "caddy")] == "fail" and verdicts(bad)[("own", "nginx")] == "pass"
     assert "more than one connection" in cell(bad, "own", "caddy").text("streams")
+
+
+def test_quicgos_streams_variant_sits_in_quicgos_cell_and_a_server_ignoring_range_fails_it() -> None:
+    """quicgo's `streams: "30"` variant (label quicgo-s30) is the streams check of the quicgo
+    cell, not a row of its own; a server that answers a Range request with the whole object
+    gives error rows (no `streams` column in them), which fail the check and say why."""
+    fresh = pd.DataFrame([trial("quicgo", server, "quic", 1.0, 1.0) for server in ("caddy", "nginx")] * 5)
+    streams = fresh.assign(client="quicgo-s30", streams=30, streams_completed=30, connections=1)
+    ignored = "http: stream 0: status 200 to a Range request (the server ignores Range)"
+    refused = streams[streams["server"] == "nginx"].assign(
+        error=ignored, download_time_ms=None, streams=None, streams_completed=None, connections=None
+    )
+    streams = pd.concat([streams[streams["server"] == "caddy"], refused])
+    found = stack_matrix.cells(pd.concat([rows(), fresh, streams]))
+    assert {c.client for c in found} == {"quic-h3", "tls1.3-h2", "quicgo"}
+    assert cell(found, "quicgo", "caddy").checks["streams"] == "pass"
+    nginx = cell(found, "quicgo", "nginx")
+    assert nginx.checks["streams"] == "fail" and nginx.checks["goodput"] == "pass"
+    assert nginx.text("streams") == f"30 streams: 5 failed: {ignored}"
 
 
 def test_a_lossy_condition_is_its_profiles_loss_column_and_fails_on_a_timeout() -> None:

@@ -22,7 +22,7 @@ import pytest
 from quicbed import doctor, servers
 from quicbed.clients import tools
 from quicbed.experiments.executor import tools_images
-from quicbed.experiments.schema import parse_experiment
+from quicbed.experiments.schema import load_experiment, parse_experiment
 from quicbed.paths import REPO
 from quicbed.yamlio import LocatedError
 
@@ -86,6 +86,31 @@ def test_shipped_clients_are_the_old_tools() -> None:
     assert all(t.reports == ("tool_version", "library") for t in tools.TOOLS.values())
 
 
+def test_quicgo_offers_streams_and_the_matrix_asks_for_it() -> None:
+    """quicgo's `streams` option (clients/quicgo/client.yaml): "1" is the row of before (no
+    label suffix), "30" the variant quicgo-s30, which the stack matrix's full run measures
+    (the streams check of analysis/stack_matrix.py) and its quick run leaves out."""
+    quicgo = tools.TOOLS["quicgo"]
+    assert quicgo.options["streams"] == ("1", "30") and quicgo.defaults["streams"] == "1"
+    assert quicgo.labels() == [
+        "quicgo",
+        "quicgo-s30",
+        "quicgo-resume",
+        "quicgo-resume-s30",
+        "quicgo-pq",
+        "quicgo-pq-s30",
+        "quicgo-pq-resume",
+        "quicgo-pq-resume-s30",
+    ]
+    argv = quicgo.argv("u", "r", "c", 30, {"kex": "x25519", "resume": "no", "streams": "30"})
+    assert argv[12:] == ["--groups", "X25519:secp256r1", "--streams", "30"]
+    matrix = REPO / "experiments" / "stacks" / "matrix.yaml"
+    full = {c.label: c.options for c in load_experiment(matrix).clients}
+    assert full["quicgo-s30"] == {"kex": "x25519", "resume": "no", "streams": "30"}
+    assert full["quicgo"]["streams"] == "1"
+    assert "quicgo-s30" not in {c.label for c in load_experiment(matrix, quick=True).clients}
+
+
 # ---------------------------------------------------------------- the fixture: a client as data
 
 
@@ -113,7 +138,7 @@ def _python(args: list[str], dirs: str | None) -> subprocess.CompletedProcess[st
 
 _VALIDATE = """
     from quicbed.errors import InputError
-    from quicbed.experiments.schema import parse_experiment
+    from quicbed.experiments.schema import load_experiment, parse_experiment
     text = '''name: own
     profiles: [india]
     servers: [caddy]

@@ -9,7 +9,8 @@ quicbed/quinn:<QUINN_VERSION>), built by images/build.sh
 once per module. The cases are the C tools':
 a fetch with the perf tools' row keys, bad input as error rows of the same categories (wrong
 CA, server down, timeout, 404...), usage errors (exit 2, no rows) and the options aioquic cannot
-do (exit 3, no rows).
+do (exit 3, no rows). quicgo's `--streams N` (the object as N byte ranges on one connection)
+runs against the shipped Caddy and nginx (tests/server_box.py), which answer Range requests.
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from server_box import ServerBox, shared_content
 from test_perf_tools import BAD, ROW_KEYS, TIMEOUT_S, Bed, assert_ordered, bed, common, docker, images
 
+from quicbed import servers
 from quicbed.clients import tools
 from quicbed.paths import REPO
+from quicbed.servers import content
 
 pytestmark = pytest.mark.docker
 __all__ = ["bed", "images"]  # the shared fixtures, imported to be used here
@@ -63,9 +67,7 @@ class Stack:
         return Run(res.returncode, rows, res.stderr.decode(), time.monotonic() - t0)
 
 
-@pytest.fixture(scope="module", params=STACKS)
-def aq(bed: Bed, request: pytest.FixtureRequest) -> Iterator[Stack]:
-    name = request.param
+def build_image(name: str) -> None:
     build = subprocess.run(
         [str(REPO / "images/build.sh"), name],
         capture_output=True,
@@ -74,6 +76,12 @@ def aq(bed: Bed, request: pytest.FixtureRequest) -> Iterator[Stack]:
         env={**os.environ, "QUICBED_SAVE_IMAGES": "0"},
     )
     assert build.returncode == 0, (build.stdout + build.stderr).decode()[-3000:]
+
+
+@pytest.fixture(scope="module", params=STACKS)
+def aq(bed: Bed, request: pytest.FixtureRequest) -> Iterator[Stack]:
+    name = request.param
+    build_image(name)
     container = f"dev-{name}-{uuid.uuid4().hex[:8]}"
     try:
         docker(
@@ -201,3 +209,121 @@ def test_what_a_stack_can_choose_reaches_the_row(aq: Stack) -> None:
         assert r.rc == 0 and r.rows[0]["tls_group"] == groups, r
     r = aq.run(*common(), "--groups", "ffdhe9999")
     assert r.rc == 1 and "does not know" in r.rows[0]["error"], r
+
+
+# ---------------------------------------------------------------- quicgo --streams N
+
+STREAM_KEYS = {"streams", "streams_completed", "connections"}  # only with --streams N > 1
+CLOUD = "cloud/10MB"
+
+
+@dataclass
+class Served:
+    """quicgo_perf in the namespace of a shipped server (Caddy or nginx) serving the content."""
+
+    box: ServerBox
+    client: str
+
+    def run(self, *args: str, path: str = CLOUD, port: int = 443) -> Run:
+        url = f"https://server.quicbed:{port}/{path}"
+        argv = ["--url", url, "--resolve", f"server.quicbed:{port}:127.0.0.1", "--cacert", "/w/pki/ca.pem"]
+        t0 = time.monotonic()
+        command = tools.get_tool("quicgo").command
+        res = docker("exec", self.client, *command, *argv, *args, timeout=60, check=False)
+        rows = [json.loads(line) for line in res.stdout.decode().splitlines() if line.strip()]
+        return Run(res.returncode, rows, res.stderr.decode(), time.monotonic() - t0)
+
+
+@pytest.fixture(scope="module", params=["caddy", "nginx"])
+def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    build_image("quicgo")
+    tmp = tmp_path_factory.mktemp(f"streams-{request.param}")
+    box = ServerBox(request.param, shared_content(), tmp)
+    client = f"{box.name}-quicgo"
+    try:
+        servers.start_server(box.name, box.server, timeout=20)
+        docker(
+            "run", "-d", "--name", client, "--network", f"container:{box.name}",
+            "-v", f"{tmp}:/w:ro", tools.get_tool("quicgo").image, "sleep", "infinity",
+        )  # fmt: skip
+        yield Served(box, client)
+    finally:
+        docker("rm", "-f", client, check=False)
+        box.close()
+
+
+def test_quicgo_streams_fetch_the_object_once_on_one_connection(served: Served) -> None:
+    """--streams 30: 30 ranges of the object, every one whole, on one connection; the perf
+    tools' keys over all of them, and what the server logged agrees."""
+    want = content.load_manifest(shared_content())["files"][CLOUD]
+    before = len(servers.read_access_log(served.box.logs))
+    r = served.run("--streams", "30", "--sha256", "--cpu")
+    assert r.rc == 0, (r.stderr, [row["error"] for row in r.rows])
+    (row,) = r.rows
+    assert set(row) == ROW_KEYS | STREAM_KEYS | {"sha256"}, set(row) ^ ROW_KEYS
+    assert (row["streams"], row["streams_completed"], row["connections"]) == (30, 30, 1)
+    assert row["error"] == "" and row["http_status"] == 206
+    assert row["bytes"] == want["size"] and row["sha256"] == want["sha256"]
+    assert_ordered(row)
+    assert row["throughput_mbps"] == pytest.approx(row["bytes"] * 8 / row["download_time_ms"] / 1e3, rel=1e-3)
+    entries = [e for e in servers.read_access_log(served.box.logs)[before:] if e["path"] == "/" + CLOUD]
+    assert len(entries) == 30 and {(e["proto"], e["status"]) for e in entries} == {("HTTP/3.0", 206)}
+    assert sum(e["bytes"] for e in entries) == want["size"]
+    seen = {e["connection"] for e in entries}
+    assert seen == {None} or len(seen) == 1, seen  # nginx cannot tell h3 connections apart
+
+
+def test_quicgo_one_stream_is_the_row_without_the_option(served: Served) -> None:
+    r = served.run("--streams", "1", "--sha256")
+    assert r.rc == 0, r.stderr
+    (row,) = r.rows
+    assert set(row) == ROW_KEYS | {"sha256"} and row["http_status"] == 200
+
+
+def test_quicgo_streams_that_cannot_be_one_object_are_an_error_row(served: Served) -> None:
+    """An object too small for the ranges, a 404: error rows of the C tools' category, with
+    the streams keys; no stream counted whole."""
+    for path, words in (("cloud/1KB", "too few for 30 streams"), ("no-such-file", "http: status 404")):
+        r = served.run("--streams", "30", path=path)
+        assert r.rc == 1 and len(r.rows) == 1, r
+        row = r.rows[0]
+        assert set(row) == ROW_KEYS | STREAM_KEYS and row["error"].startswith("http: "), row["error"]
+        assert words in row["error"] and row["t_done"] is None and row["throughput_mbps"] is None
+        assert (row["streams"], row["streams_completed"], row["connections"]) == (30, 0, 1)
+
+
+@pytest.mark.parametrize("served", ["nginx"], indirect=True)
+def test_quicgo_streams_refuse_a_server_that_ignores_range(served: Served) -> None:
+    """A server answering 200 to a Range request would send the whole object on every stream:
+    the row's error says so instead of counting 30 objects (the aioquic, quiche and quinn
+    servers do this). Here: a second nginx on 8443 with byte ranges off (max_ranges 0)."""
+    norange = (
+        "sed -e 's/listen 443 /listen 8443 /' -e 's|^pid .*|pid /tmp/norange.pid;|'"
+        " -e 's/http3 on;/http3 on; max_ranges 0;/' /etc/quicbed/nginx.conf > /tmp/norange.conf"
+        " && grep -q 'max_ranges 0' /tmp/norange.conf && grep -q 'listen 8443 quic' /tmp/norange.conf"
+    )
+    res = docker("exec", served.box.name, "sh", "-c", norange, check=False)
+    assert res.returncode == 0, res.stderr.decode()
+    docker("exec", "-d", served.box.name, "nginx", "-c", "/tmp/norange.conf")
+    for _ in range(50):  # nginx takes the port in a few ms; a fetch without ranges proves it
+        if served.run(port=8443).rc == 0:
+            break
+        time.sleep(0.2)
+    r = served.run("--streams", "30", port=8443)
+    assert r.rc == 1 and len(r.rows) == 1, r
+    row = r.rows[0]
+    assert row["error"].startswith("http: stream 0: status 200 to a Range request"), row["error"]
+    assert (row["http_status"], row["streams_completed"], row["bytes"], row["t_done"]) == (200, 0, 0, None)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many", "1001"])
+def test_quicgo_streams_usage_error(served: Served, value: str) -> None:
+    r = served.run("--streams", value)
+    assert r.rc == 2 and r.rows == [], r
+    assert "usage:" in r.stderr
+
+
+def test_quicgo_streams_with_resume_is_exit_3(served: Served) -> None:
+    r = served.run("--streams", "30", "--resume")
+    assert r.rc == tools.UNSUPPORTED_EXIT and r.rows == [], r
+    assert "--streams with --resume" in r.stderr
