@@ -36,18 +36,20 @@ STACKS = {
     "quiche": ("QUICHE_VERSION", "quiche", "quiche_perf"),
     "quinn": ("QUINN_VERSION", "quinn", "quinn_perf"),
 }
-# quic-go and aioquic also resume a warm-up's session, with the request in 0-RTT.
+# quic-go and aioquic also resume a warm-up's session, with the request in 0-RTT; quic-go also
+# fetches its object as 30 ranges on 30 streams of one connection (so a 1 MB object).
 CLIENTS = {
     "aioquic": '{tool: aioquic}, {tool: aioquic, resume: "yes"}',
-    "quicgo": '{tool: quicgo}, {tool: quicgo, resume: "yes"}',
+    "quicgo": '{tool: quicgo}, {tool: quicgo, resume: "yes"}, {tool: quicgo, streams: "30"}',
     "quiche": "{tool: quiche}",
     "quinn": "{tool: quinn}",
 }
+WORKLOADS = {"quicgo": "{kind: cloud, files: [1MB]}"}  # the others: a landing page
 EXPERIMENT = """name: {client}-path
 profiles: [india]
 servers: [{servers}]
 clients: [{clients}]
-workload: {{kind: web, objects: [index.html]}}
+workload: {workload}
 repetitions: {repetitions}
 """
 
@@ -66,7 +68,11 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
     experiment = tmp / f"{client}.yaml"
     experiment.write_text(
         EXPERIMENT.format(
-            client=client, clients=CLIENTS[client], servers=", ".join(SERVERS), repetitions=REPETITIONS
+            client=client,
+            clients=CLIENTS[client],
+            servers=", ".join(SERVERS),
+            workload=WORKLOADS.get(client, "{kind: web, objects: [index.html]}"),
+            repetitions=REPETITIONS,
         )
     )
     env = {**os.environ, "QUICBED_RESULTS": str(tmp / "results")}
@@ -82,10 +88,14 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
     return found
 
 
-def _rows(run_dir: Path, resumed: bool = False) -> list[dict]:
-    """The fresh connections' rows, or the resuming client's."""
+VARIANTS = ("-resume", "-s30")
+
+
+def _rows(run_dir: Path, variant: str = "") -> list[dict]:
+    """The fresh connections' rows (""), or a variant's: "-resume", "-s30"."""
     rows = [json.loads(line) for line in (run_dir / "rows.jsonl").read_text().splitlines()]
-    return [r for r in rows if r["client"].endswith("-resume") == resumed]
+    of = [r for r in rows if any(r["client"].endswith(v) for v in VARIANTS)]
+    return [r for r in rows if r["client"].endswith(variant)] if variant else [r for r in rows if r not in of]
 
 
 def test_the_executor_runs_the_clients_own_image(run_dir: Path) -> None:
@@ -96,7 +106,7 @@ def test_the_executor_runs_the_clients_own_image(run_dir: Path) -> None:
     assert manifest["executor"]["client_image"]["image"] == f"quicbed/{client}:{version}"
     assert manifest["executor"]["client_tools"][client]["command"] == [command]
     assert manifest["versions"][key] == version
-    rows = _rows(run_dir) + _rows(run_dir, resumed=True)
+    rows = [r for variant in ("", *VARIANTS) for r in _rows(run_dir, variant)]
     assert len(rows) == len(SERVERS) * REPETITIONS * CLIENTS[client].count("tool:")
     assert all(r["error"] is None and r["backend"] == backend for r in rows), rows
     # The version the descriptor says it reports reaches every row.
@@ -138,7 +148,7 @@ def test_a_resumed_connection_sends_its_request_in_0rtt_where_the_server_takes_i
 ) -> None:
     """With 0-RTT the request leaves with the first flight: its answer's first byte comes one
     RTT after the start; refused early data costs the 1-RTT request after the handshake."""
-    rows = [r for r in _rows(run_dir, resumed=True) if r["server"] == server]
+    rows = [r for r in _rows(run_dir, "-resume") if r["server"] == server]
     assert len(rows) == REPETITIONS and all(r["error"] is None and r["resumed"] for r in rows), rows
     rtt = rows[0]["calib_rtt_ms"]
     ttfb = statistics.median(r["ttfb_ms"] for r in rows) / rtt
@@ -148,3 +158,16 @@ def test_a_resumed_connection_sends_its_request_in_0rtt_where_the_server_takes_i
         assert all(b > 0 for b in early) and 1.0 <= ttfb < 1.2, (ttfb, rows)
     else:
         assert early == [0] * REPETITIONS and 2.0 <= ttfb < 2.2, (ttfb, rows)
+
+
+@pytest.mark.parametrize("run_dir", ["quicgo"], indirect=True)
+@pytest.mark.parametrize("server", SERVERS)
+def test_thirty_streams_fetch_the_object_once_on_one_connection(run_dir: Path, server: str) -> None:
+    """quicgo_perf --streams 30: the 1 MB object as 30 byte ranges, every one whole, on one QUIC
+    connection counted on the wire; its first byte comes one RTT after the handshake."""
+    rows = [r for r in _rows(run_dir, "-s30") if r["server"] == server]
+    assert len(rows) == REPETITIONS and all(r["error"] is None for r in rows), rows
+    assert all((r["streams"], r["streams_completed"], r["connections"]) == (30, 30, 1) for r in rows), rows
+    assert all(r["bytes"] == 1 << 20 and r["http_status"] == 206 for r in rows), rows
+    rtt = rows[0]["calib_rtt_ms"]
+    assert all(r["ttfb_ms"] - r["connection_time_ms"] >= 0.98 * rtt for r in rows), rows
