@@ -215,15 +215,30 @@ class H3Server(QuicConnectionProtocol):
                 self.transmit()
                 return
             with target.open("rb") as f:
-                size = os.fstat(f.fileno()).st_size
+                total = os.fstat(f.fileno()).st_size
                 ctype = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
-                status = 200
+                span = byte_range(headers.get(b"range", b"").decode(errors="replace"), total)
+                if method == "GET" and span == UNSATISFIABLE:
+                    status = 416
+                    self.h3.send_headers(
+                        stream_id,
+                        [(b":status", b"416"), (b"content-range", f"bytes */{total}".encode())],
+                        end_stream=True,
+                    )
+                    self.transmit()
+                    return
+                first, last = span if method == "GET" and span else (0, total - 1)
+                size = last - first + 1
+                status = 206 if method == "GET" and span else 200
+                ranged = f"bytes {first}-{last}/{total}".encode()
+                extra = [(b"content-range", ranged)] if status == 206 else []
                 self.h3.send_headers(
                     stream_id,
                     [
-                        (b":status", b"200"),
+                        (b":status", str(status).encode()),
                         (b"content-type", ctype.encode()),
                         (b"content-length", str(size).encode()),
+                        *extra,
                         (b"date", formatdate(usegmt=True).encode()),
                     ],
                     end_stream=method == "HEAD" or size == 0,
@@ -231,6 +246,7 @@ class H3Server(QuicConnectionProtocol):
                 self.transmit()
                 if method == "HEAD" or size == 0:
                     return
+                f.seek(first)
                 while sent < size and not self.closed:
                     while self.unacked(stream_id) > HIGH_WATER and not self.closed:
                         self.progress.clear()
@@ -278,6 +294,30 @@ class H3Server(QuicConnectionProtocol):
                 "conn": self.conn,
             }
         )
+
+
+UNSATISFIABLE = (-1, -1)
+
+
+def byte_range(header: str, total: int) -> tuple[int, int] | None:
+    """The one byte range of a Range header (RFC 9110 14.2) as (first, last), inclusive:
+    `bytes=A-B`, `bytes=A-`, `bytes=-N`; UNSATISFIABLE when it starts past the end (416);
+    None for no header, several ranges, another unit or a malformed one (the whole file,
+    200, as RFC 9110 allows)."""
+    unit, _, spec = header.strip().partition("=")
+    if unit.strip().lower() != "bytes" or "," in spec:
+        return None
+    start, dash, end = spec.strip().partition("-")
+    if not dash or not (start.isdigit() or end.isdigit()) or not all(p.isdigit() for p in (start, end) if p):
+        return None
+    if not start:  # the last N bytes
+        n = int(end)
+        return (max(0, total - n), total - 1) if n and total else UNSATISFIABLE
+    first = int(start)
+    last = min(int(end), total - 1) if end else total - 1
+    if end and int(end) < first:
+        return None
+    return (first, last) if first < total else UNSATISFIABLE
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

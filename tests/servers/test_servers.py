@@ -346,6 +346,42 @@ def test_an_http3_get_that_ends_after_its_headers_is_served(box: ServerBox) -> N
     assert (proc.returncode, proc.stdout.strip()) == (0, "200"), proc.stderr[-600:]
 
 
+RANGES = {  # curl -r's argument -> the status and Content-Range every server answers with
+    "0-99": (206, "bytes 0-99/1048576"),
+    "-100": (206, "bytes 1048476-1048575/1048576"),
+    "2000000-": (416, "bytes */1048576"),  # a SHOULD (RFC 9110 15.5.17): lighttpd sends none
+}
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("box", [n for n in servers.SERVERS if "h3" in _modes(n)], indirect=True)
+def test_a_byte_range_is_answered_over_http3(box: ServerBox, tmp_path: Path) -> None:
+    """quicgo_perf --streams fetches one object as byte ranges on parallel streams: every
+    server answers a range with 206 and exactly its bytes, a suffix range too, and a range
+    past the end with 416 (RFC 9110 14)."""
+    whole = (content.default_root() / "cloud" / "1MB").read_bytes()
+    for spec, (status, content_range) in RANGES.items():
+        flags = [
+            "--http3-only",
+            "--max-time",
+            "10",
+            "-r",
+            spec,
+            "-D",
+            f"/out/{spec}.headers",
+            "-w",
+            "%{http_code}",
+        ]
+        proc = box.fetch(flags, ["cloud/1MB"], tmp_path / spec)
+        assert proc.stdout.strip() == str(status), (spec, proc.stdout, proc.stderr)
+        headers = (tmp_path / spec / f"{spec}.headers").read_text().lower()
+        if status == 206 or "content-range" in headers:
+            assert f"content-range: {content_range}" in headers, (spec, headers)
+        if status == 206:
+            first, _, last = content_range.split()[1].split("/")[0].partition("-")
+            assert (tmp_path / spec / "0").read_bytes() == whole[int(first) : int(last) + 1], spec
+
+
 @pytest.mark.docker
 def test_restart_in_same_container(box: ServerBox, tmp_path: Path) -> None:
     # Runs reuse containers: stop, start again, still serving (h3 where it speaks it).
