@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from server_box import ServerBox, shared_content
@@ -296,7 +297,8 @@ def test_quicgo_streams_that_cannot_be_one_object_are_an_error_row(served: Serve
 def test_quicgo_streams_refuse_a_server_that_ignores_range(served: Served) -> None:
     """A server answering 200 to a Range request would send the whole object on every stream:
     the row's error says so instead of counting 30 objects (the aioquic, quiche and quinn
-    servers do this). Here: a second nginx on 8443 with byte ranges off (max_ranges 0)."""
+    servers did before Range support). Here: a second nginx on 8443 with byte ranges off
+    (max_ranges 0)."""
     norange = (
         "sed -e 's/listen 443 /listen 8443 /' -e 's|^pid .*|pid /tmp/norange.pid;|'"
         " -e 's/http3 on;/http3 on; max_ranges 0;/' /etc/quicbed/nginx.conf > /tmp/norange.conf"
@@ -327,3 +329,98 @@ def test_quicgo_streams_with_resume_is_exit_3(served: Served) -> None:
     r = served.run("--streams", "30", "--resume")
     assert r.rc == tools.UNSUPPORTED_EXIT and r.rows == [], r
     assert "--streams with --resume" in r.stderr
+
+
+# ------------------------------------------- the Rust servers' Range answers (quiche, quinn)
+
+RANGE_SERVERS = ["quiche", "quinn", "caddy", "nginx"]  # the Rust two, and two that prove the test
+RUST_SERVERS = {"quiche", "quinn"}  # their images are their clients' (build_image)
+ONE_MB = "cloud/1MB"
+
+
+@pytest.fixture(scope="module", params=RANGE_SERVERS)
+def ranged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """quicgo_perf in the namespace of a server that answers Range (the `served` fixture's
+    setup, for more servers)."""
+    build_image("quicgo")
+    if request.param in RUST_SERVERS:
+        build_image(request.param)
+    tmp = tmp_path_factory.mktemp(f"ranges-{request.param}")
+    box = ServerBox(request.param, shared_content(), tmp)
+    client = f"{box.name}-quicgo"
+    try:
+        servers.start_server(box.name, box.server, timeout=20)
+        docker(
+            "run", "-d", "--name", client, "--network", f"container:{box.name}",
+            "-v", f"{tmp}:/w:ro", tools.get_tool("quicgo").image, "sleep", "infinity",
+        )  # fmt: skip
+        yield Served(box, client)
+    finally:
+        docker("rm", "-f", client, check=False)
+        box.close()
+
+
+def test_quicgo_streams_get_206_from_every_range_server(ranged: Served) -> None:
+    """--streams 30 on cloud/1MB: one connection, 30 ranges answered 206, the object whole; the
+    server's log has 30 entries of status 206 whose bytes add up to the file's size."""
+    want = content.load_manifest(shared_content())["files"][ONE_MB]
+    before = len(servers.read_access_log(ranged.box.logs))
+    r = ranged.run("--streams", "30", "--sha256", path=ONE_MB)
+    assert r.rc == 0, (r.stderr, [row["error"] for row in r.rows])
+    (row,) = r.rows
+    assert (row["streams"], row["streams_completed"], row["connections"]) == (30, 30, 1)
+    assert row["error"] == "" and row["http_status"] == 206
+    assert row["bytes"] == want["size"] and row["sha256"] == want["sha256"]
+    entries = [e for e in servers.read_access_log(ranged.box.logs)[before:] if e["path"] == "/" + ONE_MB]
+    assert len(entries) == 30 and {e["status"] for e in entries} == {206}, entries
+    assert sum(e["bytes"] for e in entries) == want["size"]
+
+
+def curl_range(box: ServerBox, tmp: Path, range_header: str, path: str = ONE_MB) -> tuple[int, dict, bytes]:
+    """One curl (HTTP/3 only) with this Range header from a container in the box's namespace:
+    the status, the response's headers (lower-cased names), the body."""
+    out = tmp / uuid.uuid4().hex[:8]
+    out.mkdir()
+    res = docker(
+        "run", "--rm", "--network", f"container:{box.name}", "-v", f"{box.pki.dir}:/pki:ro",
+        "-v", f"{out}:/out", box.image, "curl", "-sS", "--max-time", "10", "--http3-only",
+        "-H", f"Range: {range_header}", "-D", "/out/headers", "-o", "/out/body",
+        "--cacert", "/pki/ca.pem", "--resolve", "server.quicbed:443:127.0.0.1",
+        f"https://server.quicbed/{path}",
+    check=False)  # fmt: skip
+    assert res.returncode == 0, res.stderr.decode()
+    lines = (out / "headers").read_text().splitlines()
+    status = int(lines[0].split()[1])
+    pairs = (line.partition(":") for line in lines[1:] if line)
+    headers = {k.strip().lower(): v.strip() for k, _, v in pairs}
+    body = (out / "body").read_bytes() if (out / "body").exists() else b""
+    return status, headers, body
+
+
+@pytest.mark.parametrize("ranged", sorted(RUST_SERVERS), indirect=True)
+def test_streams_servers_answer_ranges_as_rfc_9110(ranged: Served, tmp_path: Path) -> None:
+    """The quiche and quinn servers: a first-last range and a suffix range are 206 with their
+    content-range and exactly those bytes; a first byte past the end is 416 with bytes */TOTAL
+    and no body; several ranges (or a malformed header) are ignored: 200, the whole file."""
+    data = (shared_content() / ONE_MB).read_bytes()
+    total = len(data)
+    box = ranged.box
+    before = len(servers.read_access_log(box.logs))
+    status, headers, body = curl_range(box, tmp_path, "bytes=0-99")
+    assert (status, headers["content-range"]) == (206, f"bytes 0-99/{total}")
+    assert headers["content-length"] == "100"
+    assert body == data[:100]
+    status, headers, body = curl_range(box, tmp_path, "bytes=-100")
+    assert (status, headers["content-range"]) == (206, f"bytes {total - 100}-{total - 1}/{total}")
+    assert body == data[-100:]
+    status, headers, body = curl_range(box, tmp_path, "bytes=1000-")
+    assert (status, headers["content-range"], body) == (206, f"bytes 1000-{total - 1}/{total}", data[1000:])
+    status, headers, body = curl_range(box, tmp_path, f"bytes={total}-")
+    assert (status, headers["content-range"]) == (416, f"bytes */{total}")
+    assert (headers["content-length"], body) == ("0", b"")
+    for ignored in ("bytes=0-1,5-9", "items=0-99", "bytes=5-3", "bytes=x-"):
+        status, headers, body = curl_range(box, tmp_path, ignored)
+        assert (status, "content-range" in headers, body == data) == (200, False, True), ignored
+    entries = [e for e in servers.read_access_log(box.logs)[before:] if e["path"] == "/" + ONE_MB]
+    want = [(206, 100), (206, 100), (206, total - 1000), (416, 0), *[(200, total)] * 4]
+    assert [(e["status"], e["bytes"]) for e in entries] == want

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -374,7 +374,13 @@ fn serve(c: &mut Client, h3_config: &quiche::h3::Config, root: &Path, log: &mut 
                         .map(|h| String::from_utf8_lossy(h.value()).to_string())
                         .unwrap_or_default()
                 };
-                let response = respond(&header(b":method"), &header(b":path"), root);
+                let range = list.iter().any(|h| h.name() == b"range").then(|| header(b"range"));
+                let response = respond(
+                    &header(b":method"),
+                    &header(b":path"),
+                    range.as_deref(),
+                    root,
+                );
                 c.responses.insert(id, response);
             }
             Ok((id, quiche::h3::Event::Data)) => {
@@ -409,8 +415,9 @@ fn serve(c: &mut Client, h3_config: &quiche::h3::Config, root: &Path, log: &mut 
     }
 }
 
-/// The response a request gets: its status, headers, and the file to stream.
-fn respond(method: &str, raw_path: &str, root: &Path) -> Response {
+/// The response a request gets: its status, headers, and the file (or the part of it a GET's
+/// `Range` asks for) to stream.
+fn respond(method: &str, raw_path: &str, range: Option<&str>, root: &Path) -> Response {
     let path = raw_path.split(['?', '#']).next().unwrap_or("").to_string();
     let mut r = Response {
         method: method.to_string(),
@@ -426,23 +433,52 @@ fn respond(method: &str, raw_path: &str, root: &Path) -> Response {
         ts: iso_now(),
     };
     let mut length = 0u64;
+    let mut content_range = None;
     if method != "GET" && method != "HEAD" {
         r.status = 405;
     } else if path == HEALTH {
         r.status = 204;
-    } else if let Some(file) = open_under(root, &path) {
-        length = file.1;
+    } else if let Some((mut file, total)) = open_under(root, &path) {
+        length = total;
         r.status = 200;
         if method == "GET" {
-            r.file = Some(file.0);
-            r.left = length;
+            // HEAD ignores a Range: its answer is the whole file's.
+            let mut first = 0;
+            match range.and_then(|v| byte_range(v, total)) {
+                Some(Ok((a, b))) => {
+                    r.status = 206;
+                    (first, length) = (a, b - a + 1);
+                    content_range = Some(format!("bytes {a}-{b}/{total}"));
+                }
+                Some(Err(())) => {
+                    r.status = 416;
+                    length = 0;
+                    content_range = Some(format!("bytes */{total}"));
+                }
+                None => {}
+            }
+            if r.status != 416 {
+                match file.seek(SeekFrom::Start(first)) {
+                    Ok(_) => {
+                        r.file = Some(file);
+                        r.left = length;
+                    }
+                    Err(e) => {
+                        eprintln!("quiche_server: {path}: {e}");
+                        r.status = 500;
+                    }
+                }
+            }
         }
     }
     let mut headers = vec![
         quiche::h3::Header::new(b":status", r.status.to_string().as_bytes()),
         quiche::h3::Header::new(b"server", b"quiche_server"),
     ];
-    if r.status == 200 {
+    if let Some(cr) = &content_range {
+        headers.push(quiche::h3::Header::new(b"content-range", cr.as_bytes()));
+    }
+    if r.status == 200 || r.status == 206 {
         headers.push(quiche::h3::Header::new(
             b"content-length",
             length.to_string().as_bytes(),
@@ -451,11 +487,51 @@ fn respond(method: &str, raw_path: &str, root: &Path) -> Response {
             b"content-type",
             content_type(&path).as_bytes(),
         ));
+        headers.push(quiche::h3::Header::new(b"accept-ranges", b"bytes"));
     } else if r.status != 204 {
         headers.push(quiche::h3::Header::new(b"content-length", b"0"));
     }
     r.headers = Some(headers);
     r
+}
+
+/// The one byte range a GET's `Range` header asks of a file of `total` bytes (RFC 9110 §14):
+/// `Some(Ok((first, last)))` for a satisfiable range (206), `Some(Err(()))` for an
+/// unsatisfiable one (416), None to ignore the header and send the whole file (200): several
+/// ranges, a unit other than bytes, anything malformed.
+fn byte_range(value: &str, total: u64) -> Option<Result<(u64, u64), ()>> {
+    let (unit, spec) = value.trim().split_once('=')?;
+    if !unit.eq_ignore_ascii_case("bytes") || spec.contains(',') {
+        return None;
+    }
+    let (a, b) = spec.trim().split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
+    // Past u64: a first byte beyond any file, a last byte or suffix longer than any.
+    let number = |s: &str| s.parse::<u64>().unwrap_or(u64::MAX);
+    if a.is_empty() {
+        // bytes=-N: the last N bytes (all of a shorter file); N = 0 selects nothing.
+        if !digits(b) {
+            return None;
+        }
+        let n = number(b);
+        return match (n, total) {
+            (0, _) => Some(Err(())),
+            (_, 0) => None, // no byte to name in a content-range: the (empty) whole file
+            _ => Some(Ok((total - n.min(total), total - 1))),
+        };
+    }
+    if !digits(a) || !(b.is_empty() || digits(b)) {
+        return None;
+    }
+    let first = number(a);
+    let last = if b.is_empty() { u64::MAX } else { number(b) };
+    if last < first {
+        return None; // invalid: ignored
+    }
+    if first >= total {
+        return Some(Err(()));
+    }
+    Some(Ok((first, last.min(total - 1))))
 }
 
 /// A regular file under root named by a URL path, and its size; None for anything else
