@@ -235,11 +235,10 @@ class Served:
         return Run(res.returncode, rows, res.stderr.decode(), time.monotonic() - t0)
 
 
-@pytest.fixture(scope="module", params=["caddy", "nginx"])
-def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def quicgo_beside(server: str, tmp: Path) -> Iterator[Served]:
+    """quicgo_perf's container in the namespace of a started server's box."""
     build_image("quicgo")
-    tmp = tmp_path_factory.mktemp(f"streams-{request.param}")
-    box = ServerBox(request.param, shared_content(), tmp)
+    box = ServerBox(server, shared_content(), tmp)
     client = f"{box.name}-quicgo"
     try:
         servers.start_server(box.name, box.server, timeout=20)
@@ -251,6 +250,11 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     finally:
         docker("rm", "-f", client, check=False)
         box.close()
+
+
+@pytest.fixture(scope="module", params=["caddy", "nginx"])
+def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    yield from quicgo_beside(request.param, tmp_path_factory.mktemp(f"streams-{request.param}"))
 
 
 def test_quicgo_streams_fetch_the_object_once_on_one_connection(served: Served) -> None:
@@ -340,24 +344,10 @@ ONE_MB = "cloud/1MB"
 
 @pytest.fixture(scope="module", params=RANGE_SERVERS)
 def ranged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """quicgo_perf in the namespace of a server that answers Range (the `served` fixture's
-    setup, for more servers)."""
-    build_image("quicgo")
+    """quicgo_perf in the namespace of a server that answers Range."""
     if request.param in RUST_SERVERS:
         build_image(request.param)
-    tmp = tmp_path_factory.mktemp(f"ranges-{request.param}")
-    box = ServerBox(request.param, shared_content(), tmp)
-    client = f"{box.name}-quicgo"
-    try:
-        servers.start_server(box.name, box.server, timeout=20)
-        docker(
-            "run", "-d", "--name", client, "--network", f"container:{box.name}",
-            "-v", f"{tmp}:/w:ro", tools.get_tool("quicgo").image, "sleep", "infinity",
-        )  # fmt: skip
-        yield Served(box, client)
-    finally:
-        docker("rm", "-f", client, check=False)
-        box.close()
+    yield from quicgo_beside(request.param, tmp_path_factory.mktemp(f"ranges-{request.param}"))
 
 
 def test_quicgo_streams_get_206_from_every_range_server(ranged: Served) -> None:
