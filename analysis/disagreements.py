@@ -33,7 +33,7 @@ from .physics import (
     slow_start_deficit_s,
     slow_start_rounds,
 )
-from .stack_matrix import fresh_rows, model_and_measured_s
+from .stack_matrix import finite_number, fresh_rows, model_and_measured_s
 from .stacks import StackWindow, transport
 from .stats import Estimate, median_ci
 
@@ -115,7 +115,7 @@ def trial_samples(rows: pd.DataFrame) -> pd.DataFrame:
     for _, r in rows.iterrows():
         protocol = str(r["protocol"])
         setup = HANDSHAKE_RTTS.get(protocol)
-        rtt, connection = _number(r.get("calib_rtt_ms")), _number(r.get("connection_time_ms"))
+        rtt, connection = finite_number(r.get("calib_rtt_ms")), finite_number(r.get("connection_time_ms"))
         if setup is None or not rtt:
             continue
         base = {
@@ -123,9 +123,9 @@ def trial_samples(rows: pd.DataFrame) -> pd.DataFrame:
             "server": str(r["server"]),
             "client": str(r["client"]),
             "rtt_ms": rtt,
-            "rate_mbit": _number(r.get("rate_down_mbit")),
-            "client_cpu_ms": _number(r.get("client_cpu_ms")),
-            "cpu_bound": _number(r.get("cpu_bound")) == 1,
+            "rate_mbit": finite_number(r.get("rate_down_mbit")),
+            "client_cpu_ms": finite_number(r.get("client_cpu_ms")),
+            "cpu_bound": finite_number(r.get("cpu_bound")) == 1,
         }
         times = model_and_measured_s(r, setup)
         if times:
@@ -146,14 +146,6 @@ def trial_samples(rows: pd.DataFrame) -> pd.DataFrame:
                 | {"metric": "handshake", "group": protocol_label(protocol), "value": net, "model_s": None}
             )
     return pd.DataFrame(out)
-
-
-def _number(value: object) -> float | None:
-    try:
-        out = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return out if np.isfinite(out) else None
 
 
 def beyond_statistics(own: Estimate, others: Estimate) -> bool:

@@ -212,7 +212,9 @@ def _handshake(rows: pd.DataFrame, protocol: str) -> tuple[Estimate | None, int 
     if rtts is None or usable.empty:
         return None, rtts, None
     ratios = [
-        net_connection_rtts(float(r.connection_time_ms), _num(r.get("client_cpu_ms")), float(r.calib_rtt_ms))
+        net_connection_rtts(
+            float(r.connection_time_ms), finite_number(r.get("client_cpu_ms")), float(r.calib_rtt_ms)
+        )
         for _, r in usable.iterrows()
     ]
     rtt = float(usable["calib_rtt_ms"].median())
@@ -234,11 +236,11 @@ def model_and_measured_s(
 ) -> tuple[float, float] | None:
     """(the TCP model's time for the row's bytes, the measured time), in s; None for a row
     under MIN_GOODPUT_BYTES or without a time, a rate or an RTT."""
-    size = parse_size(row.get("object")) if size_of == "object" else _num(row.get(size_of)) or 0.0
+    size = parse_size(row.get("object")) if size_of == "object" else finite_number(row.get(size_of)) or 0.0
     took, rate, rtt = (
-        _num(row.get("download_time_ms")),
-        _num(row.get("rate_down_mbit")),
-        _num(row.get("calib_rtt_ms")),
+        finite_number(row.get("download_time_ms")),
+        finite_number(row.get("rate_down_mbit")),
+        finite_number(row.get("calib_rtt_ms")),
     )
     if size < MIN_GOODPUT_BYTES or not (took and rate and rtt):
         return None
@@ -250,7 +252,7 @@ def _resumption(rows: pd.DataFrame) -> Resumption | None:
     if usable.empty:
         return None
     ratios = [
-        net_connection_rtts(float(r.ttfb_ms), _num(r.get("client_cpu_ms")), float(r.calib_rtt_ms))
+        net_connection_rtts(float(r.ttfb_ms), finite_number(r.get("client_cpu_ms")), float(r.calib_rtt_ms))
         for _, r in usable.iterrows()
     ]
     resumed = _known(usable, "resumed")
@@ -291,7 +293,7 @@ def _loss(ok: pd.DataFrame, failed: pd.DataFrame) -> Loss:
     rows = pd.concat([ok, failed])
     goodput = []
     for _, r in ok.iterrows():
-        size, took = _num(r.get("bytes")), _num(r.get("download_time_ms"))
+        size, took = finite_number(r.get("bytes")), finite_number(r.get("download_time_ms"))
         if size and took:
             goodput.append(size * 8 / (took * 1e3))
     return Loss(
@@ -302,7 +304,8 @@ def _loss(ok: pd.DataFrame, failed: pd.DataFrame) -> Loss:
     )
 
 
-def _num(value: object) -> float | None:
+def finite_number(value: object) -> float | None:
+    """A finite float, or None (missing, NaN, not a number)."""
     try:
         out = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -337,10 +340,10 @@ def _check_of(row: pd.Series) -> tuple[str, str, int]:
     error row too); a variant resuming its session the resumption check of the client without
     it; else the fresh connection's checks (handshake and goodput)."""
     client = str(row["client"])
-    if (_num(row.get("loss_pct")) or 0) > 0:
+    if (finite_number(row.get("loss_pct")) or 0) > 0:
         return "loss", client, 0
     base, asked = _streams_variant(row.get("tool"), client)
-    reported = int(_num(row.get("streams")) or 0)
+    reported = int(finite_number(row.get("streams")) or 0)
     if reported > 1 or asked:
         return "streams", base, reported or asked
     suffix = _option_suffix(row.get("tool"), RESUME_OPTION, "yes")

@@ -228,7 +228,7 @@ def zero_rtt_bytes(datagram: bytes) -> int:
     (RFC 9000 17.2), each type from its first byte, each length from its header."""
     buf, total = Buffer(data=datagram), 0
     try:
-        while not buf.eof() and buf.data_slice(buf.tell(), buf.tell() + 1)[0] & 0x80:
+        while not buf.eof() and datagram[buf.tell()] & 0x80:  # a long header
             start = buf.tell()
             kind = (buf.pull_uint8() & 0x30) >> 4  # QUIC v1: 0 Initial, 1 0-RTT, 2 Handshake
             buf.pull_uint32()  # version

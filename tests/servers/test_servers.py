@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from server_box import ServerBox, docker_text, shared_content
+from server_box import ServerBox, docker_text, have_image, shared_content
 
 from quicbed import servers
 from quicbed.clients.tools import TOOLS
@@ -335,7 +335,7 @@ def test_an_http3_get_that_ends_after_its_headers_is_served(box: ServerBox) -> N
     answered 400 (2 % of quic-go's requests). Sent so every time here (aioquic, in the aioquic
     client's image), every server answers 200."""
     image = TOOLS["aioquic"].image
-    if docker_text("image", "inspect", image, check=False).returncode != 0:
+    if not have_image(image):
         pytest.fail(f"{image} not built (images/build.sh aioquic)")
     proc = docker_text(
         "run", "--rm", "--network", f"container:{box.name}", "-v", f"{box.pki.dir}:/pki:ro",
