@@ -107,9 +107,9 @@ $(VENV)/.cluster: $(VENV)/.installed
 	$(PY) -m pip install -q ray==$(RAY_VERSION)
 	@touch $@
 
-images: docker venv  # build.sh asks the descriptors (python -m quicbed.servers list)
-	@for suite in $(DEBIAN_BASE_SUITES); do bash images/base.sh $$suite; done
-	@if [ -x images/build.sh ]; then bash images/build.sh all; fi
+# build.sh asks the descriptors (python -m quicbed.servers list); `all` makes the Debian bases too.
+images: docker venv
+	@bash images/build.sh all
 
 # The GitHub Actions linter for the workflows in docs/ (tests/base/test_workflows.py): built
 # once from the Go module proxy into $(QUICBED_CACHE)/bin, with the host's Go or in a container.
