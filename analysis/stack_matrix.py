@@ -13,7 +13,7 @@ Each cell holds one verdict per check (CHECKS), drawn as a column group of its o
   net of the client's CPU, at the RTT count resumption allows (RESUMED_TTFB_RTTS): with early
   data where the rows say 0-RTT bytes went, without where they say none, and the nearer of
   the two where the tool does not say (libcurl's QUIC); "unsupported" for a tool whose
-  descriptor has no `resume` option (quinn);
+  descriptor has no `resume` option (video_download);
 - streams (rows with `streams` > 1, from a client with a `streams` option): every stream
   completed (`streams_completed`) on one connection (`connections`), and the TCP model's time
   for all their bytes over the measured time at least GOODPUT_OF_MODEL; a trial that failed

@@ -15,8 +15,8 @@ from quicbed.analysis.physics import tcp_download_s
 from quicbed.analysis.report import matrix_section
 
 RTT, RATE, SIZE = 80.0, 20.0, 10 * 2**20
-TOOL = {"quic-h3": "quic_perf", "tls1.3-h2": "tls_perf", "quinn": "quinn", "quicgo": "quicgo"}
-PROTOCOL = {"quic-h3": "quic", "tls1.3-h2": "tls1.3", "quinn": "quic"}
+TOOL = {"quic-h3": "quic_perf", "tls1.3-h2": "tls_perf", "video-quic": "video_download", "quicgo": "quicgo"}
+PROTOCOL = {"quic-h3": "quic", "tls1.3-h2": "tls1.3", "video-quic": "quic"}
 
 
 def trial(client: str, server: str, protocol: str, rtts: float, model_share: float) -> dict:
@@ -144,14 +144,14 @@ def test_a_resumption_that_breaks_the_physics_fails_alone(change: dict, failing:
 
 
 def test_a_client_that_exits_3_is_unsupported_not_failed() -> None:
-    """A client without the option (quinn has no resume: its descriptor does not offer it,
-    so no experiment may ask) and a client that answers exit 3 on this host both read
-    "unsupported"; neither is a failure, nor a measurement."""
-    quinn = pd.DataFrame([trial("quinn", server, "quic", 1.0, 1.0) for server in ("caddy", "nginx")] * 3)
+    """A client without the option (video_download has no resume: its descriptor does not
+    offer it, so no experiment may ask) and a client that answers exit 3 on this host both
+    read "unsupported"; neither is a failure, nor a measurement."""
+    video = pd.DataFrame([trial("video-quic", server, "quic", 1.0, 1.0) for server in ("caddy", "nginx")] * 3)
     cannot = rows().query("client == 'quic-h3'")
     cannot = cannot.assign(client="quic-h3-resume", connection_time_ms=None, error="unsupported: --resume")
-    found = stack_matrix.cells(pd.concat([rows(), quinn, cannot]))
-    for client in ("quinn", "quic-h3"):
+    found = stack_matrix.cells(pd.concat([rows(), video, cannot]))
+    for client in ("video-quic", "quic-h3"):
         mine = cell(found, client, "caddy")
         assert mine.checks == {
             "handshake": "pass",

@@ -5,14 +5,17 @@
 #![deny(warnings)]
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, IoSliceMut, Write};
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Buf;
 use quinn::crypto::rustls::QuicClientConfig;
-use quinn::{ConnectionError, Runtime, TokioRuntime};
+use quinn::{AsyncUdpSocket, ConnectionError, Runtime, TokioRuntime, UdpPoller};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{ActiveKeyExchange, CryptoProvider, SharedSecret, SupportedKxGroup};
 use rustls::pki_types::pem::PemObject;
@@ -64,7 +67,7 @@ struct Opts {
 
 const HELP: &str = "usage: quinn_perf --url URL [--resolve NAME:PORT:ADDR] [--cacert FILE | --insecure] [-n N] [--pause MS]
   [--timeout S] [--cpu] [--keylog FILE] [--output-body FILE | --discard] [--sha256] [--groups LIST]
-  [--cc reno|cubic|bbr]
+  [--cc reno|cubic|bbr] [--resume]
 Exit status: 0 all measurements succeeded, 1 some failed, 2 usage error, 3 unsupported (no rows).";
 
 fn number<T: std::str::FromStr>(flag: &str, v: &str) -> T {
@@ -218,9 +221,6 @@ fn unsupported(o: &Opts) -> Option<String> {
             "--qlog: quinn_perf writes no qlog (quinn's qlog feature is not built in)".into(),
         );
     }
-    if o.resume {
-        return Some("--resume: quinn_perf has no session resumption or 0-RTT yet".into());
-    }
     if o.curl_timers {
         return Some("--curl-timers: there is no libcurl in quinn_perf".into());
     }
@@ -246,6 +246,9 @@ fn unsupported(o: &Opts) -> Option<String> {
 // completed and the last suite that made packet keys (Initial keys are AES-128-GCM, the
 // handshake's keys the negotiated suite's, and they come after). One connection at a time.
 static NEGOTIATED: Mutex<(&str, &str)> = Mutex::new(("", ""));
+// Whether the server presented a certificate (the verifier was asked): a resumed TLS 1.3
+// handshake has none, rustls then verifies nothing, and quinn hides rustls's handshake kind.
+static CERT_PRESENTED: AtomicBool = AtomicBool::new(false);
 
 #[derive(Debug)]
 struct KxRecorder(&'static dyn SupportedKxGroup);
@@ -353,6 +356,7 @@ impl ServerCertVerifier for AnyCert {
         _: &[u8],
         _: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        CERT_PRESENTED.store(true, Ordering::SeqCst);
         Ok(ServerCertVerified::assertion())
     }
     fn verify_tls12_signature(
@@ -406,6 +410,7 @@ impl ServerCertVerifier for CaFile {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        CERT_PRESENTED.store(true, Ordering::SeqCst);
         match self
             .webpki
             .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
@@ -468,7 +473,7 @@ impl rustls::KeyLog for KeyLogFile {
     }
 }
 
-fn tls_config(o: &Opts, keylog: Option<Arc<KeyLogFile>>) -> Result<Arc<QuicClientConfig>, String> {
+fn tls_config(o: &Opts) -> Result<rustls::ClientConfig, String> {
     let list = o
         .groups
         .clone()
@@ -522,12 +527,20 @@ fn tls_config(o: &Opts, keylog: Option<Arc<KeyLogFile>>) -> Result<Arc<QuicClien
             .with_no_client_auth()
     };
     conf.alpn_protocols = vec![b"h3".to_vec()];
-    // Every measurement a fresh handshake: rustls would otherwise resume the previous one's
-    // session from its in-memory cache.
-    conf.resumption = rustls::client::Resumption::disabled();
-    if let Some(k) = keylog {
-        conf.key_log = k;
+    if o.resume {
+        // rustls's in-memory session store (the default), shared by every clone of this
+        // config: the warm-up's ticket is there for the measured connections, each of which
+        // takes the newest; early data where the ticket allows it.
+        conf.enable_early_data = true;
+    } else {
+        // Every measurement a fresh handshake: rustls would otherwise resume the previous
+        // one's session from its in-memory cache.
+        conf.resumption = rustls::client::Resumption::disabled();
     }
+    Ok(conf)
+}
+
+fn quic_config(conf: rustls::ClientConfig) -> Result<Arc<QuicClientConfig>, String> {
     QuicClientConfig::try_from(conf)
         .map(Arc::new)
         .map_err(|e| format!("tls: {e}"))
@@ -584,15 +597,12 @@ fn resolve_target(o: &Opts) -> Result<Target, String> {
 /// would be a handshake timeout instead of the C tools' `connect:` row. A duplicate of the
 /// socket's descriptor, registered with tokio for error readiness only.
 async fn socket_error(watch: &tokio::net::UdpSocket) -> io::Error {
-    loop {
-        match watch.ready(tokio::io::Interest::ERROR).await {
-            Ok(_) => match watch.take_error() {
-                Ok(Some(e)) => return e,
-                Ok(None) => return io::Error::other("socket error"),
-                Err(e) => return e,
-            },
-            Err(e) => return e,
-        }
+    match watch.ready(tokio::io::Interest::ERROR).await {
+        Ok(_) => match watch.take_error() {
+            Ok(Some(e)) | Err(e) => e,
+            Ok(None) => io::Error::other("socket error"),
+        },
+        Err(e) => e,
     }
 }
 
@@ -611,6 +621,8 @@ struct Measurement {
     alpn: String,
     err: String,
     digest: String,
+    resumed: bool,
+    early_bytes: Option<u64>, // --resume: bytes of the 0-RTT packets the server accepted
 }
 
 fn now() -> f64 {
@@ -644,16 +656,109 @@ fn classify_conn(e: &ConnectionError, handshake_done: bool) -> String {
 struct Ctx {
     target: Target,
     tls: Arc<QuicClientConfig>,
+    warm_tls: Arc<QuicClientConfig>, // --resume's warm-up: the same config, no key log
     cc: Option<String>,
+    resume: bool,
     timeout: Duration,
     url: http::Uri,
 }
 
-async fn measure(c: &Ctx, body: &mut dyn Write) -> Measurement {
-    let mut m = Measurement::default();
-    let deadline = Instant::now() + c.timeout;
-    // A fresh UDP socket per measurement, connected: ENETUNREACH shows at connect(), an ICMP
-    // port unreachable on a later receive.
+/// The client's UDP socket, counting the bytes of the 0-RTT packets it sends (--resume's
+/// `early_data_bytes`): quinn's statistics count datagrams and frames, not packet types. The
+/// packet type and Length of a long header are not header-protected, so they can be read here.
+#[derive(Debug)]
+struct ZeroRttCounter {
+    inner: Arc<dyn AsyncUdpSocket>,
+    bytes: Arc<AtomicU64>,
+}
+
+impl AsyncUdpSocket for ZeroRttCounter {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        self.inner.clone().create_io_poller()
+    }
+    fn try_send(&self, t: &quinn::udp::Transmit) -> io::Result<()> {
+        self.inner.try_send(t)?;
+        // With GSO one transmit is several datagrams of segment_size bytes (the last shorter).
+        let size = t.segment_size.unwrap_or(t.contents.len()).max(1);
+        let n: usize = t.contents.chunks(size).map(zero_rtt_bytes).sum();
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(())
+    }
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [quinn::udp::RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        self.inner.poll_recv(cx, bufs, meta)
+    }
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+    fn max_transmit_segments(&self) -> usize {
+        self.inner.max_transmit_segments()
+    }
+    fn max_receive_segments(&self) -> usize {
+        self.inner.max_receive_segments()
+    }
+    fn may_fragment(&self) -> bool {
+        self.inner.may_fragment()
+    }
+}
+
+/// The bytes of the QUIC v1 0-RTT packets in a datagram (long header, type 01), walking its
+/// coalesced long-header packets by their Length fields (quinn puts a 0-RTT packet after the
+/// Initial in the first datagram): the packets' size, as quiche_perf and quicgo_perf count.
+fn zero_rtt_bytes(d: &[u8]) -> usize {
+    fn varint(b: &[u8]) -> Option<(usize, usize)> {
+        let first = *b.first()?;
+        let n = 1usize << (first >> 6);
+        let mut v = u64::from(first & 0x3f);
+        for byte in b.get(1..n)? {
+            v = (v << 8) | u64::from(*byte);
+        }
+        Some((v as usize, n))
+    }
+    let mut total = 0;
+    let mut i = 0;
+    while let Some(&first) = d.get(i) {
+        if first & 0x80 == 0 {
+            break; // a short-header packet takes the rest
+        }
+        let ty = (first & 0x30) >> 4;
+        let mut p = i + 5; // flags, version
+        let Some(&dcil) = d.get(p) else { break };
+        p += 1 + dcil as usize;
+        let Some(&scil) = d.get(p) else { break };
+        p += 1 + scil as usize;
+        if ty == 0 {
+            let Some((token, n)) = d.get(p..).and_then(varint) else {
+                break;
+            };
+            p += n + token;
+        }
+        let Some((len, n)) = d.get(p..).and_then(varint) else {
+            break;
+        };
+        let end = p + n + len;
+        if ty == 1 {
+            total += end.min(d.len()) - i;
+        }
+        i = end;
+    }
+    total
+}
+
+/// One measurement's socket and endpoint.
+struct Wire {
+    endpoint: quinn::Endpoint,
+    watch: tokio::net::UdpSocket, // the socket's error readiness (socket_error)
+    zero_rtt: Arc<AtomicU64>,
+}
+
+/// A fresh UDP socket per measurement, connected: ENETUNREACH shows at connect(), an ICMP port
+/// unreachable on a later receive.
+fn open(c: &Ctx, m: &mut Measurement) -> io::Result<Wire> {
     let bind: SocketAddr = if c.target.addr.is_ipv6() {
         "[::]:0"
     } else {
@@ -661,37 +766,32 @@ async fn measure(c: &Ctx, body: &mut dyn Write) -> Measurement {
     }
     .parse()
     .unwrap();
-    let sock = match UdpSocket::bind(bind).and_then(|s| s.connect(c.target.addr).map(|_| s)) {
-        Ok(s) => s,
-        Err(e) => {
-            m.err = format!("connect: {e}");
-            return m;
-        }
-    };
+    let sock = UdpSocket::bind(bind)?;
+    sock.connect(c.target.addr)?;
     m.local = sock.local_addr().ok();
+    let watch = sock.try_clone()?;
+    watch.set_nonblocking(true)?;
+    let watch = tokio::net::UdpSocket::from_std(watch)?;
     let runtime: Arc<dyn Runtime> = Arc::new(TokioRuntime);
-    let watch = sock.try_clone().and_then(|w| {
-        w.set_nonblocking(true)?;
-        tokio::net::UdpSocket::from_std(w)
-    });
-    let (endpoint, watch) = match watch.and_then(|w| {
-        let inner = runtime.wrap_udp_socket(sock)?;
-        Ok((
-            quinn::Endpoint::new_with_abstract_socket(
-                quinn::EndpointConfig::default(),
-                None,
-                inner,
-                runtime,
-            )?,
-            w,
-        ))
-    }) {
-        Ok(x) => x,
-        Err(e) => {
-            m.err = format!("connect: {e}");
-            return m;
-        }
+    let zero_rtt = Arc::new(AtomicU64::new(0));
+    let counter = ZeroRttCounter {
+        inner: runtime.wrap_udp_socket(sock)?,
+        bytes: zero_rtt.clone(),
     };
+    let endpoint = quinn::Endpoint::new_with_abstract_socket(
+        quinn::EndpointConfig::default(),
+        None,
+        Arc::new(counter),
+        runtime,
+    )?;
+    Ok(Wire {
+        endpoint,
+        watch,
+        zero_rtt,
+    })
+}
+
+fn client_config(c: &Ctx, tls: &Arc<QuicClientConfig>) -> quinn::ClientConfig {
     let mut transport = quinn::TransportConfig::default();
     // quinn's own idle timeout (30 s) must not end a measurement --timeout allows longer.
     transport
@@ -708,61 +808,170 @@ async fn measure(c: &Ctx, body: &mut dyn Write) -> Measurement {
         }
         _ => {} // quinn's default: CUBIC
     }
-    let mut config = quinn::ClientConfig::new(c.tls.clone());
+    let mut config = quinn::ClientConfig::new(tls.clone());
     config.transport_config(Arc::new(transport));
+    config
+}
+
+/// When the handshake completed, counted from the measurement's start.
+#[derive(Default)]
+struct Handshake {
+    t: f64,
+    cpu_ms: Option<f64>,
+    early_accepted: bool, // the server took the 0-RTT packets
+    cpu0: f64,
+}
+
+impl Handshake {
+    fn done(&mut self, early_accepted: bool) {
+        self.t = now();
+        self.cpu_ms = Some(proc_cpu_ms() - self.cpu0);
+        self.early_accepted = early_accepted;
+    }
+}
+
+async fn measure(c: &Ctx, tls: &Arc<QuicClientConfig>, body: &mut dyn Write) -> Measurement {
+    let mut m = Measurement::default();
+    let deadline = Instant::now() + c.timeout;
+    let wire = match open(c, &mut m) {
+        Ok(w) => w,
+        Err(e) => {
+            m.err = format!("connect: {e}");
+            return m;
+        }
+    };
     *NEGOTIATED.lock().unwrap() = ("", "");
+    CERT_PRESENTED.store(false, Ordering::SeqCst);
     m.t_start = now();
-    let cpu0 = proc_cpu_ms();
-    let connecting = match endpoint.connect_with(config, c.target.addr, &c.target.host) {
+    let mut hs = Handshake {
+        cpu0: proc_cpu_ms(),
+        ..Default::default()
+    };
+    let config = client_config(c, tls);
+    let connecting = match wire
+        .endpoint
+        .connect_with(config, c.target.addr, &c.target.host)
+    {
         Ok(x) => x,
         Err(e) => {
             m.err = format!("quic: {e}");
             return m;
         }
     };
-    let handshake = async {
-        tokio::select! {
-            c = connecting => c.map_err(|e| classify_conn(&e, false)),
-            e = socket_error(&watch) => Err(format!("connect: {e}")),
+    let run = connect_and_get(c, connecting, &wire, &mut m, &mut hs, body);
+    let result = tokio::time::timeout_at(deadline.into(), run).await;
+    match result {
+        Err(_) if hs.t == 0.0 => m.err = "timeout: handshake not done".into(),
+        Err(_) => m.err = "timeout: transfer not done".into(),
+        Ok(Err(e)) => m.err = e,
+        Ok(Ok(())) if m.status != 200 => m.err = format!("http: status {}", m.status),
+        Ok(Ok(())) => {}
+    }
+    if hs.t != 0.0 {
+        m.t_handshake = hs.t;
+        m.cpu_ms = hs.cpu_ms;
+        (m.cipher, m.group) = *NEGOTIATED.lock().unwrap();
+        // A resumed TLS 1.3 handshake carries no Certificate: rustls verifies none.
+        m.resumed = !CERT_PRESENTED.load(Ordering::SeqCst);
+        m.early_bytes = Some(if hs.early_accepted {
+            wire.zero_rtt.load(Ordering::Relaxed)
+        } else {
+            0
+        });
+    }
+    m
+}
+
+/// The handshake and the GET. With a ticket that allows early data (--resume), the GET leaves
+/// at once as 0-RTT (`into_0rtt`); without one, after the handshake.
+async fn connect_and_get(
+    c: &Ctx,
+    connecting: quinn::Connecting,
+    wire: &Wire,
+    m: &mut Measurement,
+    hs: &mut Handshake,
+    body: &mut dyn Write,
+) -> Result<(), String> {
+    let early = if c.resume {
+        connecting.into_0rtt()
+    } else {
+        Err(connecting)
+    };
+    let (conn, out) = match early {
+        Ok((conn, accepted)) => {
+            let out = get_early(c, &conn, accepted, &wire.watch, m, hs, body).await;
+            (conn, out)
+        }
+        Err(connecting) => {
+            let conn = tokio::select! {
+                c = connecting => c.map_err(|e| classify_conn(&e, false))?,
+                e = socket_error(&wire.watch) => return Err(format!("connect: {e}")),
+            };
+            // The Connecting future resolves when quinn's handshake is complete (the server's
+            // Finished verified, the client's queued).
+            hs.done(false);
+            let out = get(c, &conn, m, body).await;
+            (conn, out)
         }
     };
-    let conn = match tokio::time::timeout_at(deadline.into(), handshake).await {
-        Err(_) => {
-            m.err = "timeout: handshake not done".into();
-            return m;
-        }
-        Ok(Err(e)) => {
-            m.err = e;
-            return m;
-        }
-        Ok(Ok(conn)) => conn,
-    };
-    // The Connecting future resolves when quinn's handshake is complete (the server's Finished
-    // verified, the client's queued).
-    m.t_handshake = now();
-    m.cpu_ms = Some(proc_cpu_ms() - cpu0);
-    (m.cipher, m.group) = *NEGOTIATED.lock().unwrap();
     if let Some(hd) = conn
         .handshake_data()
         .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
     {
         m.alpn = String::from_utf8_lossy(hd.protocol.as_deref().unwrap_or_default()).into_owned();
     }
-    let result = tokio::time::timeout_at(deadline.into(), get(c, &conn, &mut m, body)).await;
-    match result {
-        Err(_) => m.err = "timeout: transfer not done".into(),
-        Ok(Err(e)) => m.err = e,
-        Ok(Ok(())) => {
-            if m.status != 200 {
-                m.err = format!("http: status {}", m.status);
+    // H3_NO_ERROR. Let the connection's task send its CONNECTION_CLOSE before the endpoint
+    // goes (one runtime thread: the task woken by close() runs before this one resumes).
+    conn.close(0x100u32.into(), b"");
+    tokio::task::yield_now().await;
+    out
+}
+
+/// The GET in 0-RTT while the handshake completes; `accepted` resolves at its end (quinn's
+/// Connected event), which is the handshake's time. A server that resumes but refuses the
+/// early data (quinn then fails the 0-RTT streams) gets the GET again in 1-RTT on the same
+/// connection, as quicgo_perf does.
+async fn get_early(
+    c: &Ctx,
+    conn: &quinn::Connection,
+    mut accepted: quinn::ZeroRttAccepted,
+    watch: &tokio::net::UdpSocket,
+    m: &mut Measurement,
+    hs: &mut Handshake,
+    body: &mut dyn Write,
+) -> Result<(), String> {
+    let first = {
+        let fetch = get(c, conn, &mut *m, &mut *body);
+        tokio::pin!(fetch);
+        loop {
+            tokio::select! {
+                // The handshake first: its end and the response's first data can be read in
+                // one wake-up, and it must be timed before them.
+                biased;
+                ok = &mut accepted, if hs.t == 0.0 => {
+                    if let Some(e) = conn.close_reason() {
+                        break Some(Err(classify_conn(&e, false)));
+                    }
+                    hs.done(ok);
+                    if !ok {
+                        break None;
+                    }
+                }
+                out = &mut fetch => break Some(out),
+                e = socket_error(watch) => break Some(Err(format!("connect: {e}"))),
             }
         }
+    }; // the 0-RTT attempt's h3 connection and streams are dropped here, before a second one
+    match first {
+        Some(out) => {
+            if out.is_ok() && hs.t == 0.0 {
+                // Not seen: 1-RTT data is read only after the handshake, which wakes first.
+                hs.done(accepted.await);
+            }
+            out
+        }
+        None => get(c, conn, m, body).await,
     }
-    conn.close(0x100u32.into(), b""); // H3_NO_ERROR
-    // Let the connection's task send its CONNECTION_CLOSE before the endpoint goes (one
-    // runtime thread: the task woken by close() runs before this one resumes).
-    tokio::task::yield_now().await;
-    m
 }
 
 async fn get(
@@ -779,12 +988,11 @@ async fn get(
         .build::<_, _, bytes::Bytes>(h3_quinn::Connection::new(conn.clone()))
         .await
         .map_err(|e| failed(&e))?;
-    let drive = tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
     let req = http::Request::get(c.url.clone())
         .header("user-agent", format!("quinn_perf/{TOOL_VERSION}"))
         .body(())
         .map_err(|e| format!("url: {e}"))?;
-    let out = async {
+    let request = async {
         let mut stream = send.send_request(req).await.map_err(|e| failed(&e))?;
         stream.finish().await.map_err(|e| failed(&e))?;
         let resp = stream.recv_response().await.map_err(|e| failed(&e))?;
@@ -807,10 +1015,15 @@ async fn get(
         m.t_done = now();
         m.digest = h.finalize().iter().map(|x| format!("{x:02x}")).collect();
         Ok(())
+    };
+    // The h3 driver (the control streams) is polled in this future, not a task of its own:
+    // dropping the future (a refused 0-RTT attempt) drops every stream of this h3 connection
+    // at once, before the next one reuses their stream IDs.
+    tokio::select! {
+        biased;
+        out = request => out,
+        e = std::future::poll_fn(|cx| driver.poll_close(cx)) => Err(failed(&e)),
     }
-    .await;
-    drive.abort();
-    out
 }
 
 /// --cpu: every 500 ms the process's share of one CPU and the machine's busy share.
@@ -950,7 +1163,7 @@ fn row(o: &Opts, target: Option<&Target>, m: &Measurement, rep: u32, cpu: Vec<Va
             json!(m.bytes as f64 * 8.0 / (m.t_done - m.t_start) / 1e6),
         );
     }
-    put("resumed", json!(false));
+    put("resumed", json!(m.resumed));
     put("cpu", Value::Array(cpu));
     put("rep", json!(rep));
     put("error", json!(m.err));
@@ -959,6 +1172,12 @@ fn row(o: &Opts, target: Option<&Target>, m: &Measurement, rep: u32, cpu: Vec<Va
     }
     if o.sha {
         put("sha256", json!(if ok { m.digest.as_str() } else { "" }));
+    }
+    if o.resume {
+        put(
+            "early_data_bytes",
+            m.early_bytes.map(|b| json!(b)).unwrap_or(Value::Null),
+        );
     }
     Value::Object(r)
 }
@@ -993,14 +1212,22 @@ fn main() {
     };
     let target = resolve_target(&o);
     let setup = target.as_ref().map_err(|e| e.clone()).and_then(|t| {
-        let tls = tls_config(&o, keylog)?;
+        let mut conf = tls_config(&o)?;
+        // The warm-up's secrets stay out of the key log (quiche_perf's and aioquic_perf's
+        // warm-ups log none); its clone shares the session store.
+        let warm_tls = quic_config(conf.clone())?;
+        if let Some(k) = keylog {
+            conf.key_log = k;
+        }
         Ok(Ctx {
             target: Target {
                 host: t.host.clone(),
                 addr: t.addr,
             },
-            tls,
+            tls: quic_config(conf)?,
+            warm_tls,
             cc: o.cc.clone(),
+            resume: o.resume,
             timeout: Duration::from_secs(o.timeout_s),
             url: o.url.parse().map_err(|_| format!("url: {}", o.url))?,
         })
@@ -1010,6 +1237,17 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
+    // --resume: an unprinted warm-up connection leaves the session ticket every measured one
+    // resumes (each then leaves its own newest tickets for the next); its error is every row's.
+    let setup = setup.and_then(|ctx| {
+        if o.resume {
+            let warm = rt.block_on(measure(&ctx, &ctx.warm_tls, &mut io::sink()));
+            if !warm.err.is_empty() {
+                return Err(warm.err);
+            }
+        }
+        Ok(ctx)
+    });
     let mut failed = false;
     let stdout = io::stdout();
     for rep in 0..o.n {
@@ -1018,7 +1256,7 @@ fn main() {
         }
         let sampler = o.cpu.then(Sampler::start);
         let m = match &setup {
-            Ok(ctx) => rt.block_on(measure(ctx, &mut body)),
+            Ok(ctx) => rt.block_on(measure(ctx, &ctx.tls, &mut body)),
             Err(e) => Measurement {
                 err: e.clone(),
                 ..Default::default()
