@@ -1,17 +1,15 @@
-"""The QUIC stacks' clients keep the client contract, against a real nginx (h3):
-aioquic_perf (clients/aioquic), quicgo_perf (clients/quicgo), quiche_perf (clients/quiche) and
-quinn_perf (clients/quinn).
+"""The QUIC stacks' clients keep the client contract, against a real nginx (h3): every stack
+client of the registry (tests/clients/stacks.py: a tool in its own image, not a browser;
+today aioquic, quicgo, quiche and quinn), so a stack added as data is tested here untouched.
 
 They share test_perf_tools.py's bed (nginx with --network none, the perf tools' client in its
-namespace, the blackhole on 9443); each joins that namespace from its own image
-(quicbed/aioquic:<AIOQUIC_VERSION>, quicbed/quicgo:<QUICGO_VERSION>, quicbed/quiche:<QUICHE_VERSION>,
-quicbed/quinn:<QUINN_VERSION>), built by images/build.sh
-once per module. The cases are the C tools':
-a fetch with the perf tools' row keys, bad input as error rows of the same categories (wrong
-CA, server down, timeout, 404...), usage errors (exit 2, no rows) and the options aioquic cannot
-do (exit 3, no rows). quicgo's `--streams N` (the object as N byte ranges on one connection)
-runs against the shipped Caddy and nginx (tests/server_box.py), which answer Range requests.
-"""
+namespace, the blackhole on 9443); each joins that namespace from its own image, built by
+images/build.sh once per module. The cases are the C tools': a fetch with the perf tools' row
+keys, bad input as error rows of the same categories (wrong CA, server down, timeout, 404...),
+usage errors (exit 2, no rows), what its descriptor does not offer of the contract's flags
+(exit 3, no rows) and every choice it does offer reaching the row. quicgo's `--streams N` (the
+object as N byte ranges on one connection) runs against the shipped Caddy and nginx
+(tests/server_box.py), which answer Range requests."""
 
 from __future__ import annotations
 
@@ -26,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from server_box import ServerBox, shared_content
+from stacks import cannot, chosen_groups, stack_clients
 from test_perf_tools import BAD, ROW_KEYS, TIMEOUT_S, Bed, assert_ordered, bed, common, docker, images
 
 from quicbed import servers
@@ -36,14 +35,7 @@ from quicbed.servers import content
 pytestmark = pytest.mark.docker
 __all__ = ["bed", "images"]  # the shared fixtures, imported to be used here
 
-STACKS = ["aioquic", "quicgo", "quiche", "quinn"]
-# What each stack's row says of itself: (tool, backend, tls_group).
-IDENTITY = {
-    "aioquic": ("aioquic", "aioquic", ""),
-    "quicgo": ("quicgo", "quic-go", "X25519"),
-    "quiche": ("quiche", "quiche", "X25519"),
-    "quinn": ("quinn", "quinn", "X25519"),
-}
+STACKS = stack_clients()  # the registry's: tests/clients/stacks.py
 
 
 @dataclass
@@ -103,8 +95,9 @@ def test_fetch_gives_the_perf_tools_row(aq: Stack) -> None:
         assert set(row) == ROW_KEYS | {"sha256"}, set(row) ^ ROW_KEYS
         assert row["error"] == "" and row["rep"] == rep and row["http_status"] == 200
         assert row["bytes"] == 100_000 and row["sha256"] == aq.bed.small_sha
-        assert (row["tool"], row["backend"], row["tls_group"]) == IDENTITY[aq.name]
-        assert row["protocol"] == "quic" and row["library"].startswith(IDENTITY[aq.name][1] + "/")
+        # What the row says of itself: the tool's name, and the library its backend names.
+        assert row["tool"] == aq.name and row["backend"], row
+        assert row["protocol"] == "quic" and row["library"].startswith(row["backend"] + "/")
         assert (row["tls_version"], row["http_version"]) == ("TLSv1.3", "3")
         assert row["cipher"].startswith("TLS_") and row["resumed"] is False
         assert row["tool_version"]
@@ -160,52 +153,34 @@ def test_usage_error_is_exit_2_without_rows(aq: Stack, args: list[str]) -> None:
     assert "usage:" in r.stderr
 
 
-# What each stack cannot do: (arguments, words of its one line on stderr).
-CANNOT = {
-    "aioquic": [
-        (["--groups", "X25519"], "key-exchange groups"),
-        (["--curl-timers"], "no libcurl"),
-        (["--cc", "bbr"], "no congestion control 'bbr'"),
-    ],
-    "quicgo": [
-        (["--qlog", "/tmp/q"], "qlog"),
-        (["--curl-timers"], "no libcurl"),
-        (["--cc", "cubic"], "congestion control"),
-    ],
-    "quiche": [
-        (["--qlog", "/tmp/q"], "qlog"),
-        (["--curl-timers"], "no libcurl"),
-        (["--groups", "X25519"], "key-exchange groups"),
-        (["--cc", "vegas"], "no congestion control 'vegas'"),
-    ],
-    "quinn": [
-        (["--qlog", "/tmp/q"], "qlog"),
-        (["--resume"], "--resume"),
-        (["--curl-timers"], "no libcurl"),
-        (["--cc", "vegas"], "no congestion control"),
-        (["--groups", "X25519MLKEM768"], "no such key-exchange group"),
-    ],
-}
-
-
 def test_what_a_stack_cannot_do_is_exit_3(aq: Stack) -> None:
-    for args, words in CANNOT[aq.name]:
+    """What its descriptor does not offer of the contract's flags (tests/clients/stacks.py)."""
+    for args, words in cannot(tools.get_tool(aq.name)):
         r = aq.run(*common(), *args)
         assert r.rc == tools.UNSUPPORTED_EXIT and r.rows == [], (args, r)
         assert words in r.stderr, (args, r.stderr)
 
 
 def test_what_a_stack_can_choose_reaches_the_row(aq: Stack) -> None:
-    """aioquic and quiche: their congestion controls; quic-go: the key-exchange groups (OpenSSL's
-    names); quinn: both (the groups rustls's ring provider has; the one negotiated is in the row)."""
-    if aq.name in ("aioquic", "quiche", "quinn"):
-        for cc in tools.get_tool(aq.name).options["cc"]:
-            r = aq.run(*common(), "--cc", cc)
-            assert r.rc == 0 and r.rows[0]["cc"] == cc, r
-        if aq.name in ("aioquic", "quiche"):  # neither lets the groups be chosen (exit 3)
-            return
-    expect = {"quicgo": ["secp256r1", "X25519MLKEM768"], "quinn": ["secp256r1", "secp384r1"]}
-    for groups in expect[aq.name]:
+    """Every congestion control and key-exchange choice its descriptor offers: the row names
+    the one used (the group: the first of those the option gives)."""
+    tool = tools.get_tool(aq.name)
+    for cc in tool.options.get("cc", ()):
+        r = aq.run(*common(), tool.flags["cc"], cc)
+        assert r.rc == 0 and r.rows[0]["cc"] == cc, r
+    for value, group in chosen_groups(tool).items():
+        r = aq.run(*common(), tool.flags["kex"], tool.values["kex"].get(value, value))
+        assert r.rc == 0 and r.rows[0]["tls_group"] == group, r
+    if "kex" in tool.options:
+        r = aq.run(*common(), tool.flags["kex"], "ffdhe9999")
+        assert r.rc == 1 and "does not know" in r.rows[0]["error"], r
+
+
+@pytest.mark.parametrize("aq", ["quinn"], indirect=True)
+def test_quinn_takes_the_groups_its_crypto_provider_has(aq: Stack) -> None:
+    """quinn offers no `kex` option (ring has no X25519MLKEM768, exit 3), but --groups takes
+    the groups rustls's ring provider has; the one negotiated is in the row."""
+    for groups in ["secp256r1", "secp384r1"]:
         r = aq.run(*common(), "--groups", groups)
         assert r.rc == 0 and r.rows[0]["tls_group"] == groups, r
     r = aq.run(*common(), "--groups", "ffdhe9999")

@@ -1,6 +1,6 @@
 """The QUIC stacks' clients on the real emulated path (india, 80 ms), run by `quicbed run`,
-each in its own image: aioquic (clients/aioquic), quic-go (clients/quicgo), quiche
-(clients/quiche) and quinn (clients/quinn).
+each in its own image: every stack client of the registry (tests/clients/stacks.py; today
+aioquic, quic-go, quiche and quinn), with the variants its descriptor offers.
 
 One bring-up per client (an experiment's clients share one image): a tiny experiment names
 the client against Caddy (quic-go), nginx and HAProxy (each its own QUIC stack); the tests
@@ -20,31 +20,43 @@ import sys
 from pathlib import Path
 
 import pytest
+from stacks import stack_clients
 
 from quicbed.analysis.physics import net_connection_rtts, row_connection_within
 from quicbed.clients import tools
-from quicbed.paths import read_versions
 
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
 SERVERS = ["caddy", "nginx", "haproxy"]
 REPETITIONS = 3
-# client -> (its versions.env key, the row's backend, the command the manifest records)
-STACKS = {
-    "aioquic": ("AIOQUIC_VERSION", "aioquic", "aioquic_perf"),
-    "quicgo": ("QUICGO_VERSION", "quic-go", "quicgo_perf"),
-    "quiche": ("QUICHE_VERSION", "quiche", "quiche_perf"),
-    "quinn": ("QUINN_VERSION", "quinn", "quinn_perf"),
-}
-# quic-go and aioquic also resume a warm-up's session, with the request in 0-RTT; quic-go also
-# fetches its object as 30 ranges on 30 streams of one connection (so a 1 MB object).
-CLIENTS = {
-    "aioquic": '{tool: aioquic}, {tool: aioquic, resume: "yes"}',
-    "quicgo": '{tool: quicgo}, {tool: quicgo, resume: "yes"}, {tool: quicgo, streams: "30"}',
-    "quiche": "{tool: quiche}",
-    "quinn": "{tool: quinn}",
-}
-WORKLOADS = {"quicgo": "{kind: cloud, files: [1MB]}"}  # the others: a landing page
+STACKS = stack_clients()
+
+
+def offers(name: str, option: str, value: str) -> bool:
+    return value in tools.get_tool(name).options.get(option, ())
+
+
+RESUMING = [name for name in STACKS if offers(name, "resume", "yes")]
+STREAMING = [name for name in STACKS if offers(name, "streams", "30")]
+
+
+def clients_of(name: str) -> list[str]:
+    """The experiment's client entries: fresh connections, and each variant the descriptor
+    offers: a warm-up's session resumed, with the request in 0-RTT ("resume"); the object as
+    30 ranges on 30 streams of one connection ("streams", so a 1 MB object)."""
+    entries = [f"{{tool: {name}}}"]
+    entries += [f'{{tool: {name}, resume: "yes"}}'] if name in RESUMING else []
+    entries += [f'{{tool: {name}, streams: "30"}}'] if name in STREAMING else []
+    return entries
+
+
+def workload_of(name: str) -> str:
+    """30 streams need an object to split: 1 MB; the others a landing page."""
+    if name in STREAMING:
+        return "{kind: cloud, files: [1MB]}"
+    return "{kind: web, objects: [index.html]}"
+
+
 EXPERIMENT = """name: {client}-path
 profiles: [india]
 servers: [{servers}]
@@ -69,9 +81,9 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
     experiment.write_text(
         EXPERIMENT.format(
             client=client,
-            clients=CLIENTS[client],
+            clients=", ".join(clients_of(client)),
             servers=", ".join(SERVERS),
-            workload=WORKLOADS.get(client, "{kind: web, objects: [index.html]}"),
+            workload=workload_of(client),
             repetitions=REPETITIONS,
         )
     )
@@ -101,14 +113,15 @@ def _rows(run_dir: Path, variant: str = "") -> list[dict]:
 def test_the_executor_runs_the_clients_own_image(run_dir: Path) -> None:
     manifest = json.loads((run_dir / "manifest.json").read_text())
     (client,) = manifest["executor"]["client_tools"]
-    key, backend, command = STACKS[client]
-    version = read_versions()[key]
-    assert manifest["executor"]["client_image"]["image"] == f"quicbed/{client}:{version}"
-    assert manifest["executor"]["client_tools"][client]["command"] == [command]
-    assert manifest["versions"][key] == version
+    tool = tools.get_tool(client)
+    version = tool.image.rsplit(":", 1)[1]  # the tag: its versions.env pin
+    assert manifest["executor"]["client_image"]["image"] == tool.image
+    assert manifest["executor"]["client_tools"][client]["command"] == list(tool.command)
+    assert version in manifest["versions"].values(), manifest["versions"]
     rows = [r for variant in ("", *VARIANTS) for r in _rows(run_dir, variant)]
-    assert len(rows) == len(SERVERS) * REPETITIONS * CLIENTS[client].count("tool:")
-    assert all(r["error"] is None and r["backend"] == backend for r in rows), rows
+    assert len(rows) == len(SERVERS) * REPETITIONS * len(clients_of(client))
+    (backend,) = {r["backend"] for r in rows}
+    assert backend and all(r["error"] is None for r in rows), rows
     # The version the descriptor says it reports reaches every row.
     assert all(r["library"].startswith(f"{backend}/{version} ") for r in rows), rows[0]["library"]
 
@@ -141,7 +154,7 @@ def test_a_fresh_connection_takes_one_rtt(run_dir: Path, server: str) -> None:
 EARLY_DATA = {"caddy": True, "nginx": False, "haproxy": False}
 
 
-@pytest.mark.parametrize("run_dir", ["quicgo", "aioquic"], indirect=True)
+@pytest.mark.parametrize("run_dir", RESUMING, indirect=True)
 @pytest.mark.parametrize("server", SERVERS)
 def test_a_resumed_connection_sends_its_request_in_0rtt_where_the_server_takes_it(
     run_dir: Path, server: str
@@ -160,10 +173,10 @@ def test_a_resumed_connection_sends_its_request_in_0rtt_where_the_server_takes_i
         assert early == [0] * REPETITIONS and 2.0 <= ttfb < 2.2, (ttfb, rows)
 
 
-@pytest.mark.parametrize("run_dir", ["quicgo"], indirect=True)
+@pytest.mark.parametrize("run_dir", STREAMING, indirect=True)
 @pytest.mark.parametrize("server", SERVERS)
 def test_thirty_streams_fetch_the_object_once_on_one_connection(run_dir: Path, server: str) -> None:
-    """quicgo_perf --streams 30: the 1 MB object as 30 byte ranges, every one whole, on one QUIC
+    """--streams 30 (quicgo_perf's today): the 1 MB object as 30 byte ranges, every one whole, on one QUIC
     connection counted on the wire; its first byte comes one RTT after the handshake."""
     rows = [r for r in _rows(run_dir, "-s30") if r["server"] == server]
     assert len(rows) == REPETITIONS and all(r["error"] is None for r in rows), rows
