@@ -18,6 +18,12 @@ use quicbed_quiche::{library, negotiated, now, random_cid, watch_handshakes, Neg
 use quiche::h3::NameValue;
 use serde_json::json;
 
+// Shared with the other Rust stack (clients/wire/README.md); each program uses part of it.
+#[allow(dead_code)]
+#[path = "../../../wire/wire.rs"]
+mod wire;
+use wire::byte_range;
+
 const MAX_DATAGRAM: usize = 1350; // quiche's examples' payload size
 const CHUNK: usize = 64 * 1024; // read from a file this much at a time
 const HEALTH: &str = "/.quicbed-health";
@@ -493,45 +499,6 @@ fn respond(method: &str, raw_path: &str, range: Option<&str>, root: &Path) -> Re
     }
     r.headers = Some(headers);
     r
-}
-
-/// The one byte range a GET's `Range` header asks of a file of `total` bytes (RFC 9110 §14):
-/// `Some(Ok((first, last)))` for a satisfiable range (206), `Some(Err(()))` for an
-/// unsatisfiable one (416), None to ignore the header and send the whole file (200): several
-/// ranges, a unit other than bytes, anything malformed.
-fn byte_range(value: &str, total: u64) -> Option<Result<(u64, u64), ()>> {
-    let (unit, spec) = value.trim().split_once('=')?;
-    if !unit.eq_ignore_ascii_case("bytes") || spec.contains(',') {
-        return None;
-    }
-    let (a, b) = spec.trim().split_once('-')?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
-    // Past u64: a first byte beyond any file, a last byte or suffix longer than any.
-    let number = |s: &str| s.parse::<u64>().unwrap_or(u64::MAX);
-    if a.is_empty() {
-        // bytes=-N: the last N bytes (all of a shorter file); N = 0 selects nothing.
-        if !digits(b) {
-            return None;
-        }
-        let n = number(b);
-        return match (n, total) {
-            (0, _) => Some(Err(())),
-            (_, 0) => None, // no byte to name in a content-range: the (empty) whole file
-            _ => Some(Ok((total - n.min(total), total - 1))),
-        };
-    }
-    if !digits(a) || !(b.is_empty() || digits(b)) {
-        return None;
-    }
-    let first = number(a);
-    let last = if b.is_empty() { u64::MAX } else { number(b) };
-    if last < first {
-        return None; // invalid: ignored
-    }
-    if first >= total {
-        return Some(Err(()));
-    }
-    Some(Ok((first, last.min(total - 1))))
 }
 
 /// A regular file under root named by a URL path, and its size; None for anything else

@@ -26,6 +26,12 @@ use rustls::{
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
+// Shared with the other Rust stack (clients/wire/README.md); each program uses part of it.
+#[allow(dead_code)]
+#[path = "../../../wire/wire.rs"]
+mod wire;
+use wire::zero_rtt_bytes;
+
 const TOOL: &str = "quinn"; // the row's tool: the client's name in the testbed
 const TOOL_VERSION: &str = env!("CARGO_PKG_VERSION");
 const EXIT_UNSUPPORTED: i32 = 3;
@@ -704,49 +710,6 @@ impl AsyncUdpSocket for ZeroRttCounter {
     fn may_fragment(&self) -> bool {
         self.inner.may_fragment()
     }
-}
-
-/// The bytes of the QUIC v1 0-RTT packets in a datagram (long header, type 01), walking its
-/// coalesced long-header packets by their Length fields (quinn puts a 0-RTT packet after the
-/// Initial in the first datagram): the packets' size, as quiche_perf and quicgo_perf count.
-fn zero_rtt_bytes(d: &[u8]) -> usize {
-    fn varint(b: &[u8]) -> Option<(usize, usize)> {
-        let first = *b.first()?;
-        let n = 1usize << (first >> 6);
-        let mut v = u64::from(first & 0x3f);
-        for byte in b.get(1..n)? {
-            v = (v << 8) | u64::from(*byte);
-        }
-        Some((v as usize, n))
-    }
-    let mut total = 0;
-    let mut i = 0;
-    while let Some(&first) = d.get(i) {
-        if first & 0x80 == 0 {
-            break; // a short-header packet takes the rest
-        }
-        let ty = (first & 0x30) >> 4;
-        let mut p = i + 5; // flags, version
-        let Some(&dcil) = d.get(p) else { break };
-        p += 1 + dcil as usize;
-        let Some(&scil) = d.get(p) else { break };
-        p += 1 + scil as usize;
-        if ty == 0 {
-            let Some((token, n)) = d.get(p..).and_then(varint) else {
-                break;
-            };
-            p += n + token;
-        }
-        let Some((len, n)) = d.get(p..).and_then(varint) else {
-            break;
-        };
-        let end = p + n + len;
-        if ty == 1 {
-            total += end.min(d.len()) - i;
-        }
-        i = end;
-    }
-    total
 }
 
 /// One measurement's socket and endpoint.
