@@ -143,6 +143,25 @@ def firefox_prefs(args: argparse.Namespace) -> dict[str, Any]:
     return prefs
 
 
+# A port nothing in the client container listens on, and not one of the fetch standard's
+# blocked ports (Firefox refuses 9, say, before it opens a channel).
+CLOSED_LOOPBACK_URL = "https://127.0.0.1:2/"
+
+
+def open_alt_svc_store(bidi: BidiSession, context: str) -> None:
+    """Firefox reads its Alt-Svc store from the profile asynchronously, and a request made
+    before the store is ready ignores alt-svc-mapping-for-testing (MOZ_LOG=nsHttp:5 says "skip
+    when storage is not ready"): the document would go over TCP and only the page's resources
+    over QUIC. One request refused on the container's loopback opens the store, and sends no
+    packet on the emulated path."""
+    with contextlib.suppress(BidiError, TimeoutError):
+        bidi.send(
+            "browsingContext.navigate",
+            {"context": context, "url": CLOSED_LOOPBACK_URL, "wait": "complete"},
+            timeout=10,
+        )
+
+
 def user_js(prefs: dict[str, Any]) -> str:
     return "".join(f"user_pref({json.dumps(k)}, {json.dumps(v)});\n" for k, v in prefs.items())
 
@@ -240,6 +259,10 @@ class FirefoxLoad(BrowserLoad):
             MOZ_HEADLESS="1",
             MOZ_CRASHREPORTER_DISABLE="1",
             MOZ_DISABLE_AUTO_SAFE_MODE="1",
+            # A release build ignores services.settings.server unless this is set, and would
+            # fetch Remote Settings from firefox.settings.services.mozilla.com, which
+            # network.dns.forceResolve sends to the server: TLS handshakes on the measured path.
+            MOZ_REMOTE_SETTINGS_DEVTOOLS="1",
         )
         return profile, env
 
@@ -331,6 +354,8 @@ class FirefoxLoad(BrowserLoad):
         version = (session.get("capabilities") or {}).get("browserVersion") or versions["firefox"]
         self.row.update(tool_version=version, library=f"{PACKAGE} {version}; webdriver-bidi (built in)")
         context = bidi.send("browsingContext.getTree", {})["contexts"][0]["context"]
+        if args.protocol == "quic":
+            open_alt_svc_store(bidi, context)
         bidi.on("network.beforeRequestSent", self.on_request)
         bidi.on("network.responseCompleted", self.on_response)
         bidi.on("network.fetchError", self.on_failed)
@@ -363,7 +388,9 @@ class FirefoxLoad(BrowserLoad):
         url = urlsplit(args.url)
         port = url.port or 443
         address = next(r.address for r in args.resolve if r.port == port)
-        ends = local_endpoints(marked_pids(self.token), address, port)
+        ends = local_endpoints(
+            marked_pids(self.token), address, port, unconnected_udp=args.protocol == "quic"
+        )
         self.row.update(remote_ip=address, remote_port=port)
         if len(ends) == 1:
             self.row["local_ip"], self.row["local_port"] = ends[0]

@@ -216,9 +216,13 @@ def _hex_endpoint(text: str) -> tuple[str, int]:
     return ip, int(port, 16)
 
 
-def local_endpoints(pids: list[int], remote_ip: str, remote_port: int) -> list[tuple[str, int]]:
+def local_endpoints(
+    pids: list[int], remote_ip: str, remote_port: int, unconnected_udp: bool = False
+) -> list[tuple[str, int]]:
     """The local (ip, port) of the browser's sockets connected to the server (TCP, or the
-    connected UDP socket of a QUIC connection), from /proc/net."""
+    connected UDP socket of a QUIC connection), from /proc/net. With `unconnected_udp`, also
+    the browser's UDP sockets connected to nobody: Firefox's QUIC socket is not always
+    connect()ed, and then its remote end reads 0.0.0.0:0."""
     inodes = _socket_inodes(pids)
     found = []
     for table in ("tcp", "tcp6", "udp", "udp6"):
@@ -229,7 +233,8 @@ def local_endpoints(pids: list[int], remote_ip: str, remote_port: int) -> list[t
                     continue
                 with contextlib.suppress(ValueError):
                     remote = _hex_endpoint(cols[2])
-                    if remote == (remote_ip, remote_port):
+                    loose = unconnected_udp and table.startswith("udp") and remote[1] == 0
+                    if remote == (remote_ip, remote_port) or loose:
                         found.append(_hex_endpoint(cols[1]))
     return sorted(set(found))
 

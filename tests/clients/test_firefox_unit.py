@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import socket
 import struct
@@ -163,3 +164,23 @@ def test_bidi_session_gets_results_events_and_a_closed_socket() -> None:
         session.send("browsingContext.navigate", {}, timeout=5)
     session.close()
     server.close()
+
+
+def test_an_unconnected_udp_socket_counts_only_when_asked() -> None:
+    """Firefox's QUIC socket is at times bound but not connect()ed (its remote end reads
+    0.0.0.0:0 in /proc/net/udp): the QUIC row finds it by asking for unconnected UDP sockets,
+    and a TCP row never takes one."""
+    proc_watch = sys.modules["proc_watch"]
+    server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    connected = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    loose = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with server, connected, loose:
+        server.bind(("127.0.0.1", 0))
+        connected.connect(server.getsockname())
+        loose.bind(("127.0.0.1", 0))
+        ip, port = server.getsockname()
+        me = [os.getpid()]
+        strict = proc_watch.local_endpoints(me, ip, port)
+        assert strict == [connected.getsockname()], strict
+        found = proc_watch.local_endpoints(me, ip, port, unconnected_udp=True)
+        assert {connected.getsockname(), loose.getsockname()} <= set(found), found
