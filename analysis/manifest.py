@@ -214,6 +214,7 @@ def runner_entry(
         "forced": cal.get("forced", False),
         "link_backend": full.get("backend"),
         "backend_reason": full.get("backend_reason"),
+        "delayline_priority": (full.get("link") or {}).get("delayline_priority"),
         "failed_checks": [
             f"{c.get('metric')} {c.get('direction')}: {c.get('measured')} "
             f"(configured {c.get('configured')}, {c.get('tolerance', '')})"

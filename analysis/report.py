@@ -377,11 +377,15 @@ def calibration_table(manifests: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def backend_shown(e: dict[str, Any]) -> str:
-    """The backend that carried the condition, and why it was chosen on that host."""
+    """The backend that carried the condition, and why it was chosen on that host; and a
+    delay line that ran without real-time priority, whose packets busy endpoints can delay."""
     backend, reason = e.get("link_backend"), e.get("backend_reason")
     if not backend:
         return "–"
-    return f"{backend} ({reason})" if reason else str(backend)
+    shown = f"{backend} ({reason})" if reason else str(backend)
+    if str(e.get("delayline_priority") or "").startswith("default"):
+        shown += "; the delay line ran at the default priority: busy endpoints can delay packets"
+    return shown
 
 
 def overhead_table(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> pd.DataFrame:

@@ -12,7 +12,8 @@ from analysis_synthetic import Model, write_run
 from quicbed.analysis import load_runs, main_report, write_report
 from quicbed.analysis.claims import FAILS, HOLDS, NO_DATA, evaluate
 from quicbed.analysis.figures import make_figures
-from quicbed.analysis.report import flags
+from quicbed.analysis.manifest import runner_entry
+from quicbed.analysis.report import backend_shown, flags
 from quicbed.workloads import PAGELOAD
 from quicbed.workloads.metrics import CONNECTION, PAGE_CONNECTION
 
@@ -267,3 +268,22 @@ def test_the_pooled_clients_flag_names_only_clients_whose_trials_share_a_table()
     pooled = frame([("quic-h3", "india", "web"), ("quic-h3-ngtcp2", "india", "web")])
     (flag,) = [f for f in flags(pooled, []) if "several clients" in f]
     assert "quic-h3, quic-h3-ngtcp2" in flag
+
+
+@pytest.mark.parametrize(
+    ("priority", "warned"),
+    [
+        ("SCHED_FIFO 50", False),
+        ("default (no real-time priority: busy endpoints can delay packets)", True),
+        (None, False),
+    ],
+)
+def test_a_delay_line_without_real_time_priority_is_said_beside_the_backend(priority, warned):
+    """The calibration's link record names the delay line's priority; the report's backend
+    cell says when it ran without SCHED_FIFO (busy endpoints then delay packets)."""
+    link = {"delayline_priority": priority} if priority else {}
+    calibration = {"backend": "delayline", "backend_reason": "no sch_netem", "link": link}
+    entry = runner_entry("r1", "c0", {"calibration": {"rtt_ms": 80.0, "calibration": calibration}})
+    shown = backend_shown(entry)
+    assert shown.startswith("delayline (no sch_netem)")
+    assert ("default priority" in shown) == warned, shown

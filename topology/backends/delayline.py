@@ -144,7 +144,17 @@ class DelayLineBackend(Backend):
             "backend": self.name,
             "delayline_sha256": _sha256(DELAYLINE_BINARY)[:16],
             "delayline_seed": str(self.seed),
+            "delayline_priority": self.priority(),
         }
+
+    def priority(self) -> str:
+        """How the delay lines are scheduled: SCHED_FIFO, ahead of the endpoints' processes,
+        or the default priority where the host refused it (then busy endpoints can hold
+        packets back by a scheduler slice, milliseconds: delayline.c's take_realtime)."""
+        flags = {self.applied(direction).get("realtime") for direction, _ in self.SIDES}
+        if flags == {1}:
+            return "SCHED_FIFO 50"
+        return "default (no real-time priority: busy endpoints can delay packets)"
 
 
 def delayline_config(spec: LinkSpec, delay_ms: float, seed: int, generation: int, rtt_ms: float = 0.0) -> str:
