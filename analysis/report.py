@@ -383,7 +383,7 @@ def backend_shown(e: dict[str, Any]) -> str:
     if not backend:
         return "–"
     shown = f"{backend} ({reason})" if reason else str(backend)
-    if str(e.get("delayline_priority") or "").startswith("default"):
+    if e.get("delayline_priority") == "default":  # DelayLineBackend.priority()
         shown += "; the delay line ran at the default priority: busy endpoints can delay packets"
     return shown
 

@@ -4,6 +4,7 @@ one connection and a transfer at 5 % loss, drawn and reported; each check can fa
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -149,7 +150,9 @@ def test_a_client_that_exits_3_is_unsupported_not_failed() -> None:
     read "unsupported"; neither is a failure, nor a measurement."""
     video = pd.DataFrame([trial("video-quic", server, "quic", 1.0, 1.0) for server in ("caddy", "nginx")] * 3)
     cannot = rows().query("client == 'quic-h3'")
-    cannot = cannot.assign(client="quic-h3-resume", connection_time_ms=None, error="unsupported: --resume")
+    cannot = cannot.assign(
+        client="quic-h3-resume", connection_time_ms=math.nan, error="unsupported: --resume"
+    )
     found = stack_matrix.cells(pd.concat([rows(), video, cannot]))
     for client in ("video-quic", "quic-h3"):
         mine = cell(found, client, "caddy")
@@ -189,9 +192,8 @@ def test_quicgos_streams_variant_sits_in_quicgos_cell_and_a_server_ignoring_rang
     fresh = pd.DataFrame([trial("quicgo", server, "quic", 1.0, 1.0) for server in ("caddy", "nginx")] * 5)
     streams = fresh.assign(client="quicgo-s30", streams=30, streams_completed=30, connections=1)
     ignored = "http: stream 0: status 200 to a Range request (the server ignores Range)"
-    refused = streams[streams["server"] == "nginx"].assign(
-        error=ignored, download_time_ms=None, streams=None, streams_completed=None, connections=None
-    )
+    measured = ("download_time_ms", "streams", "streams_completed", "connections")
+    refused = streams[streams["server"] == "nginx"].assign(error=ignored, **dict.fromkeys(measured, math.nan))
     streams = pd.concat([streams[streams["server"] == "caddy"], refused])
     found = stack_matrix.cells(pd.concat([rows(), fresh, streams]))
     assert {c.client for c in found} == {"quic-h3", "tls1.3-h2", "quicgo"}
@@ -215,7 +217,7 @@ def test_page_loads_and_small_objects_are_left_out() -> None:
     data = rows()
     browser = data.assign(client="chromium-quic", tool="chromium", page_load_time_ms=900.0)
     failed_browser = data.assign(
-        client="chromium-quic", tool="chromium", error="timeout", connection_time_ms=None
+        client="chromium-quic", tool="chromium", error="timeout", connection_time_ms=math.nan
     )
     small = data.assign(object="1KB")
     found = stack_matrix.cells(pd.concat([data, browser, failed_browser]))

@@ -148,13 +148,12 @@ class DelayLineBackend(Backend):
         }
 
     def priority(self) -> str:
-        """How the delay lines are scheduled: SCHED_FIFO, ahead of the endpoints' processes,
-        or the default priority where the host refused it (then busy endpoints can hold
-        packets back by a scheduler slice, milliseconds: delayline.c's take_realtime)."""
+        """How the delay lines are scheduled: "SCHED_FIFO 50", ahead of the endpoints'
+        processes, or "default" where the host refused it (then busy endpoints can hold
+        packets back by a scheduler slice, milliseconds: delayline.c's take_realtime; the
+        report says so beside the backend)."""
         flags = {self.applied(direction).get("realtime") for direction, _ in self.SIDES}
-        if flags == {1}:
-            return "SCHED_FIFO 50"
-        return "default (no real-time priority: busy endpoints can delay packets)"
+        return "SCHED_FIFO 50" if flags == {1} else "default"
 
 
 def delayline_config(spec: LinkSpec, delay_ms: float, seed: int, generation: int, rtt_ms: float = 0.0) -> str:
