@@ -33,9 +33,9 @@ from .physics import (
     slow_start_deficit_s,
     slow_start_rounds,
 )
-from .stack_matrix import finite_number, fresh_rows, model_and_measured_s
+from .stack_matrix import fresh_rows, model_and_measured_s
 from .stacks import StackWindow, transport
-from .stats import Estimate, median_ci
+from .stats import Estimate, finite_number, median_ci
 
 # Half the matrix's 3 % bands (GOODPUT_OF_MODEL 0.97, CONNECTION_EXCESS 3 %): a smaller gap
 # could not move a cell across a verdict, however tight its CIs.
@@ -125,7 +125,7 @@ def trial_samples(rows: pd.DataFrame) -> pd.DataFrame:
             "rtt_ms": rtt,
             "rate_mbit": finite_number(r.get("rate_down_mbit")),
             "client_cpu_ms": finite_number(r.get("client_cpu_ms")),
-            "cpu_bound": finite_number(r.get("cpu_bound")) == 1,
+            "cpu_bound": r.get("cpu_bound") in (True, 1),  # a bool, or NaN where a row lacks it
         }
         times = model_and_measured_s(r, setup)
         if times:

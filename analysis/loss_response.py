@@ -73,6 +73,8 @@ from typing import Any
 
 from quicbed.clients.tools import TOOLS
 
+from .stats import finite_number
+
 # A full TCP segment's payload with timestamps (1500 − 20 IP − 20 TCP − 12 options); also the
 # calibration's TCP_PAYLOAD_SHARE. QUIC packets on these paths carry about as much.
 PACKET_BYTES = 1448
@@ -180,7 +182,7 @@ def measured_down_loss(calibration: Mapping[str, Any] | None) -> float | None:
         if not isinstance(check, Mapping):
             continue
         if check.get("metric") == "loss_pct" and check.get("direction") == "down":
-            return _number(check.get("measured"))
+            return finite_number(check.get("measured"))
     return None
 
 
@@ -192,8 +194,8 @@ def path_loss(
 ) -> PathLoss | None:
     """The path a bound rests on: the measured loss, else the configured one; None without an
     RTT or any loss figure."""
-    rtt, rate = _number(rtt_ms), _number(rate_mbit)
-    measured, configured = _number(measured_loss_pct), _number(configured_loss_pct)
+    rtt, rate = finite_number(rtt_ms), finite_number(rate_mbit)
+    measured, configured = finite_number(measured_loss_pct), finite_number(configured_loss_pct)
     if rtt is None or rtt <= 0:
         return None
     if measured is not None:
@@ -210,13 +212,13 @@ def is_demand_limited(row: Mapping[str, Any]) -> bool:
 def goodput_mbit(row: Mapping[str, Any]) -> float | None:
     """Payload bytes over the time they took (see the module docstring), Mbit/s; None for a
     row without both (a failed trial)."""
-    size = _number(row.get("bytes"))
+    size = finite_number(row.get("bytes"))
     if size is None or size <= 0:
         return None
-    download_ms = _number(row.get("download_time_ms"))
+    download_ms = finite_number(row.get("download_time_ms"))
     if download_ms is not None and download_ms > 0 and row.get("tool") not in BROWSER_TOOLS:
         return size * 8 / (download_ms * 1e3)
-    start, done = _number(row.get("t_start")), _number(row.get("t_done"))
+    start, done = finite_number(row.get("t_start")), finite_number(row.get("t_done"))
     if start is None or done is None or done <= start:
         return None
     return size * 8 / ((done - start) * 1e6)
@@ -254,7 +256,7 @@ def row_columns(row: Mapping[str, Any], path: PathLoss | None) -> dict[str, Any]
 def runner_columns(row: Mapping[str, Any], calibration: Mapping[str, Any] | None) -> dict[str, Any]:
     """What the runner adds to a row it writes, from the condition's calibration dict (the
     executor's summary: `rtt_ms`, and the full calibration with its checks)."""
-    rtt = _number((calibration or {}).get("rtt_ms"))
+    rtt = finite_number((calibration or {}).get("rtt_ms"))
     path = path_loss(
         measured_down_loss(calibration),
         row.get("loss_pct"),
@@ -262,17 +264,6 @@ def runner_columns(row: Mapping[str, Any], calibration: Mapping[str, Any] | None
         row.get("rate_down_mbit"),
     )
     return row_columns(row, path)
-
-
-def _number(value: Any) -> float | None:
-    """A finite float, or None (missing, NaN, not a number, a bool)."""
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def stack_label(server: str, protocol: str, tcp_cc: object = None) -> str:

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .stats import finite_number
+
 PARTS = ("bringup_s", "calibration_s", "server_start_s")
 
 
@@ -47,18 +49,14 @@ class Overhead:
         return statistics.median(self.per_trial) if self.per_trial else None
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def account(rows: Iterable[Mapping[str, Any]], manifest: Mapping[str, Any]) -> list[Overhead]:
     """Per condition, in the order conditions first appear in the rows."""
     by_cond: dict[str, Overhead] = {}
     for row in rows:
         cond = str(row.get("condition", "?"))
         acc = by_cond.setdefault(cond, Overhead(cond))
-        wall, transfer = _number(row.get("wall_s")), _number(row.get("transfer_s"))
-        tool_wall = _number(row.get("tool_wall_s"))
+        wall, transfer = finite_number(row.get("wall_s")), finite_number(row.get("transfer_s"))
+        tool_wall = finite_number(row.get("tool_wall_s"))
         acc.trials += 1
         acc.trial_wall_s += wall or 0.0
         if transfer is not None and wall is not None:
@@ -69,7 +67,7 @@ def account(rows: Iterable[Mapping[str, Any]], manifest: Mapping[str, Any]) -> l
     conditions = manifest.get("conditions", {}) or {}
     for cond, acc in by_cond.items():
         timing = ((conditions.get(cond) or {}).get("calibration") or {}).get("timing") or {}
-        acc.setup = {k: float(timing[k]) for k in PARTS if _number(timing.get(k)) is not None}
+        acc.setup = {k: float(timing[k]) for k in PARTS if finite_number(timing.get(k)) is not None}
     return list(by_cond.values())
 
 

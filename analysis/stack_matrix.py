@@ -46,7 +46,7 @@ from quicbed.servers.pairing import Spoken, speaks
 from .loss_response import BROWSER_TOOLS
 from .model import is_failed, parse_size
 from .physics import GOODPUT_OF_MODEL, HANDSHAKE_RTTS, net_connection_rtts, row_upper_rtts, tcp_download_s
-from .stats import Estimate, median_ci
+from .stats import Estimate, finite_number, median_ci
 
 PASS, FAIL, NO_DATA, UNSUPPORTED = "pass", "fail", "n/a", "unsupported"
 NOT_SPOKEN = "not spoken"  # the server does not speak the client's protocol: no trial by design
@@ -302,15 +302,6 @@ def _loss(ok: pd.DataFrame, failed: pd.DataFrame) -> Loss:
         len(failed),
         median_ci(np.array(goodput)) if goodput else None,
     )
-
-
-def finite_number(value: object) -> float | None:
-    """A finite float, or None (missing, NaN, not a number)."""
-    try:
-        out = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return out if np.isfinite(out) else None
 
 
 def _option_suffix(tool: object, option: str, value: str) -> str | None:

@@ -7,6 +7,7 @@ Mann-Whitney U because timing distributions are skewed, at p < 0.01 with >= 10 s
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,18 @@ MIN_N = 10
 MAX_CELLS = 4_000_000
 
 Statistic = Callable[[np.ndarray], np.ndarray]  # (B, n) resamples -> (B,) statistics
+
+
+def finite_number(value: object) -> float | None:
+    """A row's value as a finite float, or None: missing, NaN, not a number, or a bool (JSON's
+    true is no measurement)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 @dataclass(frozen=True)
