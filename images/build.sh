@@ -150,6 +150,24 @@ inputs_hash() {
   } | sha256sum | cut -c1-16
 }
 
+# The host's Go (Debian's, or one under /usr/local/go), or nothing.
+host_go() {
+  if ! command -v go && [[ -x /usr/local/go/bin/go ]]; then
+    echo /usr/local/go/bin/go
+  fi
+  return 0
+}
+
+# run_go GOCACHE COMMAND...: COMMAND (the host's Go) at the pinned toolchain, static and
+# trimmed, with its module and build caches under GOCACHE, which one build at a time may write
+# (both lanes of `all` build Go).
+run_go() {
+  local gocache=$1
+  shift
+  flock "$gocache/.lock" env GOTOOLCHAIN="${versions[CADDY_GO_TOOLCHAIN]}" CGO_ENABLED=0 \
+    GOFLAGS="-trimpath -buildvcs=false" GOPATH="$gocache" GOMODCACHE="$gocache/mod" GOCACHE="$gocache/build" "$@"
+}
+
 # A Go program built once per version into $QUICBED_CACHE/bin/<name>-<version>:
 # go_build NAME PACKAGE VERSION. With the host's Go (and GOTOOLCHAIN, the pinned Go release
 # from the Go proxy); with none, in a throwaway trixie container (Debian's Go bootstraps the
@@ -160,15 +178,12 @@ go_build() {
   bindir=$(dirname "$cache")/bin
   gocache=$(dirname "$cache")/go
   [[ -x "$bindir/$name-$ver" ]] && return 0
-  go=$(command -v go || true)
-  [[ -z "$go" && -x /usr/local/go/bin/go ]] && go=/usr/local/go/bin/go
+  go=$(host_go)
   mkdir -p "$bindir" "$gocache"
   tmp=$(mktemp -d "$bindir/.$name-build.XXXXXX")
   if [[ -n "$go" ]]; then
     echo "images: building $name $ver with the host's Go, toolchain ${versions[CADDY_GO_TOOLCHAIN]}" >&2
-    flock "$gocache/.lock" env GOTOOLCHAIN="${versions[CADDY_GO_TOOLCHAIN]}" CGO_ENABLED=0 \
-      GOFLAGS=-trimpath GOPATH="$gocache" GOMODCACHE="$gocache/mod" GOCACHE="$gocache/build" \
-      GOBIN="$tmp" "$go" install "$package@$ver"
+    run_go "$gocache" env GOBIN="$tmp" "$go" install "$package@$ver"
   elif [[ "$name" == caddy ]]; then
     rmdir "$tmp"
     echo "images: no Go on the host; Caddy $ver is built inside the image" >&2
@@ -261,17 +276,14 @@ prebuild_go_client() {
   bindir=$(dirname "$cache")/bin
   gocache=$(dirname "$cache")/go
   if [[ ! -x "$bindir/$bin-$hash" ]]; then
-    go=$(command -v go || true)
-    [[ -z "$go" && -x /usr/local/go/bin/go ]] && go=/usr/local/go/bin/go
+    go=$(host_go)
     if [[ -z "$go" ]]; then
       echo "images: $name needs Go on the host (make deps) to compile $bin" >&2
       return 1
     fi
     echo "images: building $bin ($hash) with the host's Go, toolchain ${versions[CADDY_GO_TOOLCHAIN]}" >&2
     mkdir -p "$bindir" "$gocache"
-    (cd "$dir" && flock "$gocache/.lock" env GOTOOLCHAIN="${versions[CADDY_GO_TOOLCHAIN]}" \
-      CGO_ENABLED=0 GOFLAGS=-trimpath GOPATH="$gocache" GOMODCACHE="$gocache/mod" \
-      GOCACHE="$gocache/build" "$go" build -o "$bindir/.$bin-$hash.tmp" .)
+    (cd "$dir" && run_go "$gocache" "$go" build -o "$bindir/.$bin-$hash.tmp" .)
     mv "$bindir/.$bin-$hash.tmp" "$bindir/$bin-$hash"
   fi
   mkdir -p "$dir/prebuilt"
@@ -406,20 +418,25 @@ build_all_clients() {
 # a fresh set-up's images took 550 s in one lane. The caches both lanes write (Go's, the
 # wheels') are taken under a lock (go_build, prebuild_go_client, prebuild_wheels).
 build_all() {
-  local suite pid rc=0
+  local suite
   local -a pids=()
   for suite in ${versions[DEBIAN_BASE_SUITES]:-bookworm trixie}; do
     "$here/base.sh" "$suite" &
     pids+=($!)
   done
-  for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
-  [[ $rc == 0 ]] || return 1
+  wait_all "${pids[@]}" || return 1
   pids=()
   (for name in $(server_names); do build_all_one "$name"; done; build_one tools) &
   pids+=($!)
   build_all_clients &
   pids+=($!)
-  for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+  wait_all "${pids[@]}"
+}
+
+# wait_all PID...: waits for every one; fails when any of them failed.
+wait_all() {
+  local pid rc=0
+  for pid; do wait "$pid" || rc=1; done
   return $rc
 }
 
