@@ -1,5 +1,7 @@
 # quicbed: one-command setup, tests and reproduction.
-#   make test       install what is missing (apt, Docker engine, Python env, Ray, images), lint, run pytest
+#   make test       install what is missing (apt, Docker engine, Python env, Ray, images), lint, then
+#                   the unit tier and each capability once on the real path (<= 20 min of pytest)
+#   make test-physics  the distribution physics, other backends, guests, long runs (<= 20 min)
 #   make unit       lint and the unit tier (no root, Docker or namespaces, once the set-up is done)
 #   make lint       ruff (check, and format as is: one layout), mypy and shellcheck (no root)
 #   make lab        an interactive emulated topology (PROFILE=india)
@@ -35,16 +37,24 @@ LINT_APT_PACKAGES := shellcheck
 # The stages that install as quicbed.<stage> (pyproject.toml's package-dir).
 STAGES := topology servers clients experiments analysis workloads labs
 
-.PHONY: test unit lint deps docker venv cluster images delayline vm content lab clean bench reproduce \
-	doctor compose-prepare compose-up actionlint
+.PHONY: test test-physics unit lint deps docker venv cluster images images-on-demand delayline vm content \
+	lab clean bench reproduce doctor compose-prepare compose-up actionlint
 
+# Both tiers on both cores (pytest-xdist, a file per worker): tests that judge a time or a rate
+# run alone, the others two at a time (tests/tiers.yaml, tests/tiers_plugin.py).
 # --durations: the slowest tests, so a test that grows slow shows in every CI log.
-test: deps docker venv cluster images delayline vm actionlint doctor lint
-	$(VENV)/bin/pytest -v -rs --durations=25 $(PYTEST_ARGS)
+PYTEST_TIER := $(VENV)/bin/pytest -v -rs --durations=25 -n 2 --dist loadfile
+SETUP := deps docker venv cluster images images-on-demand delayline vm actionlint doctor
 
-# The unit tier: pure logic, no root, Docker or namespaces; under a minute.
+test: $(SETUP) lint
+	$(PYTEST_TIER) -m "not physics" $(PYTEST_ARGS)
+
+test-physics: $(SETUP)
+	$(PYTEST_TIER) -m physics $(PYTEST_ARGS)
+
+# The unit tier: pure logic, no root, Docker or namespaces; both cores, lint included <= 60 s.
 unit: venv lint
-	$(VENV)/bin/pytest -q -m "not path and not docker" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -n 2 --durations=10 -m "not path and not docker" $(PYTEST_ARGS)
 
 # No root: ruff (unused noqa markers included, RUF100); mypy on the stages as the quicbed.*
 # modules they install as, linked into a temporary tree (mypy cannot follow the editable
@@ -110,6 +120,12 @@ $(VENV)/.cluster: $(VENV)/.installed
 # build.sh asks the descriptors (python -m quicbed.servers list); `all` makes the Debian bases too.
 images: docker venv
 	@bash images/build.sh all
+
+# The stacks compiled from source (on_demand in their descriptors: minutes each on 2 cores),
+# which `make images` leaves to the run that needs one: the tests need them all, and a timed
+# test must not pay for a compile in its set-up.
+images-on-demand: images
+	@bash images/build.sh on-demand
 
 # The GitHub Actions linter for the workflows in docs/ (tests/base/test_workflows.py): built
 # once from the Go module proxy into $(QUICBED_CACHE)/bin, with the host's Go or in a container.

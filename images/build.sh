@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the testbed's images: images/build.sh [SERVER|CLIENT|tools|client|browser|all|actionlint]...
+# Build the testbed's images: images/build.sh [SERVER|CLIENT|tools|client|browser|all|on-demand|actionlint]...
 # (actionlint: not an image; the workflow linter make test uses, built like Caddy's binary)
 #
 # A server's or client's image is named by its descriptor, servers/<name>/server.yaml or
@@ -92,7 +92,7 @@ server_names() {
 tag_of() {
   if [[ "$1" == tools ]]; then echo "quicbed/tools:dev"; return 0; fi
   if [[ -z "${tag_by[$1]+x}" ]]; then
-    echo "images: unknown image '$1' ($(server_names | paste -sd, - | sed 's/,/, /g'), tools, client, browser, all)" >&2
+    echo "images: unknown image '$1' ($(server_names | paste -sd, - | sed 's/,/, /g'), tools, client, browser, all, on-demand)" >&2
     return 1
   fi
   echo "${tag_by[$1]}"
@@ -433,6 +433,21 @@ build_all() {
   wait_all "${pids[@]}"
 }
 
+# `on-demand`: every image `all` leaves to the run or test that needs it (the stacks compiled
+# from source), each tag once. `make test` builds them before pytest starts, so no timed test
+# pays minutes of compiling in its set-up.
+build_on_demand() {
+  local name tag
+  local -A done_tags=()
+  for name in "${server_list[@]}" "${client_list[@]}"; do
+    [[ "${on_demand_by[$name]:-}" == on-demand ]] || continue
+    tag=$(tag_of "$name")
+    [[ -n "${done_tags[$tag]+x}" ]] && continue
+    done_tags[$tag]=1
+    build_one "$name"
+  done
+}
+
 # wait_all PID...: waits for every one; fails when any of them failed.
 wait_all() {
   local pid rc=0
@@ -447,6 +462,8 @@ for target in "${targets[@]}"; do
     build_actionlint
   elif [[ "$target" == all ]]; then
     build_all
+  elif [[ "$target" == on-demand ]]; then
+    build_on_demand
   else
     if [[ -n "${tag_by[client:$target]+x}" ]]; then
       build_one "$target"

@@ -11,15 +11,21 @@ import pytest
 
 # skips_plugin: a skip not on tests/allowed_skips.yaml fails the session; backends_plugin:
 # backend-specific tests run where their link backend proved itself (one summary line each).
-pytest_plugins = ["skips_plugin", "backends_plugin"]
+# tiers_plugin: what each path test judges (timing tests run alone) and its tier (tests/tiers.yaml).
+pytest_plugins = ["skips_plugin", "backends_plugin", "tiers_plugin"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """One scope per session (topology/marker.py): what the suite starts carries it, and the
-    suite's clean-ups remove only that, never a user's lab or run on the same host."""
+    suite's clean-ups remove only that, never a user's lab or run on the same host. Under
+    pytest-xdist each worker has a scope of its own (the session's, then the worker's id),
+    so one worker's clean-up never ends the other's path."""
     from quicbed.topology.marker import SCOPE
 
-    os.environ.setdefault(SCOPE, f"pytest-{os.getpid()}-{time.time_ns()}")
+    base = os.environ.setdefault(SCOPE, f"pytest-{os.getpid()}-{time.time_ns()}")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and not base.endswith(f"-{worker}"):
+        os.environ[SCOPE] = f"{base}-{worker}"
 
 
 def _docker_ready() -> bool:

@@ -1,0 +1,180 @@
+"""Two tiers, two lanes: what each path test judges, and who may run beside it.
+
+`tests/tiers.yaml` says of every `path` and `docker` test what it judges and which tier holds
+it (one place, so the tiers can be balanced against their budgets without touching the tests):
+- kind `timing`: a time or a rate. It runs alone: no other test of the session runs while it
+  does (an exclusive lock), since a neighbour's CPU is part of what it would measure;
+- kind `behaviour`: exit codes, files, rows, clean-up, refusal, resume. Under pytest-xdist
+  (`-n 2`) two such tests, or one and a unit test, run at once (a shared lock);
+- tier `test` (`make test`) or `physics` (`make test-physics`: the distribution physics, the
+  other backends, the guests, the long playbacks, compare and the labs' measure steps).
+The markers `timing`, `behaviour` and `physics` are set from it; `-m physics` / `-m "not
+physics"` pick a tier. A path or docker test the table does not name fails the collection, and
+so does an entry that names no test (a renamed test must be placed again, not dropped).
+
+The lock is a readers-writer lock over two files (flock): a test first passes a turnstile,
+then takes the session lock shared (behaviour) or exclusive (timing). A timing test waiting at
+the lock holds the turnstile, so the next test of the other worker waits behind it rather than
+overtaking it forever. Set-up and teardown are inside the lock: a module's bring-up is part of
+its first test, its clean-up part of its last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from contention import REMEASURE_ENV
+
+TABLE = Path(__file__).resolve().parent / "tiers.yaml"
+KINDS = ("timing", "behaviour")
+TIERS = ("test", "physics")
+LOCK_ENV = "QUICBED_TEST_LOCKS"  # the session's lock directory, shared by its xdist workers
+_LOCKS = pytest.StashKey[str]()
+
+
+@dataclass(frozen=True)
+class Placement:
+    match: str  # a node id, or a prefix of one ("tests/x.py", "tests/x.py::test_y")
+    kind: str | None
+    tier: str
+
+
+def load_table(path: Path = TABLE) -> list[Placement]:
+    try:
+        entries = yaml.safe_load(path.read_text()) or []
+    except yaml.YAMLError as exc:
+        raise pytest.UsageError(f"{path}: {exc}") from None
+    placements = []
+    for i, entry in enumerate(entries, 1):
+        if not isinstance(entry, dict) or not set(entry) <= {"match", "kind", "tier"} or "match" not in entry:
+            raise pytest.UsageError(f"{path}: entry {i}: match, and kind and/or tier, expected")
+        kind, tier = entry.get("kind"), entry.get("tier", "test")
+        if kind is not None and kind not in KINDS or tier not in TIERS:
+            raise pytest.UsageError(f"{path}: entry {i}: kind one of {KINDS}, tier one of {TIERS}")
+        placements.append(Placement(str(entry["match"]), kind, tier))
+    return placements
+
+
+def _matches(placement: Placement, nodeid: str) -> bool:
+    m = placement.match
+    return nodeid == m or nodeid.startswith(m + "::") or nodeid.startswith(m + "[")
+
+
+def place(nodeid: str, table: list[Placement]) -> tuple[str | None, str]:
+    """(kind, tier) for a node id: the longest matching entry that sets each wins."""
+    found = sorted((p for p in table if _matches(p, nodeid)), key=lambda p: len(p.match))
+    kind = next((p.kind for p in reversed(found) if p.kind), None)
+    tier = found[-1].tier if found else "test"
+    return kind, tier
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--tiers",
+        default=str(TABLE),
+        metavar="FILE",
+        help="what each path/docker test judges (default: %(default)s)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "timing: judges a time or a rate; runs alone (tests/tiers.yaml)")
+    config.addinivalue_line("markers", "behaviour: judges behaviour only; may run beside another test")
+    config.addinivalue_line("markers", "physics: in make test-physics, not make test (tests/tiers.yaml)")
+    if not hasattr(config, "workerinput"):  # the controller, or a run without xdist
+        # Set, not defaulted: a pytest that a test starts is a session of its own, with its
+        # own locks (it must never wait on the lock its parent test holds).
+        locks = tempfile.mkdtemp(prefix="quicbed-pytest-locks-")
+        os.environ[LOCK_ENV] = locks
+        os.environ[REMEASURE_ENV] = os.path.join(locks, "remeasures.txt")
+        config.stash[_LOCKS] = locks
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _LOCKS in config.stash:
+        shutil.rmtree(config.stash[_LOCKS], ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the markers set here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    source = Path(config.getoption("--tiers"))
+    table = load_table(source)
+    env_items = [i for i in items if i.get_closest_marker("path") or i.get_closest_marker("docker")]
+    unplaced = []
+    for item in env_items:
+        kind, tier = place(item.nodeid, table)
+        if kind is None:
+            unplaced.append(item.nodeid)
+        item.add_marker(kind or "timing")
+        if tier == "physics":
+            item.add_marker("physics")
+    for item in items:  # a unit test: behaviour, in make test's tier, whatever its file says
+        if item.get_closest_marker("timing") is None:
+            item.add_marker("behaviour")
+    if unplaced:
+        raise pytest.UsageError(
+            f"{source.name}: {len(unplaced)} path/docker test(s) with no kind (timing or behaviour): "
+            + ", ".join(unplaced[:10])
+        )
+    if not config.getoption("deselect") and not config.getoption("keyword") and _whole_suite(config):
+        stale = [p.match for p in table if not any(_matches(p, i.nodeid) for i in env_items)]
+        if stale:
+            raise pytest.UsageError(
+                f"{TABLE.name}: entries that name no path/docker test: {', '.join(stale)}"
+            )
+
+
+def _whole_suite(config: pytest.Config) -> bool:
+    """Collected from tests/ as a whole (not one file): only then can an entry be stale."""
+    args = [a for a in config.args if not a.startswith("-")]
+    root = Path(config.rootpath, "tests").resolve()
+    return not args or all(Path(a).resolve() == root for a in args)
+
+
+@contextlib.contextmanager
+def _flock(path: Path, mode: int) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
+def held(exclusive: bool) -> Iterator[None]:
+    """The session's readers-writer lock: exclusive for a timing test, shared otherwise."""
+    locks = os.environ.get(LOCK_ENV)
+    if not locks:
+        yield
+        return
+    directory = Path(locks)
+    with contextlib.ExitStack() as stack:
+        with _flock(directory / "turnstile", fcntl.LOCK_EX):
+            stack.enter_context(_flock(directory / "session", fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH))
+        yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    with held(exclusive=item.get_closest_marker("timing") is not None):
+        return (yield)
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return
+    log = Path(os.environ.get(REMEASURE_ENV, "/nonexistent"))
+    lines = log.read_text().splitlines() if log.is_file() else []
+    terminalreporter.section(f"re-measurements on a contended host: {len(lines)}")
+    for line in lines:
+        terminalreporter.line(line)
