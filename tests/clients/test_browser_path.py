@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from capture_shell import ARRIVING, attempt_line, tool_earlier_than_wire, wirecheck
+from contention import remeasured
 
 from quicbed.analysis.physics import GOODPUT_OF_MODEL, HANDSHAKE_RTTS, tcp_download_s
 from quicbed.clients.tools import TOOLS
@@ -263,32 +264,34 @@ def test_browser_packets_cross_the_emulated_link(path: Path_, protocol: str) -> 
     """A capture on the client's emulated interface, decrypted with the browser's key log:
     its first RTT is the path's, and the browser's handshake and first-byte instants are the
     wire's (TLS 1.2: the handshake ends one RTT before the server's Finished arrives, False
-    Start). Best of three within 3 ms (a busy host only makes the browser late); every
-    attempt is reported, decrypted, and none puts the first byte before the capture saw it
+    Start), within 3 ms. A busy host only makes the browser late, so a contended attempt is
+    measured again (tests/contention.py), never judged; every attempt is reported, decrypted,
+    and none puts the first byte before the capture saw it
     (the browser's handshake is its own Finished leaving, or with False Start an RTT early:
     no sign)."""
     command = " ".join(_argv(path, "nginx", protocol))
-    tries, report = [], []
-    for attempt in range(3):
+    report: list[str] = []
+    false_start = path.rtt if protocol == "tls1.2" else 0.0
+
+    def measure() -> dict:
         proc = path.tb.client.exec(["sh", "-c", wirecheck(command, "client-eth0", "/tmp/bw")], timeout=120)
         result = json.loads(proc.stdout.strip().splitlines()[-1])
-        report.append(attempt_line(attempt, result))
+        report.append(attempt_line(len(report), result))
         print(f"{protocol} {report[-1]}")
         assert result["decrypted"], (result, report)
         assert tool_earlier_than_wire(result, ARRIVING, SIGN_SLACK_MS) == [], (result, report)
+        # The first round trip on the wire is the emulated path's: never shorter than the
+        # calibrated RTT (a path around the link takes well under 1 ms), and longer only by
+        # what a UML router's timers or a busy host add to one sample (3.6 ms once in CI).
+        assert 0.99 * path.rtt <= result["wire_first_rtt_ms"] <= 1.1 * path.rtt, (result, report)
+        return result
+
+    def judge(result: dict) -> None:
         events = {k: result["events"][k]["delta_ms"] for k in ("handshake", "first_byte")}
-        false_start = path.rtt if protocol == "tls1.2" else 0.0
         worst = max(abs(events["handshake"] - false_start), abs(events["first_byte"]))
-        tries.append((worst, result["wire_first_rtt_ms"], events))
-        if worst <= 3.0:
-            break
-    worst, _, _ = min(tries, key=lambda t: t[0])
-    # The first round trip on the wire is the emulated path's: never shorter than the
-    # calibrated RTT (a path around the link takes well under 1 ms), and longer only by what a
-    # UML router's timers or a busy host add to one sample (3.6 ms once in CI, at 80 ms).
-    for _, first_rtt, _ in tries:
-        assert 0.99 * path.rtt <= first_rtt <= 1.1 * path.rtt, (tries, report)
-    assert worst <= 3.0, report
+        assert worst <= 3.0, report
+
+    remeasured(f"{protocol} browser against wire", measure, judge)
 
 
 # ------------------------------------------------------------------------------ pages
@@ -439,17 +442,16 @@ def _cpu_quota(path: Path_, cpus: float):
 def test_cpu_bound_flags_a_starved_load_and_not_an_idle_one(path: Path_) -> None:
     """The flag from what limits a load: on an idle host the CPUs stay partly idle and no thread
     runs the whole load; with a busy loop per CPU (no idle CPU) or a quota of a quarter CPU
-    (throttled) the same load is flagged. The idle load is tried up to three times: the host
-    is shared, and another user's work is a CPU limit too."""
-    idle = []
-    for _ in range(3):
-        idle = _load(path, "nginx", "quic", browser=SHELL)
-        if not idle[0]["cpu_bound"]:
-            break
-    row = idle[0]
-    assert row["browser"] == "headless-shell" and "chromium-headless-shell" in row["library"], row
-    assert not row["cpu_bound"], {k: row[k] for k in row if "cpu" in k or "thread" in k or "idle" in k}
-    assert row["host_idle_pct"] >= 10 and row["busiest_thread_pct"] < 90, row
+    (throttled) the same load is flagged. The idle load is judged on an uncontended host: the
+    host is shared, and another user's work is a CPU limit too, so a load measured while the
+    host was contended (its pressure or steal, tests/contention.py) is measured again."""
+
+    def judge(row: dict) -> None:
+        assert row["browser"] == "headless-shell" and "chromium-headless-shell" in row["library"], row
+        assert not row["cpu_bound"], {k: row[k] for k in row if "cpu" in k or "thread" in k or "idle" in k}
+        assert row["host_idle_pct"] >= 10 and row["busiest_thread_pct"] < 90, row
+
+    row = remeasured("an idle load", lambda: _load(path, "nginx", "quic", browser=SHELL)[0], judge)
     with _cpu_hog(path):
         hogged = _load(path, "nginx", "quic", browser=SHELL)[0]
     assert hogged["cpu_bound"] and hogged["host_idle_pct"] < 10, hogged

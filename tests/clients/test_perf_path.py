@@ -14,15 +14,22 @@ import statistics
 
 import pytest
 from capture_shell import ARRIVING, ARRIVING_TLS12, attempt_line, tool_earlier_than_wire, wirecheck
+from contention import remeasured
 
-from quicbed.analysis.physics import net_connection_rtts, row_connection_within
+from quicbed.analysis.physics import (
+    GOODPUT_OF_MODEL,
+    HANDSHAKE_RTTS,
+    net_connection_rtts,
+    row_connection_within,
+    tcp_download_s,
+)
 from quicbed.experiments.executor import TestbedExecutor
 from quicbed.experiments.matrix import conditions, trials
 from quicbed.experiments.schema import load_experiment
 from quicbed.paths import CACHE, REPO
 from quicbed.servers import content
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
-from quicbed.topology.calibrate import check_rtt
+from quicbed.topology.calibrate import GOODPUT_CEILING, check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile
 
@@ -99,23 +106,26 @@ def _median(rows: list[dict], key: str) -> float:
 @pytest.mark.parametrize("client", list(CLIENTS))
 def test_fresh_connection_costs_its_rtts(path, client: str) -> None:
     _, _, rtt, _ = path
-    rows = _fetch(path, "nginx", client)
     expected = CLIENTS[client][2]
-    # The decided criterion for rows (analysis/physics.py): net of the client's own measured
-    # time, at most max(3 %, 1.5 ms) above n RTT (the server's time and the flights'
-    # transmission stay in; the bench takes the server's out from captures); raw beside it.
-    assert all(0 < r["client_cpu_ms"] < r["connection_time_ms"] for r in rows), rows[0]
-    net = statistics.median(
-        net_connection_rtts(r["connection_time_ms"], r["client_cpu_ms"], rtt) for r in rows
-    )
-    raw = _median(rows, "connection_time_ms") / rtt
-    assert row_connection_within(expected, net, rtt), (net, raw)
-    # The request goes after the handshake: the first byte comes at least 1 RTT later.
-    gaps = [(r["ttfb_ms"] - r["connection_time_ms"]) / rtt for r in rows]
-    assert statistics.median(gaps) >= 0.98, gaps
-    setup = _median(rows, "ttfb_ms") / rtt - 1
-    assert expected - 0.02 <= setup <= expected + 0.08, setup
-    assert all(r["resumed"] in (False, None) for r in rows)
+
+    def judge(rows: list[dict]) -> None:
+        # The decided criterion for rows (analysis/physics.py): net of the client's own
+        # measured time, at most max(3 %, 1.5 ms) above n RTT (the server's time and the
+        # flights' transmission stay in; the bench takes the server's out from captures).
+        assert all(0 < r["client_cpu_ms"] < r["connection_time_ms"] for r in rows), rows[0]
+        net = statistics.median(
+            net_connection_rtts(r["connection_time_ms"], r["client_cpu_ms"], rtt) for r in rows
+        )
+        raw = _median(rows, "connection_time_ms") / rtt
+        assert row_connection_within(expected, net, rtt), (net, raw)
+        # The request goes after the handshake: the first byte comes at least 1 RTT later.
+        gaps = [(r["ttfb_ms"] - r["connection_time_ms"]) / rtt for r in rows]
+        assert statistics.median(gaps) >= 0.98, gaps
+        setup = _median(rows, "ttfb_ms") / rtt - 1
+        assert expected - 0.02 <= setup <= expected + 0.08, setup
+        assert all(r["resumed"] in (False, None) for r in rows)
+
+    remeasured(f"{client} fresh connections", lambda: _fetch(path, "nginx", client), judge)
 
 
 @pytest.mark.parametrize(
@@ -124,33 +134,61 @@ def test_fresh_connection_costs_its_rtts(path, client: str) -> None:
 )
 def test_resumption_saves_rtts(path, server: str, client: str, expected: int) -> None:
     """TLS 1.2 resumes in an abbreviated handshake; TLS 1.3 (nginx) and QUIC (Caddy) send the
-    request as 0-RTT early data."""
+    request as 0-RTT early data. Every row is judged: a resumed one at the resumed count, one
+    that could not resume (the first; OpenSSL's single-use TLS 1.3 tickets, when a fresh one
+    had not arrived yet) at the full handshake's, so a tool that says "resumed" of a full
+    handshake, or pays a full one while resuming, fails."""
     _, _, rtt, _ = path
-    rows = _fetch(path, server, client, extra=("--resume",))
-    # OpenSSL's TLS 1.3 tickets are single-use and a fresh one may not have arrived before
-    # the next connection: some connections then do a full handshake. Judge the resumed ones.
-    resumed = [r for r in rows if r["resumed"]]
-    assert len(resumed) >= len(rows) / 2, [r["resumed"] for r in rows]
-    if expected < 2:
-        assert all(r["early_data_bytes"] > 0 for r in resumed), resumed[0]
-    setup = _median(resumed, "ttfb_ms") / rtt - 1
-    assert expected - 0.02 <= setup <= expected + 0.08, setup
+    fresh = CLIENTS[client][2]
+
+    def judge(rows: list[dict]) -> None:
+        resumed = [r for r in rows if r["resumed"]]
+        assert len(resumed) >= len(rows) / 2, [r["resumed"] for r in rows]
+        if expected < 2:
+            assert all(r["early_data_bytes"] > 0 for r in resumed), resumed[0]
+        setup = _median(resumed, "ttfb_ms") / rtt - 1
+        assert expected - 0.02 <= setup <= expected + 0.08, setup
+        for r in rows:
+            n = expected if r["resumed"] else fresh
+            assert n - 0.02 <= r["ttfb_ms"] / rtt - 1 <= n + 0.25, (n, r["ttfb_ms"], r["resumed"])
+
+    remeasured(
+        f"{client} resumed on {server}", lambda: _fetch(path, server, client, extra=("--resume",)), judge
+    )
 
 
 @pytest.mark.parametrize("client", ["tls1.3", "quic-ngtcp2"])
 def test_10mb_download_follows_the_shaped_rate(path, client: str) -> None:
-    _, _, _, profile = path
-    rows = _fetch(path, "nginx", client, obj="cloud/10MB", reps=2)
-    ratio = max(r["throughput_mbps"] for r in rows) / profile.down.rate_mbit
-    assert 0.80 <= ratio <= 1.0, ratio
+    """Every download (not the best of them) within the link's model: the TCP model's time
+    (setup RTTs, request, slow start, payload at line rate) over the measured one at least
+    GOODPUT_OF_MODEL, and no faster than the link carries (calibration's ceiling). QUIC is held
+    to the same arithmetic, as the stack matrix holds it."""
+    _, _, rtt, profile = path
+    rate = profile.down.rate_mbit
+    setup = HANDSHAKE_RTTS["quic" if client.startswith("quic") else client]
+
+    def judge(rows: list[dict]) -> None:
+        for r in rows:
+            of_model = tcp_download_s(r["bytes"], rate, rtt, setup) * 1e3 / r["download_time_ms"]
+            print(f"{client}: {r['throughput_mbps']:.2f} Mbit/s, model/measured {of_model:.3f}")
+            assert GOODPUT_OF_MODEL <= of_model, (of_model, r["download_time_ms"])
+            assert r["throughput_mbps"] <= GOODPUT_CEILING * rate, r["throughput_mbps"]
+
+    remeasured(
+        f"{client} 10 MB",
+        lambda: _fetch(path, "nginx", client, obj="cloud/10MB", reps=2),
+        judge,
+        cpu_bound=lambda rows: any(r.get("cpu_bound") for r in rows),
+    )
 
 
 @pytest.mark.parametrize("client", list(CLIENTS))
 def test_tool_instants_match_the_wire(path, client: str) -> None:
     """A capture on the client's emulated interface puts handshake and first byte within
-    1 ms of what the tool reported (best of three: a busy host only makes the tool late).
-    Every attempt is reported, and none puts an arriving packet (the first byte; TLS 1.2's
-    handshake) before the capture saw it."""
+    1 ms of what the tool reported. A busy host only makes the tool late, so a contended
+    attempt is measured again (tests/contention.py), never judged; every attempt is reported,
+    and none puts an arriving packet (the first byte; TLS 1.2's handshake) before the capture
+    saw it."""
     tb, hosts, _, _ = path
     tool, options, _ = CLIENTS[client]
     address = server_address(tb.servers.index(hosts["nginx"]))
@@ -167,18 +205,21 @@ def test_tool_instants_match_the_wire(path, client: str) -> None:
         ]
     )
     arriving = ARRIVING_TLS12 if client == "tls1.2" else ARRIVING
-    worst, report = [], []
-    for attempt in range(3):
+    report: list[str] = []
+
+    def measure() -> dict:
         proc = tb.client.exec(["sh", "-c", wirecheck(command, "client-eth0", "/tmp/w")], timeout=120)
         result = json.loads(proc.stdout.strip().splitlines()[-1])
-        report.append(attempt_line(attempt, result))
+        report.append(attempt_line(len(report), result))
         print(f"{client} {report[-1]}")
         assert tool_earlier_than_wire(result, arriving, SIGN_SLACK_MS) == [], (result, report)
-        deltas = [abs(result["events"][k]["delta_ms"]) for k in ("handshake", "first_byte")]
-        worst.append(max(deltas))
-        if worst[-1] <= 1.0:
-            break
-    assert min(worst) <= 1.0, report
+        return result
+
+    def judge(result: dict) -> None:
+        worst = max(abs(result["events"][k]["delta_ms"]) for k in ("handshake", "first_byte"))
+        assert worst <= 1.0, report
+
+    remeasured(f"{client} tool against wire", measure, judge)
 
 
 def test_runner_trials_time_only_the_connection(path) -> None:

@@ -54,6 +54,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_TEMP_DIRS: dict[str, str] = {}  # a cluster's address -> its temp dir, which its processes name
+
+
 def _session_pids(temp_dir: str) -> set[int]:
     """Every process of this cluster: those naming its temp dir, and their descendants (the
     workers and agents rename themselves `ray::...`). Not `ray stop`: that ends every Ray
@@ -94,6 +97,7 @@ def ray_cluster(env: dict[str, str], head_paths: int, worker_paths: int = 1) -> 
     pytest.importorskip("ray", reason="the cluster extra is not installed (pip install -e .[cluster])")
     port, temp_dir = _free_port(), tempfile.mkdtemp(prefix="qbray-")
     address = f"127.0.0.1:{port}"
+    _TEMP_DIRS[address] = temp_dir
     ray = str(VENV_BIN / "ray")
     env = {**env, "RAY_USAGE_STATS_ENABLED": "0"}
     try:
@@ -136,16 +140,17 @@ def _synthetic(file: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
     )
 
 
-def _kill_a_running_unit(rows: Path, at_least: int) -> None:
+def _kill_a_running_unit(rows: Path, at_least: int, address: str) -> None:
     """Once `at_least` rows have landed (they stream in mid-run), SIGKILL a worker process
-    that is measuring a unit."""
+    of this test's cluster that is measuring a unit (never another session's: under
+    pytest-xdist, or beside another suite, other clusters run on the host too)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         landed = len(rows.read_text().splitlines()) if rows.exists() else 0
         busy = [
-            int(p.name)
-            for p in Path("/proc").iterdir()
-            if p.name.isdigit() and _cmdline(p).startswith(b"ray::unit_task")
+            pid
+            for pid in sorted(_session_pids(_TEMP_DIRS[address]))
+            if _cmdline(Path(f"/proc/{pid}")).startswith(b"ray::unit_task")
         ]
         if landed >= at_least and busy:
             os.kill(busy[0], signal.SIGKILL)
@@ -186,7 +191,7 @@ def test_a_killed_worker_costs_only_its_unfinished_trials(tmp_path, synthetic_cl
     # No Ray retry: the lost condition stays lost until --resume.
     run = _synthetic(file, env, "--ray", address, "--ray-retries", "0", "--delay", "0.25")
     run_dir = _wait_for_run(results)
-    _kill_a_running_unit(run_dir / "rows.jsonl", at_least=2)
+    _kill_a_running_unit(run_dir / "rows.jsonl", at_least=2, address=address)
     out = run.communicate(timeout=120)[0]
     assert run.returncode == 1 and "worker lost mid-unit" in out, out
     before = [r["trial_id"] for r in load_history(run_dir)[0]]
@@ -216,7 +221,7 @@ def test_ray_retries_a_lost_unit_skipping_its_stored_trials(tmp_path, synthetic_
     env, address = _env(results), synthetic_cluster
     run = _synthetic(file, env, "--ray", address, "--delay", "0.25")
     run_dir = _wait_for_run(results)
-    _kill_a_running_unit(run_dir / "rows.jsonl", at_least=3)
+    _kill_a_running_unit(run_dir / "rows.jsonl", at_least=3, address=address)
     out = run.communicate(timeout=120)[0]
     assert run.returncode == 0, out
     assert out.count("calibrated on") == 5, out  # four units, the lost one twice
