@@ -12,6 +12,7 @@ import pytest
 
 _proofs: dict[str, Any] = {}
 _ran: dict[str, int] = {}
+_seen: list[str] = []  # backend-specific tests set up in this session (any worker)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -33,13 +34,26 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if marker is None or os.geteuid() != 0:  # the conftest skips path tests as "needs root"
         return
     proof = _proof(marker.args[0])
+    if not proof.runs and proof.setup:
+        # a missing package, an unfetched kernel, a build that failed: the set-up's fault
+        pytest.fail(f"set-up failure, not a host that cannot run it: {marker.args[0]}: {proof.reason}")
     if not proof.runs:
         pytest.skip(f"cannot run here: {marker.args[0]}: {proof.reason}")
-    _ran[marker.args[0]] = _ran.get(marker.args[0], 0) + 1
+    # counted on the controller too, under xdist (user properties travel with the report)
+    item.user_properties.append(("link_backend", marker.args[0]))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "setup" or "backend" not in report.keywords:
+        return
+    _seen.append(report.nodeid)
+    for key, value in report.user_properties:
+        if key == "link_backend":
+            _ran[value] = _ran.get(value, 0) + 1
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not _proofs and not _ran:
+    if not _seen:  # no backend-specific test was selected
         return
     from quicbed.errors import QuicbedError
     from quicbed.topology.backends import BACKENDS, choose_backend

@@ -4,7 +4,9 @@ Every skipped test's reason is collected. At the end a skip whose reason matches
 the list fails the session (exit status 1, the skips listed); the terminal summary counts the
 skips it allowed, per entry. An entry of tier `unit` allows its skip only in a session that
 runs no `path` and no `docker` test (the unit tier); the full suite, which CI runs, must not
-skip it. Loaded by tests/conftest.py (`pytest_plugins`).
+skip it. An expected failure (xfail, or a non-strict xpass) is gated the same way, its reason
+read as "xfail: <reason>". Judged on the controller, from the reports, so the same under
+pytest-xdist as without it. Loaded by tests/conftest.py (`pytest_plugins`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ class Allowed:
 
 def load_allowed(path: Path) -> list[Allowed]:
     """The list, every entry checked: a reason that compiles, a known tier, a justification."""
-    entries = yaml.safe_load(path.read_text()) or []
+    try:
+        entries = yaml.safe_load(path.read_text()) or []
+    except yaml.YAMLError as exc:
+        raise pytest.UsageError(f"{path}: {exc}") from None
     if not isinstance(entries, list):
         raise pytest.UsageError(f"{path}: a list of entries expected")
     allowed = []
@@ -58,9 +63,13 @@ def skip_reason(report: pytest.TestReport) -> str:
 
 
 class SkipGate:
+    """Judged on the controller at the end of the session, from the reports alone: under
+    pytest-xdist the controller collects no items, and a worker sees only its own share."""
+
     def __init__(self, allowed: list[Allowed], source: Path):
         self.allowed, self.source = allowed, source
         self.unit_session = True
+        self.skips: list[tuple[str, str]] = []  # (test id, reason), skipped or xfailed
         self.allowed_hits: Counter[str] = Counter()
         self.refused: list[tuple[str, str]] = []  # (test id, reason)
 
@@ -72,24 +81,31 @@ class SkipGate:
                 return entry
         return None
 
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        # the items that run, after -m/-k deselection
-        self.unit_session = not any(
-            item.get_closest_marker(m) for item in session.items for m in FULL_SUITE_MARKERS
-        )
-
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if not report.skipped or hasattr(report, "wasxfail"):
-            return
-        reason = skip_reason(report)
-        entry = self.match(reason)
-        if entry is None:
-            self.refused.append((report.nodeid, reason))
-        else:
-            self.allowed_hits[entry.reason.pattern] += 1
+        # a test of the full suite run (or skipped) makes this no unit session
+        if report.when == "setup" and any(m in report.keywords for m in FULL_SUITE_MARKERS):
+            self.unit_session = False
+        if hasattr(report, "wasxfail"):  # an expected failure is gated like a skip
+            if report.skipped or report.passed:
+                self.skips.append((report.nodeid, f"xfail: {report.wasxfail}".rstrip(": ")))
+        elif report.skipped:
+            self.skips.append((report.nodeid, skip_reason(report)))
+
+    def judge(self) -> None:
+        self.allowed_hits.clear()
+        self.refused.clear()
+        for nodeid, reason in self.skips:
+            entry = self.match(reason)
+            if entry is None:
+                self.refused.append((nodeid, reason))
+            else:
+                self.allowed_hits[entry.reason.pattern] += 1
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if hasattr(session.config, "workerinput"):  # the controller judges
+            return
+        self.judge()
         if self.refused and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

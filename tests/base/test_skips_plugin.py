@@ -20,6 +20,9 @@ LIST = """
 - reason: "as non-root: "
   tier: unit
   why: needs root for a mount
+- reason: "xfail: known bug"
+  tier: any
+  why: an expected failure, reviewed
 """
 
 SUITE = """
@@ -95,6 +98,7 @@ def test_allowed_skips_pass_and_are_counted_per_entry(tmp_path: Path) -> None:
     summary = res.stdout.split("skips allowed by allowed.yaml", 1)[1]
     assert "   2  cannot run here: " in summary
     assert "   1  as non-root: " in summary
+    assert "   1  xfail: known bug" in summary
     assert "not on allowed.yaml" not in res.stdout
     assert "3 skipped" in res.stdout and "1 xfailed" in res.stdout
 
@@ -107,14 +111,23 @@ def test_a_skip_not_on_the_list_fails_the_session_and_is_named(tmp_path: Path) -
     assert "test_link_backend" not in refused and "1 skip(s) refused" in refused
 
 
-def test_a_unit_entry_does_not_hold_in_the_full_suite(tmp_path: Path) -> None:
-    full = run_suite(tmp_path, {"test_a.py": SUITE, "test_p.py": PATH_TEST})
+def test_an_expected_failure_not_on_the_list_fails_the_session(tmp_path: Path) -> None:
+    xfail = "import pytest\n\n@pytest.mark.xfail(reason='flaky')\ndef test_x():\n    assert False\n"
+    res = run_suite(tmp_path, {"test_x.py": xfail})
+    assert res.returncode == 1, res.stdout
+    assert "test_x.py::test_x: xfail: flaky" in res.stdout.split("skips not on allowed.yaml", 1)[1]
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_unit_entry_does_not_hold_in_the_full_suite(tmp_path: Path, workers: list[str]) -> None:
+    """Under pytest-xdist too: the controller collects nothing and decides from the reports."""
+    full = run_suite(tmp_path, {"test_a.py": SUITE, "test_p.py": PATH_TEST}, *workers)
     assert full.returncode == 1, full.stdout
     refused = full.stdout.split("skips not on allowed.yaml", 1)[1]
     assert "test_a.py::test_mount: as non-root: mounting a tmpfs needs root" in refused
     assert "cannot run here" not in refused  # tier any: still allowed
     assert "full suite" in refused
-    unit = run_suite(tmp_path, {}, "-m", "not path and not docker")
+    unit = run_suite(tmp_path, {}, "-m", "not path and not docker", *workers)
     assert unit.returncode == 0, unit.stdout
 
 

@@ -4,6 +4,7 @@ no root; the fall-back on a real path is test_backend_choice.py."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,28 @@ def test_a_missing_kernel_says_what_to_install(probe_cache: Path, monkeypatch: p
     monkeypatch.setenv("QUICBED_UML_BINARY", "/nonexistent/linux.uml")
     found = proof.prove_uml()
     assert not found.runs and "apt-get install user-mode-linux" in found.reason
+
+
+def test_a_negative_proof_expires_and_the_kernel_is_booted_again(
+    probe_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One timed-out boot on a busy host must not rule the backend out there for good."""
+    monkeypatch.setenv("QUICBED_UML_BINARY", str(STAND_IN))
+    proof.prove_uml()
+    (cache,) = probe_cache.glob("uml-*.json")
+    assert proof.prove_uml().cached
+    old = cache.stat().st_mtime - proof.NEGATIVE_PROOF_TTL_S - 1
+    os.utime(cache, (old, old))
+    again = proof.prove_uml()
+    assert (again.runs, again.cached) == (False, False)  # booted again, not read
+
+
+def test_a_missing_set_up_step_is_a_set_up_failure_not_a_host_that_cannot(
+    probe_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QUICBED_UML_BINARY", "/nonexistent/linux.uml")
+    missing = proof.prove_uml()
+    assert (missing.runs, missing.setup) == (False, True) and "apt-get install" in missing.reason
+    monkeypatch.setenv("QUICBED_UML_BINARY", str(STAND_IN))
+    panics = proof.prove_uml()
+    assert (panics.runs, panics.setup) == (False, False)  # the host cannot: an allowed skip

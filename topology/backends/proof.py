@@ -42,6 +42,10 @@ VM_PROBE_TIMEOUT_S = {"kvm": 10.0, "tcg": 25.0}  # TCG boots in ~5 s; a hung KVM
 UML_PROBE_TIMEOUT_S = 20.0
 UML_READY = "QUICBED-PROBE-OK"
 PROBE_CACHE = CACHE / "probes"
+# A boot that did not answer is asked again after this long: a timed-out boot on a busy host
+# must not rule a backend out on that host for good. A boot that answered is kept until the
+# host, CPU, kernel or binary changes (the cache key).
+NEGATIVE_PROOF_TTL_S = 3600.0
 # What a failed boot's console says, most telling first: the line shown as the reason.
 _FAILURE_LINES = (
     re.compile(r"ptrace set fp regs failed, errno = \d+"),
@@ -63,6 +67,10 @@ class Proof:
     cached: bool = False
     accelerator: str = ""  # vm: kvm or tcg, the one that booted
     boot_s: float = 0.0  # vm: wall time from QEMU's start to the probe's answer
+    # A step of the set-up is missing (a package not installed, a kernel not fetched, a build
+    # that failed): the host could run the backend, so this is a failure to fix, never a
+    # "cannot run here" (tests/backends_plugin.py fails such a test instead of skipping it).
+    setup: bool = False
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -88,7 +96,7 @@ def prove_delayline() -> Proof:
     try:
         binary = build_delayline()
     except QuicbedError as exc:
-        return Proof("delayline", False, str(exc).splitlines()[0])
+        return Proof("delayline", False, str(exc).splitlines()[0], setup=True)
     # With no arguments it prints its usage and exits 2: the binary loads and runs here.
     proc = subprocess.run([str(binary)], capture_output=True, text=True, timeout=10)
     if proc.returncode != 2 or "usage" not in proc.stderr:
@@ -96,6 +104,7 @@ def prove_delayline() -> Proof:
             "delayline",
             False,
             f"the delay line does not run here (exit " f"{proc.returncode}): {proc.stderr.strip()[-200:]}",
+            setup=True,
         )
     return Proof("delayline", True, "the user-space delay line runs everywhere")
 
@@ -104,7 +113,9 @@ def prove_uml(fresh: bool = False) -> Proof:
     """Boot the UML kernel once (or read this host's cached result)."""
     binary = shutil.which(uml_binary())
     if binary is None:
-        return Proof("uml", False, f"{uml_binary()} is not installed (apt-get install " "user-mode-linux)")
+        return Proof(
+            "uml", False, f"{uml_binary()} is not installed (apt-get install user-mode-linux)", setup=True
+        )
     cache = PROBE_CACHE / f"uml-{_host_key(binary, UML_PROBE_INIT)}.json"
     cached = None if fresh else _read_proof(cache)
     if cached:
@@ -114,11 +125,16 @@ def prove_uml(fresh: bool = False) -> Proof:
     return proof
 
 
-def _read_proof(cache: Path) -> Proof | None:
+def _read_proof(cache: Path, now: float | None = None) -> Proof | None:
+    """The cached proof, or None: none cached, unreadable, or a negative one that has expired."""
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         data = json.loads(cache.read_text())
         fields = {k: data[k] for k in ("backend", "runs", "reason", "accelerator", "boot_s") if k in data}
-        return Proof(**fields, cached=True)
+        proof = Proof(**fields, cached=True)
+        age = (time.time() if now is None else now) - cache.stat().st_mtime
+        if not proof.runs and age > NEGATIVE_PROOF_TTL_S:
+            return None
+        return proof
     return None
 
 
@@ -144,10 +160,14 @@ def prove_vm(fresh: bool = False) -> Proof:
 
     qemu = shutil.which(qemu_binary())
     if qemu is None:
-        return Proof("vm", False, f"{qemu_binary()} is not installed (apt-get install qemu-system-x86)")
+        return Proof(
+            "vm", False, f"{qemu_binary()} is not installed (apt-get install qemu-system-x86)", setup=True
+        )
     kernel = pinned_kernel()
     if not kernel_ready(kernel):
-        return Proof("vm", False, f"the QEMU router's kernel {kernel.package} is not fetched here: make vm")
+        return Proof(
+            "vm", False, f"the QEMU router's kernel {kernel.package} is not fetched here: make vm", setup=True
+        )
     # The guest's kernel, its probe, and the QEMU command line (vmimage.py) key the cache.
     probe_files = (VM_PROBE_INIT, kernel.vmlinuz, Path(vmimage.__file__))
     cache = PROBE_CACHE / f"vm-{_host_key(qemu, *probe_files)}.json"
