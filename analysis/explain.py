@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quicbed import rowschema
+from quicbed import limits, rowschema
 from quicbed.analysis.load import AnalysisError, resolve_run_dir
 from quicbed.clients.perf.wirecheck import (
     FIELDS as WIRECHECK_FIELDS,
@@ -46,8 +45,11 @@ from quicbed.clients.perf.wirecheck import (
     tcp_events,
     tshark_fields_argv,
 )
+from quicbed.dockercli import PULL_NEVER, docker, image_present, missing_image
 
 CLIENT_IMAGE = "quicbed/client:dev"  # has tshark; the host need not
+# A capture is at most safefs.MAX_FILE_BYTES; tshark decodes ~50 MB/s here: far within this.
+TSHARK_TIMEOUT_S = 300.0
 # wirecheck's fields (time first) and what the timeline, windows and losses need besides.
 FIELDS = [
     *WIRECHECK_FIELDS,
@@ -121,10 +123,10 @@ class ExplainError(AnalysisError):
 def run_tshark(cap_dir: Path) -> str:
     """The capture's frames as tshark_fields_argv prints them, decoded in the client image."""
     keylog = f"/cap/{KEYS}" if (cap_dir / KEYS).is_file() else None
-    argv = [
-        "docker",
+    run_args = [
         "run",
         "--rm",
+        *PULL_NEVER,  # the image this host built, never one fetched by root
         "--network",
         "none",
         "-v",
@@ -132,7 +134,9 @@ def run_tshark(cap_dir: Path) -> str:
         CLIENT_IMAGE,
         *tshark_fields_argv(f"/cap/{PCAP}", keylog, FIELDS),
     ]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    proc = docker(*run_args, timeout=TSHARK_TIMEOUT_S)
+    if proc.returncode != 0 and not image_present(CLIENT_IMAGE):
+        raise missing_image(CLIENT_IMAGE)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise ExplainError(f"tshark could not read {cap_dir / PCAP}: {last}", exit_code=1)
@@ -587,13 +591,17 @@ def find_row(run_dir: Path, trial_id: str) -> dict[str, Any]:
     if not path.is_file():
         raise ExplainError(f"run {run_dir.name}: no {rowschema.ROWS_FILE}")
     found = None
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn last line
-        if row.get("trial_id") == trial_id:
-            found = row
+    try:
+        with limits.open_regular(path, follow=False) as f:
+            for _, line in limits.bounded_lines(f, limits.ROW_LINE_MAX_BYTES):
+                try:
+                    row = json.loads(line)
+                except (ValueError, RecursionError):
+                    continue  # a torn last line
+                if isinstance(row, dict) and row.get("trial_id") == trial_id:
+                    found = row
+    except (OSError, limits.TooBig) as exc:  # a results folder's rows: bounded, not followed elsewhere
+        raise ExplainError(f"{path}: {exc}") from None
     if found is None:
         raise ExplainError(f"run {run_dir.name} has no trial '{trial_id}'")
     return found

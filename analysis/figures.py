@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from quicbed import limits
 from quicbed.workloads import ReportSection, report_sections
 
 from . import loss_response as lr
@@ -565,8 +566,10 @@ def read_trace(path: Any) -> pd.DataFrame:
     """A playback's per-second trace (t_s, buffer_s, bitrate_kbps, height, stalled), or an
     empty frame where the file is missing or unreadable (a report never fails on one)."""
     try:
-        return pd.DataFrame(json.loads(Path(path).read_text()))
-    except (OSError, TypeError, ValueError):
+        return pd.DataFrame(
+            json.loads(limits.read_bounded(Path(path), limits.RUN_JSON_MAX_BYTES, follow=False))
+        )
+    except (OSError, TypeError, ValueError, RecursionError):  # limits.TooBig is a ValueError
         return pd.DataFrame()
 
 
@@ -827,9 +830,9 @@ CROSS_COLORS = ("0.35", "#cc79a7", "#009e73", "#d55e00", "0.6", "#56b4e9", "#f0e
 def read_cross_trace(path: Any) -> dict[str, Any]:
     """A trial's per-flow rates over time (experiments/cross.py's timeline), or {}."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(limits.read_bounded(Path(path), limits.RUN_JSON_MAX_BYTES, follow=False))
         return data if isinstance(data, dict) and "mbit" in data else {}
-    except (OSError, TypeError, ValueError):
+    except (OSError, TypeError, ValueError, RecursionError):  # limits.TooBig is a ValueError
         return {}
 
 

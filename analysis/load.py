@@ -11,12 +11,12 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pandas as pd
 
-from quicbed import paths, rowschema
+from quicbed import limits, paths, rowschema
 from quicbed.errors import QuicbedError
 from quicbed.workloads import PAGELOAD, derived_kinds
 
@@ -62,6 +62,9 @@ def resolve_run_dir(run: str | Path) -> Path:
     candidate = Path(run)
     if candidate.is_dir():
         return candidate
+    problem = rowschema.run_id_problem(str(run))
+    if problem:  # never joined to the results root: `../x` names no run
+        raise AnalysisError(problem)
     root = results_root()
     if (root / str(run)).is_dir():
         return root / str(run)
@@ -76,7 +79,9 @@ def read_manifest(run_dir: Path, notes: list[str]) -> dict[str, Any]:
         notes.append(f"run {run_dir.name}: no manifest.json; versions and calibration unknown")
         return {"run_id": run_dir.name}
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(limits.read_bounded(path, limits.RUN_JSON_MAX_BYTES, follow=False).decode())
+    except limits.TooBig as exc:
+        raise AnalysisError(f"{path}: {exc}") from None
     except OSError as exc:
         raise AnalysisError(f"run {run_dir.name}: cannot read {path} ({exc.strerror})") from None
     except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested JSON
@@ -86,6 +91,9 @@ def read_manifest(run_dir: Path, notes: list[str]) -> dict[str, Any]:
     if problem:
         raise AnalysisError(f"{path}: {problem} (written by another version of quicbed, " "or edited?)")
     manifest.setdefault("run_id", run_dir.name)
+    problem = rowschema.run_id_problem(manifest["run_id"])
+    if problem:  # it names the report's directory of several runs and the rows' run_id
+        raise AnalysisError(f"{path}: {problem}")
     if not manifest.get("conditions") and not manifest.get("calibration"):
         # Another version's (or a hand-written) manifest: usable, but say what it lacks.
         notes.append(
@@ -151,10 +159,21 @@ def _values_at(data: Any, parts: list[str], where: str) -> Iterable[tuple[str, A
 
 
 def read_jsonl(path: Path, notes: list[str]) -> pd.DataFrame:
-    # Only "\n" ends a row (splitlines would also split at U+2028 inside a hand-edited string).
-    lines = path.read_text(errors="replace").split("\n")
+    try:
+        with limits.open_regular(path, follow=False) as f:
+            return pd.DataFrame.from_records(_jsonl_records(f, path, notes))
+    except limits.TooBig as exc:
+        raise AnalysisError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise AnalysisError(f"cannot read {path} ({exc.strerror})") from None
+
+
+def _jsonl_records(f: BinaryIO, path: Path, notes: list[str]) -> list[dict[str, Any]]:
+    """rows.jsonl's rows, a line at most limits.ROW_LINE_MAX_BYTES (TooBig past it)."""
     records = []
-    for number, line in enumerate(lines, start=1):
+    # Only "\n" ends a row (splitlines would also split at U+2028 inside a hand-edited string).
+    for number, raw in limits.bounded_lines(f, limits.ROW_LINE_MAX_BYTES):
+        line = raw.removesuffix(b"\n").decode(errors="replace")
         if not line.strip():
             continue
         try:
@@ -163,7 +182,7 @@ def read_jsonl(path: Path, notes: list[str]) -> pd.DataFrame:
             # The runner appends one whole line per trial, so a crash can only tear the last
             # one, cut before its newline (as experiments.store reads it too); damage
             # anywhere else is an edit, which the report must not silently paper over.
-            if number == len(lines):
+            if not raw.endswith(b"\n"):
                 notes.append(
                     f"{path.parent.name}/rows.jsonl: last line torn (a crash while " "writing it), ignored"
                 )
@@ -176,7 +195,7 @@ def read_jsonl(path: Path, notes: list[str]) -> pd.DataFrame:
                 f"{path}:{number}: a row must be a JSON object, not " f"{type(record).__name__}"
             )
         records.append(record)
-    return pd.DataFrame.from_records(records)
+    return records
 
 
 def read_rows(run_dir: Path, notes: list[str]) -> pd.DataFrame:
@@ -214,10 +233,32 @@ def load_run(run: str | Path, notes: list[str]) -> tuple[pd.DataFrame, dict[str,
         rows["run_dir"] = str(run_dir)
     for column in ("trace_file", "cross_trace_file"):  # a player's or the flows' trace, beside the rows
         if column in rows:
-            rows[column.replace("_file", "_path")] = rows[column].map(
-                lambda rel: str(run_dir / rel) if isinstance(rel, str) and rel else None
-            )
+            rows[column.replace("_file", "_path")] = inside_run(rows[column], run_dir, column, notes)
     return latest_attempts(rows, run_dir.name, notes), manifest
+
+
+def inside_run(names: pd.Series, run_dir: Path, column: str, notes: list[str]) -> pd.Series:
+    """The files a column names, as paths inside `run_dir`; None where there is none, or where
+    the row names a place outside the run (`..`, absolute, through a symbolic link), which is
+    noted and never read."""
+    refused = 0
+
+    def one(rel: object) -> str | None:
+        nonlocal refused
+        if not isinstance(rel, str) or not rel:
+            return None
+        try:
+            return str(rowschema.run_file(run_dir, rel))
+        except rowschema.RunPathError:
+            refused += 1
+            return None
+
+    paths = names.map(one)
+    if refused:
+        notes.append(
+            f"run {run_dir.name}: {refused} row(s) name a {column} outside the run directory; ignored"
+        )
+    return paths
 
 
 def latest_attempts(rows: pd.DataFrame, run: str, notes: list[str]) -> pd.DataFrame:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from quicbed import paths
+from quicbed import limits, paths, rowschema
 from quicbed.errors import InputError, QuicbedError
 
 from .matrix import Trial
@@ -190,9 +190,27 @@ def _machine_lock(run_id: str) -> Any:
 
 
 def _trace(run_dir: Path, row: dict[str, Any]) -> str | None:
-    """A trial's trace file (video), which lives beside the rows on the head."""
-    rel = row.get("trace_file")
-    return (run_dir / rel).read_text() if rel else None
+    """A trial's trace file (video), which lives beside the rows on the head: only at the
+    trial's own trace path (rowschema.trace_path), read with a bound."""
+    path = _trace_file(run_dir, row)
+    if path is None or not path.exists():
+        return None
+    try:
+        return limits.read_bounded(path, limits.RUN_JSON_MAX_BYTES, follow=False).decode(errors="replace")
+    except (limits.TooBig, OSError):  # not a file the executor wrote: the row keeps no trace
+        return None
+
+
+def _trace_file(run_dir: Path, row: dict[str, Any]) -> Path | None:
+    """Where a row's trace file goes in `run_dir`, or None: a row naming any other place than
+    its trial's trace path (a tool's row is not trusted with the head's filesystem) has none."""
+    rel, trial_id = row.get("trace_file"), row.get("trial_id")
+    if not rel or not isinstance(trial_id, str) or rel != rowschema.trace_path(trial_id):
+        return None
+    try:
+        return rowschema.run_file(run_dir, rel)
+    except rowschema.RunPathError:
+        return None
 
 
 class RayDispatcher:
@@ -281,8 +299,9 @@ class RayDispatcher:
         for kind, payload in self.ray.get(sink.drain.remote()):
             if kind == "row":
                 row, trace = payload
-                if session.record(row) and trace is not None:
-                    _write_text(self.run_dir / row["trace_file"], trace)
+                target = _trace_file(self.run_dir, row)
+                if session.record(row) and trace is not None and target is not None:
+                    _write_text(target, trace)
             elif kind == "calibrated":
                 unit_id, calib, where = payload
                 session.calibrated(unit_id, calib, where)

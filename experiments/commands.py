@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from quicbed import paths
+from quicbed import paths, rowschema
 from quicbed.errors import InputError, QuicbedError
 
 from . import cluster
@@ -58,8 +58,9 @@ def cmd_run(
     if retry_failed and not resume:
         console.print("--retry-failed needs --resume RUN_ID (a new run has nothing to retry)", markup=False)
         return 2
-    run_dir = run_dir_for(resume, results) if resume else None
+    run_dir: Path | None = None
     try:
+        run_dir = run_dir_for(resume, results) if resume else None
         if run_dir is not None:  # a resumed run keeps the --quick it was started with
             quick = bool(read_manifest(run_dir).get("quick"))
         exp = load_experiment(file, quick=quick)
@@ -153,8 +154,8 @@ def cmd_check(
 ) -> int:
     """`quicbed check FILE RUN_ID`: 0 all expectations pass, 1 any fails, 2 bad input."""
     console = Console(highlight=False, soft_wrap=True)
-    run_dir = run_dir_for(run_id, results)
     try:
+        run_dir = run_dir_for(run_id, results)
         manifest = read_manifest(run_dir)
         exp = load_experiment(file, quick=bool(manifest.get("quick")))
     except QuicbedError as exc:  # bad file, bad profile, missing run: one line, no traceback
@@ -170,10 +171,14 @@ def cmd_check(
 
 
 def run_dir_for(run_id: str, results: Path | None = None) -> Path:
-    """A run id under the results directory, or a path to a run directory."""
+    """A run id under the results directory, or a path to a run directory. Anything else
+    (`../x`, a path that is no directory) is refused before it is joined to results/."""
     path = Path(run_id)
     if "/" in run_id and path.is_dir():
         return path
+    problem = rowschema.run_id_problem(run_id)
+    if problem:
+        raise InputError(problem)
     return (results or paths.RESULTS) / run_id
 
 
@@ -183,7 +188,11 @@ def cmd_merge(run_ids: list[str], out: str | None = None, results: Path | None =
     try:
         dirs = [run_dir_for(r, results) for r in run_ids]
         experiment = read_manifest(dirs[0]).get("experiment", "run")
-        merged = merge_runs(dirs, results / (out or new_run_id(f"{experiment}-merged", results)))
+        out_id = out or new_run_id(f"{experiment}-merged", results)
+        problem = rowschema.run_id_problem(out_id)  # the manifest's experiment names it too
+        if problem:
+            raise InputError(f"--out: {problem}" if out else problem)
+        merged = merge_runs(dirs, results / out_id)
     except QuicbedError as exc:
         print(f"quicbed merge: {exc}")
         return 2

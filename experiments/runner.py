@@ -354,6 +354,13 @@ def _run_trial(
         tool_row, error = exc.row, exc.reason
     except Exception as exc:  # an executor bug must not lose the rest of the run
         tool_row, error = {}, f"{type(exc).__name__}: {exc}"
+    # A tool does not say which trial or run it was, nor where the run's files lie: an error
+    # row, its claims dropped (the executor's own keys it checks itself: rowschema.tool_rows).
+    owned = rowschema.owned_keys(tool_row, rowschema.RUNNER_OWNED)
+    owned += rowschema.misplaced_files(tool_row, trial.trial_id)
+    if owned:
+        tool_row = {k: v for k, v in tool_row.items() if k not in owned}
+        error = error or rowschema.owned_key_error(owned)
     # A capture's own start and stop (tcpdump, the server's qlog) are the trial's bookkeeping,
     # not its time: the executor says how long they took (capture_s) and wall_s leaves it out.
     capture_s = tool_row.get("capture_s") if tool_row else None

@@ -9,10 +9,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quicbed import limits, rowschema
 from quicbed.analysis.expectations import Expectation, compile_expectation
 from quicbed.fields import (
     check_choice,
@@ -35,6 +37,8 @@ from .links import Link
 from .registry import PARAM_AXES, SERVERS, TOOLS
 
 ORDERS = ("interleaved", "blocked", "shuffled")
+# A run id is the name, its UTC time and suffixes (-shard12of16, -merged, -2): within 128.
+MAX_NAME_CHARS = 80
 VIDEO_TIMEOUT_MARGIN_S = 60.0  # a video trial's default timeout: what it plays, plus this
 _TOP_KEYS = {
     "name",
@@ -132,6 +136,12 @@ def _build(src: Source, text: str) -> Experiment:
     name = check_str(src, ("name",), d["name"])
     if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise src.error(("name",), "use letters, digits, '-', '_' and '.' (it names run dirs)")
+    if len(name) > MAX_NAME_CHARS or rowschema.run_id_problem(name):  # run ids: rowschema.RUN_ID_PATTERN
+        raise src.error(
+            ("name",),
+            f"start with an ASCII letter or digit, without '..', at most {MAX_NAME_CHARS} "
+            "characters (it names run dirs)",
+        )
     workload = _workload(src, d["workload"])
     profiles = _profiles(src, d["profiles"])
     indexed = _clients(src, d["clients"], workload.kind)
@@ -167,6 +177,7 @@ def _build(src: Source, text: str) -> Experiment:
             f"{exp.timeout_s:g} s is not longer than the "
             f"{played:g} s of video each trial plays (workload.duration_s)",
         )
+    _check_trials(src, exp)
     if "capture" in d:
         exp.capture = _capture(src, d["capture"])
     if "cross" in d:
@@ -221,8 +232,39 @@ def _profiles(src: Source, value: Any) -> list[Link]:
     return profiles
 
 
+def _check_conditions(src: Source, value: dict[str, Any], profiles: int) -> None:
+    """The conditions counted from the axes' lengths, before any value is checked or any
+    product is built: three axes of 1,600 values would be 4e9 conditions."""
+    count = profiles
+    for values in value.values():
+        count *= len(values) if isinstance(values, list) else 1
+    if count > limits.MAX_CONDITIONS:
+        raise src.error(
+            ("sweep",),
+            f"{count:,} conditions ({profiles} profile(s) x the sweep's axes); "
+            f"an experiment may have at most {limits.MAX_CONDITIONS:,}",
+        )
+
+
+def _check_trials(src: Source, exp: Experiment) -> None:
+    """Conditions x trials per condition, refused over the bound before a trial list exists;
+    located at the key that multiplies most directly (repetitions, else the sweep)."""
+    per_condition = len(pairing.spoken_pairs(exp.servers, exp.clients)) * len(exp.workload.objects)
+    conditions = len(exp.profiles) * math.prod(len(v) for v in exp.sweep.values())
+    total = conditions * per_condition * exp.repetitions
+    if total > limits.MAX_TRIALS:
+        key = "repetitions" if "repetitions" in src.data else "sweep" if exp.sweep else "clients"
+        raise src.error(
+            (key,),
+            f"{total:,} trials ({conditions:,} condition(s) x {per_condition} server/client/object "
+            f"cell(s) x {exp.repetitions} repetition(s)); an experiment may have at most "
+            f"{limits.MAX_TRIALS:,}",
+        )
+
+
 def _sweep(src: Source, value: Any, profiles: list[Link]) -> dict[str, list[Any]]:
     check_mapping(src, ("sweep",), value, None, set())
+    _check_conditions(src, value, len(profiles))
     out = {}
     for axis, values in value.items():
         path = ("sweep", axis)

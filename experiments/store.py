@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from quicbed import rowschema
+from quicbed import limits, rowschema
 from quicbed.errors import QuicbedError
 
 ROWS, MANIFEST = rowschema.ROWS_FILE, rowschema.MANIFEST_FILE
@@ -59,13 +59,17 @@ class RunStore:
             raise StoreError(f"no run directory {self.dir}")
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+            # O_NOFOLLOW: a results folder's .lock or rows.jsonl linked elsewhere (/etc/passwd)
+            # must not be truncated or appended to as root.
+            self._lock_fd = os.open(self.dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
             raise StoreError(f"results directory {self.dir} is not writable: {_why(exc)}") from None
         self._lock()
         self.torn_lines = self._cut_torn_tail()
         try:
-            self._rows_fd = os.open(self.rows_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._rows_fd = os.open(
+                self.rows_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644
+            )
         except OSError as exc:
             self.close()
             raise StoreError(f"cannot write {self.rows_path}: {_why(exc)}") from None
@@ -87,13 +91,24 @@ class RunStore:
     def _cut_torn_tail(self) -> int:
         """Truncate an incomplete last line (a crash mid-write) so appends start on a fresh line."""
         try:
-            data = self.rows_path.read_bytes()
+            with limits.open_regular(self.rows_path, follow=False) as f:
+                # Only the tail is read: a row line is at most ROW_LINE_MAX_BYTES.
+                size = os.fstat(f.fileno()).st_size
+                start = max(0, size - limits.ROW_LINE_MAX_BYTES - 1)
+                f.seek(start)
+                tail = f.read(size - start)
         except FileNotFoundError:
             return 0
-        if not data or data.endswith(b"\n"):
+        except limits.TooBig as exc:
+            raise StoreError(f"{self.rows_path}: {exc}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot read {self.rows_path}: {_why(exc)}") from None
+        if not tail or tail.endswith(b"\n"):
             return 0
+        if b"\n" not in tail and start > 0:
+            raise StoreError(f"{self.rows_path}: its last line is longer than a row may be")
         try:
-            os.truncate(self.rows_path, data.rfind(b"\n") + 1)
+            os.truncate(self.rows_path, start + tail.rfind(b"\n") + 1)
         except OSError as exc:
             raise StoreError(f"cannot repair {self.rows_path}: {_why(exc)}") from None
         return 1
@@ -154,25 +169,27 @@ def load_history(run_dir: Path | str) -> tuple[list[dict[str, Any]], int]:
     Any other unreadable line (hand-edited, not JSON, not a row object) raises StoreError
     naming the file and line: guessing past damage would silently lose or invent trials."""
     path = Path(run_dir) / ROWS
+    rows, torn = [], 0
     try:
-        text = path.read_bytes().decode(errors="replace")
+        with limits.open_regular(path, follow=False) as f:
+            # Only "\n" ends a row (splitlines would also split at U+2028 inside a string).
+            for number, raw in limits.bounded_lines(f, limits.ROW_LINE_MAX_BYTES):
+                line = raw.removesuffix(b"\n").decode(errors="replace")
+                if not line.strip():
+                    continue
+                row, problem = _parse_row(line)
+                if row is not None:
+                    rows.append(row)
+                elif not raw.endswith(b"\n"):  # no newline after it: a crash cut this write short
+                    torn += 1
+                else:
+                    raise StoreError(f"{path}:{number}: {problem}")
     except FileNotFoundError:
         return [], 0
+    except limits.TooBig as exc:
+        raise StoreError(f"{path}: {exc}") from None
     except OSError as exc:
         raise StoreError(f"cannot read {path}: {_why(exc)}") from None
-    # Only "\n" ends a row (splitlines would also split at U+2028 inside a hand-edited string).
-    lines = text.split("\n")
-    rows, torn = [], 0
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        row, problem = _parse_row(line)
-        if row is not None:
-            rows.append(row)
-        elif number == len(lines):  # no newline after it: a crash cut this write short
-            torn += 1
-        else:
-            raise StoreError(f"{path}:{number}: {problem}")
     return rows, torn
 
 
@@ -199,9 +216,11 @@ _MANIFEST_KEYS: dict[str, type] = {"run_id": str, "matrix_hash": str, "sessions"
 def read_manifest(run_dir: Path | str) -> dict[str, Any]:
     path = Path(run_dir) / MANIFEST
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(limits.read_bounded(path, limits.RUN_JSON_MAX_BYTES, follow=False).decode())
     except FileNotFoundError:
         raise StoreError(f"no run at {run_dir} ({MANIFEST} is missing)") from None
+    except limits.TooBig as exc:
+        raise StoreError(f"{path}: {exc}") from None
     except OSError as exc:
         raise StoreError(f"cannot read {path}: {_why(exc)}") from None
     except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested JSON
@@ -214,6 +233,9 @@ def read_manifest(run_dir: Path | str) -> dict[str, Any]:
         raise StoreError(
             f"{path} has no usable {', '.join(bad)} (written by another version " "of quicbed, or edited?)"
         )
+    problem = rowschema.run_id_problem(manifest["run_id"])
+    if problem:  # it names directories (merge, reports) and every resumed row
+        raise StoreError(f"{path}: {problem}")
     return manifest
 
 

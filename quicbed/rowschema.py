@@ -8,8 +8,14 @@ analysis reads the same names, and tests hold the C tools' rows and their README
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from quicbed import limits
 
 # --- the run directory ---------------------------------------------------------------------
 ROWS_FILE = "rows.jsonl"  # one JSON row per trial, appended and fsynced: the durable record
@@ -270,6 +276,80 @@ COLUMNS: dict[str, Column] = {
     for c in group
 }
 
+# Keys a tool's row must not set (issue 46): the runner's bookkeeping, which identifies the
+# trial and the run, and what the executor measures around the tool or names in the run
+# directory. A tool (a stack's image, a browser) is not trusted to say which trial it was or
+# where a file lies: a row that sets one is an error row (runner.owned_key_error). Not the
+# axes a tool may echo in its own spelling (tool, protocol: kept as tool_<key>), nor
+# cpu_bound, which the browser judges itself.
+RUNNER_OWNED: frozenset[str] = frozenset(
+    {
+        "run_id",
+        "trial_id",
+        "condition",
+        "condition_label",
+        "unit",
+        *(c.name for c in RUNNER),
+        *(c.name for c in LOSS_RESPONSE),
+    }
+)
+EXECUTOR_OWNED: frozenset[str] = frozenset(
+    {
+        *(c.name for c in EXECUTOR if c.name != "cpu_bound"),
+        *(c.name for c in CAPTURE),
+        *(c.name for c in CROSS),
+        "trace_file",  # the executor writes the tool's `trace` there and names it
+    }
+)
+OWNED_PREFIXES: tuple[str, ...] = (SWEEP_PREFIX,)  # param_<axis>: the condition's swept values
+
+
+def owned_keys(
+    tool_row: dict[str, object], owned: frozenset[str] = RUNNER_OWNED | EXECUTOR_OWNED
+) -> list[str]:
+    """The keys of a tool's row that only quicbed may write, sorted (empty: the row is fine)."""
+    return sorted(k for k in tool_row if k in owned or str(k).startswith(OWNED_PREFIXES))
+
+
+def owned_key_error(owned: list[str]) -> str:
+    """An error row's reason for a tool row that set quicbed's keys (a few named: a hostile
+    tool may set thousands)."""
+    shown = ", ".join(owned[:5]) + (f" and {len(owned) - 5} more" if len(owned) > 5 else "")
+    return f"tool row: sets {shown}, which only quicbed writes (rowschema.RUNNER_OWNED, EXECUTOR_OWNED)"
+
+
+class ToolRowError(ValueError):
+    """A tool's output that is not rows quicbed takes: the reason, for the trial's error row."""
+
+
+def tool_rows(stdout: str) -> list[dict[str, Any]]:
+    """The rows a tool printed (its lines that start with '{'), bounded: the output at most
+    limits.TOOL_OUTPUT_MAX_BYTES, a row line at most ROW_LINE_MAX_BYTES, each a JSON object
+    that sets none of quicbed's own keys (owned_keys). Raises ToolRowError, naming the line,
+    never quoting it."""
+    if len(stdout) > limits.TOOL_OUTPUT_MAX_BYTES:
+        raise ToolRowError(f"tool output: over {limits.TOOL_OUTPUT_MAX_BYTES // 2**20} MiB")
+    rows = []
+    for number, line in enumerate(stdout.split("\n"), 1):
+        if not line.startswith("{"):
+            continue
+        if len(line) > limits.ROW_LINE_MAX_BYTES:
+            raise ToolRowError(
+                f"tool output line {number}: a row over {limits.ROW_LINE_MAX_BYTES // 2**20} MiB"
+            )
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            raise ToolRowError(f"tool output line {number}: not a JSON row") from None
+        if not isinstance(row, dict):
+            raise ToolRowError(f"tool output line {number}: not a JSON object")
+        owned = owned_keys(row)
+        if owned:
+            raise ToolRowError(owned_key_error(owned))
+        rows.append(row)
+    return rows
+
+
 # Every row has these, even when the tool or the executor did not supply them.
 RUNNER_DEFAULTS: dict[str, object] = {
     "error": None,
@@ -368,6 +448,65 @@ def cross_trace_path(trial_id: str) -> str:
 def capture_dir(trial_id: str) -> str:
     """A trial's capture directory, relative to its run directory (trial ids contain slashes)."""
     return f"{TRIALS_DIR}/{trial_id.replace('/', '~')}"
+
+
+# A run's id names its directory under results/ (and a report's): letters, digits, '.', '_'
+# and '-', starting with a letter or digit, at most 128 characters and without '..', so no id
+# read from a manifest or a command line can name a directory elsewhere. Made by
+# store.new_run_id as <experiment name>-<UTC time>[-N]; the name is held to the same rule.
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def run_id_problem(run_id: object) -> str | None:
+    """Why `run_id` is not a run id (one line, the id shortened), or None when it is one."""
+    if isinstance(run_id, str) and RUN_ID_PATTERN.fullmatch(run_id) and ".." not in run_id:
+        return None
+    shown = repr(run_id)[:60]
+    return (
+        f"bad run id {shown}: use letters, digits, '.', '_' and '-', starting with a letter or "
+        "digit, without '..', at most 128 characters"
+    )
+
+
+class RunPathError(ValueError):
+    """A row names a path that is not a plain relative one inside its run directory."""
+
+
+def run_file(run_dir: Path, rel: object) -> Path:
+    """The path a row names (trace_file, cross_trace_file, capture_files) joined to its run
+    directory, refused (RunPathError) unless it is a plain relative name inside it: no '..',
+    '.', empty part or absolute start, and no symbolic link on the way, so a row of a hostile
+    tool or results folder cannot read or write a file elsewhere on the host."""
+    if not isinstance(rel, str) or not rel or len(rel) > 1024 or "\0" in rel:
+        raise RunPathError("not a relative path")
+    parts = rel.split("/")
+    if any(part in ("", ".", "..") for part in parts):  # "" also catches a leading "/"
+        raise RunPathError(f"{rel[:80]!r} is not a plain relative path inside the run directory")
+    path = run_dir
+    for part in parts:
+        path = path / part
+        if path.is_symlink():
+            raise RunPathError(f"{rel[:80]!r} passes a symbolic link")
+    return path
+
+
+def misplaced_files(row: dict[str, Any], trial_id: str) -> list[str]:
+    """The keys of a trial's row that name a file other than the trial's own (trace_path,
+    cross_trace_path, under capture_dir): the executor only ever names those, so any other
+    came from the tool, and would point the head or the report elsewhere."""
+    own = {"trace_file": trace_path(trial_id), "cross_trace_file": cross_trace_path(trial_id)}
+    bad = [k for k, rel in own.items() if k in row and row[k] is not None and row[k] != rel]
+    files = row.get("capture_files")
+    if files is not None and not (
+        isinstance(files, list) and all(_in_capture_dir(f, trial_id) for f in files)
+    ):
+        bad.append("capture_files")
+    return bad
+
+
+def _in_capture_dir(rel: object, trial_id: str) -> bool:
+    """One of the capture's fixed files (CAPTURE_FILES) in the trial's capture directory."""
+    return rel in {f"{capture_dir(trial_id)}/{name}" for name in CAPTURE_FILES.values()}
 
 
 def is_known(column: str) -> bool:

@@ -24,12 +24,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from quicbed import limits
 from quicbed.errors import InputError
 from quicbed.paths import REPO
 
 OPPORTUNITY_BYTES = 1500  # an IP packet of one MTU per line, as Mahimahi counts it
 SHIPPED_DIR = REPO / "traces"
 MAX_TRACE_LINES = 5_000_000  # ~40 MB of text: beyond it a trace is refused, not loaded
+MAX_TRACE_MS = limits.TRACE_MAX_MS  # a trace's period: 24 h, the longest trial (quicbed/limits.py)
 WINDOW_MS = 100  # calibration's window for the delivered rate
 
 
@@ -85,37 +87,51 @@ def load_trace(
 ) -> Trace:
     """Read and validate a trace. An error names the YAML that named the trace (file, line,
     field) and, in its message, the trace's own line, the trace named as the YAML names it
-    (`shown`) or by its path."""
+    (`shown`) or by its path; never the trace's bytes (a trace naming /etc/shadow must not
+    print it)."""
 
     def bad(message: str, number: int | None = None) -> InputError:
         return InputError(f"{shown or path}{f':{number}' if number else ''}: {message}", file, line, field)
 
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read trace {shown or path}: {exc.strerror}", file, line, field) from None
+    data = _read_trace(path, bad)
     times: list[int] = []
-    previous = 0
     for number, raw in enumerate(data.splitlines(), 1):
         text = raw.strip()
-        if not text:
-            continue
-        if len(times) >= MAX_TRACE_LINES:
-            raise bad(f"more than {MAX_TRACE_LINES} opportunities", number)
-        if not text.isdigit():
-            raise bad(
-                f"expected a whole number of milliseconds, got {text[:40].decode(errors='replace')!r}", number
-            )
-        t = int(text)
-        if t < previous:
-            raise bad(f"timestamps must not go back ({t} after {previous})", number)
-        times.append(t)
-        previous = t
+        if text:
+            times.append(_timestamp(text, times[-1] if times else 0, len(times), number, bad))
     if not times:
         raise bad("the trace has no delivery opportunities")
     if times[-1] == 0:
         raise bad("the trace must last more than 0 ms (its last timestamp)")
     return Trace(path.resolve(), tuple(times), hashlib.sha256(data).hexdigest())
+
+
+def _read_trace(path: Path, bad: Callable[..., InputError]) -> bytes:
+    """The trace's bytes: a regular file, not a symbolic link (a trace read as root must not
+    be a way to read another file), within TRACE_MAX_BYTES, checked before it is read."""
+    try:
+        return limits.read_bounded(path, limits.TRACE_MAX_BYTES, follow=False)
+    except limits.TooBig as exc:
+        raise bad(f"cannot use it as a trace: {exc}") from None
+    except OSError as exc:
+        raise bad(f"cannot read trace: {exc.strerror or type(exc).__name__}") from None
+
+
+def _timestamp(text: bytes, previous: int, count: int, number: int, bad: Callable[..., InputError]) -> int:
+    """One line's timestamp, checked; the messages quote no content (see load_trace)."""
+    if count >= MAX_TRACE_LINES:
+        raise bad(f"more than {MAX_TRACE_LINES} opportunities", number)
+    if not (text.isascii() and text.isdigit()):
+        raise bad("not a whole number of milliseconds", number)
+    # Counted in digits first, so int() is never handed a number of a million digits.
+    if len(text.lstrip(b"0")) > len(str(MAX_TRACE_MS)) or int(text) > MAX_TRACE_MS:
+        raise bad(
+            f"a timestamp beyond {MAX_TRACE_MS} ms ({MAX_TRACE_MS // 3_600_000} h): too long a trace", number
+        )
+    t = int(text)
+    if t < previous:
+        raise bad("timestamps must not go back (earlier than the line before)", number)
+    return t
 
 
 def delivered_per_window(

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import codecs
 import json
+import os
 import random
 import re
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,10 +16,11 @@ from pathlib import Path
 import pytest
 from analysis_synthetic import Model, write_run
 
-from quicbed import cli, yamlio
-from quicbed.experiments import links
+from quicbed import cli, limits, paths, rowschema, yamlio
+from quicbed.analysis import load
+from quicbed.experiments import cluster, links
 from quicbed.experiments.commands import cmd_run
-from quicbed.experiments.store import StoreError, load_rows, read_manifest
+from quicbed.experiments.store import RunStore, StoreError, load_rows, new_run_id, read_manifest
 from quicbed.experiments.synthetic import SyntheticExecutor
 from quicbed.topology.profiles import load_profile
 from quicbed.yamlio import LocatedError, parse_source
@@ -392,3 +395,312 @@ def test_report_notes_a_manifest_without_calibration(analysis_run, capsys):
     code, lines = report(capsys, analysis_run)
     assert code == 0
     assert any("manifest.json records no calibration" in line for line in lines)
+
+
+# --- issue 46: bounded input (quicbed/limits.py) ---------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+QUICBED = REPO / ".venv" / "bin" / "quicbed"
+CANARY = "CANARY-5f1d0c-not-for-your-eyes"
+
+
+def _block(values) -> str:
+    return "".join(f"    - {v}\n" for v in values)
+
+
+def _three_axes_of_1600() -> str:
+    """4,096,000,000 conditions in 4,800 values: under the YAML bounds, over MAX_CONDITIONS."""
+    return VALID.replace(
+        "servers:",
+        "sweep:\n"
+        + "  loss_pct:\n"
+        + _block(round(i * 0.001, 3) for i in range(1600))
+        + "  jitter_ms:\n"
+        + _block(round(1 + i * 0.001, 3) for i in range(1600))
+        + "  queue_packets:\n"
+        + _block(10 + i for i in range(1600))
+        + "servers:",
+        1,
+    )
+
+
+def cli_subprocess(*argv: str, timeout: float = 120) -> tuple[int, list[str]]:
+    """`quicbed ARGV` as its own process (as a user runs it): exit code and non-empty lines;
+    the old code hung or died of MemoryError here, so a timeout fails the test."""
+    run = subprocess.run([str(QUICBED), *argv], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    out = run.stdout + run.stderr
+    assert "Traceback" not in out and "MemoryError" not in out, out
+    return run.returncode, [line for line in out.splitlines() if line.strip()]
+
+
+def test_a_sweep_of_three_1600_value_axes_is_refused_at_its_line_by_the_cli(tmp_path):
+    path = tmp_path / "huge-sweep.yaml"
+    path.write_text(_three_axes_of_1600())
+    code, lines = cli_subprocess("run", str(path), "--dry-run")
+    sweep_line = VALID.splitlines().index("servers: [caddy]") + 1
+    expected = (
+        f"{path}:{sweep_line}: sweep: 4,096,000,000 conditions (1 profile(s) x the sweep's axes); "
+        f"an experiment may have at most {limits.MAX_CONDITIONS:,}"
+    )
+    assert code == 2 and lines == [expected], lines
+
+
+def test_a_sweep_of_three_1600_value_axes_is_refused_in_well_under_a_second(tmp_path, capsys):
+    path = tmp_path / "huge-sweep.yaml"
+    path.write_text(_three_axes_of_1600())
+    assert "sweep: 4,096,000,000 conditions" in refused(capsys, path)  # < TIME_LIMIT_S, in-process
+
+
+def test_too_many_trials_are_refused_at_repetitions(tmp_path, capsys):
+    # 2 profiles x (1 server x 2 variants x 3 objects) x 100,000 repetitions = 1,200,000 trials.
+    path = tmp_path / "many-trials.yaml"
+    path.write_text(
+        VALID.replace("  - {name: lab,", "  - {name: lab2, rtt_ms: 40, rate_mbit: 20}\n  - {name: lab,")
+        .replace("  - quic_perf\n", "  - {tool: quic_perf, backend: [libcurl, ngtcp2]}\n")
+        .replace("objects: [index.html]", "objects: [index.html, sample.png, pages/news]")
+        .replace("repetitions: 3", "repetitions: 100000")
+    )
+    assert refused(capsys, path) == (
+        f"{path}:9: repetitions: 1,200,000 trials (2 condition(s) x 6 server/client/object cell(s) "
+        "x 100000 repetition(s)); an experiment may have at most 1,000,000"
+    )
+    path.write_text(path.read_text().replace("repetitions: 100000", "repetitions: 80000"))
+    code, lines, _ = quicbed(capsys, "run", "--dry-run", str(path))  # 960,000: allowed
+    assert code == 0, lines
+
+
+def test_the_bounds_are_those_the_readme_states():
+    text = (REPO / "experiments" / "README.md").read_text()
+    assert f"{limits.MAX_CONDITIONS:,} conditions" in text and f"{limits.MAX_TRIALS:,} trials" in text
+
+
+def _traced(tmp_path: Path, trace: str) -> Path:
+    """An experiment whose profile's downlink follows `trace` (line 3: the profile)."""
+    path = tmp_path / "traced.yaml"
+    path.write_text(
+        VALID.replace(
+            "  - {name: lab, rtt_ms: 80, rate_mbit: 20}",
+            f"  - {{name: lab, rtt_ms: 80, down: {{trace: '{trace}'}}, up: {{rate_mbit: 5}}}}",
+        ).replace('  - "0.9 < quic.connection_time.median / rtt < 1.15"\n', '  - "quic.ttfb.count > 0"\n')
+    )
+    return path
+
+
+def _secret(tmp_path: Path) -> Path:
+    secret = tmp_path / "shadow"
+    secret.write_text(f"root:{CANARY}:19000:0:99999:7:::\n")
+    return secret
+
+
+def _fifo(tmp_path: Path) -> str:
+    os.mkfifo(tmp_path / "fifo.trace")
+    return str(tmp_path / "fifo.trace")
+
+
+def _link_to_secret(tmp_path: Path) -> str:
+    (tmp_path / "link.trace").symlink_to(_secret(tmp_path))
+    return str(tmp_path / "link.trace")
+
+
+def _long_trace(tmp_path: Path) -> str:
+    (tmp_path / "long.trace").write_text("1\n" + "1" + "0" * 12 + "\n")  # 10^12 ms: 31 years
+    return str(tmp_path / "long.trace")
+
+
+HOSTILE_TRACES: dict[str, tuple[Callable[[Path], str], str]] = {
+    "dev-zero": (lambda _: "/dev/zero", "/dev/zero: cannot use it as a trace: not a regular file"),
+    "fifo": (_fifo, "fifo.trace: cannot use it as a trace: not a regular file (a FIFO)"),
+    "directory": (lambda p: str(p), "cannot use it as a trace: not a regular file (a directory)"),
+    "symlink-to-a-secret": (_link_to_secret, "link.trace: cannot use it as a trace: a symbolic link"),
+    "a-secret-itself": (lambda p: str(_secret(p)), "shadow:1: not a whole number of milliseconds"),
+    "10^12-ms": (_long_trace, "long.trace:2: a timestamp beyond 86400000 ms (24 h)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_TRACES))
+def test_a_hostile_trace_is_refused_fast_naming_the_profile_line_not_its_bytes(name, tmp_path, capsys):
+    make, message = HOSTILE_TRACES[name]
+    path = _traced(tmp_path, make(tmp_path))
+    line = refused(capsys, path)  # exit 2, one line, < 1 s
+    assert line.startswith(f"{path}:3: profiles[0].down.trace: "), line
+    assert message in line and CANARY not in line, line
+
+
+def test_the_cli_never_prints_a_secret_a_trace_links_to(tmp_path):
+    for trace in (_link_to_secret(tmp_path), str(tmp_path / "shadow")):
+        code, lines = cli_subprocess("run", str(_traced(tmp_path, trace)), "--dry-run")
+        assert code == 2 and len(lines) == 1 and CANARY not in lines[0], lines
+
+
+class OwnKeysExecutor(SyntheticExecutor):
+    """A tool whose rows claim quicbed's own keys: another trial, run and file."""
+
+    def run_trial(self, trial):
+        return super().run_trial(trial) | {"run_id": "other", "trace_file": "../../etc/passwd", "attempt": 9}
+
+
+def test_a_tool_row_setting_runner_owned_keys_is_an_error_row(tmp_path):
+    exp = tmp_path / "hostile.yaml"
+    exp.write_text(VALID)
+    results = tmp_path / "results"
+    assert cmd_run(exp, lambda e, d: OwnKeysExecutor(), results=results, progress=False) == 1
+    run_dir = next(results.iterdir())
+    rows, _ = load_rows(run_dir)
+    assert len(rows) == 3
+    for row in rows:
+        assert row["error"].startswith(
+            "tool row: sets attempt, run_id, trace_file, which only quicbed writes"
+        )
+        assert row["run_id"] == run_dir.name and row["attempt"] == 1 and "trace_file" not in row
+
+
+class MisplacedFilesExecutor(SyntheticExecutor):
+    """An executor's keys naming files, as a tool would set them: anywhere but the trial's."""
+
+    def run_trial(self, trial):
+        own = rowschema.capture_dir(trial.trial_id)
+        return super().run_trial(trial) | {"capture_files": [f"{own}/../../../etc/shadow"]}
+
+
+def test_a_row_naming_another_trials_files_is_an_error_row(tmp_path):
+    exp = tmp_path / "hostile.yaml"
+    exp.write_text(VALID)
+    results = tmp_path / "results"
+    assert cmd_run(exp, lambda e, d: MisplacedFilesExecutor(), results=results, progress=False) == 1
+    for row in load_rows(next(results.iterdir()))[0]:
+        assert row["error"].startswith("tool row: sets capture_files") and "capture_files" not in row
+
+
+def test_tool_rows_are_bounded_and_may_not_set_owned_keys():
+    ok = '{"protocol": "quic", "ttfb_ms": 1}'
+    assert rowschema.tool_rows(f"noise\n{ok}\n") == [{"protocol": "quic", "ttfb_ms": 1}]
+    for stdout, problem in [
+        ('{"trace_file": "../x"}', "tool row: sets trace_file"),
+        ('{"capture_files": ["/etc/shadow"]}', "tool row: sets capture_files"),
+        ('{"param_server.tcp_cc": "bbr"}', "tool row: sets param_server.tcp_cc"),
+        ("{" + " " * limits.ROW_LINE_MAX_BYTES + "}", "tool output line 1: a row over 1 MiB"),
+        ("{" * 100_000, "tool output line 1: not a JSON row"),
+        ("[1]\n{1}", "tool output line 2: not a JSON row"),
+    ]:
+        with pytest.raises(rowschema.ToolRowError, match=re.escape(problem)):
+            rowschema.tool_rows(stdout)
+
+
+@pytest.mark.parametrize(
+    "rel", ["../../secret", "/etc/shadow", "traces/../../x", "traces/./t.json", "", "a//b"]
+)
+def test_a_row_named_path_outside_the_run_is_refused(tmp_path, rel):
+    with pytest.raises(rowschema.RunPathError):
+        rowschema.run_file(tmp_path, rel) if rel else rowschema.run_file(tmp_path, None)
+
+
+def test_a_row_named_path_through_a_symlink_is_refused(tmp_path):
+    (tmp_path / "traces").symlink_to("/etc")
+    with pytest.raises(rowschema.RunPathError, match="symbolic link"):
+        rowschema.run_file(tmp_path, "traces/passwd")
+    assert rowschema.run_file(tmp_path, "cross/c0~x.json") == tmp_path / "cross" / "c0~x.json"
+
+
+def test_a_ray_head_writes_a_trace_only_at_its_trials_own_path(tmp_path):
+    trial = "c0/caddy/quic-h3/index.html/r0"
+    own = {"trial_id": trial, "trace_file": rowschema.trace_path(trial)}
+    assert cluster._trace_file(tmp_path, own) == tmp_path / rowschema.trace_path(trial)
+    for rel in ("../../etc/cron.d/x", "/etc/passwd", rowschema.trace_path("c0/other")):
+        assert cluster._trace_file(tmp_path, {"trial_id": trial, "trace_file": rel}) is None
+
+
+def test_the_report_reads_no_trace_outside_the_run(analysis_run, capsys):
+    secret = _secret(analysis_run.parent)
+    rows = [json.loads(line) for line in (analysis_run / "rows.jsonl").read_text().splitlines()]
+    rows[0]["trace_file"] = f"../{secret.name}"
+    (analysis_run / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    notes: list[str] = []
+    df, _ = load.load_run(analysis_run, notes)
+    assert df["trace_path"].isna().all()
+    assert "1 row(s) name a trace_file outside the run directory; ignored" in " ".join(notes)
+
+
+# --- run ids (rowschema.RUN_ID_PATTERN) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("run_id", ["../x", "..", ".hidden", "a/b", "a..b", "x" * 129, "", "é"])
+def test_bad_run_ids(run_id):
+    assert rowschema.run_id_problem(run_id)
+
+
+def test_run_ids_the_runner_makes_are_good(tmp_path):
+    assert rowschema.run_id_problem(new_run_id("web-india_2.0", tmp_path)) is None
+
+
+def test_a_manifest_with_run_id_dotdot_is_refused_by_check_and_resume(synthetic_run, capsys):
+    exp, run_dir = synthetic_run
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps(manifest | {"run_id": "../x"}))
+    for argv in (("check", str(exp), str(run_dir)), ("run", str(exp), "--resume", str(run_dir))):
+        code, lines, _ = quicbed(capsys, *argv)
+        assert code == 2 and len(lines) == 1 and "bad run id '../x'" in lines[0], lines
+
+
+def test_a_run_id_on_the_command_line_must_be_one(synthetic_run, capsys, tmp_path, monkeypatch):
+    exp, run_dir = synthetic_run
+    monkeypatch.setattr(paths, "RESULTS", run_dir.parent)
+    for argv in (
+        ("run", str(exp), "--resume", "../x"),
+        ("check", str(exp), "../x"),
+        ("check", str(exp), ".."),
+        ("merge", run_dir.name, "--out", "../escaped"),
+        ("report", "../x"),
+        ("compare", "../x", run_dir.name),
+    ):
+        code, lines, _ = quicbed(capsys, *argv)
+        assert code == 2 and any("bad run id" in line for line in lines), (argv, lines)
+    assert not (run_dir.parent.parent / "escaped").exists()
+
+
+def test_a_report_of_a_run_with_a_hostile_run_id_deletes_nothing(analysis_run, capsys):
+    root = analysis_run.parent
+    other = write_run(
+        root,
+        "r2",
+        Model(repetitions=2, workloads=("web",), conditions={"india": (80.0, 20.0, 20.0, 0.0)}),
+        parquet=False,
+    )
+    victim = root.parent / f"{root.name}-victim+r1" / "figures"
+    victim.mkdir(parents=True)
+    (victim / "keep.png").write_bytes(b"not yours")
+    manifest = json.loads((other / "manifest.json").read_text())
+    (other / "manifest.json").write_text(json.dumps(manifest | {"run_id": f"../../{root.name}-victim"}))
+    code, lines, _ = quicbed(capsys, "report", str(other), str(analysis_run))
+    assert code == 2 and len(lines) == 1 and "bad run id" in lines[0], lines
+    assert (victim / "keep.png").read_bytes() == b"not yours"
+
+
+# --- a results folder's files are not followed elsewhere ---------------------------------------------
+
+
+def test_a_lock_file_linked_elsewhere_is_not_truncated(synthetic_run, capsys, tmp_path):
+    exp, run_dir = synthetic_run
+    victim = tmp_path / "passwd"
+    victim.write_text("root:x:0:0::/root:/bin/sh\n")
+    (run_dir / ".lock").unlink()
+    (run_dir / ".lock").symlink_to(victim)
+    with pytest.raises(StoreError):
+        RunStore(run_dir).open()
+    assert victim.read_text() == "root:x:0:0::/root:/bin/sh\n"
+
+
+def test_rows_linked_to_dev_zero_are_refused_fast(synthetic_run, capsys):
+    exp, run_dir = synthetic_run
+    (run_dir / "rows.jsonl").unlink()
+    (run_dir / "rows.jsonl").symlink_to("/dev/zero")
+    with pytest.raises(StoreError, match="a symbolic link"):
+        load_rows(run_dir)
+    code, lines, elapsed = quicbed(capsys, "check", str(exp), str(run_dir))
+    assert code != 0 and len(lines) == 1 and elapsed < TIME_LIMIT_S, lines
+
+
+def test_a_row_line_over_the_bound_is_refused_naming_its_line(synthetic_run):
+    _, run_dir = synthetic_run
+    _insert_line(run_dir / "rows.jsonl", 2, '{"trial_id": "' + "x" * limits.ROW_LINE_MAX_BYTES + '"}')
+    with pytest.raises(StoreError, match=r"rows.jsonl: line 2 is longer than 1 MiB"):
+        load_rows(run_dir)

@@ -4,10 +4,12 @@ backend may replay one. Pure logic; tests/topology/test_trace_path.py replays on
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from quicbed import limits
 from quicbed.errors import InputError
 from quicbed.topology import backends
 from quicbed.topology.backends import BackendChoice, check_links, choose_backend
@@ -35,11 +37,11 @@ def _trace(tmp_path: Path, text: str, name: str = "t.trace") -> Path:
 @pytest.mark.parametrize(
     ("text", "where", "message"),
     [
-        ("1\n2\nx3\n", ":3:", "expected a whole number of milliseconds, got 'x3'"),
-        ("5\n3\n", ":2:", "timestamps must not go back (3 after 5)"),
+        ("1\n2\nx3\n", ":3:", "not a whole number of milliseconds"),
+        ("5\n3\n", ":2:", "timestamps must not go back (earlier than the line before)"),
         ("0\n0\n", ":", "must last more than 0 ms"),
         ("\n\n", ":", "no delivery opportunities"),
-        ("-1\n", ":1:", "expected a whole number"),
+        ("-1\n", ":1:", "not a whole number"),
     ],
 )
 def test_a_bad_trace_names_its_file_and_line(tmp_path: Path, text: str, where: str, message: str) -> None:
@@ -148,3 +150,50 @@ def test_only_the_delay_line_replays_a_trace(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(backends, "prove_delayline", lambda: backends.Proof("delayline", False, "no cc"))
     with pytest.raises(backends.HostProblem, match="cannot run here: no cc"):
         choose_backend("auto", traced.max_rate_mbit, trace=True)
+
+
+CANARY = "CANARY-7e2b-root-hash"
+
+
+def _refused(path: Path) -> str:
+    """load_trace's one line for a trace named by p.yaml:4 down.trace; never a hang."""
+    with pytest.raises(InputError) as err:
+        load_trace(path, "p.yaml", 4, "down.trace", shown="t.trace")
+    text = str(err.value)
+    assert text.startswith("p.yaml:4: down.trace: t.trace") and "\n" not in text, text
+    return text
+
+
+def test_a_trace_must_be_a_regular_file(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    assert "not a regular file (a character device)" in _refused(Path("/dev/zero"))
+    assert "not a regular file (a FIFO)" in _refused(tmp_path / "fifo")  # and the open did not block
+    assert "not a regular file (a directory)" in _refused(tmp_path)
+
+
+def test_a_trace_is_not_read_through_a_symbolic_link_nor_echoed(tmp_path: Path) -> None:
+    secret = tmp_path / "shadow"
+    secret.write_text(f"root:{CANARY}:19000::::::\n")
+    (tmp_path / "link.trace").symlink_to(secret)
+    text = _refused(tmp_path / "link.trace")
+    assert "a symbolic link" in text and CANARY not in text
+    text = _refused(secret)  # named directly: refused at its line, its content not shown
+    assert text.endswith("t.trace:1: not a whole number of milliseconds") and CANARY not in text
+
+
+@pytest.mark.parametrize("line", ["1000000000000", "86400001", "0000000000000000000086400001", "9" * 5000])
+def test_a_trace_longer_than_a_day_is_refused(tmp_path: Path, line: str) -> None:
+    text = _refused(_trace(tmp_path, f"1\n{line}\n"))
+    assert text.endswith("t.trace:2: a timestamp beyond 86400000 ms (24 h): too long a trace")
+
+
+def test_a_day_long_trace_is_taken(tmp_path: Path) -> None:
+    assert load_trace(_trace(tmp_path, "1\n00086400000\n")).period_ms == limits.TRACE_MAX_MS
+
+
+def test_a_trace_over_the_size_bound_is_refused_before_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "TRACE_MAX_BYTES", 1024)
+    path = _trace(tmp_path, "1\n" * 600)
+    assert _refused(path).endswith("t.trace: cannot use it as a trace: larger than 1 KiB")
