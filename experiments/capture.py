@@ -22,13 +22,14 @@ import contextlib
 import os
 import select
 import signal
+import stat
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quicbed import rowschema
+from quicbed import rowschema, safefs
 from quicbed.clients.tools import Tool
 from quicbed.servers.spec import LOG_MOUNT, ServerSpec
 from quicbed.topology.marker import marked_argv
@@ -50,8 +51,11 @@ class PacketCapture:
     """tcpdump on `intf` in the network namespace of `pid`, into `path`: full packets, or
     the first `snaplen` bytes of each (headers: what cross-traffic accounting reads)."""
 
-    def __init__(self, pid: int, intf: str, path: Path, snaplen: int = 0) -> None:
+    def __init__(self, pid: int, intf: str, path: Path, snaplen: int = 0, out_fd: int | None = None) -> None:
         self.pid, self.intf, self.path, self.snaplen = pid, intf, path, snaplen
+        # Given, tcpdump writes to this descriptor (its stdout) and never opens `path` itself:
+        # in a directory a container can write, root's tcpdump would follow a link put there.
+        self.out_fd = out_fd
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -68,15 +72,20 @@ class PacketCapture:
             "--immediate-mode",
             "-U",
             "-w",
-            str(self.path),
+            "-" if self.out_fd is not None else str(self.path),
         ]
         # -n alone enters the netns: nsenter execs tcpdump, so the pid is tcpdump's own.
-        self.proc = subprocess.Popen(
-            ["nsenter", "-t", str(self.pid), "-n", "--", *marked_argv(argv)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                ["nsenter", "-t", str(self.pid), "-n", "--", *marked_argv(argv)],
+                stdin=subprocess.DEVNULL,
+                stdout=self.out_fd if self.out_fd is not None else subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+        finally:
+            if self.out_fd is not None:  # tcpdump holds its own copy now (or never started)
+                os.close(self.out_fd)
+                self.out_fd = None
         assert self.proc.stderr
         said, deadline = b"", time.monotonic() + LISTEN_TIMEOUT_S
         while b"listening on" not in said:
@@ -113,40 +122,63 @@ def path_interface(intf_names: list[str]) -> str:
 
 
 class ServerQlog:
-    """The qlog files a server writes into its log directory (host side), per trial."""
+    """The qlog files a server writes into its log directory (host side), per trial.
 
-    def __init__(self, log_dir: Path, spec: ServerSpec) -> None:
+    The server can write that directory (it is mounted read-write): every file is listed,
+    copied and removed through safefs, below `anchor` (the run directory), never through a
+    link it put there, and only regular files of at most safefs.MAX_FILE_BYTES are taken."""
+
+    def __init__(self, log_dir: Path, spec: ServerSpec, anchor: Path | None = None) -> None:
         self.dir = log_dir / Path(spec.qlog_dir).relative_to(LOG_MOUNT)
+        self.anchor = anchor if anchor is not None and log_dir.is_relative_to(anchor) else log_dir
+        self.rel = self.dir.relative_to(self.anchor)
 
     def forget_earlier(self) -> None:
         """Files of connections before the trial (health checks, warm-ups) are no trial's."""
-        for path in self._files():
-            path.unlink(missing_ok=True)
+        with safefs.opened_dir(self.anchor, self.rel) as qlog:
+            if qlog is None:  # not made yet, or not a directory: nothing of ours to remove
+                return
+            for name in qlog.names():
+                qlog.unlink(name)  # a link is removed itself, never its target
 
-    def collect(self, dest: Path) -> bool:
-        """The trial's files, once written out, concatenated into dest; False if none came."""
+    def collect(self, dest: safefs.SafeDir, name: str) -> bool:
+        """The trial's files, once written out, appended to `name` in dest; False if none came."""
+        with safefs.opened_dir(self.anchor, self.rel) as qlog:
+            if qlog is None:  # not made yet (the server wrote nothing), or not a directory
+                return False
+            files = sorted(self._settled(qlog).items(), key=lambda item: item[1])
+            if not files:
+                return False
+            out = dest.open_file(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                copied = [self._move(qlog, file, out) for file, _ in files]
+            finally:
+                os.close(out)
+            return any(copied)
+
+    @staticmethod
+    def _settled(qlog: safefs.SafeDir) -> dict[str, int]:
+        """Regular file name -> mtime, once their sizes hold still (or the wait is over)."""
         deadline = time.monotonic() + SERVER_QLOG_WAIT_S
-        sizes: dict[Path, int] = {}
+        sizes: dict[str, tuple[int, int]] = {}
         while time.monotonic() < deadline:
-            now = {p: p.stat().st_size for p in self._files()}
-            if now and now == sizes:
+            now = {n: (st.st_size, st.st_mtime_ns) for n, st in qlog.regular_files().items()}
+            if now and {n: v[0] for n, v in now.items()} == {n: v[0] for n, v in sizes.items()}:
+                sizes = now
                 break
             sizes = now
             time.sleep(SETTLE_S)
-        files = sorted(sizes, key=lambda p: p.stat().st_mtime_ns)
-        if not files:
-            return False
-        with dest.open("ab") as out:
-            for path in files:
-                out.write(path.read_bytes())
-                path.unlink()
-        return True
+        return {n: v[1] for n, v in sizes.items()}
 
-    def _files(self) -> list[Path]:
+    @staticmethod
+    def _move(qlog: safefs.SafeDir, name: str, out: int) -> bool:
+        """One file appended to out and removed; a link, FIFO or oversized file only removed."""
         try:
-            return [p for p in self.dir.iterdir() if p.is_file()]
-        except OSError:  # not made yet: the server wrote nothing
-            return []
+            return qlog.copy_out(name, out) > 0
+        except (safefs.UnsafeFile, FileNotFoundError):
+            return False
+        finally:
+            qlog.unlink(name)
 
 
 @dataclass
@@ -203,25 +235,46 @@ class TrialCapture:
         finally:
             self.spent_s += time.monotonic() - clock
 
+    def _trial_dir(self, create: bool = False) -> safefs.SafeDir:
+        """The trial's directory, reached from the run directory without following a link:
+        the client container can write trials/ and everything below it."""
+        return safefs.open_dir(self.run_dir, self.rel_dir, create=create)
+
     def _start(self, pid: int, intf_names: list[str]) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        for name in rowschema.CAPTURE_FILES.values():  # a retried trial starts afresh
-            (self.dir / name).unlink(missing_ok=True)
+        try:
+            trial = self._trial_dir(create=True)
+        except OSError as exc:  # made a link (or a file) by the client: nothing is written there
+            self._unusable(exc)
+            return
+        with trial:
+            for name in rowschema.CAPTURE_FILES.values():  # a retried trial starts afresh
+                trial.unlink(name)
+            if "keys" in self.kinds and self.tool.keylog_flag:  # secrets: 0600 from the start
+                os.close(trial.create_private(rowschema.CAPTURE_FILES["keys"]))
+            self._start_qlog()
+            if "pcap" in self.kinds:
+                self._start_pcap(trial, pid, intf_names)
+
+    def _start_qlog(self) -> None:
         if "qlog" in self.kinds:
             if not self.quic:
                 self.missing["qlog/server"] = "TCP trial: qlog is QUIC's"
             elif self.server.qlog_env:
-                self.qlog = ServerQlog(self.server_log_dir, self.server)
+                self.qlog = ServerQlog(self.server_log_dir, self.server, anchor=self.run_dir)
                 self.qlog.forget_earlier()
             else:
                 self.missing["qlog/server"] = self.server.no_qlog or f"{self.server.name} writes no qlog"
-        if "pcap" in self.kinds:
-            try:
-                self.pcap = PacketCapture(pid, path_interface(intf_names), self.dir / "client.pcap")
-                self.pcap.start()
-            except (CaptureError, OSError) as exc:
-                self.pcap = None
-                self.missing["pcap"] = str(exc)
+
+    def _start_pcap(self, trial: safefs.SafeDir, pid: int, intf_names: list[str]) -> None:
+        name = rowschema.CAPTURE_FILES["pcap"]
+        try:
+            intf = path_interface(intf_names)
+            out = trial.open_file(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            self.pcap = PacketCapture(pid, intf, self.dir / name, out_fd=out)
+            self.pcap.start()
+        except (CaptureError, OSError) as exc:
+            self.pcap = None
+            self.missing["pcap"] = str(exc)
 
     def pcap_path(self) -> Path | None:
         """The full-packet capture being written, if there is one (cross traffic reads it)."""
@@ -238,21 +291,12 @@ class TrialCapture:
         """After the server has logged the trial: its qlog; then the row's capture columns."""
         self.stop_packets()
         clock = time.monotonic()
-        if self.qlog and not self.qlog.collect(self.dir / rowschema.CAPTURE_FILES["qlog/server"]):
-            self.missing["qlog/server"] = f"{self.server.name} wrote no qlog during the trial"
-        files = []
-        for kind, name in rowschema.CAPTURE_FILES.items():
-            if not self._asked(kind):
-                continue
-            path = self.dir / name
-            if path.is_file() and path.stat().st_size > 0:
-                files.append(f"{self.rel_dir}/{name}")
-            elif kind not in self.missing:
-                self.missing[kind] = f"{self._writer(kind)} wrote nothing"
-        with contextlib.suppress(OSError):  # libcurl's QLOGDIR, if the tool died before its end
-            for stray in (self.dir / "client.sqlog.d").iterdir():
-                stray.unlink()
-            (self.dir / "client.sqlog.d").rmdir()
+        try:
+            with self._trial_dir() as trial:
+                files = self._finish_in(trial)
+        except OSError as exc:  # the trial's directory is gone or was made a link: nothing taken
+            files = []
+            self._unusable(exc)
         self.spent_s += time.monotonic() - clock
         return {
             "capture_files": files,
@@ -260,8 +304,43 @@ class TrialCapture:
             "capture_s": round(self.spent_s, 3),
         }
 
+    def _unusable(self, exc: OSError) -> None:
+        for kind in rowschema.CAPTURE_FILES:
+            if self._asked(kind):
+                self.missing.setdefault(kind, f"trial directory unusable: {exc.strerror or exc}")
+
+    def _finish_in(self, trial: safefs.SafeDir) -> list[str]:
+        """The server's qlog in, the key log 0600, strays out; the files the row names."""
+        if self.qlog and not self.qlog.collect(trial, rowschema.CAPTURE_FILES["qlog/server"]):
+            self.missing["qlog/server"] = f"{self.server.name} wrote no qlog during the trial"
+        trial.make_private(rowschema.CAPTURE_FILES["keys"])  # the tool may have made it anew
+        files = []
+        for kind, name in rowschema.CAPTURE_FILES.items():
+            if not self._asked(kind):
+                continue
+            st = trial.lstat(name)  # a link or a FIFO the client left is no capture file
+            if st is not None and stat.S_ISREG(st.st_mode) and 0 < st.st_size <= safefs.MAX_FILE_BYTES:
+                files.append(f"{self.rel_dir}/{name}")
+            elif kind not in self.missing:
+                self.missing[kind] = f"{self._writer(kind)} wrote nothing"
+        _remove_stray_dir(trial, "client.sqlog.d")
+        return files
+
     def _asked(self, kind: str) -> bool:
         return kind.split("/")[0] in self.kinds
 
     def _writer(self, kind: str) -> str:
         return {"pcap": "tcpdump", "qlog/server": self.server.name}.get(kind, self.tool.name)
+
+
+def _remove_stray_dir(trial: safefs.SafeDir, name: str) -> None:
+    """libcurl's QLOGDIR, if the tool died before its end: its entries, then itself; a link
+    in its place is removed as a link, and nothing below it is followed."""
+    with contextlib.suppress(OSError):
+        with trial.subdir(name) as stray:
+            for entry in stray.names():
+                stray.unlink(entry)
+        trial.rmdir(name)
+    st = trial.lstat(name)
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        trial.unlink(name)

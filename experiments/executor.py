@@ -23,6 +23,7 @@ from rich.console import Console
 
 from quicbed import rowschema, servers
 from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT, Tool
+from quicbed.dockercli import docker
 from quicbed.errors import HostProblem, PathMismatch
 from quicbed.paths import CACHE, REPO, STATE
 from quicbed.servers import pki
@@ -498,9 +499,7 @@ def _tcp_retrans(pid: int) -> int:
 
 
 def _image_info(image: str) -> dict[str, str]:
-    proc = subprocess.run(
-        ["docker", "image", "inspect", "-f", "{{.Id}} {{.Created}}", image], capture_output=True, text=True
-    )
+    proc = docker("image", "inspect", "-f", "{{.Id}} {{.Created}}", image)
     if proc.returncode != 0:
         return {"image": image, "id": "missing"}
     image_id, created = proc.stdout.split(maxsplit=1)
@@ -510,9 +509,7 @@ def _image_info(image: str) -> dict[str, str]:
 @functools.cache
 def _cpu_stat_file(container: str) -> Path | None:
     """The container's cgroup CPU accounting file, found once through its init's cgroup."""
-    proc = subprocess.run(
-        ["docker", "inspect", "-f", "{{.State.Pid}}", container], capture_output=True, text=True
-    )
+    proc = docker("inspect", "-f", "{{.State.Pid}}", container)
     try:
         lines = Path(f"/proc/{int(proc.stdout)}/cgroup").read_text().splitlines()
     except (ValueError, OSError):

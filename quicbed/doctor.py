@@ -245,7 +245,10 @@ def check_sysctls() -> list[Check]:
 
 
 def check_docker() -> list[Check]:
-    proc = _run(["docker", "info", "--format", "{{.ServerVersion}}"]) if shutil.which("docker") else None
+    try:  # _run's 20 s: a hung dockerd is said as the check's result, not a traceback
+        proc = _run(["docker", "info", "--format", "{{.ServerVersion}}"]) if shutil.which("docker") else None
+    except subprocess.TimeoutExpired:
+        return [Check("Docker engine", False, "Docker did not answer within 20 s: docker info")]
     version = proc.stdout.strip() if proc is not None and proc.returncode == 0 else None
     running = version is not None
     out = [Check("Docker engine", running, f"running, {version}" if running else "not running: make docker")]
@@ -256,7 +259,10 @@ def check_docker() -> list[Check]:
     except DescriptorProblem as exc:
         return [*out, Check("descriptors", False, str(exc))]
     for image, on_demand in images.items():
-        have = _run(["docker", "image", "inspect", "-f", "{{.Id}}", image]).returncode == 0
+        try:
+            have = _run(["docker", "image", "inspect", "-f", "{{.Id}}", image]).returncode == 0
+        except subprocess.TimeoutExpired:
+            have = False
         fix = "built by the first run or test that needs it" if on_demand else "make images"
         out.append(Check(f"image {image}", have, "present" if have else fix, optional=on_demand))
     return out

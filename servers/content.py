@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from quicbed.dockercli import PULL_NEVER, docker, image_present
 from quicbed.paths import CACHE, REPO, read_versions
 from quicbed.topology.hosts import LABEL
 from quicbed.topology.marker import scope
@@ -462,8 +463,7 @@ def ffmpeg_runner(root: Path) -> tuple[list[str], str]:
     """
     if shutil.which("ffmpeg"):
         return ["ffmpeg"], str(root)
-    probe = subprocess.run(["docker", "image", "inspect", TOOLS_IMAGE], capture_output=True)
-    if probe.returncode != 0:
+    if not image_present(TOOLS_IMAGE):
         raise ContentError(
             f"video needs ffmpeg: install it on the host or build {TOOLS_IMAGE} "
             f"({REPO}/images/build.sh tools)"
@@ -472,6 +472,7 @@ def ffmpeg_runner(root: Path) -> tuple[list[str], str]:
         "docker",
         "run",
         "--rm",
+        *PULL_NEVER,
         "--label",
         LABEL,  # `quicbed clean` finds one left by a killed run
         *(["--label", f"{LABEL}.scope={owner}"] if (owner := scope()) else []),
@@ -498,7 +499,7 @@ def _ffmpeg(prefix: list[str], args: list[str], timeout: float) -> None:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except BaseException:
         if container:
-            subprocess.run(["docker", "rm", "-f", container], capture_output=True, timeout=30)
+            docker("rm", "-f", container)
         raise
     if proc.returncode != 0:
         raise ContentError(f"ffmpeg failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")

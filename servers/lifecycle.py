@@ -14,6 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from quicbed.dockercli import docker
+
 from .descriptors import get_server
 from .spec import (
     CONTENT_MOUNT,
@@ -141,12 +143,7 @@ def start_server(container: str, name: str, timeout: float = 20, qlog: bool = Fa
     env = ["-e", f"{spec.qlog_env}={spec.qlog_dir}"] if qlog and spec.qlog_env else []
     if env:
         exec_in(container, "mkdir", "-p", spec.qlog_dir)
-    proc = subprocess.run(
-        ["docker", "exec", "-d", *env, container, "sh", "-c", launcher],
-        capture_output=True,
-        text=True,
-        timeout=15,
-    )
+    proc = docker("exec", "-d", *env, container, "sh", "-c", launcher, timeout=15)  # -d: returns at once
     if proc.returncode != 0:
         raise ServerError(f"docker exec in {container} failed: {proc.stderr.strip()}")
     last = ""

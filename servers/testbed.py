@@ -61,10 +61,7 @@ def served_testbed(
         profile=profile,
         backend=backend,
         tcp_cc=tcp_cc,
-        client=HostSpec(
-            client_image,
-            ("-v", f"{pki_dir}:{CLIENT_PKI}:ro", *(a for h, c in client_mounts for a in ("-v", f"{h}:{c}"))),
-        ),
+        client=HostSpec(client_image, client_docker_args(pki_dir, client_mounts)),
         servers=tuple(specs),
         **({"run_id": run_id} if run_id else {}),
     )
@@ -74,6 +71,13 @@ def served_testbed(
             start_server(host.container, name, timeout=30)
             warm_up(tb, host, name)
         yield tb, hosts
+
+
+def client_docker_args(pki_dir: Path, mounts: tuple[tuple[Path, str], ...] = ()) -> tuple[str, ...]:
+    """The client's mounts: the CA certificate alone, read-only (the run's PKI directory also
+    holds the server's private key, which no client image may read), and `mounts`, writable."""
+    ca = Path(pki_dir).resolve() / "ca.pem"
+    return ("-v", f"{ca}:{CLIENT_PKI}/ca.pem:ro", *(a for h, c in mounts for a in ("-v", f"{h}:{c}")))
 
 
 # A server's first connection after the path comes up cost half an RTT more than every later
@@ -94,8 +98,14 @@ def warm_up(tb: Testbed, host: DockerHost, name: str) -> None:
     is left to the trials, which record theirs; the access-log lines come before any trial's.
     Only over what the server speaks (an HTTP/3-only server has no TCP listener)."""
     address = server_address(tb.servers.index(host))
-    with contextlib.suppress(subprocess.SubprocessError, OSError):
-        tb.router.run(["ping", "-n", "-q", "-c", "1", "-W", "5", address], timeout=10, check=False)
+    # Neighbours resolved before any trial: the router's of the server, and the client's of its
+    # gateway. The host's ping in each namespace (a stack client's image may have neither ping
+    # nor the perf tools below). Where the link runs in a router kernel (UML, QEMU), an ARP
+    # reply to the client crosses the delayed egress: a cold entry cost the first trial of a
+    # stack client half an RTT on india.
+    for node in (tb.router, tb.client):
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            node.run(["ping", "-n", "-q", "-c", "1", "-W", "5", address], timeout=10, check=False)
     resolve = f"{SERVER_NAME}:443:{address}"
     spec = get_server(name)
     tools = [

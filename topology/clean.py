@@ -9,7 +9,16 @@ is found even in a namespace that has no name and no other process left.
 
 With QUICBED_SCOPE set (the test suite sets one per session; topology/marker.py), clean and
 leftovers see only what was started under that scope: a user's lab or run on the same host is
-left alone. Probe namespaces, which live for a moment and carry no scope, are then left too.
+left alone. Probe namespaces, which live for a moment and carry no scope, are then left too,
+and so are veths in the root namespace under a node's name: the testbed never makes one there
+(topology/net.py: each veth is made from the router's namespace with its peer straight in the
+node's), so such a veth carries no scope and records nothing of ours; only an unscoped clean,
+which owns the whole host, removes it (what an older checkout or a killed Mininet left).
+
+Any user can start a process whose command line says `umid=quicbed-...`: a UML directory is
+only removed for a umid of exactly UMID, named by a process of root's (/proc/PID/status, which,
+unlike the owner of /proc/PID, a process cannot change) in the scope, and only if it is a real
+directory directly in ~/.uml (uml_dir).
 """
 
 from __future__ import annotations
@@ -18,9 +27,11 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 from pathlib import Path
 
+from quicbed.dockercli import DOCKER_TIMEOUT_S, docker
 from quicbed.paths import STATE
 from quicbed.topology.backends import DELAYLINE_MARK, UML_MARK, VM_MARK
 from quicbed.topology.hosts import LABEL
@@ -33,6 +44,9 @@ from quicbed.topology.marker import (
 )
 
 NODE_NAMES = ("client", "cross", "router", r"server\d*")
+# The backends' UML ids (quicbed-<hex>, quicbed-probe-<pid>-<n>): no dot, no slash, so no
+# umid can name a directory outside ~/.uml.
+UMID = re.compile(r"quicbed-[A-Za-z0-9_-]+")
 _VETH = re.compile(rf"^({'|'.join(NODE_NAMES)})-eth\d+$")
 _SHELL = re.compile(rf"mininet:({'|'.join(NODE_NAMES)})$")
 
@@ -40,6 +54,34 @@ _SHELL = re.compile(rf"mininet:({'|'.join(NODE_NAMES)})$")
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def umids_of(argv: list[str]) -> set[str]:
+    """The UML ids a command line names: whole arguments umid=<UMID>, nothing else."""
+    return {arg[5:] for arg in argv if arg.startswith("umid=") and UMID.fullmatch(arg[5:])}
+
+
+def root_owned(status: str) -> bool:
+    """Whether a /proc/PID/status text is a process of root's: real, effective, saved and
+    filesystem uid all 0 (a user's process can make /proc/PID itself root's: PR_SET_DUMPABLE)."""
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            return line.split()[1:] == ["0", "0", "0", "0"]
+    return False
+
+
+def _status(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return ""
 
@@ -82,8 +124,8 @@ def clean() -> list[str]:
     removed += _remove_containers(_container_label(wanted))
     killed, umids = _kill(testbed_processes())
     removed += killed
-    removed += _remove_root_veths()
-    if wanted is None:
+    if wanted is None:  # root-namespace veths carry no scope (see above): a whole-host clean's
+        removed += _remove_root_veths()
         removed += _remove_netns()
         umids |= {p.name for p in (Path.home() / ".uml").glob("quicbed-*")}
     _remove_uml_dirs(umids)
@@ -119,11 +161,13 @@ def clean_testbed(run_id: str, owner: int | None = None, netns: tuple[str, ...] 
 
 
 def _kill(pids: list[int]) -> tuple[list[str], set[str]]:
-    """SIGKILL each; what was killed, and the UML ids (umid=) their command lines named."""
-    removed, umids = [], set()
+    """SIGKILL each; what was killed, and the UML ids (umid=) that root's processes of this
+    scope named (another user's command line says what it likes)."""
+    removed, umids, wanted = [], set(), scope()
     for pid in pids:
         what = _cmdline(pid)  # before the kill: afterwards it is gone
-        umids.update(re.findall(r"umid=(quicbed-\S+)", what))
+        if root_owned(_status(pid)) and in_scope(pid, wanted):
+            umids |= umids_of(_argv(pid))
         try:
             os.kill(pid, signal.SIGKILL)
             removed.append(f"process {pid} ({what[:60] or '?'})")
@@ -134,18 +178,32 @@ def _kill(pids: list[int]) -> tuple[list[str], set[str]]:
 
 def _remove_uml_dirs(umids: set[str]) -> None:
     for umid in umids:
-        shutil.rmtree(Path.home() / ".uml" / umid, ignore_errors=True)
+        if (path := uml_dir(umid, Path.home() / ".uml")) is not None:
+            shutil.rmtree(path, ignore_errors=True)  # fd-based: never follows a link inside
+
+
+def uml_dir(umid: str, base: Path) -> Path | None:
+    """base/umid if umid is a UMID and that is a real directory (not a link) directly in base."""
+    if not UMID.fullmatch(umid):
+        return None
+    try:
+        base = base.resolve(strict=True)
+        path = base / umid
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or path.resolve().parent != base:
+        return None
+    return path
 
 
 def _remove_containers(label: str = LABEL) -> list[str]:
     if not shutil.which("docker"):
         return []
-    proc = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={label}"], capture_output=True, text=True
-    )
+    proc = docker("ps", "-aq", "--filter", f"label={label}")
     ids = proc.stdout.split()
     if ids:
-        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+        docker("rm", "-f", *ids, timeout=DOCKER_TIMEOUT_S + 10 * len(ids))  # ~1 s each when well
     return [f"container {cid}" for cid in ids]
 
 
@@ -179,19 +237,15 @@ def leftovers() -> list[str]:
         if Path(f"/proc/{pid}/stat").exists() and _state(pid) != "Z"
     ]
     wanted = scope()
-    proc = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={_container_label(wanted)}"],
-        capture_output=True,
-        text=True,
-    )
+    proc = docker("ps", "-aq", "--filter", f"label={_container_label(wanted)}")
     found += [f"container {cid}" for cid in proc.stdout.split()]
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    found += [
-        f"link {ln.split(':')[1].strip()}"
-        for ln in links.splitlines()
-        if _VETH.match(ln.split(":")[1].strip().split("@")[0])
-    ]
-    if wanted is None:
+    if wanted is None:  # as clean: root-namespace veths are only a whole-host clean's
+        links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+        found += [
+            f"link {ln.split(':')[1].strip()}"
+            for ln in links.splitlines()
+            if _VETH.match(ln.split(":")[1].strip().split("@")[0])
+        ]
         netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         found += [f"netns {ln.split()[0]}" for ln in netns.splitlines() if ln.startswith("quicbed-")]
     return found

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from mininet.link import Intf
 from mininet.node import Host
 
+from quicbed.dockercli import PULL_NEVER, docker, image_present, missing_image
 from quicbed.errors import EnvironmentProblem, HostProblem
 from quicbed.topology.marker import marked_argv, scope
 
@@ -114,10 +115,10 @@ class DockerHost(NsHost):
         super().__init__(name, **params)
 
     def _start_container(self, docker_args: list[str]) -> None:
-        argv = [
-            "docker",
+        run_args = [
             "run",
             "-d",
+            *PULL_NEVER,
             "--network",
             "none",
             "--name",
@@ -135,19 +136,16 @@ class DockerHost(NsHost):
             "sleep",
             "infinity",
         ]
-        proc = subprocess.run(argv, capture_output=True, text=True)
+        proc = docker(*run_args)
         if proc.returncode != 0 and not image_present(self.image):
-            raise HostProblem(f"image {self.image} is not built on this host: make images")
+            raise missing_image(self.image)
         if proc.returncode != 0:
             raise EnvironmentProblem(
                 f"cannot start container {self.container} from " f"{self.image}: {proc.stderr.strip()}"
             )
-        state = subprocess.run(
-            ["docker", "inspect", "-f", "{{json .State}}", self.container],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
+        state = docker("inspect", "-f", "{{json .State}}", self.container)
+        if state.returncode != 0:
+            raise EnvironmentProblem(f"cannot inspect container {self.container}: {state.stderr.strip()}")
         self.container_pid = int(json.loads(state.stdout)["Pid"])
 
     def startShell(self, mnopts: object = None) -> None:  # Mininet's API
@@ -198,8 +196,10 @@ class DockerHost(NsHost):
         self, argv: Sequence[str], timeout: float = 120, check: bool = False, detach: bool = False
     ) -> subprocess.CompletedProcess[str]:
         """Run a command inside the container (its filesystem and tools)."""
-        docker = ["docker", "exec", *(["-d"] if detach else []), self.container, *argv]
-        proc = subprocess.run(docker, capture_output=True, text=True, timeout=timeout)
+        # The command's own timeout (a trial's is its length), not the control calls' 30 s; it
+        # raises TimeoutExpired, which the trial records, not a HostProblem that ends the run.
+        cmd = ["docker", "exec", *(["-d"] if detach else []), self.container, *argv]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
             raise RuntimeError(
                 f"{self.name}: {' '.join(argv)} exited {proc.returncode}: "
@@ -209,15 +209,11 @@ class DockerHost(NsHost):
 
     def terminate(self) -> None:
         try:
-            subprocess.run(["docker", "rm", "-f", self.container], capture_output=True)
+            docker("rm", "-f", self.container)
         finally:
             if self.shell and self.shell.poll() is None:
                 self.shell.kill()
             self.shell = None
-
-
-def image_present(image: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
 
 
 class SideContainer:
@@ -231,19 +227,19 @@ class SideContainer:
         self.container = f"{host.container}-{role}"
         self.pid = host.pid  # the namespace's: nsenter into it reaches the same interfaces
         owner = scope()
-        argv = [
-            "docker", "run", "-d", "--name", self.container, "--network", f"container:{host.container}",
+        run_args = [
+            "run", "-d", *PULL_NEVER, "--name", self.container, "--network", f"container:{host.container}",
             "--volumes-from", host.container, "--label", LABEL, "--label", f"{LABEL}.run={host.run_id}",
             *(["--label", f"{LABEL}.scope={owner}"] if owner else []), "--init", image, "sleep", "infinity",
         ]  # fmt: skip
-        proc = subprocess.run(argv, capture_output=True, text=True)
+        proc = docker(*run_args)
         if proc.returncode != 0:
             if not image_present(image):
-                raise HostProblem(f"image {image} is not built on this host: make images")
+                raise missing_image(image)
             raise HostProblem(f"{self.container} did not start: {proc.stderr.strip()[-300:]}")
 
     def exec(self, argv: Sequence[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        return subprocess.run(  # the command's own timeout: a trial raises TimeoutExpired
             ["docker", "exec", self.container, *argv], capture_output=True, text=True, timeout=timeout
         )
 
@@ -251,4 +247,4 @@ class SideContainer:
         return self.host.intfList()
 
     def stop(self) -> None:
-        subprocess.run(["docker", "rm", "-f", self.container], capture_output=True, text=True)
+        docker("rm", "-f", self.container)

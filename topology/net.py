@@ -12,7 +12,6 @@ namespace, never in the root namespace, where Docker's br_netfilter would drop t
 from __future__ import annotations
 
 import statistics
-import subprocess
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 from mininet.link import Link
 from mininet.net import Mininet
 
+from quicbed.dockercli import docker
 from quicbed.doctor import require
 from quicbed.errors import EnvironmentProblem, HostProblem
 from quicbed.topology.backends import (
@@ -109,9 +109,7 @@ class TestbedConfig:
 
 
 def require_docker() -> None:
-    proc = subprocess.run(
-        ["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True
-    )
+    proc = docker("info", "--format", "{{.ServerVersion}}")  # a hung dockerd: HostProblem in 30 s
     if proc.returncode != 0:
         raise HostProblem(
             "Docker is not running. Start it with `make docker` (or `dockerd "

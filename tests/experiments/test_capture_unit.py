@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from quicbed import rowschema
+from quicbed import rowschema, safefs
 from quicbed.clients.tools import TOOLS
 from quicbed.experiments.capture import CLIENT_TRIALS, ServerQlog, TrialCapture, path_interface
 from quicbed.experiments.commands import cmd_run
@@ -101,10 +101,11 @@ def test_server_qlog_takes_the_trials_files_only(tmp_path: Path) -> None:
     (qlog.dir / "a_server.sqlog").write_bytes(b"\x1eA\n")
     (qlog.dir / "b_server.sqlog").write_bytes(b"\x1eB\n")
     dest = tmp_path / "server.sqlog"
-    assert qlog.collect(dest)
-    assert sorted(dest.read_bytes().split(b"\x1e")[1:]) == [b"A\n", b"B\n"]
-    assert list(qlog.dir.iterdir()) == []
-    assert not qlog.collect(tmp_path / "none.sqlog")
+    with safefs.open_dir(tmp_path) as out:
+        assert qlog.collect(out, dest.name)
+        assert sorted(dest.read_bytes().split(b"\x1e")[1:]) == [b"A\n", b"B\n"]
+        assert list(qlog.dir.iterdir()) == []
+        assert not qlog.collect(out, "none.sqlog")
 
 
 def test_path_interface_is_the_only_one_besides_lo() -> None:
