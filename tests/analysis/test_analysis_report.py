@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import figure_data
+import numpy as np
 import pandas as pd
 import pytest
 from analysis_synthetic import Model, write_run
+from matplotlib.figure import Figure
 
 from quicbed.analysis import load_runs, main_report, write_report
 from quicbed.analysis.claims import FAILS, HOLDS, NO_DATA, evaluate
@@ -22,10 +25,18 @@ WEB_ONLY = Model(repetitions=12, workloads=("web",), conditions={"india": (80.0,
 
 
 @pytest.fixture(scope="module")
-def full_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def full_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, Figure]]:
+    """The run, its report, and every figure the report drew (by name), as drawn."""
     root = tmp_path_factory.mktemp("results")
     write_run(root, "full", FULL)
-    return write_report([str(root / "full")])
+    with figure_data.captured() as drawn:
+        html = write_report([str(root / "full")])
+    return root / "full", html, drawn
+
+
+@pytest.fixture(scope="module")
+def full_report(full_run: tuple[Path, Path, dict[str, Figure]]) -> Path:
+    return full_run[1]
 
 
 def referenced(html: str) -> set[str]:
@@ -59,12 +70,64 @@ def test_every_figure_exists_non_empty_and_is_referenced(full_report):
         "cdf_connection_time_pageload_ms",
     } <= names
     for f in files:
-        assert f.stat().st_size > 1000
         assert f"figures/{f.name}" in referenced(html)
         assert f"(figures/{f.name})" in markdown
     # and nothing referenced is missing
     local = {r for r in referenced(html) if not r.startswith("#")}
     assert all((full_report.parent / r).is_file() for r in local)
+
+
+def test_every_figure_plots_data_in_every_panel(full_run):
+    """Not a file's size (an empty axes with a title is over 1,000 B): each visible panel of
+    each figure has a series, or a trace (streaming_example_traces' unlabelled lines), with
+    finite points."""
+    _, _, drawn = full_run
+    assert len(drawn) >= 14
+    for name, figure in drawn.items():
+        for ax in figure_data.panels(figure):
+            drawn_here = [*figure_data.series(ax).values(), *figure_data.traces(ax)]
+            assert any(len(figure_data.finite(p)) for p in drawn_here), (name, ax.get_title())
+
+
+def test_a_cdf_figure_draws_each_protocols_trials(full_run):
+    """cdf_ttfb_timing_ms: one panel per condition, one step line per protocol in it, over
+    exactly the trials' TTFBs (the first step from 0 at the smallest, 1 at the largest)."""
+    run, _, drawn = full_run
+    rows, _ = load_runs([str(run)])
+    web = rows[~rows["failed"] & (rows["workload"] == "web") & rows["ttfb_ms"].notna()]
+    axes = figure_data.panels(drawn["cdf_ttfb_timing_ms"])
+    assert [ax.get_title() for ax in axes] == list(dict.fromkeys(web["facet"]))
+    for ax in axes:
+        mine = web[web["facet"] == ax.get_title()]
+        lines = figure_data.series(ax)
+        labels = {"quic": "QUIC", "tls1.3": "TLS 1.3", "tls1.2": "TLS 1.2"}
+        want = {
+            f"{labels[p]} (n={len(g)})": np.sort(g["ttfb_ms"].to_numpy()) for p, g in mine.groupby("protocol")
+        }
+        assert sorted(lines) == sorted(want), (ax.get_title(), list(lines))
+        for label, values in want.items():
+            x, y = lines[label][1:, 0], lines[label][:, 1]
+            np.testing.assert_allclose(x, values, err_msg=label)
+            assert y[0] == 0 and y[-1] == 1 and (np.diff(y) > 0).all(), label
+
+
+def test_a_figure_against_loss_draws_each_protocols_medians(full_run):
+    """streaming_against_loss: per condition and metric one line per protocol, a point per
+    loss rate at the trials' median startup delay."""
+    run, _, drawn = full_run
+    rows, _ = load_runs([str(run)])
+    streaming = rows[~rows["failed"] & (rows["workload"] == "streaming")]
+    axes = figure_data.panels(drawn["streaming_against_loss"])
+    startup = [ax for ax in axes if ax.get_title().endswith(": Startup delay")]
+    assert [ax.get_title().split(":")[0] for ax in startup] == list(dict.fromkeys(streaming["profile"]))
+    for ax in startup:
+        mine = streaming[streaming["profile"] == ax.get_title().split(":")[0]]
+        lines = figure_data.series(ax)
+        assert len(lines) == mine["protocol"].nunique() == 2, list(lines)
+        for protocol, label in (("quic", "QUIC"), ("tls1.3", "TLS 1.3")):
+            medians = mine[mine["protocol"] == protocol].groupby("loss_pct")["startup_delay_ms"].median()
+            (points,) = [v for k, v in lines.items() if k.startswith(f"{label} (")]
+            np.testing.assert_allclose(points, np.c_[medians.index, medians.to_numpy()], err_msg=label)
 
 
 def test_html_is_self_contained(full_report):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import figure_data
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -54,8 +56,21 @@ def test_the_browsers_cpu_is_over_its_download_in_the_figure_and_the_tables() ->
 
 
 def test_the_figure_draws_the_browser_beside_the_perf_tools(tmp_path: Path) -> None:
-    (figure,) = cloud_against_rate(_rows(True), tmp_path)
-    assert figure.png.stat().st_size > 1000 and "browser_cpu_pct" in figure.caption
+    with figure_data.captured() as drawn:
+        (figure,) = cloud_against_rate(_rows(True), tmp_path)
+    assert figure.png.is_file() and "browser_cpu_pct" in figure.caption
+    # One line per (protocol, tool): four, each a point per rate at the rows' value; the
+    # browser's CPU (100 %) is drawn apart from the perf tools' (130 %).
+    throughput, cpu = figure_data.panels(drawn["cloud_against_rate"])
+    labels = [f"{p} · {t} (n=3)" for p, t in (("QUIC", "chromium"), ("QUIC", "quic_perf"))]
+    labels += [f"{p} · {t} (n=3)" for p, t in (("TLS 1.3", "chromium"), ("TLS 1.3", "tls_perf"))]
+    for ax in (throughput, cpu):
+        assert list(figure_data.series(ax)) == labels
+    for label, points in figure_data.series(throughput).items():
+        np.testing.assert_allclose(points, [[50.0, 50 * 0.93], [100.0, 100 * 0.93]], err_msg=label)
+    for label, points in figure_data.series(cpu).items():
+        want = 100.0 if "chromium" in label else 130.0
+        np.testing.assert_allclose(points, [[50.0, want], [100.0, want]], err_msg=label)
 
 
 @pytest.fixture

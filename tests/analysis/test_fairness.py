@@ -7,6 +7,8 @@ import json
 import struct
 from pathlib import Path
 
+import figure_data
+import numpy as np
 import pytest
 
 from quicbed.analysis import fairness
@@ -204,8 +206,18 @@ def test_throughput_and_cpu_against_a_swept_rate(tmp_path: Path) -> None:
             ]
         )
 
-    (figure,) = cloud_against_rate(rows({50.0: "fast", 100.0: "fast", 500.0: "fast"}), tmp_path)
-    assert figure.png == tmp_path / "cloud_against_rate.png" and figure.png.stat().st_size > 1000
+    rates = (50.0, 100.0, 500.0)
+    with figure_data.captured() as drawn:
+        (figure,) = cloud_against_rate(rows(dict.fromkeys(rates, "fast")), tmp_path)
+    assert figure.png == tmp_path / "cloud_against_rate.png" and figure.png.is_file()
+    # What it plots: per metric one line per protocol, a point per rate at the rows' median
+    # (three equal rows: the value itself), so each line spans the input from 50 to 500.
+    throughput, cpu = figure_data.panels(drawn["cloud_against_rate"])
+    for ax, of_rate in ((throughput, lambda r: r * 0.9), (cpu, lambda r: r / 10)):
+        lines = figure_data.series(ax)
+        assert sorted(lines) == ["QUIC (n=3)", "TLS 1.3 (n=3)"], lines
+        for points in lines.values():
+            np.testing.assert_allclose(points, [[r, of_rate(r)] for r in rates])
     assert cloud_against_rate(rows({20.0: "india", 500.0: "germany"}), tmp_path / "two") == []
 
 
@@ -258,6 +270,14 @@ def test_timeline_bins_each_flow_and_the_figure_draws_it(tmp_path: Path) -> None
             }
         ]  # fmt: skip
     )
-    (figure,) = cross_timelines(rows, tmp_path / "figures")
-    assert figure.png.stat().st_size > 1000 and figure.section == "fairness"
+    with figure_data.captured() as drawn:
+        (figure,) = cross_timelines(rows, tmp_path / "figures")
+    assert figure.png.is_file() and figure.section == "fairness"
+    # Every flow of the trace is a line over its bins, at the binned rates (the link's rate
+    # is an unlabelled guide, not a series).
+    (ax,) = figure_data.panels(drawn["cross_timelines"])
+    lines = figure_data.series(ax)
+    assert list(lines) == ["trial (QUIC)", "x0"], lines
+    np.testing.assert_allclose(lines["trial (QUIC)"], np.c_[line["t_s"], line["mbit"]["trial"]])
+    np.testing.assert_allclose(lines["x0"], np.c_[line["t_s"], line["mbit"]["x0"]])
     assert cross_timelines(rows.assign(cross_trace_path=str(tmp_path / "missing.json")), tmp_path) == []

@@ -136,6 +136,25 @@ MEASURED = {
             "bufferbloat_queue": "200",
         }
     ],
+    # measured on india here (uml router, a busy 2-core host)
+    "hol": [
+        {
+            "h2_ms_loss0": 431.4,
+            "h3_ms_loss0": 203.5,
+            "h2_ms_loss5": 507.6,
+            "h3_ms_loss5": 219.7,
+            "hurt_more": "h2",
+        }
+    ],
+    "cc": [{"cubic_mbit": 1.82, "bbr_mbit": 6.04, "faster": "bbr"}],
+    "video": [
+        {
+            "startup_ms_quic": 437.1,
+            "startup_ms_tcp": 413.4,
+            "faster_start_loss5": "quic",
+            "lower_quality_loss5": "tcp",
+        }
+    ],
 }
 
 
@@ -163,6 +182,24 @@ def test_the_physics_holds_for_india() -> None:
         ("queues", {"goodput_mbit_q200": 25.0}, "goodput_mbit_q200 = 25.0 above the link's 20"),
         ("queues", {"loaded_rtt_ms_q20": 60.0}, "loaded_rtt_ms_q20 = 60.0 below the idle RTT 80"),
         ("queues", {"bufferbloat_queue": "20"}, "bufferbloat_queue = 20"),
+        # 3 round trips of setup (TCP, TLS 1.3, the request) at least; 4 of slow start at most
+        ("hol", {"h2_ms_loss0": 200.0}, "h2_ms_loss0 = 200.0, the physics says 240..592"),
+        (
+            "hol",
+            {"h3_ms_loss0": 600.0, "h3_ms_loss5": 650.0},
+            "h3_ms_loss0 = 600.0, the physics says 160..504",
+        ),
+        ("hol", {"h2_ms_loss5": 420.0}, "h2_ms_loss5 = 420.0, below 471.4 ms"),  # no HoL stall
+        ("hol", {"h3_ms_loss5": 150.0}, "h3_ms_loss5 = 150.0, below 203.5 ms"),
+        ("hol", {"hurt_more": "h3"}, "hurt_more = h3: TCP's in-order delivery"),
+        ("cc", {"cubic_mbit": 9.5}, "cubic_mbit = 9.5, the Mathis bound is 1.77"),  # beats no loss
+        ("cc", {"cubic_mbit": 0.8}, "cubic_mbit = 0.8, the Mathis bound is 1.77"),
+        ("cc", {"bbr_mbit": 2.0}, "bbr_mbit = 2.0, a lossless download is 9.24"),  # BBR as CUBIC
+        ("cc", {"bbr_mbit": 19.0}, "bbr_mbit = 19.0, a lossless download is 9.24"),  # no slow start
+        ("cc", {"faster": "cubic"}, "faster = cubic: random loss cuts"),
+        ("video", {"startup_ms_quic": 200.0}, "startup_ms_quic = 200.0, the physics says 240..800"),
+        ("video", {"startup_ms_quic": 900.0}, "startup_ms_quic = 900.0, the physics says 240..800"),
+        ("video", {"startup_ms_tcp": 1100.0}, "startup_ms_tcp = 1100.0, the physics says 240..1000"),
     ],
 )
 def test_a_reference_against_the_physics_is_caught(name: str, change: dict, named: str) -> None:
@@ -177,7 +214,12 @@ def test_the_known_wrong_answers_cover_the_lessons() -> None:
     assert ("round-trips", "tls12_rtts", "2") in by_key  # TLS 1.2 as 2 RTT
     assert ("round-trips", "rtt_ms", "96 ms") in by_key  # the RTT 20 % off
     assert ("round-trips", "tls13_rtts", "1") in by_key  # another protocol's count
-    assert {w.exercise for w in wrong} == {"round-trips", "queues"}
+    assert ("hol", "h2_ms_loss0", "80 ms") in by_key  # the handshakes not counted
+    assert ("hol", "h3_ms_loss0", "0.16") in by_key  # curl's seconds as ms
+    assert ("cc", "cubic_mbit", "0.22 Mbit/s") in by_key  # bytes for bits
+    assert ("cc", "bbr_mbit", "1.77 Mbit/s") in by_key  # a loss-based bound for BBR
+    assert ("video", "startup_ms_quic", "80 ms") in by_key  # the handshake alone
+    assert {w.exercise for w in wrong} == set(EXERCISES)  # every exercise has its mistakes
 
 
 @pytest.mark.parametrize("name", list(MEASURED))
@@ -189,7 +231,7 @@ def test_known_wrong_answers_fail_with_their_hint(name: str) -> None:
         assert problems == [], problems
 
 
-@pytest.mark.parametrize("name", list(MEASURED))
+@pytest.mark.parametrize("name", [n for n in MEASURED if n != "video"])  # video: none fixed
 def test_the_textbook_answers_pass(name: str) -> None:
     text = lab_physics.physics_answers(name, lab_physics.exercise_profile(name))
     for ref in MEASURED[name]:

@@ -3,11 +3,14 @@
 For each exercise: a lab started as the handout says (its ```sh `quicbed lab` line) runs every
 line of the handout's ```lab block at the prompt, and nothing fails; then the checker measures
 the exercise's path (one more bring-up) and grades the reference answers (all pass) and wrong
-ones (every one fails, with a hint). The reference is then held against the physics the lab
-teaches (tests/lab_physics.py: 3/2/1 handshake round trips, the RTT within 1 % of the
-profile's, BDP = rate x RTT), textbook answers pass against it, and a fixed set of wrong
-answers not derived from it (TLS 1.2 as 2 RTT, an RTT 20 % off, another protocol's count)
-fails with its hint. About 2 minutes per exercise."""
+ones (every one fails, with a hint). The reference is then held against the physics each
+lab teaches, computed from the profile (tests/lab_physics.py: 3/2/1 handshake round trips, the
+RTT within 1 %, BDP = rate x RTT; hol's setup round trips and slow-start flights, and a lossy
+HTTP/2 page slower by a head-of-line stall; CUBIC near the Mathis bound, BBR near a lossless
+download; a video's startup of its requests' round trips), textbook answers pass against it,
+and fixed wrong answers of every exercise, not derived from it (TLS 1.2 as 2 RTT, the one-way
+delay, bits for bytes, seconds for ms, the handshakes not counted, the link's rate for
+CUBIC's), fail with their hint. About a minute per exercise."""
 
 from __future__ import annotations
 

@@ -4,11 +4,14 @@ the protocol and TLS version the client asked for."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 
 import pytest
+from contention import remeasured
 
 from quicbed import servers
+from quicbed.analysis.physics import HANDSHAKE_RTTS, net_connection_rtts, row_upper_rtts
 from quicbed.paths import CACHE, REPO
 from quicbed.servers import content
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
@@ -21,10 +24,27 @@ SERVERS = ["caddy", "nginx", "haproxy", "aioquic", "quiche", "quinn"]
 COMPILED = ["aioquic", "quiche", "quinn"]  # images built on demand (images/build.sh NAME)
 # (tool, options, access-log protocol, TLS version, handshake RTTs of a fresh connection)
 MODES = {
-    "h2-tls1.2": ("tls_perf", ["--tls", "1.2", "--http", "2"], "HTTP/2.0", "TLSv1.2", 3),
-    "h2-tls1.3": ("tls_perf", ["--tls", "1.3", "--http", "2"], "HTTP/2.0", "TLSv1.3", 2),
-    "h3": ("quic_perf", [], "HTTP/3.0", "TLSv1.3", 1),
+    "h2-tls1.2": (
+        "tls_perf",
+        ["--tls", "1.2", "--http", "2"],
+        "HTTP/2.0",
+        "TLSv1.2",
+        HANDSHAKE_RTTS["tls1.2"],
+    ),
+    "h2-tls1.3": (
+        "tls_perf",
+        ["--tls", "1.3", "--http", "2"],
+        "HTTP/2.0",
+        "TLSv1.3",
+        HANDSHAKE_RTTS["tls1.3"],
+    ),
+    "h3": ("quic_perf", [], "HTTP/3.0", "TLSv1.3", HANDSHAKE_RTTS["quic"]),
 }
+# The lower side of a handshake: n RTT less 2 % (net of the client's CPU, time that overlaps a
+# flight is taken out too: 2.967 RTT for TLS 1.2 on germany, analysis/physics.py); the upper
+# is the project's rule for rows, max(+3 %, +1.5 ms) above n RTT (row_upper_rtts): the
+# server's own time stays in, and a server one RTT slow is far outside it.
+HANDSHAKE_FLOOR = 0.02
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +64,10 @@ def served(tmp_path_factory, clean_slate):
     with served_testbed(
         profile, SERVERS, log_root=tmp / "logs", pki_dir=tmp / "pki", content_dir=root, start=True
     ) as (tb, hosts):
-        yield tb, hosts, objects, tmp / "logs", profile.rtt_ms
+        # The handshakes are judged in RTTs of this path as measured (the profile's within 1 %).
+        rtt = statistics.median(tb.ping(count=20, interval=0.05))
+        assert abs(rtt / profile.rtt_ms - 1) < 0.02, (rtt, profile.rtt_ms)
+        yield tb, hosts, objects, tmp / "logs", rtt
 
 
 def _spoken(server: str, mode: str) -> bool:
@@ -61,29 +84,30 @@ def test_server_serves_each_protocol_over_the_path(served, server: str, mode: st
     tb, hosts, objects, logs, rtt = served
     tool, options, log_proto, tls, rtts = MODES[mode]
     address = server_address(tb.servers.index(hosts[server]))
-    for rel, meta in objects.items():
-        argv = [
-            tool,
-            "--url",
-            f"https://{SERVER_NAME}/{rel}",
-            "--resolve",
-            f"{SERVER_NAME}:443:{address}",
-            "--cacert",
-            f"{CLIENT_PKI}/ca.pem",
-            "--sha256",
-            "--timeout",
-            "30",
-            *options,
+
+    def fetch() -> list[dict]:
+        argv = [tool, "--resolve", f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem"]
+        argv += ["--sha256", "--timeout", "30", *options]
+        out = [
+            tb.client.exec([*argv, "--url", f"https://{SERVER_NAME}/{rel}"], timeout=60) for rel in objects
         ]
-        proc = tb.client.exec(argv, timeout=60)
-        row = json.loads(proc.stdout.splitlines()[-1])
-        assert row["error"] == "", row["error"]
-        assert (row["bytes"], row["sha256"]) == (meta["size"], meta["sha256"]), rel
-        assert row["tls_version"] == tls
-        assert row["http_version"] == log_proto.split("/")[1].rstrip(".0")
-        assert row["remote_ip"] == address
-        # Crossed the emulated path: a fresh handshake costs its RTTs of the 20 ms link.
-        assert row["connection_time_ms"] >= 0.95 * rtts * rtt
+        return [json.loads(proc.stdout.splitlines()[-1]) for proc in out]
+
+    def judge(rows: list[dict]) -> None:
+        for row, (rel, meta) in zip(rows, objects.items(), strict=True):
+            assert row["error"] == "", row["error"]
+            assert (row["bytes"], row["sha256"]) == (meta["size"], meta["sha256"]), rel
+            assert row["tls_version"] == tls
+            assert row["http_version"] == log_proto.split("/")[1].rstrip(".0")
+            assert row["remote_ip"] == address
+        # Crossed the emulated path, and no more: a fresh handshake costs its n RTTs of the
+        # 20 ms link, each connection at least n - 2 %, their median within the rows' rule.
+        net = [net_connection_rtts(r["connection_time_ms"], r["client_cpu_ms"], rtt) for r in rows]
+        shown = (net, [r["connection_time_ms"] for r in rows], rtt)
+        assert min(net) >= rtts * (1 - HANDSHAKE_FLOOR), shown
+        assert statistics.median(net) <= row_upper_rtts(rtts, rtt), shown
+
+    remeasured(f"{server} {mode} handshakes", fetch, judge)
     entries = servers.read_access_log(logs / server)[-len(objects) :]
     assert [e["path"].lstrip("/") for e in entries] == list(objects)
     for entry in entries:
