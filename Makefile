@@ -52,7 +52,8 @@ test: $(SETUP) lint
 test-physics: $(SETUP)
 	$(PYTEST_TIER) -m physics $(PYTEST_ARGS)
 
-# The unit tier: pure logic, no root, Docker or namespaces; both cores, lint included <= 60 s.
+# The unit tier: pure logic, no root, Docker or namespaces; both cores (goal: 60 s with lint;
+# the README has the figure measured).
 unit: venv lint
 	$(VENV)/bin/pytest -q -n 2 --durations=10 -m "not path and not docker" $(PYTEST_ARGS)
 

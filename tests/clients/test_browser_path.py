@@ -280,13 +280,17 @@ def test_browser_packets_cross_the_emulated_link(path: Path_, protocol: str) -> 
         print(f"{protocol} {report[-1]}")
         assert result["decrypted"], (result, report)
         assert tool_earlier_than_wire(result, ARRIVING, SIGN_SLACK_MS) == [], (result, report)
-        # The first round trip on the wire is the emulated path's: never shorter than the
-        # calibrated RTT (a path around the link takes well under 1 ms), and longer only by
-        # what a UML router's timers or a busy host add to one sample (3.6 ms once in CI).
-        assert 0.99 * path.rtt <= result["wire_first_rtt_ms"] <= 1.1 * path.rtt, (result, report)
+        # Never shorter than the calibrated RTT, whatever the host: a path around the link
+        # takes well under 1 ms.
+        assert 0.99 * path.rtt <= result["wire_first_rtt_ms"], (result, report)
         return result
 
     def judge(result: dict) -> None:
+        # The first round trip on the wire is the emulated path's, longer only by what a UML
+        # router's timers add to one sample (3.6 ms once in CI). A UML router runs at the
+        # default priority: a browser starting on both cores delayed its first flights by
+        # 23 ms in CI, which is a contended host's figure, measured again.
+        assert result["wire_first_rtt_ms"] <= 1.1 * path.rtt, (result, report)
         events = {k: result["events"][k]["delta_ms"] for k in ("handshake", "first_byte")}
         worst = max(abs(events["handshake"] - false_start), abs(events["first_byte"]))
         assert worst <= 3.0, report

@@ -168,7 +168,13 @@ def test_a_resumed_connection_sends_its_request_in_0rtt_where_the_server_takes_i
     early = [r["early_data_bytes"] for r in rows]
     print(f"{rows[0]['tool']} -> {server} resumed: TTFB {ttfb:.3f} RTT, 0-RTT bytes {early}")
     if EARLY_DATA[server]:
-        assert all(b > 0 for b in early) and 1.0 <= ttfb < 1.2, (ttfb, rows)
+        # Every request left in the first flight: its answer one RTT after the start, which a
+        # 1-RTT request after the handshake cannot reach (2 RTT). The tool's own flag is read
+        # beside it: quic-go's ConnectionState().Used0RTT said false once (CI, UML, caddy) for
+        # a trial whose answer came at 1.00 RTT, so it must hold for most trials, not all.
+        firsts = [r["ttfb_ms"] / rtt for r in rows]
+        assert all(1.0 <= x < 1.2 for x in firsts) and 1.0 <= ttfb < 1.2, (firsts, rows)
+        assert sum(b > 0 for b in early) >= REPETITIONS - 1, (early, rows)
     else:
         assert early == [0] * REPETITIONS and 2.0 <= ttfb < 2.2, (ttfb, rows)
 

@@ -524,9 +524,12 @@ KILL_TRIALS = 2 * 3
 
 
 def _containers() -> dict[str, str]:
-    """Testbed containers by node (client, server): quicbed-<run>-<node>."""
+    """This session's testbed containers by node (client, server): quicbed-<run>-<node>. Only
+    its scope's: under pytest-xdist another worker's testbed has a client and a server too."""
+    from quicbed.topology.marker import scope
+
     names = subprocess.run(
-        ["docker", "ps", "--filter", "label=quicbed", "--format", "{{.Names}}"],
+        ["docker", "ps", "--filter", f"label=quicbed.scope={scope()}", "--format", "{{.Names}}"],
         capture_output=True,
         text=True,
     ).stdout.split()

@@ -70,6 +70,19 @@ def served(tmp_path_factory, clean_slate):
         yield tb, hosts, objects, tmp / "logs", rtt
 
 
+# The aioquic server is Python: its own handshake work (crypto in a CPU-bound event loop) was
+# 1.6-2.8 ms per connection in CI, above the rows' allowance of max(3 %, 1.5 ms) at 20 ms, as
+# the server's time stays in a row. Its handshakes are held to whole RTTs instead: a quarter
+# of an RTT at most above n, which a missing or extra round trip crosses.
+PYTHON_SERVER_EXCESS_RTT = 0.25
+
+
+def _upper_rtts(server: str, rtts: int, rtt: float) -> float:
+    if server == "aioquic":
+        return rtts + PYTHON_SERVER_EXCESS_RTT
+    return row_upper_rtts(rtts, rtt)
+
+
 def _spoken(server: str, mode: str) -> bool:
     """Whether the server's descriptor speaks the mode (an HTTP/3-only server: h3 alone)."""
     spec = servers.get_server(server)
@@ -105,7 +118,7 @@ def test_server_serves_each_protocol_over_the_path(served, server: str, mode: st
         net = [net_connection_rtts(r["connection_time_ms"], r["client_cpu_ms"], rtt) for r in rows]
         shown = (net, [r["connection_time_ms"] for r in rows], rtt)
         assert min(net) >= rtts * (1 - HANDSHAKE_FLOOR), shown
-        assert statistics.median(net) <= row_upper_rtts(rtts, rtt), shown
+        assert statistics.median(net) <= _upper_rtts(server, rtts, rtt), shown
 
     remeasured(f"{server} {mode} handshakes", fetch, judge)
     entries = servers.read_access_log(logs / server)[-len(objects) :]
