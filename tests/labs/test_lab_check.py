@@ -192,8 +192,8 @@ def test_the_physics_holds_for_india() -> None:
         ("hol", {"h2_ms_loss5": 420.0}, "h2_ms_loss5 = 420.0, below 471.4 ms"),  # no HoL stall
         ("hol", {"h3_ms_loss5": 150.0}, "h3_ms_loss5 = 150.0, below 203.5 ms"),
         ("hol", {"hurt_more": "h3"}, "hurt_more = h3: TCP's in-order delivery"),
-        ("cc", {"cubic_mbit": 9.5}, "cubic_mbit = 9.5, the Mathis bound is 1.77"),  # beats no loss
-        ("cc", {"cubic_mbit": 0.8}, "cubic_mbit = 0.8, the Mathis bound is 1.77"),
+        ("cc", {"cubic_mbit": 9.5}, "cubic_mbit = 9.5, the Mathis bound is 1.25"),  # beats no loss
+        ("cc", {"cubic_mbit": 0.5}, "cubic_mbit = 0.5, the Mathis bound is 1.25"),
         ("cc", {"bbr_mbit": 2.0}, "bbr_mbit = 2.0, a lossless download is 9.24"),  # BBR as CUBIC
         ("cc", {"bbr_mbit": 19.0}, "bbr_mbit = 19.0, a lossless download is 9.24"),  # no slow start
         ("cc", {"faster": "cubic"}, "faster = cubic: random loss cuts"),
@@ -216,8 +216,8 @@ def test_the_known_wrong_answers_cover_the_lessons() -> None:
     assert ("round-trips", "tls13_rtts", "1") in by_key  # another protocol's count
     assert ("hol", "h2_ms_loss0", "80 ms") in by_key  # the handshakes not counted
     assert ("hol", "h3_ms_loss0", "0.16") in by_key  # curl's seconds as ms
-    assert ("cc", "cubic_mbit", "0.22 Mbit/s") in by_key  # bytes for bits
-    assert ("cc", "bbr_mbit", "1.77 Mbit/s") in by_key  # a loss-based bound for BBR
+    assert ("cc", "cubic_mbit", "0.16 Mbit/s") in by_key  # bytes for bits
+    assert ("cc", "bbr_mbit", "1.25 Mbit/s") in by_key  # a loss-based bound for BBR
     assert ("video", "startup_ms_quic", "80 ms") in by_key  # the handshake alone
     assert {w.exercise for w in wrong} == set(EXERCISES)  # every exercise has its mistakes
 
