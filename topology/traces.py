@@ -93,6 +93,10 @@ def load_trace(
     def bad(message: str, number: int | None = None) -> InputError:
         return InputError(f"{shown or path}{f':{number}' if number else ''}: {message}", file, line, field)
 
+    if any(ord(c) < 32 or ord(c) == 127 for c in str(path)):
+        # The delay line's config is key=value lines: a newline in a path would add keys.
+        message = f"{shown or path!r}: a trace's path must not hold control characters"
+        raise InputError(message, file, line, field)
     data = _read_trace(path, bad)
     times: list[int] = []
     for number, raw in enumerate(data.splitlines(), 1):

@@ -15,7 +15,7 @@ from quicbed.topology import backends
 from quicbed.topology.backends import BackendChoice, check_links, choose_backend
 from quicbed.topology.backends.delayline import delayline_config
 from quicbed.topology.calibrate import trace_error_bounds
-from quicbed.topology.linkspec import parse_linkspec
+from quicbed.topology.linkspec import LinkSpec, parse_linkspec
 from quicbed.topology.profiles import load_profile
 from quicbed.topology.traces import (
     SHIPPED,
@@ -197,3 +197,19 @@ def test_a_trace_over_the_size_bound_is_refused_before_it_is_read(
     monkeypatch.setattr(limits, "TRACE_MAX_BYTES", 1024)
     path = _trace(tmp_path, "1\n" * 600)
     assert _refused(path).endswith("t.trace: cannot use it as a trace: larger than 1 KiB")
+
+
+def test_a_trace_path_with_a_newline_is_refused_before_any_config_is_written(tmp_path: Path) -> None:
+    # The delay line's config is key=value lines: "x\nloss_pct=100" would add a key.
+    path = _trace(tmp_path, "1\n2\n").rename(tmp_path / "x\nloss_pct=100")
+    with pytest.raises(InputError) as err:
+        load_trace(path, "p.yaml", 4, "down.trace", shown="x\nloss_pct=100")
+    text = str(err.value)
+    assert "\n" not in text and "must not hold control characters" in text, text
+    assert text.startswith("p.yaml:4: down.trace: 'x\\nloss_pct=100'"), text
+
+
+def test_the_delay_line_config_refuses_a_control_character_in_any_value() -> None:
+    spec = LinkSpec(rate_mbit=20, delay_ms=40, trace="/tmp/a.trace\nloss_pct=100")
+    with pytest.raises(InputError, match="the delay line's trace holds a control character"):
+        delayline_config(spec, 40.0, seed=1, generation=1)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from quicbed.doctor import require
-from quicbed.errors import EnvironmentProblem
+from quicbed.errors import EnvironmentProblem, InputError
 from quicbed.paths import REPO
 from quicbed.topology.backends.base import Backend, Impairment, Lan, frame_port_up
 from quicbed.topology.hosts import NsHost
@@ -184,6 +184,9 @@ def delayline_config(spec: LinkSpec, delay_ms: float, seed: int, generation: int
     if spec.trace:
         lines["trace"] = spec.trace
         lines["link_limit_bytes"] = str(spec.queue_size_packets(rtt_ms) * OPPORTUNITY_BYTES)
+    unsafe = [key for key, value in lines.items() if any(ord(c) < 32 for c in value)]
+    if unsafe:  # load_trace refuses such a path first; a newline here would add keys
+        raise InputError(f"the delay line's {unsafe[0]} holds a control character: {lines[unsafe[0]]!r}")
     return "".join(f"{key}={value}\n" for key, value in lines.items())
 
 
