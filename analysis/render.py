@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html as h
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,8 +146,22 @@ def cell(value: object) -> str:
     return "–" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
+# A backtick code span: CommonMark shows its text as it is, so it is left alone there.
+CODE_SPAN = re.compile(r"(`+)(?:.|\n)*?\1")
+
+
+def md_text(text: str) -> str:
+    """Text for report.md with HTML's <, > and & escaped outside code spans: a name, an error
+    or a claim read from a run (someone else's results) is shown, never rendered as HTML."""
+    out, end = [], 0
+    for span in CODE_SPAN.finditer(text):
+        out += [h.escape(text[end : span.start()], quote=False), span.group(0)]
+        end = span.end()
+    return "".join([*out, h.escape(text[end:], quote=False)])
+
+
 def md_cell(value: object) -> str:
-    return cell(value).replace("|", "\\|").replace("\n", " ")
+    return md_text(cell(value)).replace("|", "\\|").replace("\n", " ")
 
 
 def md_table(frame: pd.DataFrame, caption: str = "") -> str:
@@ -160,14 +175,15 @@ def md_table(frame: pd.DataFrame, caption: str = "") -> str:
 def md_block(block: Block, base: Path) -> str:
     match block:
         case Text(text):
-            return text
+            return md_text(text)
         case Bullets(items, warn):
-            return "\n".join(f"- {'⚠ ' if warn else ''}{i}" for i in items)
+            return "\n".join(f"- {'⚠ ' if warn else ''}{md_text(i)}" for i in items)
         case Table(frame, caption):
             return md_table(frame, caption)
         case FigureBlock(f):
             return (
-                f"![{f.title}]({relative(f.png, base)})\n\n*{f.title}.* {f.caption} "
+                f"![{md_text(f.title)}]({relative(f.png, base)})\n\n"
+                f"*{md_text(f.title)}.* {md_text(f.caption)} "
                 f"([SVG]({relative(f.svg, base)}))"
             )
         case VerdictList(items):
@@ -179,8 +195,8 @@ def md_block(block: Block, base: Path) -> str:
 
 
 def markdown(title: str, stamp: str, sections: list[Section], base: Path) -> str:
-    parts = [f"# {title}", f"_generated {stamp}_"]
+    parts = [f"# {md_text(title)}", f"_generated {stamp}_"]
     for s in sections:
-        parts.append(f"## {s.title}")
+        parts.append(f"## {md_text(s.title)}")
         parts += [md_block(b, base) for b in s.blocks]
     return "\n\n".join(parts) + "\n"

@@ -350,3 +350,30 @@ def test_a_delay_line_without_real_time_priority_is_said_beside_the_backend(prio
     shown = backend_shown(entry)
     assert shown.startswith("delayline (no sch_netem)")
     assert ("default priority" in shown) == warned, shown
+
+
+def test_html_in_someone_elses_run_is_shown_not_rendered(tmp_path: Path) -> None:
+    """Shared results folders are read by others: an experiment name, a client label or a
+    row's error holding HTML is escaped in report.md (outside code spans) as in report.html."""
+    import json
+
+    run = write_run(tmp_path, "hostile", WEB_ONLY, parquet=False)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["experiment"] = "<script>alert(1)</script>"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    rows = [json.loads(line) for line in (run / "rows.jsonl").read_text().splitlines() if line]
+    rows[0].update(error="<img src=x onerror=alert(2)>", client="<b>c</b>")
+    (run / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_report([str(run)], tmp_path / "out")
+    for name in ("report.md", "report.html"):
+        text = (tmp_path / "out" / name).read_text()
+        for tag in ("<script", "<img src=x", "<b>c"):
+            assert tag not in text, (name, tag)
+        assert "&lt;script&gt;" in text and "&lt;img src=x" in text, name
+
+
+def test_markdown_leaves_code_spans_as_written() -> None:
+    from quicbed.analysis.render import md_text
+
+    assert md_text("a < b & `x < 1.15` <i>") == "a &lt; b &amp; `x < 1.15` &lt;i&gt;"
+    assert md_text("``a ` <b>`` <b>") == "``a ` <b>`` &lt;b&gt;"
