@@ -21,7 +21,7 @@ from typing import Any
 
 from rich.console import Console
 
-from quicbed import rowschema, servers
+from quicbed import limits, rowschema, servers
 from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT, Tool
 from quicbed.dockercli import docker
 from quicbed.errors import HostProblem, PathMismatch
@@ -239,7 +239,7 @@ class TestbedExecutor:
             if cross:
                 cross.start(capture.pcap_path() if capture else None)
             start = time.monotonic()
-            proc = client.exec(argv, timeout=trial.timeout_s + 15)
+            proc, overflow = self._exec_bounded(client, argv, trial.timeout_s + 15)
             wall = time.monotonic() - start
             if cross:
                 cross.wait()  # its flows end before the next trial begins
@@ -248,9 +248,14 @@ class TestbedExecutor:
                 cross.stop()
             if capture:
                 capture.stop_packets()
+        if overflow:
+            raise TrialError(f"{trial.client.tool}: {overflow}", capture.finish() if capture else None)
         cpu = {h: (_cpu_usec(h.container) - before[h]) / 1e4 / wall for h in before}
         retrans = _tcp_retrans(host.container_pid) - retrans
-        rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        try:
+            rows = rowschema.tool_rows(proc.stdout)
+        except rowschema.ToolRowError as exc:
+            raise TrialError(f"{trial.client.tool}: {exc}", capture.finish() if capture else None) from None
         if not rows:
             # A failed trial's capture is the one most worth opening: the row names it.
             kept = capture.finish() if capture else None
@@ -362,6 +367,16 @@ class TestbedExecutor:
             entries = self._server_log(server)
         versions = [_HTTP_VERSIONS[p] for e in entries if (p := str(e.get("proto"))) in _HTTP_VERSIONS]
         return {"server_http": min(versions) if versions else None, "server_requests": len(entries)}
+
+    @staticmethod
+    def _exec_bounded(
+        client: DockerHost | SideContainer, argv: list[str], timeout: float
+    ) -> tuple[subprocess.CompletedProcess[str], str]:
+        """The tool's run, or an empty one and why its output was refused (over the bound)."""
+        try:
+            return client.exec(argv, timeout=timeout), ""
+        except limits.TooBig as exc:
+            return subprocess.CompletedProcess(argv, -9, "", ""), str(exc)
 
     def _write_trace(self, trial_id: str, trace: object) -> str:
         return self._write_json(rowschema.trace_path(trial_id), trace)

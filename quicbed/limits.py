@@ -12,6 +12,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -103,3 +105,52 @@ def bounded_lines(f: BinaryIO, limit: int = ROW_LINE_MAX_BYTES) -> Iterator[tupl
 
 def _size(limit: int) -> str:
     return f"{limit // (1024 * 1024)} MiB" if limit >= 1024 * 1024 else f"{limit // 1024} KiB"
+
+
+def run_capped(
+    argv: list[str], timeout: float, cap: int = TOOL_OUTPUT_MAX_BYTES
+) -> subprocess.CompletedProcess[str]:
+    """subprocess.run(argv, capture_output=True, text=True, timeout=timeout) with a bound: a
+    command that prints more than `cap` bytes on stdout or stderr is killed there and TooBig
+    raised, instead of root's memory filling (a container's tool printing without end)."""
+    # Its own process group: what it started (a shell's children) ends with it.
+    process = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    kept = (bytearray(), bytearray())
+
+    def kill() -> None:
+        try:
+            os.killpg(process.pid, 9)
+        except ProcessLookupError:
+            pass
+
+    def drain(stream: BinaryIO, buffer: bytearray) -> None:
+        while chunk := stream.read(1 << 16):
+            if len(buffer) <= cap:
+                buffer += chunk[: cap + 1 - len(buffer)]
+                if len(buffer) > cap:
+                    kill()
+        stream.close()
+
+    assert process.stdout and process.stderr
+    streams = (process.stdout, process.stderr)
+    pairs = zip(streams, kept, strict=True)
+    readers = [threading.Thread(target=drain, args=pair, daemon=True) for pair in pairs]
+    for reader in readers:
+        reader.start()
+    try:
+        process.wait(timeout=timeout)
+    except BaseException:  # the timeout, or Ctrl-C: the group is in its own session, so ended here
+        kill()
+        process.wait()
+        raise
+    finally:
+        for reader in readers:
+            reader.join(timeout=5)
+    if any(len(buffer) > cap for buffer in kept):
+        raise TooBig(f"{argv[0]}: printed over {_size(cap)}; stopped there")
+    out, err = (bytes(buffer) for buffer in kept)
+    return subprocess.CompletedProcess(
+        argv, process.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+    )

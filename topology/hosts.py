@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from mininet.link import Intf
 from mininet.node import Host
 
+from quicbed import limits
 from quicbed.dockercli import PULL_NEVER, docker, image_present, missing_image
 from quicbed.errors import EnvironmentProblem, HostProblem
 from quicbed.topology.marker import marked_argv, scope
@@ -199,7 +200,7 @@ class DockerHost(NsHost):
         # The command's own timeout (a trial's is its length), not the control calls' 30 s; it
         # raises TimeoutExpired, which the trial records, not a HostProblem that ends the run.
         cmd = ["docker", "exec", *(["-d"] if detach else []), self.container, *argv]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = limits.run_capped(cmd, timeout)  # a container's output is bounded (TooBig)
         if check and proc.returncode != 0:
             raise RuntimeError(
                 f"{self.name}: {' '.join(argv)} exited {proc.returncode}: "

@@ -586,6 +586,21 @@ def test_tool_rows_are_bounded_and_may_not_set_owned_keys():
             rowschema.tool_rows(stdout)
 
 
+def test_a_command_that_prints_without_end_is_stopped_at_the_bound():
+    """DockerHost.exec reads a container's output through run_capped: `yes` would fill root's
+    memory; it is killed one byte past the bound, in well under a second at 1 MiB."""
+    start = time.monotonic()
+    with pytest.raises(limits.TooBig, match="yes: printed over 1 MiB; stopped there"):
+        limits.run_capped(["yes", "A" * 100], timeout=30, cap=1 << 20)
+    assert time.monotonic() - start < 5
+    with pytest.raises(limits.TooBig):  # stderr is bounded too
+        limits.run_capped(["sh", "-c", "yes >&2"], timeout=30, cap=1 << 20)
+    proc = limits.run_capped(["sh", "-c", "printf 'out\\n'; printf '\\377err' >&2; exit 3"], timeout=30)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "out\n", "\ufffderr")  # not UTF-8: no crash
+    with pytest.raises(subprocess.TimeoutExpired):
+        limits.run_capped(["sleep", "30"], timeout=0.5)
+
+
 @pytest.mark.parametrize(
     "rel", ["../../secret", "/etc/shadow", "traces/../../x", "traces/./t.json", "", "a//b"]
 )
