@@ -207,6 +207,23 @@ def cmd_merge(run_ids: list[str], out: str | None = None, results: Path | None =
     return 0
 
 
+def cmd_export(run: str, dest: str, no_secrets: bool = False, results: Path | None = None) -> int:
+    """`quicbed export RUN DEST [--no-secrets]`: 0 copied, 2 refused (one line why)."""
+    from quicbed.experiments.export import export_run, summary
+
+    try:
+        run_dir = run_dir_for(run, results)
+        done = export_run(run_dir, Path(dest), no_secrets)
+    except QuicbedError as exc:
+        print(f"quicbed export: {exc}")
+        return 2
+    except OSError as exc:
+        print(f"quicbed export: {exc.filename or dest}: {exc.strerror or exc}")
+        return 2
+    print("\n".join(summary(done, Path(dest), no_secrets)))
+    return 0
+
+
 def _cluster_plan(
     exp: Experiment, part: Shard | None, ray: str | None, ray_workers: int | None, per_worker: str | None
 ) -> str:

@@ -200,6 +200,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return merge(args.run_ids, args.out)
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from quicbed.experiments.commands import cmd_export as export
+
+    return export(args.run, args.dest, no_secrets=args.no_secrets)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from quicbed.analysis.compare import main_compare
 
@@ -364,6 +370,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_ids", nargs="+", metavar="RUN", help="shard run ids or directories")
     p.add_argument("--out", metavar="RUN_ID", help="the merged run's id (default: new)")
     p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser("export", help="copy a run to share (--no-secrets: without TLS key logs)")
+    p.add_argument("run", metavar="RUN", help="a run id (results/) or a run directory")
+    p.add_argument("dest", metavar="DEST", help="the new directory to write")
+    p.add_argument(
+        "--no-secrets", action="store_true", help="leave out every trial's keys.log (capture: [keys])"
+    )
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("compare", help="NEW against BASE: regressions, with statistics")
     p.add_argument("base", help="the baseline run (id under results/, or a run directory)")
