@@ -31,7 +31,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from quicbed import paths, rowschema
+from quicbed import hostsettings, paths, rowschema
 from quicbed.analysis import loss_response
 from quicbed.analysis.expectations import statistic
 from quicbed.analysis.overhead import account, summary_lines
@@ -332,6 +332,8 @@ def ran_on(host: dict[str, Any], executor_info: dict[str, Any], calib: dict[str,
         "link_backend": backend or executor_info.get("backend"),
         "images": {k: v.get("id") if isinstance(v, dict) else v for k, v in images.items() if v},
         "git_commit": git_info()["commit"],
+        # The host's own settings the testbed changed (quicbed/hostsettings.py; clean restores).
+        "host_settings_changed": hostsettings.changed(),
     }
 
 

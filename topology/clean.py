@@ -31,6 +31,7 @@ import stat
 import subprocess
 from pathlib import Path
 
+from quicbed import hostsettings
 from quicbed.dockercli import DOCKER_TIMEOUT_S, docker
 from quicbed.paths import STATE
 from quicbed.topology.backends import DELAYLINE_MARK, UML_MARK, VM_MARK
@@ -128,6 +129,7 @@ def clean() -> list[str]:
         removed += _remove_root_veths()
         removed += _remove_netns()
         umids |= {p.name for p in (Path.home() / ".uml").glob("quicbed-*")}
+        removed += hostsettings.restore_all()  # shared by every scope: only a whole-host clean
     _remove_uml_dirs(umids)
     for state in ("runs", "labs"):
         for directory in (STATE / state).glob("*"):

@@ -20,6 +20,7 @@ from typing import Any
 from mininet.link import Link
 from mininet.net import Mininet
 
+from quicbed import hostsettings
 from quicbed.dockercli import docker
 from quicbed.doctor import require
 from quicbed.errors import EnvironmentProblem, HostProblem
@@ -127,8 +128,8 @@ def allow_congestion_control(name: str) -> None:
         )
     allowed_file = proc_dir / "tcp_allowed_congestion_control"
     allowed = allowed_file.read_text().split()
-    if name not in allowed:
-        allowed_file.write_text(" ".join([*allowed, name]))
+    if name not in allowed:  # the host's own list is recorded; `quicbed clean` puts it back
+        hostsettings.change(allowed_file, " ".join([*allowed, name]))
 
 
 class Testbed:

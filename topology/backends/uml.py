@@ -5,14 +5,14 @@ commands and their results pass through a control directory)."""
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
+from quicbed import hostsettings
 from quicbed.doctor import require
 from quicbed.errors import HostProblem
 from quicbed.paths import REPO
@@ -82,10 +82,8 @@ class UmlBackend(KernelRouter):
         # behind the router, so at 208 KB UML stopped sending before that pfifo was full: it
         # never dropped, and the backlog stood in UML's netem and receive buffer instead
         # (india under load: 341 ms of RTT where a full pfifo is 161).
-        with (
-            _socket_default(RMEM_DEFAULT, UML_SOCKET_BUFFER),
-            _socket_default(WMEM_DEFAULT, UML_SOCKET_BUFFER),
-        ):
+        at_least = {path: _at_least(UML_SOCKET_BUFFER) for path in (RMEM_DEFAULT, WMEM_DEFAULT)}
+        with hostsettings.held(at_least):  # the host's own values again once it has booted
             self.process = subprocess.Popen(
                 self.router.popen_argv(argv),
                 stdin=subprocess.DEVNULL,
@@ -114,11 +112,5 @@ class UmlBackend(KernelRouter):
         return {"backend": self.name, "uml_kernel": kernel}
 
 
-@contextlib.contextmanager
-def _socket_default(path: Path, value: int) -> Iterator[None]:
-    old = path.read_text().strip()
-    path.write_text(str(max(value, int(old))))
-    try:
-        yield
-    finally:
-        path.write_text(old)
+def _at_least(value: int) -> Callable[[str], str]:
+    return lambda old: str(max(value, int(old)))
