@@ -56,6 +56,11 @@ def short(value: Any) -> str:
 
 def manifest_differences(manifests: list[dict[str, Any]]) -> list[str]:
     """Setup fields (dotted paths) on which the runs differ, one readable line each."""
+    return [f"{key}: {per_run}" for key, per_run in _differing(manifests)]
+
+
+def _differing(manifests: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(dotted key, "run=value; ...") of every setup field on which the runs differ."""
     flat = [flatten({k: v for k, v in m.items() if k not in PER_RUN_KEYS}) for m in manifests]
     keys = sorted(set().union(*flat)) if flat else []
     diffs = []
@@ -65,8 +70,54 @@ def manifest_differences(manifests: list[dict[str, Any]]) -> list[str]:
             per_run = "; ".join(
                 f"{m.get('run_id', '?')}={short(v)}" for m, v in zip(manifests, values, strict=True)
             )
-            diffs.append(f"{key}: {per_run}")
+            diffs.append((key, per_run))
     return diffs
+
+
+# The setup fields whose difference can change a number: the code and the pinned versions,
+# the host, the link backend, what is captured (a capture costs time) and the images the
+# trials ran in. The rest (descriptions, timings of the set-up, what other backends could
+# do) is in the Run section's manifest table, not among the warnings.
+MEASUREMENT_KEYS = (
+    "versions.",
+    "host.",
+    "git.commit",
+    "executor.link_backend",
+    "executor.kernel",
+    "executor.force",
+    "executor.capture.kinds",
+    "executor.client_image.id",
+    "executor.client_images.",
+)
+SERVER_IMAGE_KEY = "executor.server_images."
+
+
+def bears_on_measurement(key: str, servers: set[str]) -> bool:
+    if key.startswith(SERVER_IMAGE_KEY):  # only the servers the runs measured
+        name, _, field = key.removeprefix(SERVER_IMAGE_KEY).rpartition(".")
+        return name in servers and field == "id"
+    if key.startswith("executor.client_images."):
+        return key.endswith(".id")
+    # "versions." names a group; "executor.link_backend" one field (not link_backends_here)
+    return any(key.startswith(k) if k.endswith(".") else key == k for k in MEASUREMENT_KEYS)
+
+
+def verdict_differences(manifests: list[dict[str, Any]], servers: set[str]) -> list[str]:
+    """The differences a reader must see before trusting a comparison: between runs of one
+    experiment, once per field that bears on a measurement. Runs of different experiments
+    are expected to differ, and are analysed apart: nothing is said of them here."""
+    by_experiment: dict[str, list[dict[str, Any]]] = {}
+    for m in manifests:
+        by_experiment.setdefault(str(m.get("experiment", "?")), []).append(m)
+    out = []
+    for experiment, runs in by_experiment.items():
+        if len(runs) > 1:
+            out += [
+                f"Runs of {experiment} differ in {key} (analysed apart, not pooled): {per_run}"
+                for key, per_run in _differing(runs)
+                if bears_on_measurement(key, servers)
+            ]
+    return out
 
 
 def check_values(checks: list[dict[str, Any]] | None) -> dict[str, float | None]:

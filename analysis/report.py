@@ -29,7 +29,7 @@ from .figures import (
 )
 from .figures import stack_matrix as stack_matrix_figure
 from .load import AnalysisError, load_runs, loss_paths, resolve_run_dir, results_root
-from .manifest import calibration_entries, flatten, mixed_hosts, units_unlike
+from .manifest import calibration_entries, flatten, mixed_hosts, units_unlike, verdict_differences
 from .overhead import account
 from .render import Block, Bullets, FigureBlock, Section, Table, Text, VerdictList
 from .stacks import StackWindow, explain_gain_shrinks, measured_windows, windows_table
@@ -60,10 +60,7 @@ def figure_blocks(figures: list[Figure], section: str) -> list[FigureBlock]:
 
 def flags(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> list[str]:
     """Everything a reader must know before trusting the numbers."""
-    out = [
-        f"Setups differ (runs analysed apart, not pooled): {d}"
-        for d in df.attrs.get("manifest_differences", [])
-    ]
+    out = verdict_differences(manifests, set(df["server"].dropna().astype(str)) if "server" in df else set())
     out += df.attrs.get("notes", [])
     # Tables pool a protocol's trials within a facet and kind of measurement only: two
     # browsers, or a browser beside a perf tool, sit in facets or kinds of their own.

@@ -10,6 +10,7 @@ from analysis_synthetic import Model, write_run
 
 from quicbed.analysis import AnalysisError, load_runs, main_report
 from quicbed.analysis.load import manifest_differences
+from quicbed.analysis.manifest import verdict_differences
 from quicbed.analysis.tables import pageload_vs_download_table
 
 SMALL = Model(repetitions=3, workloads=("web",), conditions={"india": (80.0, 20.0, 20.0, 0.0)})
@@ -265,3 +266,54 @@ def test_two_browsers_page_loads_are_never_pooled(results):
     assert "quic_perf" not in facets["quic_perf"]
     table = pageload_vs_download_table(df)
     assert list(table["perf-tool download median (ms) [95% CI]"].str.startswith("200")) == [True, True]
+
+
+def _manifest(run: str, experiment: str, **fields) -> dict:
+    base = {
+        "run_id": run,
+        "experiment": experiment,
+        "versions": {"CADDY_VERSION": "v2.11.9"},
+        "executor": {
+            "link_backend": "auto",
+            "link_backends_here": {"uml": "runs: boots"},
+            "server_images": {"caddy": {"id": "sha256:a"}, "nginx": {"id": "sha256:n"}},
+            "capture": {"kinds": [], "server_qlog": {"caddy": "writes"}},
+        },
+    }
+    for key, value in fields.items():  # dotted: executor.server_images.nginx.id
+        *path, last = key.split(".")
+        node = base
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return base
+
+
+def test_runs_of_different_experiments_differ_without_a_warning():
+    """Issue 48: `make reproduce`'s report opened with 167 "setups differ" lines comparing web,
+    cloud and video runs; different experiments are expected to differ."""
+    web = _manifest("w", "paper-web", **{"executor.capture.kinds": ["pcap"]})
+    video = _manifest("v", "paper-video", **{"versions.CADDY_VERSION": "v2.10.0"})
+    assert verdict_differences([web, video], {"caddy"}) == []
+    assert manifest_differences([web, video])  # they do differ: the Run section shows it
+
+
+def test_runs_of_one_experiment_warn_once_per_field_that_bears_on_a_measurement():
+    a = _manifest("a", "ci")
+    b = _manifest(
+        "b",
+        "ci",
+        **{
+            "versions.CADDY_VERSION": "v2.10.0",  # bears
+            "executor.server_images.caddy.id": "sha256:b",  # a measured server's image: bears
+            "executor.server_images.nginx.id": "sha256:m",  # a server not measured: no
+            "executor.link_backends_here.uml": "cannot run here",  # what else could run: no
+            "executor.capture.server_qlog.caddy": "other words",  # descriptions: no
+        },
+    )
+    warned = verdict_differences([a, b], {"caddy"})
+    assert [w.split(" (")[0] for w in warned] == [
+        "Runs of ci differ in executor.server_images.caddy.id",
+        "Runs of ci differ in versions.CADDY_VERSION",
+    ], warned
+    assert "a=v2.11.9; b=v2.10.0" in warned[1]
