@@ -149,7 +149,7 @@ def run_capped(
         for reader in readers:
             reader.join(timeout=5)
     if any(len(buffer) > cap for buffer in kept):
-        raise TooBig(f"{argv[0]}: printed over {_size(cap)}; stopped there")
+        raise TooBig(f"printed over {_size(cap)}; stopped there")
     out, err = (bytes(buffer) for buffer in kept)
     return subprocess.CompletedProcess(
         argv, process.returncode, out.decode(errors="replace"), err.decode(errors="replace")
