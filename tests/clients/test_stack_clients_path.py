@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from contention import remeasured
 from stacks import stack_clients
 
 from quicbed.analysis.physics import net_connection_rtts, row_connection_within
@@ -87,17 +88,25 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
             repetitions=REPETITIONS,
         )
     )
-    env = {**os.environ, "QUICBED_RESULTS": str(tmp / "results")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "quicbed.cli", "run", str(experiment), "--no-progress"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (found,) = (tmp / "results").iterdir()
-    return found
+    attempts = iter(range(1, 3))
+
+    def run() -> Path:
+        results = tmp / f"results-{next(attempts)}"
+        env = {**os.environ, "QUICBED_RESULTS": str(results)}
+        proc = subprocess.run(
+            [sys.executable, "-m", "quicbed.cli", "run", str(experiment), "--no-progress"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (found,) = results.iterdir()
+        return found
+
+    # The tests below judge this run's timings: a run on a contended host is made again, and
+    # the second judged (tests/contention.py), whatever the rows' own cpu_bound flags say.
+    return remeasured(f"{client}'s run", run, lambda _: None)
 
 
 VARIANTS = ("-resume", "-s30")
