@@ -74,11 +74,18 @@ class GuestResult:
 def calibrate_in_guest(job: GuestJob, timeout_s: float = DEFAULT_TIMEOUT_S) -> GuestResult:
     """Boot the guest, calibrate job's profile through the netem backend inside it, power off.
     Raises EnvironmentProblem (with the console and log tails) if the guest gives no result."""
+    return calibrate_jobs_in_guest([job], timeout_s)[0]
+
+
+def calibrate_jobs_in_guest(jobs: list[GuestJob], timeout_s: float = DEFAULT_TIMEOUT_S) -> list[GuestResult]:
+    """The jobs one after another in one boot (a TCG boot costs tens of seconds): one result
+    each, in order, sharing the boot's log, kernel and time."""
     guest = _guest_kernel()
-    load_profile(job.profile, job.overrides)  # bad input fails here, not in the guest's log
+    for job in jobs:
+        load_profile(job.profile, job.overrides)  # bad input fails here, not in the guest's log
     ctl = router_state_dir(uuid.uuid4().hex[:8]) / "guest"
     ctl.mkdir(parents=True)
-    (ctl / "job.json").write_text(json.dumps(asdict(job)))
+    (ctl / "job.json").write_text(json.dumps({"jobs": [asdict(job) for job in jobs]}))
     start = time.monotonic()
     if guest == "uml":
         argv = guest_argv(ctl, f"quicbed-guest-{uuid.uuid4().hex[:8]}")
@@ -86,16 +93,22 @@ def calibrate_in_guest(job: GuestJob, timeout_s: float = DEFAULT_TIMEOUT_S) -> G
         argv = vm_guest_argv(ctl, f"{VM_MARK}guest-{uuid.uuid4().hex[:8]}", guest.split()[1].strip("()"))
     _boot_and_wait(ctl, argv, timeout_s)
     seconds = time.monotonic() - start
-    log = _read(ctl / "guest.log")
-    result_file = ctl / "calibration.json"
-    if not result_file.exists():
-        raise EnvironmentProblem(
-            f"the netem guest gave no calibration (rc "
-            f"{_read(ctl / 'rc').strip() or 'none'}):\n{_tails(ctl)}"
-        )
-    return GuestResult(
-        json.loads(result_file.read_text()), log, _read(ctl / "kernel").strip(), round(seconds, 1), guest
-    )
+    log, kernel = _read(ctl / "guest.log"), _read(ctl / "kernel").strip()
+    results = []
+    for index in range(len(jobs)):
+        result_file = ctl / _result_name(index)
+        if not result_file.exists():
+            raise EnvironmentProblem(
+                f"the netem guest gave no calibration for job {index + 1} of {len(jobs)} (rc "
+                f"{_read(ctl / 'rc').strip() or 'none'}):\n{_tails(ctl)}"
+            )
+        calibration = json.loads(result_file.read_text())
+        results.append(GuestResult(calibration, log, kernel, round(seconds, 1), guest))
+    return results
+
+
+def _result_name(index: int) -> str:
+    return "calibration.json" if index == 0 else f"calibration-{index + 1}.json"
 
 
 def _guest_kernel() -> str:
@@ -202,30 +215,34 @@ def _tails(ctl: Path) -> str:
 
 # -- guest side (run by uml_guest.sh) ---------------------------------------------------------
 def inside(ctl: Path) -> int:
-    """Calibrate job.json's profile with the netem backend and namespace hosts; 0 if every
-    check passed, 3 if one failed (as `quicbed calibrate`)."""
+    """Calibrate job.json's jobs with the netem backend and namespace hosts, one after another;
+    0 if every check of every job passed, 3 if one failed (as `quicbed calibrate`)."""
     from quicbed.topology.calibration_table import calibrate_path, progress_printer
     from quicbed.topology.net import HostSpec, TestbedConfig
 
-    job = GuestJob(**json.loads((ctl / "job.json").read_text()))
-    namespace_host = HostSpec(image=None)
-    cfg = TestbedConfig(
-        profile=load_profile(job.profile, job.overrides),
-        backend="netem",
-        client=namespace_host,
-        servers=(namespace_host,),
-    )
+    jobs = [GuestJob(**job) for job in json.loads((ctl / "job.json").read_text())["jobs"]]
     say = progress_printer()
     say(f"guest kernel {os.uname().release}")
-    cal = calibrate_path(
-        cfg,
-        rtt_samples=job.rtt_samples,
-        udp_packets=job.udp_packets,
-        goodput_seconds=job.goodput_seconds,
-        say=say,
-    )
-    (ctl / "calibration.json").write_text(json.dumps(cal.to_dict(), indent=2))
-    return 0 if cal.passed else 3
+    passed = True
+    for index, job in enumerate(jobs):
+        namespace_host = HostSpec(image=None)
+        cfg = TestbedConfig(
+            profile=load_profile(job.profile, job.overrides),
+            backend="netem",
+            client=namespace_host,
+            servers=(namespace_host,),
+        )
+        say(f"job {index + 1} of {len(jobs)}: {job.profile} {job.overrides}")
+        cal = calibrate_path(
+            cfg,
+            rtt_samples=job.rtt_samples,
+            udp_packets=job.udp_packets,
+            goodput_seconds=job.goodput_seconds,
+            say=say,
+        )
+        (ctl / _result_name(index)).write_text(json.dumps(cal.to_dict(), indent=2))
+        passed = passed and cal.passed
+    return 0 if passed else 3
 
 
 # -- command line -----------------------------------------------------------------------------

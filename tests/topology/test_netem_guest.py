@@ -19,7 +19,8 @@ from quicbed.topology.guest import (
     GUEST_INIT,
     VM_GUEST_INIT,
     GuestJob,
-    calibrate_in_guest,
+    GuestResult,
+    calibrate_jobs_in_guest,
     guest_argv,
     vm_guest_argv,
 )
@@ -38,14 +39,23 @@ def _check(calibration: dict, metric: str, direction: str = "both") -> dict:
     return next(c for c in calibration["checks"] if c["metric"] == metric and c["direction"] == direction)
 
 
+@pytest.fixture(scope="module")
+def guest() -> dict[str, GuestResult]:
+    """One boot for both jobs (a TCG boot costs tens of seconds): india at 1 % loss (the
+    calibration measures RTT and goodput with the loss switched off, then the loss itself)
+    and india with fq_codel at its bottleneck."""
+    results = calibrate_jobs_in_guest(
+        [GuestJob("india", {"loss_pct": "1"}), GuestJob("india", {"aqm": "fq_codel"})]
+    )
+    print(results[0].log)  # the guest's progress and calibration tables (pytest -s shows it)
+    print(f"guest kernel {results[0].kernel}; {results[0].seconds:.0f} s from boot to power-off")
+    return {"loss": results[0], "fq_codel": results[1]}
+
+
 @pytest.mark.path
 @pytest.mark.backend("vm")  # the guest is Debian's kernel under QEMU
-def test_netem_backend_calibrates_in_a_guest_kernel() -> None:
-    """One boot for the loss pair: calibration measures RTT and goodput with the loss switched
-    off (the lossless path) and then the loss itself, so india at 1 % covers both."""
-    result = calibrate_in_guest(GuestJob("india", {"loss_pct": "1"}))
-    print(result.log)  # the guest's progress and calibration table (pytest -s shows it)
-    print(f"guest kernel {result.kernel}; {result.seconds:.0f} s from boot to power-off")
+def test_netem_backend_calibrates_in_a_guest_kernel(guest: dict[str, GuestResult]) -> None:
+    result = guest["loss"]
     cal = result.calibration
     assert result.guest.startswith("vm") and result.kernel == read_versions()["VM_KERNEL_ABI"]
     assert cal["backend"] == "netem" and cal["link"]["backend"] == "netem"
@@ -68,13 +78,11 @@ def test_netem_backend_calibrates_in_a_guest_kernel() -> None:
 
 @pytest.mark.path
 @pytest.mark.backend("vm")
-def test_fq_codel_holds_the_queue_near_its_target_in_a_guest_kernel() -> None:
+def test_fq_codel_holds_the_queue_near_its_target_in_a_guest_kernel(guest: dict[str, GuestResult]) -> None:
     """india with fq_codel at its bottleneck (the guest's kernel has sch_fq_codel; this host's
     may not): it is in place, the rate holds, and the flows' RTT under load is base + about
     5 ms, where drop-tail's (the test above) is base + most of 80 ms."""
-    result = calibrate_in_guest(GuestJob("india", {"aqm": "fq_codel"}))
-    print(result.log)
-    cal = result.calibration
+    cal = guest["fq_codel"].calibration
     assert not _failed(cal), _failed(cal)
     for direction in ("down", "up"):
         assert "qdisc fq_codel 10: parent 1:1" in _check(cal, "queue_discipline", direction)["detail"]
