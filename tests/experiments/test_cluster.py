@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,7 +46,16 @@ clients: [{tool: tls_perf, tls: ["1.3"]}, quic_perf]
 workload: {kind: cloud, files: [100MB]}
 repetitions: 8
 """
-NODE = ["--num-cpus", "1", "--object-store-memory", str(80 * 2**20), "--disable-usage-stats"]
+# Loopback only: a test cluster (no authentication, root) must face nothing outside this host.
+NODE = [
+    "--num-cpus",
+    "1",
+    "--object-store-memory",
+    str(80 * 2**20),
+    "--disable-usage-stats",
+    "--node-ip-address",
+    "127.0.0.1",
+]
 
 
 def _free_port() -> int:
@@ -90,17 +100,26 @@ def _stop(temp_dir: str) -> None:
             time.sleep(0.1)
 
 
+_NETNS: dict[str, str] = {}  # a cluster's address -> the network namespace it runs in
+
+
 @contextlib.contextmanager
 def ray_cluster(env: dict[str, str], head_paths: int, worker_paths: int = 1) -> Iterator[str]:
-    """A head (offering `head_paths` paths) and one worker node offering `worker_paths`;
-    stopped after."""
+    """A head (offering `head_paths` paths) and one worker node offering `worker_paths`, in a
+    network namespace of their own that has only loopback: Ray binds every interface it sees
+    (`::` and the host's address, whatever --node-ip-address says), and a test cluster, with
+    no authentication and root's rights, must face nothing outside this host. Whatever talks
+    to it runs in the same namespace (in_cluster). Stopped after."""
     pytest.importorskip("ray", reason="the cluster extra is not installed (pip install -e .[cluster])")
     port, temp_dir = _free_port(), tempfile.mkdtemp(prefix="qbray-")
+    netns = f"qbray-{uuid.uuid4().hex[:8]}"
     address = f"127.0.0.1:{port}"
-    _TEMP_DIRS[address] = temp_dir
+    _TEMP_DIRS[address], _NETNS[address] = temp_dir, netns
     ray = str(VENV_BIN / "ray")
     env = {**env, "RAY_USAGE_STATS_ENABLED": "0"}
+    subprocess.run(["ip", "netns", "add", netns], check=True, timeout=30)
     try:
+        subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True, timeout=30)
         for args, paths in (
             (
                 ["--head", "--port", str(port), "--include-dashboard=false", "--temp-dir", temp_dir],
@@ -110,12 +129,22 @@ def ray_cluster(env: dict[str, str], head_paths: int, worker_paths: int = 1) -> 
         ):
             offers = ["--resources", json.dumps({cluster.RESOURCE: paths})] if paths else []
             subprocess.run(
-                [ray, "start", *args, *NODE, *offers], env=env, check=True, capture_output=True, timeout=120
+                in_cluster(address, [ray, "start", *args, *NODE, *offers]),
+                env=env,
+                check=True,
+                capture_output=True,
+                timeout=120,
             )
         yield address
     finally:
         _stop(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
+        subprocess.run(["ip", "netns", "del", netns], check=False, timeout=30)
+
+
+def in_cluster(address: str, argv: list[str]) -> list[str]:
+    """argv run in the cluster's network namespace (the only place its ports can be reached)."""
+    return ["ip", "netns", "exec", _NETNS[address], *argv]
 
 
 @pytest.fixture(scope="module")
@@ -131,8 +160,12 @@ def _env(results: Path) -> dict[str, str]:
 
 
 def _synthetic(file: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
+    address = args[args.index("--ray") + 1]
     return subprocess.Popen(
-        [sys.executable, "-m", "quicbed.experiments.synthetic", str(file), "--no-progress", *args],
+        in_cluster(
+            address,
+            [sys.executable, "-m", "quicbed.experiments.synthetic", str(file), "--no-progress", *args],
+        ),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -215,6 +248,56 @@ def test_a_killed_worker_costs_only_its_unfinished_trials(tmp_path, synthetic_cl
     assert manifest["executor"]["ray"]["path_slots"] == 2
 
 
+def _listening(pids: set[int]) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket these processes listen on, read from their own
+    network namespace's tables (/proc/PID/net/tcp{,6})."""
+    inodes: dict[str, int] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    link = os.readlink(fd)
+                    if link.startswith("socket:["):
+                        inodes[link[8:-1]] = pid
+    found = set()
+    for pid in set(inodes.values()):
+        for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
+            with contextlib.suppress(OSError):
+                for line in Path(table).read_text().splitlines()[1:]:
+                    fields = line.split()
+                    if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                        found.add(_address(fields[1]))
+    return found
+
+
+def _address(hex_address: str) -> tuple[str, int]:
+    address, port = hex_address.split(":")
+    raw = bytes.fromhex(address)
+    # /proc/net/tcp writes each 32-bit word in host (little-endian) order
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, words), int(port, 16)
+
+
+def test_the_test_cluster_faces_nothing_but_loopback(synthetic_cluster):
+    """Ray listens on every address it sees; the test cluster's namespace has only loopback,
+    so every socket it listens on is reachable from this host alone."""
+    pids = _session_pids(_TEMP_DIRS[synthetic_cluster])
+    listening = _listening(pids)
+    port = int(synthetic_cluster.rsplit(":", 1)[1])
+    assert any(p == port for _, p in listening) and len(listening) > 3, listening
+    links = subprocess.run(
+        ["ip", "-n", _NETNS[synthetic_cluster], "-o", "link", "show"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert [line.split(":")[1].strip() for line in links.stdout.splitlines()] == ["lo"], links.stdout
+    host_netns = os.stat("/proc/self/ns/net").st_ino
+    assert all(
+        os.stat(f"/proc/{pid}/ns/net").st_ino != host_netns for pid in pids if Path(f"/proc/{pid}").exists()
+    )
+
+
 def test_ray_retries_a_lost_unit_skipping_its_stored_trials(tmp_path, synthetic_cluster):
     file, results = tmp_path / "synthetic.yaml", tmp_path / "results"
     file.write_text(SYNTHETIC)
@@ -233,7 +316,10 @@ def test_a_dry_run_asks_the_cluster_how_many_paths_it_runs(tmp_path, synthetic_c
     file = tmp_path / "synthetic.yaml"
     file.write_text(SYNTHETIC)
     proc = subprocess.run(
-        [sys.executable, "-m", "quicbed.cli", "run", str(file), "--dry-run", "--ray", synthetic_cluster],
+        in_cluster(
+            synthetic_cluster,
+            [sys.executable, "-m", "quicbed.cli", "run", str(file), "--dry-run", "--ray", synthetic_cluster],
+        ),
         capture_output=True,
         text=True,
         timeout=60,
@@ -301,7 +387,13 @@ def test_a_worker_offering_two_paths_measures_two_units_at_once_and_leaves_nothi
     # The head offers no path: the one worker node measures both units, as a cloud worker would.
     with ray_cluster(env, head_paths=0, worker_paths=2) as address:
         proc = subprocess.run(
-            [str(VENV_BIN / "quicbed"), "run", str(file), "--ray", address, "--no-progress", "--check"],
+            in_cluster(
+                address,
+                # The delay line: a UML router's boot writes the host's socket buffer defaults,
+                # which a network namespace other than the host's cannot.
+                [str(VENV_BIN / "quicbed"), "run", str(file), "--ray", address, "--no-progress", "--check"]
+                + ["--backend", "delayline"],
+            ),
             env=env,
             capture_output=True,
             text=True,

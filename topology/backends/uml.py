@@ -5,6 +5,7 @@ commands and their results pass through a control directory)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -83,6 +84,11 @@ class UmlBackend(KernelRouter):
         # never dropped, and the backlog stood in UML's netem and receive buffer instead
         # (india under load: 341 ms of RTT where a full pfifo is 161).
         at_least = {path: _at_least(UML_SOCKET_BUFFER) for path in (RMEM_DEFAULT, WMEM_DEFAULT)}
+        if not os.access(RMEM_DEFAULT, os.W_OK):  # a network namespace other than the host's
+            raise HostProblem(
+                "the UML router needs to raise net.core.rmem_default, which this network "
+                "namespace cannot set: run quicbed in the host's namespace, or --backend delayline"
+            )
         with hostsettings.held(at_least):  # the host's own values again once it has booted
             self.process = subprocess.Popen(
                 self.router.popen_argv(argv),
