@@ -85,26 +85,10 @@ def test_the_meter_sees_more_runnable_tasks_than_cores() -> None:
 
 @pytest.fixture(scope="module")
 def india(tmp_path_factory, clean_slate):
-    from quicbed.paths import CACHE
-    from quicbed.servers import content
-    from quicbed.servers.testbed import served_testbed
-    from quicbed.topology.calibrate import check_rtt
-    from quicbed.topology.profiles import load_profile
+    from served_india import served_india
 
-    root = CACHE / "content"
-    content.ensure_content(root, {"web"})
-    tmp = tmp_path_factory.mktemp("contention")
-    with served_testbed(
-        load_profile("india"),
-        ["nginx"],
-        log_root=tmp / "logs",
-        pki_dir=tmp / "pki",
-        content_dir=root,
-        start=True,
-    ) as (tb, hosts):
-        rtt = check_rtt(tb, 20)
-        assert rtt.passed, rtt
-        yield tb, hosts, rtt.measured
+    with served_india(tmp_path_factory.mktemp("contention"), ["nginx"]) as served:
+        yield served
 
 
 def _setup_rtts(india, groups: str) -> float:

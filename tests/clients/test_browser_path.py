@@ -20,16 +20,16 @@ from pathlib import Path
 import pytest
 from capture_shell import ARRIVING, attempt_line, tool_earlier_than_wire, wirecheck
 from contention import remeasured
+from served_india import served_india
 
 from quicbed.analysis.physics import GOODPUT_OF_MODEL, HANDSHAKE_RTTS, tcp_download_s
 from quicbed.clients.tools import TOOLS
-from quicbed.paths import CACHE
 from quicbed.servers import content
 from quicbed.servers.accesslog import read_access_log
 from quicbed.servers.descriptors import get_server
 from quicbed.servers.lifecycle import start_server, stop_server
-from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
-from quicbed.topology.calibrate import GOODPUT_CEILING, check_rtt
+from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME
+from quicbed.topology.calibrate import GOODPUT_CEILING
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile
 from quicbed.workloads.kinds import object_bytes
@@ -61,23 +61,12 @@ class Path_:
 
 @pytest.fixture(scope="module")
 def path(tmp_path_factory, clean_slate):
-    root = content.ensure_content(CACHE / "content", {"web"})
-    content.ensure_files(root, [CLOUD_FILE])  # the cloud download's
     tmp = tmp_path_factory.mktemp("browser")
-    with served_testbed(
-        load_profile("india"),
-        ["nginx", "caddy"],
-        log_root=tmp / "logs",
-        pki_dir=tmp / "pki",
-        content_dir=root,
-        start=True,
-        client_image=TOOLS["chromium"].image,  # the browser image, as the client container
-    ) as (tb, hosts):
-        rtt = check_rtt(tb, 30)
-        if not rtt.passed:  # a busy shared host: once more
-            rtt = check_rtt(tb, 30)
-        assert rtt.passed, rtt
-        yield Path_(tb, hosts, rtt.measured, tmp / "logs")
+    # the browser image, as the client container; the cloud download's file
+    with served_india(
+        tmp, ["nginx", "caddy"], files=[CLOUD_FILE], client_image=TOOLS["chromium"].image, rtt_samples=30
+    ) as (tb, hosts, rtt):
+        yield Path_(tb, hosts, rtt, tmp / "logs")
 
 
 def _url(obj: str) -> str:

@@ -16,17 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from served_india import served_india
 
 from quicbed.clients.tools import TOOLS
-from quicbed.paths import CACHE
 from quicbed.servers import content
 from quicbed.servers.accesslog import read_access_log
 from quicbed.servers.descriptors import get_server
 from quicbed.servers.lifecycle import start_server, stop_server
-from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
-from quicbed.topology.calibrate import check_rtt
+from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME
 from quicbed.topology.net import ADDRESSES, server_address
-from quicbed.topology.profiles import load_profile
 from quicbed.workloads.kinds import object_bytes
 
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
@@ -52,22 +50,10 @@ class Path_:
 
 @pytest.fixture(scope="module")
 def path(tmp_path_factory, clean_slate):
-    root = content.ensure_content(CACHE / "content", {"web"})
     tmp = tmp_path_factory.mktemp("firefox")
-    with served_testbed(
-        load_profile("india"),
-        ["nginx"],
-        log_root=tmp / "logs",
-        pki_dir=tmp / "pki",
-        content_dir=root,
-        start=True,
-        client_image=TOOLS["firefox"].image,  # the browser image, as the client container
-    ) as (tb, hosts):
-        rtt = check_rtt(tb, 20)
-        if not rtt.passed:  # a busy shared host: once more
-            rtt = check_rtt(tb, 20)
-        assert rtt.passed, rtt
-        yield Path_(tb, hosts, rtt.measured, tmp / "logs")
+    # the browser image, as the client container
+    with served_india(tmp, ["nginx"], client_image=TOOLS["firefox"].image) as (tb, hosts, rtt):
+        yield Path_(tb, hosts, rtt, tmp / "logs")
 
 
 def _argv(path: Path_, protocol: str, reps: int = 1, timeout: int = 30, cacert: str = "") -> list[str]:

@@ -15,6 +15,7 @@ import statistics
 import pytest
 from capture_shell import ARRIVING, ARRIVING_TLS12, attempt_line, tool_earlier_than_wire, wirecheck
 from contention import remeasured
+from served_india import served_india
 
 from quicbed.analysis.physics import (
     GOODPUT_OF_MODEL,
@@ -26,12 +27,10 @@ from quicbed.analysis.physics import (
 from quicbed.experiments.executor import TestbedExecutor
 from quicbed.experiments.matrix import conditions, trials
 from quicbed.experiments.schema import load_experiment
-from quicbed.paths import CACHE, REPO
-from quicbed.servers import content
-from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
-from quicbed.topology.calibrate import GOODPUT_CEILING, check_rtt
+from quicbed.paths import REPO
+from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME
+from quicbed.topology.calibrate import GOODPUT_CEILING
 from quicbed.topology.net import server_address
-from quicbed.topology.profiles import load_profile
 
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
@@ -51,17 +50,9 @@ CI_EXPERIMENT = REPO / "experiments" / "ci" / "handshake.yaml"
 
 @pytest.fixture(scope="module")
 def path(tmp_path_factory, clean_slate):
-    root = CACHE / "content"
-    content.ensure_content(root, {"web"})
-    content.ensure_files(root, ["10MB"])
     tmp = tmp_path_factory.mktemp("perf")
-    profile = load_profile("india")
-    with served_testbed(
-        profile, SERVERS, log_root=tmp / "logs", pki_dir=tmp / "pki", content_dir=root, start=True
-    ) as (tb, hosts):
-        rtt = check_rtt(tb, 30)
-        assert rtt.passed, rtt
-        yield tb, hosts, rtt.measured, profile
+    with served_india(tmp, SERVERS, files=["10MB"], rtt_samples=30) as (tb, hosts, rtt):
+        yield tb, hosts, rtt, tb.profile
 
 
 def _fetch(

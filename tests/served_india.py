@@ -1,0 +1,52 @@
+"""The served india path of the client path tests: servers started, the client container
+(the perf client's or a browser's image), and india's RTT proven before anything is measured.
+
+One helper for test_perf_path, test_browser_path, test_firefox_path and test_contention: the
+RTT check is a timing check like any other, so a contended first measurement is measured
+again (tests/contention.py) instead of being retried blindly or judged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from contention import remeasured
+
+from quicbed.paths import CACHE
+from quicbed.servers import content
+from quicbed.servers.testbed import served_testbed
+from quicbed.topology.calibrate import check_rtt
+from quicbed.topology.profiles import load_profile
+
+
+@contextlib.contextmanager
+def served_india(
+    tmp: Path,
+    servers: list[str],
+    files: Iterable[str] = (),
+    client_image: str | None = None,
+    rtt_samples: int = 20,
+) -> Iterator[tuple[Any, dict[str, Any], float]]:
+    """(testbed, server hosts by name, measured RTT in ms); logs under tmp/logs."""
+    root = content.ensure_content(CACHE / "content", {"web"})
+    if files:
+        content.ensure_files(root, list(files))
+    image = {"client_image": client_image} if client_image else {}
+    with served_testbed(
+        load_profile("india"),
+        servers,
+        log_root=tmp / "logs",
+        pki_dir=tmp / "pki",
+        content_dir=root,
+        start=True,
+        **image,
+    ) as (tb, hosts):
+
+        def proven(rtt: Any) -> None:
+            assert rtt.passed, rtt
+
+        rtt = remeasured("india's RTT", lambda: check_rtt(tb, rtt_samples), proven)
+        yield tb, hosts, rtt.measured
