@@ -76,6 +76,8 @@ def test_handout_walks_and_checker_grades(name: str, monkeypatch: pytest.MonkeyP
     args, lines = handout(name)
     # Playbacks of a few seconds show every line works; the handout's 20 s adds nothing here.
     lines = [f"{line} {TEST_PLAY_SECONDS}" if re.fullmatch(r"play \S+", line) else line for line in lines]
+    # One download of each shows the line works; the checker below measures the handout's three.
+    lines = [line.replace(" -n 3 ", " -n 1 ") if name == "cc" else line for line in lines]
     monkeypatch.setattr(exercises, "PLAY_SECONDS", TEST_PLAY_SECONDS)
     lab = LabSession(args[0], f"walk{name[:4].replace('-', '')}", *args[1:], "--no-calibrate")
     try:
