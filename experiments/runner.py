@@ -354,6 +354,8 @@ def _run_trial(
         tool_row, error = executor.run_trial(trial), None
     except TrialError as exc:
         tool_row, error = exc.row, exc.reason
+    except HostProblem:  # Docker stopped answering: no later trial could run either
+        raise
     except Exception as exc:  # an executor bug must not lose the rest of the run
         tool_row, error = {}, f"{type(exc).__name__}: {exc}"
     # A tool does not say which trial or run it was, nor where the run's files lie: an error

@@ -19,15 +19,34 @@ DOCKER_TIMEOUT_S = 30.0
 PULL_NEVER = ("--pull", "never")  # in every `docker run` / `docker create` of the code
 
 
+# Once Docker has not answered, later calls of this process give it this long: the tear-down
+# after a hung dockerd (container removals) then takes seconds, not 30 s a call.
+AFTER_NO_ANSWER_S = 2.0
+LIVENESS_TIMEOUT_S = 10.0  # how long a trial's watchdog waits for `docker version`
+_no_answer: list[str] = []  # the first call that timed out, if one did
+
+
 def docker(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     """`docker ARGS`, output captured as text; HostProblem if Docker does not answer within
-    `timeout` (DOCKER_TIMEOUT_S, read at the call, unless given)."""
+    `timeout` (unless given: DOCKER_TIMEOUT_S, read at the call, or AFTER_NO_ANSWER_S while
+    the last call went unanswered)."""
     argv = ["docker", *args]
-    timeout = DOCKER_TIMEOUT_S if timeout is None else timeout
+    if timeout is None:  # a control call: seconds when Docker is well
+        timeout = AFTER_NO_ANSWER_S if _no_answer else DOCKER_TIMEOUT_S
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
+        _no_answer.append(" ".join(argv))
         raise HostProblem(no_answer(argv, timeout)) from None
+    _no_answer.clear()  # it answers again
+    return proc
+
+
+def answering() -> None:
+    """A watchdog for a long `docker exec` (a trial): HostProblem unless the daemon answers
+    `docker version` within LIVENESS_TIMEOUT_S. A trial's own command may rightly take
+    minutes; a stopped dockerd (kill -STOP) would hold it, and every later one, to its end."""
+    docker("version", "--format", "{{.Server.Version}}", timeout=LIVENESS_TIMEOUT_S)
 
 
 def no_answer(argv: list[str], timeout: float) -> str:

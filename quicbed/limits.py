@@ -14,7 +14,8 @@ import os
 import stat
 import subprocess
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -107,8 +108,14 @@ def _size(limit: int) -> str:
     return f"{limit // (1024 * 1024)} MiB" if limit >= 1024 * 1024 else f"{limit // 1024} KiB"
 
 
+WATCH_EVERY_S = 5.0  # run_capped's watchdog: how often it is asked while the command runs
+
+
 def run_capped(
-    argv: list[str], timeout: float, cap: int = TOOL_OUTPUT_MAX_BYTES
+    argv: list[str],
+    timeout: float,
+    cap: int = TOOL_OUTPUT_MAX_BYTES,
+    watchdog: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """subprocess.run(argv, capture_output=True, text=True, timeout=timeout) with a bound: a
     command that prints more than `cap` bytes on stdout or stderr is killed there and TooBig
@@ -140,7 +147,7 @@ def run_capped(
     for reader in readers:
         reader.start()
     try:
-        process.wait(timeout=timeout)
+        _wait(process, timeout, watchdog)
     except BaseException:  # the timeout, or Ctrl-C: the group is in its own session, so ended here
         kill()
         process.wait()
@@ -154,3 +161,19 @@ def run_capped(
     return subprocess.CompletedProcess(
         argv, process.returncode, out.decode(errors="replace"), err.decode(errors="replace")
     )
+
+
+def _wait(process: subprocess.Popen[bytes], timeout: float, watchdog: Callable[[], None] | None) -> None:
+    """process.wait(timeout), asking the watchdog (which raises to give up) every
+    WATCH_EVERY_S while it runs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            process.wait(timeout=max(0.0, min(left, WATCH_EVERY_S)) if watchdog else max(0.0, left))
+            return
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(process.args, timeout) from None
+            if watchdog:
+                watchdog()

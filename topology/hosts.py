@@ -18,7 +18,7 @@ from mininet.link import Intf
 from mininet.node import Host
 
 from quicbed import limits
-from quicbed.dockercli import PULL_NEVER, docker, image_present, missing_image
+from quicbed.dockercli import PULL_NEVER, answering, docker, image_present, missing_image
 from quicbed.errors import EnvironmentProblem, HostProblem
 from quicbed.topology.marker import marked_argv, scope
 
@@ -200,7 +200,9 @@ class DockerHost(NsHost):
         # The command's own timeout (a trial's is its length), not the control calls' 30 s; it
         # raises TimeoutExpired, which the trial records, not a HostProblem that ends the run.
         cmd = ["docker", "exec", *(["-d"] if detach else []), self.container, *argv]
-        proc = limits.run_capped(cmd, timeout)  # a container's output is bounded (TooBig)
+        # A container's output is bounded (TooBig); a dockerd that stops answering meanwhile
+        # ends the command with a HostProblem instead of holding it to its timeout.
+        proc = limits.run_capped(cmd, timeout, watchdog=None if detach else answering)
         if check and proc.returncode != 0:
             raise RuntimeError(
                 f"{self.name}: {' '.join(argv)} exited {proc.returncode}: "

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from quicbed import dockercli
+from quicbed import dockercli, limits
 from quicbed.errors import HostProblem
 from quicbed.paths import REPO
 from quicbed.servers.testbed import CLIENT_PKI, client_docker_args
@@ -260,3 +260,45 @@ def test_a_scoped_clean_leaves_root_namespace_veths(tmp_path: Path, monkeypatch:
     assert cleaning.clean() == [] and called == []
     monkeypatch.delenv("QUICBED_SCOPE")
     assert cleaning.clean() == [] and called == ["veths", "netns"]
+
+
+def test_a_trial_held_by_a_hung_docker_ends_with_one_line(hung_docker: dict[str, str]) -> None:
+    """A `docker exec` that dockerd stops answering mid-trial (kill -STOP) ends when the
+    watchdog's `docker version` goes unanswered, not at the trial's own timeout; later calls
+    of the process (the tear-down) then give Docker seconds, not 30 s each."""
+    code = (
+        "import time; from types import SimpleNamespace\n"
+        "from quicbed import dockercli, limits; from quicbed.errors import install_excepthook\n"
+        "install_excepthook(); limits.WATCH_EVERY_S = 0.5; dockercli.LIVENESS_TIMEOUT_S = 1\n"
+        "from quicbed.topology.hosts import DockerHost\n"
+        "host = SimpleNamespace(container='quicbed-x-client', name='client')\n"
+        "try:\n"
+        "    DockerHost.exec(host, ['quic_perf'], timeout=600)\n"
+        "finally:\n"
+        "    t = time.monotonic()\n"
+        "    try: dockercli.docker('rm', '-f', 'x')\n"
+        "    except Exception as e: print(f'after: {time.monotonic() - t:.1f} s', flush=True)\n"
+    )
+    proc, took = _python(code, hung_docker)
+    assert proc.returncode == 4, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "quicbed: Docker did not answer within 1 s: docker version --format {{.Server.Version}}"
+    ]
+    after = float(proc.stdout.split("after: ")[1].split()[0])
+    assert after <= dockercli.AFTER_NO_ANSWER_S + 1 and took < 15, (proc.stdout, took)
+
+
+def test_run_capped_asks_its_watchdog_while_the_command_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "WATCH_EVERY_S", 0.2)
+    asked: list[float] = []
+
+    def watchdog() -> None:
+        asked.append(time.monotonic())
+        if len(asked) == 3:
+            raise RuntimeError("gone")
+
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="gone"):
+        limits.run_capped(["sleep", "30"], timeout=60, watchdog=watchdog)
+    # asked every WATCH_EVERY_S; the command was ended with the group, not waited for
+    assert len(asked) == 3 and time.monotonic() - start < 3 * limits.WATCH_EVERY_S + 3
