@@ -148,16 +148,19 @@ def cell(value: object) -> str:
 
 # A backtick code span: CommonMark shows its text as it is, so it is left alone there.
 CODE_SPAN = re.compile(r"(`+)(?:.|\n)*?\1")
+# What starts raw HTML in Markdown: "<" before a tag name, "/", "!" or "?" ("<b>", "</p>",
+# "<!--"). A "<" before a space or a digit ("0.9 < x") is text, and stays readable.
+HTML_START = re.compile(r"<(?=[A-Za-z/!?])")
 
 
 def md_text(text: str) -> str:
-    """Text for report.md with HTML's <, > and & escaped outside code spans: a name, an error
-    or a claim read from a run (someone else's results) is shown, never rendered as HTML."""
+    """Text for report.md that cannot start raw HTML outside code spans: a name, an error or
+    a claim read from a run (someone else's results) is shown, never rendered as HTML."""
     out, end = [], 0
     for span in CODE_SPAN.finditer(text):
-        out += [h.escape(text[end : span.start()], quote=False), span.group(0)]
+        out += [HTML_START.sub("&lt;", text[end : span.start()]), span.group(0)]
         end = span.end()
-    return "".join([*out, h.escape(text[end:], quote=False)])
+    return "".join([*out, HTML_START.sub("&lt;", text[end:])])
 
 
 def md_cell(value: object) -> str:

@@ -369,11 +369,11 @@ def test_html_in_someone_elses_run_is_shown_not_rendered(tmp_path: Path) -> None
         text = (tmp_path / "out" / name).read_text()
         for tag in ("<script", "<img src=x", "<b>c"):
             assert tag not in text, (name, tag)
-        assert "&lt;script&gt;" in text and "&lt;img src=x" in text, name
+        assert "&lt;script" in text and "&lt;img src=x" in text, name
 
 
 def test_markdown_leaves_code_spans_as_written() -> None:
     from quicbed.analysis.render import md_text
 
-    assert md_text("a < b & `x < 1.15` <i>") == "a &lt; b &amp; `x < 1.15` &lt;i&gt;"
-    assert md_text("``a ` <b>`` <b>") == "``a ` <b>`` &lt;b&gt;"
+    assert md_text("a < b & `x < <i>` <i> </i> <!-- x") == "a < b & `x < <i>` &lt;i> &lt;/i> &lt;!-- x"
+    assert md_text("``a ` <b>`` <b>") == "``a ` <b>`` &lt;b>"
