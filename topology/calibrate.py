@@ -24,6 +24,7 @@ from typing import Any
 
 from scipy.stats import binomtest
 
+from quicbed.errors import HostProblem
 from quicbed.topology.hosts import NsHost
 from quicbed.topology.linkspec import FQ_FLOW_LIMIT, FRAME_BYTES, Aqm, LinkSpec
 from quicbed.topology.net import ADDRESSES, ROUTER_CLIENT_IP, RTT_PING_INTERVAL_S, Testbed
@@ -674,6 +675,7 @@ def probe_datagrams(tb: Testbed, packets: int) -> dict[str, dict[str, int]]:
     }
     specs = {"down": tb.profile.down, "up": tb.profile.up}
     running = {}
+    sending_s: dict[str, float] = {}
     counts = {}
     for port_offset, (direction, (sender, receiver, address)) in enumerate(ends.items(), 1):
         spec = specs[direction]
@@ -689,9 +691,18 @@ def probe_datagrams(tb: Testbed, packets: int) -> dict[str, dict[str, int]]:
             sender,
             ["send", address, port, str(packets_here), f"{pps:.1f}"],
         )
+        sending_s[direction] = packets_here / pps
     results = {}
     for direction, (send, recv) in running.items():
-        send.wait()
+        try:  # the sender paces its datagrams and exits; a minute past its pace is a hung host
+            send.wait(timeout=sending_s[direction] + 60)
+        except subprocess.TimeoutExpired:
+            for proc in (send, recv):
+                proc.kill()
+                proc.wait()
+            raise HostProblem(
+                f"the loss probe's sender ({direction}) did not end {sending_s[direction] + 60:.0f} s in"
+            ) from None
         out, err = recv.communicate(timeout=120)
         try:
             result = json.loads(out)

@@ -28,11 +28,12 @@ import re
 import shutil
 import signal
 import stat
-import subprocess
 from pathlib import Path
 
 from quicbed import hostsettings
 from quicbed.dockercli import DOCKER_TIMEOUT_S, docker
+from quicbed.errors import HostProblem
+from quicbed.hostcalls import IP_TIMEOUT_S, host_run
 from quicbed.paths import STATE
 from quicbed.topology.backends import DELAYLINE_MARK, UML_MARK, VM_MARK
 from quicbed.topology.hosts import LABEL
@@ -210,25 +211,32 @@ def _remove_containers(label: str = LABEL) -> list[str]:
 
 
 def _remove_root_veths() -> list[str]:
-    proc = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True)
+    proc = host_run(["ip", "-o", "link", "show"], IP_TIMEOUT_S)
     removed = []
     for line in proc.stdout.splitlines():
         name = line.split(":")[1].strip().split("@")[0]
         if _VETH.match(name):
-            subprocess.run(["ip", "link", "del", name], capture_output=True)
-            removed.append(f"link {name}")
+            removed.append(_removed(["ip", "link", "del", name], f"link {name}"))
     return removed
 
 
 def _remove_netns() -> list[str]:
-    proc = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    proc = host_run(["ip", "netns", "list"], IP_TIMEOUT_S)
     removed = []
     for line in proc.stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         if name.startswith("quicbed-"):
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
-            removed.append(f"netns {name}")
+            removed.append(_removed(["ip", "netns", "del", name], f"netns {name}"))
     return removed
+
+
+def _removed(argv: list[str], what: str) -> str:
+    """One removal of a clean, bounded: one that hangs is named, and the clean goes on."""
+    try:
+        host_run(argv, IP_TIMEOUT_S)
+    except HostProblem as exc:
+        return f"{what} (not removed: {exc})"
+    return what
 
 
 def leftovers() -> list[str]:
@@ -242,13 +250,13 @@ def leftovers() -> list[str]:
     proc = docker("ps", "-aq", "--filter", f"label={_container_label(wanted)}")
     found += [f"container {cid}" for cid in proc.stdout.split()]
     if wanted is None:  # as clean: root-namespace veths are only a whole-host clean's
-        links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+        links = host_run(["ip", "-o", "link", "show"], IP_TIMEOUT_S).stdout
         found += [
             f"link {ln.split(':')[1].strip()}"
             for ln in links.splitlines()
             if _VETH.match(ln.split(":")[1].strip().split("@")[0])
         ]
-        netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        netns = host_run(["ip", "netns", "list"], IP_TIMEOUT_S).stdout
         found += [f"netns {ln.split()[0]}" for ln in netns.splitlines() if ln.startswith("quicbed-")]
     return found
 

@@ -62,6 +62,8 @@ FIELDS = [
     "http3.frame_type",
 ]
 
+# tshark decodes a trial's capture (headers, at most its run's capture cap) in seconds.
+TSHARK_TIMEOUT_S = 300.0
 TLS_CCS = "20"
 TLS_FINISHED = "20"
 QUIC_HANDSHAKE = "2"
@@ -141,7 +143,10 @@ def read_packets(pcap: Path, port: int, keylog: Path | None) -> list[Packet]:
     cmd = tshark_fields_argv(
         str(pcap), str(keylog) if keylog else None, FIELDS, f"tcp.port == {port} || udp.port == {port}"
     )
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=TSHARK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"tshark did not finish within {TSHARK_TIMEOUT_S:g} s") from None
     if res.returncode != 0:
         raise RuntimeError(f"tshark failed: {res.stderr.strip()}")
     return parse_fields(res.stdout, FIELDS, port)
@@ -316,12 +321,16 @@ def load_row(path: Path, rep: int | None, ports: set[int]) -> dict:
 
 
 def capture_ports(pcap: Path) -> set[int]:
-    res = subprocess.run(
-        ["tshark", "-n", "-r", str(pcap), "-T", "fields", "-e", "tcp.srcport", "-e", "udp.srcport"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    try:
+        res = subprocess.run(
+            ["tshark", "-n", "-r", str(pcap), "-T", "fields", "-e", "tcp.srcport", "-e", "udp.srcport"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=TSHARK_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"tshark did not finish within {TSHARK_TIMEOUT_S:g} s") from None
     ports = set()
     for tok in res.stdout.split():
         if tok.isdigit():

@@ -28,6 +28,7 @@ SOURCES = ("quicbed", "topology", "servers", "experiments", "analysis", "bench",
 # container's, and is left out on purpose).
 HOST_RUNNERS = {
     "run",
+    "host_run",
     "Popen",
     "popen_argv",
     "in_netns",

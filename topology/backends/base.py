@@ -4,6 +4,7 @@ that only carry frames, the egress counters, and the run's state directory."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from quicbed.errors import EnvironmentProblem, InputError
+from quicbed.errors import EnvironmentProblem, HostProblem, InputError
+from quicbed.hostcalls import IP_TIMEOUT_S, host_run
 from quicbed.paths import STATE
 from quicbed.topology.hosts import NsHost
 from quicbed.topology.linkspec import Aqm, LinkSpec, netem_commands
@@ -187,19 +189,20 @@ def host_has_qdisc(kind: str, *args: str) -> bool:
     testbed and the executor ask and the kernel does not change."""
     ns = f"quicbed-probe-{os.getpid()}-{kind}"
     try:
-        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
-        subprocess.run(
+        host_run(["ip", "netns", "add", ns], IP_TIMEOUT_S, check=True)
+        host_run(
             ["ip", "-n", ns, "link", "add", "probe0", "type", "veth", "peer", "name", "probe1"],
+            IP_TIMEOUT_S,
             check=True,
-            capture_output=True,
         )
-        proc = subprocess.run(
+        proc = host_run(
             ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "probe0", "root", kind, *args],
-            capture_output=True,
+            IP_TIMEOUT_S,
         )
         return proc.returncode == 0
     finally:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        with contextlib.suppress(HostProblem):  # the probe's answer, or its own error, matters more
+            host_run(["ip", "netns", "del", ns], IP_TIMEOUT_S)
 
 
 class KernelRouter(TcBackend):

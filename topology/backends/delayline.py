@@ -15,6 +15,7 @@ from pathlib import Path
 
 from quicbed.doctor import require
 from quicbed.errors import EnvironmentProblem, InputError
+from quicbed.hostcalls import BUILD_TIMEOUT_S, host_run
 from quicbed.paths import REPO
 from quicbed.topology.backends.base import Backend, Impairment, Lan, frame_port_up
 from quicbed.topology.hosts import NsHost
@@ -212,7 +213,7 @@ def build_delayline() -> Path:
     if DELAYLINE_BINARY.exists() and DELAYLINE_BINARY.stat().st_mtime >= source.stat().st_mtime:
         return DELAYLINE_BINARY
     require("delayline")
-    proc = subprocess.run(["make", "-s", "-C", str(DELAYLINE_DIR)], capture_output=True, text=True)
+    proc = host_run(["make", "-s", "-C", str(DELAYLINE_DIR)], BUILD_TIMEOUT_S)
     if proc.returncode != 0 or not DELAYLINE_BINARY.exists():
         raise EnvironmentProblem(
             "cannot build the delay line (needs cc and make): "

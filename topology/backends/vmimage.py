@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Protocol
 
 from quicbed.errors import HostProblem
+from quicbed.hostcalls import PROBE_TIMEOUT_S, host_run
 from quicbed.paths import CACHE, REPO, read_versions
 
 VM_CACHE = CACHE / "vm"
@@ -161,11 +162,8 @@ def module_files(kernel: GuestKernel) -> list[Path]:
     """The .ko files of VM_MODULES and everything they need, in load order."""
     out: list[Path] = []
     for name in VM_MODULES:
-        proc = subprocess.run(
-            ["modprobe", "-d", str(kernel.root), "-S", kernel.abi, "--show-depends", name],
-            capture_output=True,
-            text=True,
-            check=False,
+        proc = host_run(
+            ["modprobe", "-d", str(kernel.root), "-S", kernel.abi, "--show-depends", name], PROBE_TIMEOUT_S
         )
         if proc.returncode != 0:
             raise HostProblem(
@@ -266,7 +264,7 @@ def qemu_argv(
 
 
 def qemu_version() -> str:
-    proc = subprocess.run([qemu_binary(), "--version"], capture_output=True, text=True, check=False)
+    proc = host_run([qemu_binary(), "--version"], PROBE_TIMEOUT_S)
     return proc.stdout.splitlines()[0].removeprefix("QEMU emulator version ").strip() if proc.stdout else "?"
 
 

@@ -1,0 +1,33 @@
+"""Commands quicbed runs on the host, each with a bound on how long it may take.
+
+quicbed runs as root and waits on what it starts: a hung `ip` (a netlink lock held by a stuck
+namespace), a compiler or a probe of a guest kernel would otherwise hold a run, or a clean, for
+ever. Each call names its bound; past it the command is killed and HostProblem raised with one
+line that names the command and the bound (clean-up goes on past one: topology/clean.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+from quicbed.errors import HostProblem
+
+# `ip` and `tc` answer in milliseconds; seconds mean a netlink or namespace lock is held.
+IP_TIMEOUT_S = 30.0
+# A one-file C build (the delay line) takes about a second; a cold, busy host some more.
+BUILD_TIMEOUT_S = 300.0
+# modprobe --show-depends and qemu --version read files; they never need more than seconds.
+PROBE_TIMEOUT_S = 60.0
+
+
+def host_run(argv: list[str], timeout: float, *, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """subprocess.run(argv, capture_output=True, text=True) within `timeout` seconds: killed past it, and
+    HostProblem raised (check=True raises CalledProcessError on a nonzero exit, as run's)."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=check)
+    except subprocess.TimeoutExpired:
+        shown = " ".join(argv)
+        shown = shown if len(shown) <= 120 else shown[:117] + "..."
+        raise HostProblem(
+            f"`{shown}` did not finish within {timeout:g} s; killed (is the host hung?)"
+        ) from None
