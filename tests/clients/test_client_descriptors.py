@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cli_process import quicbed
 
 from quicbed import doctor, servers
 from quicbed.clients import tools
@@ -414,18 +415,11 @@ def test_fixture_client_runs_on_the_path_in_its_own_image(tmp_path: Path) -> Non
         + "repetitions: 3\n"
     )
     env = {
-        **os.environ,
         tools.ENV_DIRS: str(FIXTURES),
         "QUICBED_SERVER_DIRS": str(SERVER_FIXTURES),
         "QUICBED_RESULTS": str(tmp_path / "results"),
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "quicbed.cli", "run", str(experiment), "--no-progress"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = quicbed("run", str(experiment), "--no-progress", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())

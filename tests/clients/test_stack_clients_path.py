@@ -13,13 +13,12 @@ max(+3 %, +1.5 ms) above 1 RTT).
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_process import quicbed
 from contention import remeasured
 from stacks import stack_clients
 
@@ -92,13 +91,8 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
 
     def run() -> Path:
         results = tmp / f"results-{next(attempts)}"
-        env = {**os.environ, "QUICBED_RESULTS": str(results)}
-        proc = subprocess.run(
-            [sys.executable, "-m", "quicbed.cli", "run", str(experiment), "--no-progress"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
+        proc = quicbed(
+            "run", str(experiment), "--no-progress", env={"QUICBED_RESULTS": str(results)}, timeout=900
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         (found,) = results.iterdir()

@@ -9,13 +9,12 @@ http3_stream_buffer_size at its 64k default: HTTP/3 downloads slow down, HTTP/2 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import xmlschema
+from cli_process import quicbed
 
 from quicbed.paths import REPO
 
@@ -30,14 +29,10 @@ SLOW_IMAGE = "quicbed-test/team-nginx:slow"
 def _quicbed(
     *args: str, results: Path | None = None, dirs: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if results:
-        env["QUICBED_RESULTS"] = str(results)
+    env = {"QUICBED_RESULTS": str(results)} if results else {}
     if dirs:
         env["QUICBED_SERVER_DIRS"] = str(dirs)
-    return subprocess.run(
-        [sys.executable, "-m", "quicbed.cli", *args], env=env, capture_output=True, text=True, timeout=600
-    )
+    return quicbed(*args, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_process import quicbed
 
 from quicbed.paths import REPO
 
@@ -75,12 +74,6 @@ def _state(canary: Path) -> dict[str, tuple[str, int]]:
     return out
 
 
-def _quicbed(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "quicbed.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
 @pytest.fixture(scope="module")
 def images() -> None:
     for image, folder in ((CLIENT_IMAGE, "client"), (SERVER_IMAGE, "server")):
@@ -108,14 +101,12 @@ def test_a_hostile_stack_reaches_nothing_of_the_host(images: None, tmp_path: Pat
     experiment.write_text(EXPERIMENT)
     results = tmp_path / "results"
     env = {
-        **os.environ,
         "QUICBED_RESULTS": str(results),
         "QUICBED_CLIENT_DIRS": str(tmp_path / "clients"),
         "QUICBED_SERVER_DIRS": str(tmp_path / "servers"),
-        "PYTHONUNBUFFERED": "1",
     }
 
-    run = _quicbed("run", str(experiment), "--capture", "qlog,pcap,keys", "--no-progress", env=env)
+    run = quicbed("run", str(experiment), "--capture", "qlog,pcap,keys", "--no-progress", env=env)
     output = run.stdout + run.stderr
     assert "Traceback" not in output and results.is_dir(), output[-3000:]
     # Nothing of the host was removed, appended to or re-moded by the run.
@@ -133,9 +124,9 @@ def test_a_hostile_stack_reaches_nothing_of_the_host(images: None, tmp_path: Pat
     assert all(r["connection_time_ms"] > 0.9 * r["calib_rtt_ms"] for r in measured), measured
     assert all(r.get("trace_file") is None for r in rows)
 
-    report = _quicbed("report", str(run_dir), env=env)
+    report = quicbed("report", str(run_dir), env=env)
     assert report.returncode == 0 and "Traceback" not in report.stderr, report.stdout + report.stderr
-    clean = _quicbed("clean", env=env, timeout=120)
+    clean = quicbed("clean", env=env, timeout=120)
     assert clean.returncode == 0, clean.stdout + clean.stderr
 
     # Nor by report and clean; and nothing of it was read into the results.

@@ -12,11 +12,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_process import quicbed
 
 from quicbed.topology.backends import host_has_netem
 from quicbed.topology.clean import leftovers
@@ -45,16 +45,12 @@ def _quicbed(
     args: list[str], tmp_path: Path, timeout: float = 300
 ) -> tuple[subprocess.CompletedProcess[str], float]:
     env = {
-        **os.environ,
         "QUICBED_UML_BINARY": str(STAND_IN),
         "QUICBED_QEMU_BINARY": str(QEMU_STAND_IN),
-        "PYTHONUNBUFFERED": "1",
         "QUICBED_RESULTS": str(tmp_path / "results"),
     }
     start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "quicbed.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
+    proc = quicbed(*args, env=env, timeout=timeout)
     return proc, time.monotonic() - start
 
 
