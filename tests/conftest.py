@@ -51,12 +51,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session", autouse=True)
 def calibrations_of_this_session(tmp_path_factory: pytest.TempPathFactory):
     """Runs started by tests prove route and RTT on every bring-up and reuse goodput and loss
-    from the session's first calibration of the same path (topology/calibration_reuse.py).
-    Tests about calibration itself call calibrate() directly or unset the variable."""
+    from the session's first calibration of the same path (topology/calibration_reuse.py), by
+    either worker: under pytest-xdist, the store is in the directory the workers' own
+    temporary directories share. Tests about calibration itself call calibrate() directly or
+    unset the variable."""
     from quicbed.topology.calibration_reuse import REUSE_ENV
 
+    base = tmp_path_factory.getbasetemp()
+    store = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "calibrations"
+    store.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(REUSE_ENV, str(tmp_path_factory.mktemp("calibrations")))
+        patch.setenv(REUSE_ENV, str(store))
         yield
 
 

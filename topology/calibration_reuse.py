@@ -55,7 +55,8 @@ def _store(record: Path, cal: Calibration) -> None:
     if not cal.passed or cal.reused_from:
         return
     record.parent.mkdir(parents=True, exist_ok=True)
-    partial = record.with_suffix(".part")
+    # Processes that share the store (the suite's two workers) may record one path at once.
+    partial = record.with_suffix(f".{os.getpid()}.part")
     partial.write_text(json.dumps(cal.to_dict()))
     partial.replace(record)
 
