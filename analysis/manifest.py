@@ -87,17 +87,17 @@ MEASUREMENT_KEYS = (
     "executor.force",
     "executor.capture.kinds",
     "executor.client_image.id",
-    "executor.client_images.",
 )
-SERVER_IMAGE_KEY = "executor.server_images."
+SERVER_IMAGE_KEY, CLIENT_IMAGE_KEY = "executor.server_images.", "executor.client_images."
 
 
 def bears_on_measurement(key: str, servers: set[str]) -> bool:
-    if key.startswith(SERVER_IMAGE_KEY):  # only the servers the runs measured
-        name, _, field = key.removeprefix(SERVER_IMAGE_KEY).rpartition(".")
-        return name in servers and field == "id"
-    if key.startswith("executor.client_images."):
-        return key.endswith(".id")
+    """Whether a manifest field can change what a run measured. Of an image, only its id does,
+    and of a server's only for the servers the runs measured (a client's every run uses)."""
+    for prefix in (SERVER_IMAGE_KEY, CLIENT_IMAGE_KEY):
+        if key.startswith(prefix):
+            name, _, field = key.removeprefix(prefix).rpartition(".")
+            return field == "id" and (prefix == CLIENT_IMAGE_KEY or name in servers)
     # "versions." names a group; "executor.link_backend" one field (not link_backends_here)
     return any(key.startswith(k) if k.endswith(".") else key == k for k in MEASUREMENT_KEYS)
 

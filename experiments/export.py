@@ -28,6 +28,7 @@ class Exported:
     files: int = 0
     bytes: int = 0
     secrets_left_out: list[str] = field(default_factory=list)  # relative paths
+    secrets_copied: int = 0
     unsafe_left_out: list[str] = field(default_factory=list)  # links, FIFOs, over the bound
 
 
@@ -58,13 +59,14 @@ def _copy_tree(src: safefs.SafeDir, out: safefs.SafeDir, rel: str, no_secrets: b
             done.unsafe_left_out.append(path)
         elif no_secrets and name in SECRET_NAMES:
             done.secrets_left_out.append(path)
-        else:
-            _copy_file(src, out, name, path, st.st_mode, done)
+        elif _copy_file(src, out, name, path, st.st_mode, done) and name in SECRET_NAMES:
+            done.secrets_copied += 1
 
 
 def _copy_file(
     src: safefs.SafeDir, out: safefs.SafeDir, name: str, path: str, mode: int, done: Exported
-) -> None:
+) -> bool:
+    """Whether the file was copied (a file that turned unsafe while read is left out)."""
     fd = out.open_file(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, stat.S_IMODE(mode) & 0o644)
     try:
         done.bytes += src.copy_out(name, fd)
@@ -74,22 +76,22 @@ def _copy_file(
         os.close(fd)
         fd = -1
         out.unlink(name)
+        return False
     finally:
         if fd >= 0:
             os.close(fd)
+    return True
 
 
 def summary(done: Exported, dest: Path, no_secrets: bool) -> list[str]:
     lines = [f"exported {done.files} files ({done.bytes / 2**20:.1f} MiB) to {dest}"]
     if no_secrets:
         lines.append(f"left out {len(done.secrets_left_out)} secret file(s) (TLS key logs)")
-    else:
-        keys = sum(1 for _ in dest.rglob(rowschema.CAPTURE_FILES["keys"]))
-        if keys:
-            lines.append(
-                f"warning: {keys} TLS key log(s) copied: they decrypt the captures; "
-                "--no-secrets leaves them out"
-            )
+    elif done.secrets_copied:
+        lines.append(
+            f"warning: {done.secrets_copied} TLS key log(s) copied: they decrypt the captures; "
+            "--no-secrets leaves them out"
+        )
     if done.unsafe_left_out:
         shown = ", ".join(repr(p) for p in done.unsafe_left_out[:3])
         lines.append(f"left out {len(done.unsafe_left_out)} link(s) or non-regular file(s): {shown}")

@@ -23,7 +23,15 @@ PULL_NEVER = ("--pull", "never")  # in every `docker run` / `docker create` of t
 # after a hung dockerd (container removals) then takes seconds, not 30 s a call.
 AFTER_NO_ANSWER_S = 2.0
 LIVENESS_TIMEOUT_S = 10.0  # how long a trial's watchdog waits for `docker version`
-_no_answer: list[str] = []  # the first call that timed out, if one did
+
+
+class _Daemon:
+    """What the last control call saw: a daemon that left one unanswered gets seconds."""
+
+    unanswered = False
+
+
+_daemon = _Daemon()
 
 
 def docker(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
@@ -32,13 +40,13 @@ def docker(*args: str, timeout: float | None = None) -> subprocess.CompletedProc
     the last call went unanswered)."""
     argv = ["docker", *args]
     if timeout is None:  # a control call: seconds when Docker is well
-        timeout = AFTER_NO_ANSWER_S if _no_answer else DOCKER_TIMEOUT_S
+        timeout = AFTER_NO_ANSWER_S if _daemon.unanswered else DOCKER_TIMEOUT_S
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        _no_answer.append(" ".join(argv))
+        _daemon.unanswered = True
         raise HostProblem(no_answer(argv, timeout)) from None
-    _no_answer.clear()  # it answers again
+    _daemon.unanswered = False  # it answers again
     return proc
 
 

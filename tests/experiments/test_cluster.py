@@ -259,8 +259,13 @@ def _listening(pids: set[int]) -> set[tuple[str, int]]:
                     link = os.readlink(fd)
                     if link.startswith("socket:["):
                         inodes[link[8:-1]] = pid
-    found = set()
+    # One reader per network namespace: every process in it sees the same tables.
+    readers: dict[str, int] = {}
     for pid in set(inodes.values()):
+        with contextlib.suppress(OSError):
+            readers.setdefault(os.readlink(f"/proc/{pid}/ns/net"), pid)
+    found = set()
+    for pid in readers.values():
         for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
             with contextlib.suppress(OSError):
                 for line in Path(table).read_text().splitlines()[1:]:
