@@ -405,3 +405,25 @@ def test_goodput_is_the_median_second_and_the_ceiling_is_the_payload_share() -> 
     assert receiver_goodput_mbit(short, "down") == pytest.approx(19.13)
     assert TCP_PAYLOAD_SHARE == pytest.approx(1448 / 1514)
     assert 0.956 < GOODPUT_CEILING < 0.962  # 0.968 of the rate, seen in a reproduce, fails
+
+
+# --- how many goodput attempts a calibration makes -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ratio", "busy", "again"),
+    [
+        (0.95, 0.05, False),  # within the band: done
+        (0.93, 0.05, True),  # just short: a hiccup may explain it
+        (0.80, 0.05, True),
+        (0.50, 0.05, False),  # half the rate on a free CPU: not the path configured
+        (0.50, 0.99, True),  # ... on a saturated one: the host may be why
+        (1.20, 0.05, True),  # above the ceiling: counted what the path did not carry
+    ],
+)
+def test_goodput_is_measured_again_only_where_a_hiccup_could_explain_it(
+    ratio: float, busy: float, again: bool
+) -> None:
+    from quicbed.topology.calibrate import HostCpu, another_attempt, goodput_floor
+
+    assert another_attempt(ratio, HostCpu(busy=busy, steal=0.0), goodput_floor(20)) is again
