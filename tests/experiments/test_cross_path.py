@@ -4,7 +4,8 @@ shares a 10 Mbit/s bottleneck with a TCP BBR flow (iperf3, from the trial's serv
 over TLS 1.3 at 2 a second for 0-5 s. Each bulk flow starts and stops on time at the client,
 runs the protocol and congestion control it was given, the row carries the shares, and nothing
 is left behind. A second run shares the link between two flows that should share it fairly
-(TCP CUBIC beside TCP CUBIC): their shares and Jain's index are judged against fair."""
+(TCP CUBIC beside TCP CUBIC), three times: the median share and its Jain's index are judged
+against fair."""
 
 from __future__ import annotations
 
@@ -44,9 +45,11 @@ LATE_END_S = ON_TIME_S + 10 * RTT_S
 
 # Two flows that should share fairly: the trial's TCP download and a TCP flow of the same
 # congestion control (CUBIC, the kernel's, from the same server namespace) and RTT, from the
-# start to past the trial's end. Fair is 1/2 each; the band allows CUBIC's sawtooth over a
-# few seconds at 10 Mbit/s. Jain's index follows from the shares: 1/(2(s^2 + (1-s)^2)) is
-# 0.96 at s = 0.4, and 1 at 1/2.
+# start to past the trial's end. Fair is 1/2 each. One trial's share is a random variable: over
+# its 9-10 s, CUBIC's epochs at 10 Mbit/s are about 3 s long, and a handshake packet lost to the
+# other flow's slow start costs the trial a 1 s timeout. So the typical share, the median of
+# three trials, is judged against fair; each trial only against starving.
+# Measured (16 trials, 2026-11-29): 0.43-0.51 at 5 MB, 0.43-0.52 at 10 MB; one CI run, 0.37.
 FAIR_EXPERIMENT = """\
 name: cross-fair
 profiles:
@@ -56,32 +59,35 @@ clients: [{tool: tls_perf, tls: ["1.3"], http: "2"}]
 workload: {kind: cloud, files: [5MB]}
 cross:
   - {kind: bulk, protocol: tcp, cc: cubic, start_s: 0, duration_s: 12}
-repetitions: 1
+repetitions: 3
 timeout_s: 40
 """
-FAIR_SHARE_BAND = 0.1  # the trial's share: within this of 1/2 (seen: 0.48-0.56 in 3 runs)
-FAIR_JAIN_MIN = 0.96  # what the band gives: 1/(2(0.4^2 + 0.6^2)) = 0.96 (seen: 0.986-0.998)
+FAIR_SHARE_BAND = 0.1  # the median trial's share: within this of 1/2
+FAIR_JAIN_MIN = 0.96  # what the band gives: Jain's index 1/(2(s^2 + (1-s)^2)) is 0.96 at s = 0.4
+STARVED_SHARE = 0.25  # no single trial's flow gets less than half its fair share
 
 
-def _only_row(tmp: Path, experiment: str) -> dict:
+def _rows(tmp: Path, experiment: str) -> list[dict]:
     (tmp / "cross.yaml").write_text(experiment)
     proc = quicbed(
         "run", str(tmp / "cross.yaml"), "--no-progress", env={"QUICBED_RESULTS": str(tmp / "results")}
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     (run_dir,) = (tmp / "results").iterdir()
-    (only,) = [json.loads(line) for line in (run_dir / rowschema.ROWS_FILE).read_text().splitlines()]
-    return only
+    return [json.loads(line) for line in (run_dir / rowschema.ROWS_FILE).read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
 def row(tmp_path_factory: pytest.TempPathFactory, clean_slate: None) -> dict:
-    return _only_row(tmp_path_factory.mktemp("cross"), EXPERIMENT)
+    (only,) = _rows(tmp_path_factory.mktemp("cross"), EXPERIMENT)
+    return only
 
 
 @pytest.fixture(scope="module")
-def fair_row(tmp_path_factory: pytest.TempPathFactory, clean_slate: None) -> dict:
-    return _only_row(tmp_path_factory.mktemp("fair"), FAIR_EXPERIMENT)
+def fair_rows(tmp_path_factory: pytest.TempPathFactory, clean_slate: None) -> list[dict]:
+    rows = _rows(tmp_path_factory.mktemp("fair"), FAIR_EXPERIMENT)
+    assert len(rows) == 3
+    return rows
 
 
 def test_each_flow_runs_what_it_was_given_on_time(row: dict) -> None:
@@ -113,17 +119,21 @@ def test_the_row_has_the_shares_of_the_bottleneck(row: dict) -> None:
     assert row["cross_window_s"] > 4  # 5 MB at under 10 Mbit/s
 
 
-def test_flows_of_one_congestion_control_share_the_bottleneck_fairly(fair_row: dict) -> None:
+def test_flows_of_one_congestion_control_share_the_bottleneck_fairly(fair_rows: list[dict]) -> None:
     """Jain's index against fair sharing, not against its floor of 1/n."""
-    assert fair_row["error"] is None
-    (flow,) = json.loads(fair_row["cross_flows"])
-    assert flow["sender_cc"] == "cubic" and "error" not in flow, flow
-    assert fair_row["trial_mbit"] + fair_row["cross_mbit"] >= 10 * 0.85, fair_row
-    assert abs(fair_row["trial_share"] - 0.5) <= FAIR_SHARE_BAND, fair_row
-    assert FAIR_JAIN_MIN <= fair_row["jain_index"] <= 1, fair_row
+    for fair_row in fair_rows:
+        assert fair_row["error"] is None
+        (flow,) = json.loads(fair_row["cross_flows"])
+        assert flow["sender_cc"] == "cubic" and "error" not in flow, flow
+        assert fair_row["trial_mbit"] + fair_row["cross_mbit"] >= 10 * 0.85, fair_row
+        assert STARVED_SHARE <= fair_row["trial_share"] <= 1 - STARVED_SHARE, fair_row
+    shares = [r["trial_share"] for r in fair_rows]
+    typical = sorted(fair_rows, key=lambda r: r["trial_share"])[1]
+    assert abs(typical["trial_share"] - 0.5) <= FAIR_SHARE_BAND, shares
+    assert FAIR_JAIN_MIN <= typical["jain_index"] <= 1, typical
 
 
-def test_nothing_is_left_behind(row: dict, fair_row: dict) -> None:
+def test_nothing_is_left_behind(row: dict, fair_rows: list[dict]) -> None:
     from quicbed.topology.clean import leftovers
     from quicbed.topology.marker import marked_processes
 
