@@ -43,6 +43,7 @@ from .shard import Unit, unit_seconds, units
 CPU_BOUND_RERUN = 0.10  # a unit with more of its parallel trials CPU-bound is measured alone
 
 POLL_S = 0.2
+JOIN_S = 30.0  # a job that closed its pipe has torn its path down: it exits at once
 TEARDOWN_WAIT_S = 180.0  # an interrupted job's teardown (path, containers) gets this long
 
 Job = list[tuple[Unit, list[Any]]]  # Work of one path
@@ -176,7 +177,7 @@ class ParallelLocal:
             try:
                 kind, payload = run.reader.recv()
             except EOFError:
-                run.process.join()
+                _join_or_kill(run.process)
                 run.reader.close()
                 running.remove(run)
                 if not stopping:
@@ -206,7 +207,7 @@ class ParallelLocal:
                 self._receive(running, session, units_by_id, stopping=True)
         for run in running:  # past the deadline: its helpers are marked, quicbed clean finds them
             run.process.kill()
-            run.process.join()
+            run.process.join(timeout=JOIN_S)
 
     # -- after it: CPU-bound units alone ---------------------------------------------------
     def _rerun_cpu_bound(self, work: Work, width: int, session: Session) -> None:
@@ -243,6 +244,15 @@ class ParallelLocal:
             markup=False,
         )
         _run_alone(self.executor, rerun, session)
+
+
+def _join_or_kill(process: multiprocessing.process.BaseProcess) -> None:
+    """A job whose pipe ended is exiting; one still there JOIN_S later is hung, and killed
+    (what it left is marked: quicbed clean finds it)."""
+    process.join(timeout=JOIN_S)
+    if process.is_alive():
+        process.kill()
+        process.join(timeout=JOIN_S)
 
 
 def _handle(kind: str, payload: Any, run: _Running, session: Session, units_by_id: dict[str, Unit]) -> None:

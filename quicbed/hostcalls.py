@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 
 from quicbed.errors import HostProblem
+from quicbed.limits import TooBig, run_capped
 
 # `ip` and `tc` answer in milliseconds; seconds mean a netlink or namespace lock is held.
 IP_TIMEOUT_S = 30.0
@@ -21,13 +22,23 @@ PROBE_TIMEOUT_S = 60.0
 
 
 def host_run(argv: list[str], timeout: float, *, check: bool = False) -> subprocess.CompletedProcess[str]:
-    """subprocess.run(argv, capture_output=True, text=True) within `timeout` seconds: killed past it, and
-    HostProblem raised (check=True raises CalledProcessError on a nonzero exit, as run's)."""
+    """subprocess.run(argv, capture_output=True, text=True) within `timeout` seconds, through
+    limits.run_capped: past the bound the command's whole process group is killed and
+    HostProblem raised; output is capped as a tool's is. check=True raises CalledProcessError on
+    a nonzero exit, as run's does."""
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=check)
+        proc = run_capped(argv, timeout)
     except subprocess.TimeoutExpired:
-        shown = " ".join(argv)
-        shown = shown if len(shown) <= 120 else shown[:117] + "..."
         raise HostProblem(
-            f"`{shown}` did not finish within {timeout:g} s; killed (is the host hung?)"
+            f"`{_shown(argv)}` did not finish within {timeout:g} s; killed (is the host hung?)"
         ) from None
+    except TooBig as e:
+        raise HostProblem(f"`{_shown(argv)}` {e}") from None
+    if check and proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, argv, proc.stdout, proc.stderr)
+    return proc
+
+
+def _shown(argv: list[str]) -> str:
+    shown = " ".join(argv)
+    return shown if len(shown) <= 120 else shown[:117] + "..."

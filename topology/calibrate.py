@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import select
 import statistics
 import subprocess
 import sys
@@ -321,8 +322,7 @@ def flood_arrivals(tb: Testbed, direction: str, seconds: float, pps: float) -> l
         sender,
         ["flood", address, port, f"{seconds + 1:.3f}", f"{pps:.1f}", token],
     )
-    out, err = recv.communicate(timeout=seconds + 90)
-    send.wait(timeout=30)
+    out, err = end_probe(send, recv, seconds + 1, "the trace rate probe")
     try:
         return list(json.loads(out)["arrivals_ns"])
     except (json.JSONDecodeError, KeyError):
@@ -452,7 +452,7 @@ def another_attempt(ratio: float, cpu: HostCpu, floor: float) -> bool:
     hiccup of a free CPU explains it."""
     if floor <= ratio <= GOODPUT_CEILING:
         return False
-    return not (ratio < DECISIVE_SHORTFALL and not cpu.saturated)
+    return ratio >= DECISIVE_SHORTFALL or cpu.saturated
 
 
 def _egress(tb: Testbed, direction: str) -> str:
@@ -659,6 +659,10 @@ def check_queue(tb: Testbed, direction: str, spec: LinkSpec) -> Check:
     return Check("queue_discipline", direction, 1, float(found), f"leaf qdisc {wanted}", found, detail)
 
 
+PROBE_READY_S = 30.0
+PROBE_END_S = 60.0  # past the sender's pace, what a loaded host may add before both ends exit
+
+
 def start_probe(
     receiver: NsHost, recv_args: list[str], sender: NsHost, send_args: list[str]
 ) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
@@ -670,7 +674,13 @@ def start_probe(
         text=True,
     )
     assert recv.stdout
-    recv.stdout.readline()  # "ready"
+    # "ready" comes within milliseconds; a receiver that never says it is a hung host
+    if not select.select([recv.stdout], [], [], PROBE_READY_S)[0] or not recv.stdout.readline():
+        recv.kill()
+        _, err = recv.communicate(timeout=PROBE_END_S)
+        raise HostProblem(
+            f"the probe's receiver did not listen within {PROBE_READY_S:g} s: {err.strip()[-300:]}"
+        )
     send = subprocess.Popen(
         sender.popen_argv([sys.executable, PROBE, *send_args]),
         stdout=subprocess.DEVNULL,
@@ -678,6 +688,21 @@ def start_probe(
         text=True,
     )
     return send, recv
+
+
+def end_probe(
+    send: subprocess.Popen[str], recv: subprocess.Popen[str], sending_s: float, what: str
+) -> tuple[str, str]:
+    """The receiver's output once the sender has paced its datagrams (sending_s) and both have
+    exited; past PROBE_END_S more, both are killed and HostProblem raised."""
+    try:
+        send.wait(timeout=sending_s + PROBE_END_S)
+        return recv.communicate(timeout=PROBE_END_S)
+    except subprocess.TimeoutExpired:
+        for proc in (send, recv):
+            proc.kill()
+            proc.wait(timeout=PROBE_END_S)
+        raise HostProblem(f"{what} did not end within {sending_s + 2 * PROBE_END_S:.0f} s; killed") from None
 
 
 def probe_datagrams(tb: Testbed, packets: int) -> dict[str, dict[str, int]]:
@@ -690,7 +715,6 @@ def probe_datagrams(tb: Testbed, packets: int) -> dict[str, dict[str, int]]:
     }
     specs = {"down": tb.profile.down, "up": tb.profile.up}
     running = {}
-    sending_s: dict[str, float] = {}
     counts = {}
     for port_offset, (direction, (sender, receiver, address)) in enumerate(ends.items(), 1):
         spec = specs[direction]
@@ -700,25 +724,16 @@ def probe_datagrams(tb: Testbed, packets: int) -> dict[str, dict[str, int]]:
         packets_here = counts[direction]
         port = str(IPERF_PORT + port_offset)
         idle = str(2 + 2 * spec.delay_ms / 1000)
-        running[direction] = start_probe(
+        send, recv = start_probe(
             receiver,
             ["recv", port, str(packets_here), idle],
             sender,
             ["send", address, port, str(packets_here), f"{pps:.1f}"],
         )
-        sending_s[direction] = packets_here / pps
+        running[direction] = (send, recv, packets_here / pps)
     results = {}
-    for direction, (send, recv) in running.items():
-        try:  # the sender paces its datagrams and exits; a minute past its pace is a hung host
-            send.wait(timeout=sending_s[direction] + 60)
-        except subprocess.TimeoutExpired:
-            for proc in (send, recv):
-                proc.kill()
-                proc.wait()
-            raise HostProblem(
-                f"the loss probe's sender ({direction}) did not end {sending_s[direction] + 60:.0f} s in"
-            ) from None
-        out, err = recv.communicate(timeout=120)
+    for direction, (send, recv, sending_s) in running.items():
+        out, err = end_probe(send, recv, sending_s, f"the loss probe ({direction})")
         try:
             result = json.loads(out)
         except json.JSONDecodeError:
@@ -857,8 +872,10 @@ def start_iperf(
         text=True,
     )
     wait_listening(tb.server.pid, port, server)
-    client_argv = [
+    client_argv = [  # -k: a client that ignores the TERM is killed 10 s later (finish_iperf waits)
         "timeout",
+        "-k",
+        "10",
         str(int(timeout)),
         "iperf3",
         "-c",

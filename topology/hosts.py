@@ -30,12 +30,12 @@ def in_netns(
 ) -> subprocess.CompletedProcess[str]:
     """Run a host binary inside the network namespace of `pid` (host's filesystem). It is
     marked (topology/marker.py): whatever it leaves running, `quicbed clean` finds."""
-    proc = subprocess.run(
-        ["nsenter", "-t", str(pid), "-n", "--", *marked_argv(argv)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    try:  # its own process group, ended whole past the bound (a `sh -c`'s children too)
+        proc = limits.run_capped(["nsenter", "-t", str(pid), "-n", "--", *marked_argv(argv)], timeout)
+    except subprocess.TimeoutExpired:
+        raise HostProblem(
+            f"`{' '.join(argv)[:120]}` in netns of {pid} did not finish within {timeout:g} s; killed"
+        ) from None
     if check and proc.returncode != 0:
         raise RuntimeError(
             f"{' '.join(argv)} failed in netns of {pid}: " f"{(proc.stderr or proc.stdout).strip()}"

@@ -32,8 +32,7 @@ BOUNDED_OTHERWISE = {
     ("experiments/cross.py", "stop"): "self.wait(): the flows' own bounded wait (joins with timeouts)",
     ("experiments/executor.py", "run_trial"): "cross.wait(): joins each flow with a timeout",
     ("topology/calibrate.py", "_finish_ping"): "collects ping's output after kill(), past its 15 s",
-    ("topology/calibrate.py", "probe_datagrams"): "waits for the loss probe it has just killed",
-    ("topology/calibrate.py", "finish_iperf"): "iperf3's client runs under coreutils timeout (start_iperf)",
+    ("topology/calibrate.py", "finish_iperf"): "iperf3's client runs under `timeout -k 10` (start_iperf)",
 }
 
 

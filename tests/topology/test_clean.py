@@ -64,11 +64,11 @@ def test_every_command_sent_into_a_namespace_is_marked(monkeypatch):
     ]
     seen: list[list[str]] = []
 
-    def fake_run(argv, **kwargs):
+    def fake_run(argv, timeout):
         seen.append(argv)
         return subprocess.CompletedProcess(argv, 0, "", "")
 
-    monkeypatch.setattr(hosts.subprocess, "run", fake_run)
+    monkeypatch.setattr(hosts.limits, "run_capped", fake_run)
     hosts.in_netns(42, ["ip", "link"])
     assert seen == [["nsenter", "-t", "42", "-n", "--", "env", mark, "ip", "link"]]
 
