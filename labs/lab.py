@@ -168,7 +168,7 @@ def _zombie(pid: int) -> bool:
 
 def clean_lab(lab_id: str, say: Callable[[str], None] = lambda _m: None) -> list[str]:
     """Remove one lab: ask its process to tear down (SIGTERM), then remove what is left."""
-    from quicbed.topology.clean import clean_testbed
+    from quicbed.topology.clean import CleanLeftSome, clean_testbed
 
     check_lab_id(lab_id)
     record = LabRecord.read(lab_id)
@@ -178,9 +178,13 @@ def clean_lab(lab_id: str, say: Callable[[str], None] = lambda _m: None) -> list
         os.kill(record.pid, signal.SIGTERM)
         if wait_gone(record.pid, 60):
             removed.append(f"lab process {record.pid} (torn down)")
-    removed += clean_testbed(
-        lab_id, owner=record.pid if record else None, netns=record.netns if record else ()
-    )
+    try:
+        removed += clean_testbed(
+            lab_id, owner=record.pid if record else None, netns=record.netns if record else ()
+        )
+    except CleanLeftSome as left:  # the lab's record stays: a second clean --lab finds the rest
+        left.removed[:0] = removed
+        raise
     shutil.rmtree(lab_dir(lab_id), ignore_errors=True)
     return removed
 

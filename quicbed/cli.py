@@ -127,14 +127,19 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    if args.lab:
-        from quicbed.labs.lab import clean_lab
+    from quicbed.topology.clean import CleanLeftSome, clean
 
-        removed = clean_lab(args.lab, say=print)
-    else:
-        from quicbed.topology.clean import clean
+    try:
+        if args.lab:
+            from quicbed.labs.lab import clean_lab
 
-        removed = clean()
+            removed = clean_lab(args.lab, say=print)
+        else:
+            removed = clean()
+    except CleanLeftSome as left:  # what it did remove is said first; the one line ends it
+        for line in left.removed:
+            print(f"removed {line}")
+        raise
     for line in removed:
         print(f"removed {line}")
     print("clean: nothing left" if not removed else f"clean: removed {len(removed)} item(s)")

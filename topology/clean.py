@@ -19,6 +19,9 @@ Any user can start a process whose command line says `umid=quicbed-...`: a UML d
 only removed for a umid of exactly UMID, named by a process of root's (/proc/PID/status, which,
 unlike the owner of /proc/PID, a process cannot change) in the scope, and only if it is a real
 directory directly in ~/.uml (uml_dir).
+
+A clean goes on past a step that hangs (Docker that does not answer, an `ip` held by a stuck
+namespace): it removes what it can, then raises CleanLeftSome, which names what it could not.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import re
 import shutil
 import signal
 import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from quicbed import hostsettings
@@ -120,23 +125,67 @@ def testbed_processes() -> list[int]:
     return sorted((ours | in_ns) - this_process_and_ancestors())
 
 
+class CleanLeftSome(HostProblem):
+    """A clean that went on past steps the host did not answer: what it removed, and one line
+    on what it could not (exit 4, as any host problem)."""
+
+    def __init__(self, removed: list[str], problems: list[str]) -> None:
+        self.removed = removed
+        super().__init__(f"clean left some behind ({len(problems)} step(s) failed): " + "; ".join(problems))
+
+
+@dataclass
+class _Tally:
+    removed: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def step(self, remove: Callable[[], list[str]]) -> None:
+        """One step of a clean; one that hangs is noted and the clean goes on."""
+        try:
+            self.removed += remove()
+        except HostProblem as exc:
+            self.problems.append(str(exc))
+
+    def output(self, argv: list[str]) -> str:
+        """A bounded listing's output; "" (and a note) when it hangs."""
+        try:
+            return host_run(argv, IP_TIMEOUT_S).stdout
+        except HostProblem as exc:
+            self.problems.append(str(exc))
+            return ""
+
+    def run(self, argv: list[str], what: str) -> None:
+        """One bounded removal."""
+        try:
+            host_run(argv, IP_TIMEOUT_S)
+        except HostProblem as exc:
+            self.problems.append(f"{what}: {exc}")
+            return
+        self.removed.append(what)
+
+    def finish(self) -> list[str]:
+        if self.problems:
+            raise CleanLeftSome(self.removed, self.problems)
+        return self.removed
+
+
 def clean() -> list[str]:
     wanted = scope()
-    removed: list[str] = []
-    removed += _remove_containers(_container_label(wanted))
+    tally = _Tally()
+    tally.step(lambda: _remove_containers(_container_label(wanted)))
     killed, umids = _kill(testbed_processes())
-    removed += killed
+    tally.removed += killed
     if wanted is None:  # root-namespace veths carry no scope (see above): a whole-host clean's
-        removed += _remove_root_veths()
-        removed += _remove_netns()
+        _remove_root_veths(tally)
+        _remove_netns(tally)
         umids |= {p.name for p in (Path.home() / ".uml").glob("quicbed-*")}
-        removed += hostsettings.restore_all()  # shared by every scope: only a whole-host clean
+        tally.removed += hostsettings.restore_all()  # shared by every scope: only a whole-host clean
     _remove_uml_dirs(umids)
     for state in ("runs", "labs"):
         for directory in (STATE / state).glob("*"):
             if dir_in_scope(directory, wanted):
                 shutil.rmtree(directory, ignore_errors=True)
-    return removed
+    return tally.finish()
 
 
 def _container_label(wanted: str | None) -> str:
@@ -148,7 +197,8 @@ def clean_testbed(run_id: str, owner: int | None = None, netns: tuple[str, ...] 
     its run id), the processes that name it (its UML router or delay lines, whose control
     files are under STATE/runs/RUN_ID, and the `docker exec` shells of its containers), the
     helpers its owner process marked, and everything in its nodes' namespaces."""
-    removed = _remove_containers(f"{LABEL}.run={run_id}")
+    tally = _Tally()
+    tally.step(lambda: _remove_containers(f"{LABEL}.run={run_id}"))
     names = (f"/runs/{run_id}/", f"quicbed-{run_id}-")
     pids = _pids()
     ours = {pid for pid in pids if any(n in _cmdline(pid) for n in names)}
@@ -157,10 +207,10 @@ def clean_testbed(run_id: str, owner: int | None = None, netns: tuple[str, ...] 
     namespaces = ({_netns(pid) for pid in ours} | set(netns)) - {None, _netns(1), _netns("self")}
     ours |= {pid for pid in pids if _netns(pid) in namespaces}
     killed, umids = _kill(sorted(ours - this_process_and_ancestors() - {owner}))
-    removed += killed
+    tally.removed += killed
     _remove_uml_dirs(umids)
     shutil.rmtree(STATE / "runs" / run_id, ignore_errors=True)
-    return removed
+    return tally.finish()
 
 
 def _kill(pids: list[int]) -> tuple[list[str], set[str]]:
@@ -210,33 +260,18 @@ def _remove_containers(label: str = LABEL) -> list[str]:
     return [f"container {cid}" for cid in ids]
 
 
-def _remove_root_veths() -> list[str]:
-    proc = host_run(["ip", "-o", "link", "show"], IP_TIMEOUT_S)
-    removed = []
-    for line in proc.stdout.splitlines():
+def _remove_root_veths(tally: _Tally) -> None:
+    for line in tally.output(["ip", "-o", "link", "show"]).splitlines():
         name = line.split(":")[1].strip().split("@")[0]
         if _VETH.match(name):
-            removed.append(_removed(["ip", "link", "del", name], f"link {name}"))
-    return removed
+            tally.run(["ip", "link", "del", name], f"link {name}")
 
 
-def _remove_netns() -> list[str]:
-    proc = host_run(["ip", "netns", "list"], IP_TIMEOUT_S)
-    removed = []
-    for line in proc.stdout.splitlines():
+def _remove_netns(tally: _Tally) -> None:
+    for line in tally.output(["ip", "netns", "list"]).splitlines():
         name = line.split()[0] if line.split() else ""
         if name.startswith("quicbed-"):
-            removed.append(_removed(["ip", "netns", "del", name], f"netns {name}"))
-    return removed
-
-
-def _removed(argv: list[str], what: str) -> str:
-    """One removal of a clean, bounded: one that hangs is named, and the clean goes on."""
-    try:
-        host_run(argv, IP_TIMEOUT_S)
-    except HostProblem as exc:
-        return f"{what} (not removed: {exc})"
-    return what
+            tally.run(["ip", "netns", "del", name], f"netns {name}")
 
 
 def leftovers() -> list[str]:
