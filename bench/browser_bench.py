@@ -116,7 +116,9 @@ def main() -> int:
     parser.add_argument("--page", default="pages/media", help="web object (a landing page)")
     parser.add_argument("--server", default="nginx")
     parser.add_argument("--profile", default="india")
-    parser.add_argument("--backend", default="auto", help="auto, netem, uml or delayline")
+    parser.add_argument(
+        "--backend", default="auto", help="auto, or a link backend by name (quicbed doctor lists them)"
+    )
     parser.add_argument("--browsers", nargs="+", default=list(BROWSERS), help="before, then after")
     args = parser.parse_args()
     root = content.ensure_content(CACHE / "content", {"web"})

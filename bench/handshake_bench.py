@@ -319,7 +319,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--server", default="nginx", help="server of the fresh connections")
-    parser.add_argument("--backend", default="auto", help="auto, netem, uml or delayline")
+    parser.add_argument(
+        "--backend", default="auto", help="auto, or a link backend by name (quicbed doctor lists them)"
+    )
     parser.add_argument(
         "--rtts", nargs="+", type=float, default=[80, 200], help="RTTs (ms) of the india link to measure at"
     )

@@ -183,7 +183,9 @@ def main() -> int:
     parser.add_argument("--profiles", nargs="+", default=["india", "germany", "germany-lab"])
     parser.add_argument("--image", default="debian:trixie-slim")
     parser.add_argument("--seconds", type=int, default=10)
-    parser.add_argument("--backend", default="auto", help="auto, netem, vm, uml or delayline")
+    parser.add_argument(
+        "--backend", default="auto", help="auto, or a link backend by name (quicbed doctor lists them)"
+    )
     parser.add_argument("--rates", nargs="+", type=float, help="the side-by-side table at these rates")
     parser.add_argument("--backends", nargs="+", default=["vm", "delayline"], help="with --rates")
     parser.add_argument(

@@ -126,7 +126,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=3, help="bring-ups to time")
     parser.add_argument("--runs", nargs="*", default=[], help="finished runs to account for")
-    parser.add_argument("--backend", default="auto", help="auto, netem, uml or delayline")
+    parser.add_argument(
+        "--backend", default="auto", help="auto, or a link backend by name (quicbed doctor lists them)"
+    )
     args = parser.parse_args()
     ups, downs, calibration = bringup(args.reps, args.backend)
     print("| step | median (s) | min | max |\n|---|---|---|---|")

@@ -124,7 +124,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", help="a finished run id or directory instead of a new sweep")
     p.add_argument("--file", type=Path, default=VIDEO)
-    p.add_argument("--backend", default="auto", help="auto, netem, uml or delayline")
+    p.add_argument(
+        "--backend", default="auto", help="auto, or a link backend by name (quicbed doctor lists them)"
+    )
     args = p.parse_args()
     measured = None
     run = args.run

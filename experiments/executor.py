@@ -15,7 +15,7 @@ import platform
 import subprocess
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from quicbed.paths import CACHE, REPO, STATE
 from quicbed.servers import pki
 from quicbed.servers.content import ensure_files
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, ensure_pki, served_testbed, warm_up
-from quicbed.topology.backends import check_links, choose_backend, proofs
+from quicbed.topology.backends import BackendChoice, check_links, choose_backend, proofs
 from quicbed.topology.calibration_reuse import calibrate_or_reuse
 from quicbed.topology.calibration_table import print_calibration
 from quicbed.topology.hosts import DockerHost, SideContainer, image_present
@@ -91,9 +91,10 @@ class TestbedExecutor:
         self.client_image = self.client_images[0]
         self.image_override = bool(client_image)
         self.side_clients: dict[str, SideContainer] = {}  # image -> its container, per condition
-        choose_backend(backend)  # a requested backend this kernel lacks fails here, not later
-        _check_links(exp, backend)
         self.backend = backend  # "auto" resolves per profile (its rate), recorded per condition
+        # Chosen once per run, before the first condition: a requested backend this host
+        # lacks, or a queue or trace the chosen one cannot run, fails here, not later.
+        self.choices = choose_per_condition(exp, backend)
         self.console = console or Console(stderr=True, highlight=False)
         self.content_dir = CACHE / "content"
         # Keys are made per run and kept out of the results (which people share).
@@ -167,7 +168,7 @@ class TestbedExecutor:
             log_root=self.log_root,
             pki_dir=self.pki_dir,
             content_dir=self.content_dir,
-            backend=self.backend,
+            backend=self.choices[cond.id],
             client_image=self.client_image,
             tcp_cc=str(cond.params.get("server.tcp_cc", "cubic")),
             # The tools write key logs and qlog straight into the run directory.
@@ -551,21 +552,16 @@ def _cpu_usec(container: str) -> float:
     return 0.0
 
 
-def _check_links(exp: Experiment, backend: str) -> None:
-    """Every condition's bottleneck queue (`aqm`) and trace run on the backend it would get
-    here: refused before the first condition, not when it comes up."""
+def choose_per_condition(exp: Experiment, backend: str) -> dict[str, BackendChoice]:
+    """Each condition's link backend (conditions alike in rate, trace and queues share one
+    choice), with its queues and trace checked against it."""
+    chosen: dict[tuple[object, ...], BackendChoice] = {}
+    out = {}
     for cond in conditions(exp):
         down, up = cond.link.down, cond.link.up
-        if down.aqm.kind == up.aqm.kind == "droptail" and not cond.link.has_trace:
-            continue
-        choice = choose_backend(backend, cond.link.max_rate_mbit, cond.link.has_trace, (down.aqm, up.aqm))
-        check_links(down, up, choice, f"{exp.file}: {cond.label}: ")
-
-
-def executor_factory(**options: Any) -> Callable[[Experiment, Path], TestbedExecutor]:
-    """For `cmd_run`: an executor per run, with the CLI's options (force, backend, image)."""
-
-    def factory(exp: Experiment, run_dir: Path) -> TestbedExecutor:
-        return TestbedExecutor(exp, run_dir, **options)
-
-    return factory
+        key = (cond.link.max_rate_mbit, cond.link.has_trace, down.aqm, up.aqm)
+        if key not in chosen:
+            chosen[key] = choose_backend(backend, *key[:2], (down.aqm, up.aqm))
+        check_links(down, up, chosen[key], f"{exp.file}: {cond.label}: ")
+        out[cond.id] = chosen[key]
+    return out

@@ -14,8 +14,7 @@ from quicbed.errors import InputError, QuicbedError
 from quicbed.labs.lab import LabClosed
 
 Handler = Callable[[argparse.Namespace], int]
-# topology.backends.BACKENDS and "auto"; spelled out so that `--help` needs no Mininet import.
-BACKEND_CHOICES = ("auto", "netem", "vm", "uml", "delayline")
+BACKEND_HELP = "auto, or a link backend by name (`quicbed doctor` lists them and which run here)"
 
 
 def _link_args(p: argparse.ArgumentParser) -> None:
@@ -30,11 +29,10 @@ def _link_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--backend",
         default="auto",
-        choices=BACKEND_CHOICES,
-        help="where the netem stage runs (auto: the host kernel's netem if it works, "
+        help="where the netem stage runs: auto (the host kernel's netem if it works, "
         "else a UML router (<= 100 Mbit/s), else a QEMU router with Debian's kernel "
-        "(<= 200 Mbit/s), where each boots here, else the delay line; `quicbed doctor` "
-        "shows which run here)",
+        "(<= 200 Mbit/s), where each boots here, else the delay line), or a link backend by "
+        "name (`quicbed doctor` lists them and which run here)",
     )
     p.add_argument("--tcp-cc", default="cubic", help="TCP congestion control in every host")
     p.add_argument("--client-image", default=None, help="client container image")
@@ -356,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--force", action="store_true", help="measure even through a path that failed calibration (recorded)"
     )
-    p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    p.add_argument("--backend", default="auto", help=BACKEND_HELP)
     p.add_argument(
         "--client-image",
         default=None,
@@ -421,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--experiments", metavar="DIR", help="run the *.yaml experiments of DIR instead of experiments/paper"
     )
-    p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
+    p.add_argument("--backend", default="auto", help=BACKEND_HELP)
     p.add_argument("--out", help="report directory")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_reproduce)
@@ -440,7 +438,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _validate_backend(args: argparse.Namespace) -> None:
+    """--backend names auto or a registered backend (topology/backends): said before anything
+    is brought up, and without root."""
+    name = getattr(args, "backend", "auto")
+    if name == "auto":
+        return
+    from quicbed.topology.backends import BACKENDS, in_auto_order
+
+    if name not in BACKENDS:
+        names = ", ".join(backend.name for backend in in_auto_order())
+        raise InputError(f"unknown link backend {name!r} (choose from auto, {names})", field="--backend")
+
+
 def _validate_profile(args: argparse.Namespace) -> None:
+    _validate_backend(args)
     if args.command in ("calibrate", "lab"):
         from quicbed.topology.profiles import load_profile, parse_overrides
 
@@ -469,6 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     handler: Handler = args.func
     try:
+        _validate_backend(args)
         return handler(args)
     except InputError as exc:
         print(f"quicbed: {exc}", file=sys.stderr)

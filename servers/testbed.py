@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+from quicbed.topology.backends import BackendChoice
 from quicbed.topology.hosts import DockerHost
 from quicbed.topology.net import DEFAULT_IMAGE, DOMAIN, HostSpec, Testbed, TestbedConfig, server_address
 from quicbed.topology.profiles import Profile
@@ -38,7 +39,7 @@ def served_testbed(
     log_root: Path,
     pki_dir: Path,
     content_dir: Path,
-    backend: str = "auto",
+    backend: str | BackendChoice = "auto",
     client_image: str = DEFAULT_IMAGE,
     tcp_cc: str = "cubic",
     start: bool = False,

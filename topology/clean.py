@@ -40,7 +40,7 @@ from quicbed.dockercli import DOCKER_TIMEOUT_S, docker
 from quicbed.errors import HostProblem
 from quicbed.hostcalls import IP_TIMEOUT_S, host_run
 from quicbed.paths import STATE
-from quicbed.topology.backends import DELAYLINE_MARK, UML_MARK, VM_MARK
+from quicbed.topology.backends import BACKENDS
 from quicbed.topology.hosts import LABEL
 from quicbed.topology.marker import (
     dir_in_scope,
@@ -105,9 +105,9 @@ def _pids() -> list[int]:
 
 
 def _is_testbed_process(cmdline: str) -> bool:
-    return any(mark in cmdline for mark in (UML_MARK, VM_MARK, DELAYLINE_MARK)) or bool(
-        _SHELL.search(cmdline)
-    )
+    """A backend's process (its marks: UML and QEMU routers, delay lines) or a Mininet shell."""
+    marks = [mark for backend in BACKENDS.values() for mark in backend.marks]
+    return any(mark in cmdline for mark in marks) or bool(_SHELL.search(cmdline))
 
 
 def testbed_processes() -> list[int]:

@@ -101,7 +101,7 @@ class TestbedConfig:
     __test__ = False  # not a pytest class
 
     profile: Profile
-    backend: str = "auto"
+    backend: str | BackendChoice = "auto"  # a name (chosen at start), or a choice made already
     client: HostSpec = HostSpec()
     # One host per server (server, server2, ...): they share the server LAN behind the router.
     servers: tuple[HostSpec, ...] = (HostSpec(),)
@@ -164,11 +164,15 @@ class Testbed:
         cfg = self.config
         if any(spec.image for spec in (cfg.client, *cfg.servers)):
             require_docker()
-        self.backend_choice = choose_backend(
-            self.config.backend,
-            self.profile.max_rate_mbit,
-            self.profile.has_trace,
-            (self.profile.down.aqm, self.profile.up.aqm),
+        self.backend_choice = (  # a run's executor chose it once for the run
+            self.config.backend
+            if isinstance(self.config.backend, BackendChoice)
+            else choose_backend(
+                self.config.backend,
+                self.profile.max_rate_mbit,
+                self.profile.has_trace,
+                (self.profile.down.aqm, self.profile.up.aqm),
+            )
         )
         # An aqm this backend's kernel lacks, or a trace it cannot replay, is refused before
         # anything is brought up.

@@ -4,6 +4,7 @@ runs it, and the calibration's reading of it. Pure logic; the guest proves it on
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from quicbed.errors import InputError
 from quicbed.experiments.matrix import conditions
 from quicbed.experiments.schema import ExperimentError, load_experiment
 from quicbed.topology import backends, net
-from quicbed.topology.backends import BackendChoice, check_queues
+from quicbed.topology.backends import BackendChoice, Proof, check_queues
 from quicbed.topology.calibrate import expected_loaded_rtt, leaf_qdisc, sender_rtts_ms
 from quicbed.topology.linkspec import AQM_KINDS, Aqm, LinkSpec, queue_commands, rate_commands
 from quicbed.topology.profiles import load_profile, parse_overrides
@@ -183,8 +184,13 @@ def test_droptail_runs_everywhere_and_the_host_kernel_backends_need_the_qdisc() 
 
 
 @pytest.mark.usefixtures("no_aqm_here")
+def _prove_as(monkeypatch: pytest.MonkeyPatch, proof: Callable[[str], Proof]) -> None:
+    for backend in backends.BACKENDS.values():
+        monkeypatch.setattr(backend, "prove", classmethod(lambda cls, fresh=False: proof(cls.name)))
+
+
 def test_an_aqm_the_chosen_backend_cannot_run_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(backends, "prove", lambda name: backends.Proof(name, name == "delayline", "cannot"))
+    _prove_as(monkeypatch, lambda name: backends.Proof(name, name == "delayline", "cannot"))
     india = load_profile("india", {"aqm": "fq_codel"})
     auto = BackendChoice("delayline", "no sch_netem in this kernel")
     with pytest.raises(InputError) as err:
@@ -195,7 +201,7 @@ def test_an_aqm_the_chosen_backend_cannot_run_is_refused_in_one_line(monkeypatch
         "backends that run it: vm (not on this host: cannot)"
     )
     # One direction only names it; a backend with its own kernel is offered where it runs.
-    monkeypatch.setattr(backends, "prove", lambda name: backends.Proof(name, name != "netem", "no sch_netem"))
+    _prove_as(monkeypatch, lambda name: backends.Proof(name, name != "netem", "no sch_netem"))
     up = load_profile("india", {"up.aqm": "cake"})
     with pytest.raises(InputError) as err:
         check_queues(up.down, up.up, BackendChoice("netem", "--backend netem; yes"), "")

@@ -46,7 +46,7 @@ def test_a_step_trace_is_delivered_as_stepped(tmp_path: Path) -> None:
     )
     with Testbed(config) as tb:
         assert tb.backend and tb.backend.name == "delayline"
-        assert tb.backend_choice and "only the delay line replays" in tb.backend_choice.reason
+        assert tb.backend_choice and "only delayline replays" in tb.backend_choice.reason
         recorded = tb.describe()["profile"]["down"]
         assert recorded["trace_sha256"] == load_trace(trace_file).sha256
         # Two periods: the step is seen whole whatever phase the flood starts in.

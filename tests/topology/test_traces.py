@@ -142,12 +142,16 @@ def test_only_the_delay_line_replays_a_trace(tmp_path: Path, monkeypatch: pytest
         assert str(err.value).startswith("profile t: down.trace: a trace-driven link needs a backend")
         assert f"{name} has no exact trace replay" in str(err.value)
     check_links(traced.down, traced.up, BackendChoice("delayline", "runs"))
+
     # auto skips the kernels, netem included: none of them replays a trace.
-    monkeypatch.setattr(backends, "prove_delayline", lambda: backends.Proof("delayline", True, "runs"))
-    monkeypatch.setattr(backends, "prove_netem", lambda: pytest.fail("a trace needs no netem proof"))
+    def proved(backend: type, prove: object) -> None:
+        monkeypatch.setattr(backend, "prove", classmethod(lambda cls, fresh=False: prove()))  # type: ignore[operator]
+
+    proved(backends.DelayLineBackend, lambda: backends.Proof("delayline", True, "runs"))
+    proved(backends.NetemBackend, lambda: pytest.fail("a trace needs no netem proof"))
     choice = choose_backend("auto", traced.max_rate_mbit, trace=True)
-    assert choice.name == "delayline" and "only the delay line replays" in choice.reason
-    monkeypatch.setattr(backends, "prove_delayline", lambda: backends.Proof("delayline", False, "no cc"))
+    assert choice.name == "delayline" and "only delayline replays" in choice.reason
+    proved(backends.DelayLineBackend, lambda: backends.Proof("delayline", False, "no cc"))
     with pytest.raises(backends.HostProblem, match="cannot run here: no cc"):
         choose_backend("auto", traced.max_rate_mbit, trace=True)
 

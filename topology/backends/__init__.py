@@ -25,14 +25,17 @@ re-exported here, so they import from `quicbed.topology.backends` alone.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from quicbed.doctor import Check
 from quicbed.errors import HostProblem, InputError, QuicbedError
 from quicbed.topology.backends.base import (
+    REGISTRY,
     Backend,
     Impairment,
     Lan,
@@ -54,8 +57,6 @@ from quicbed.topology.backends.netem import NetemBackend, host_has_netem
 from quicbed.topology.backends.proof import (
     Proof,
     prove,
-    prove_delayline,
-    prove_netem,
     prove_uml,
     prove_vm,
     uml_binary,
@@ -104,27 +105,26 @@ __all__ = [
     "make_backend",
     "proofs",
     "prove",
+    "prove_uml",
+    "prove_vm",
+    "in_auto_order",
     "router_state_dir",
     "tc_script",
     "uml_binary",
 ]
 
-BACKENDS: dict[str, type[Backend]] = {
-    "netem": NetemBackend,
-    "vm": VmBackend,
-    "uml": UmlBackend,
-    "delayline": DelayLineBackend,
-}
+# Every module of this package is imported, so each Backend subclass in it registers itself
+# (base.REGISTRY): a new backend is a new module here, and nothing else names it.
+for _module in pkgutil.iter_modules(__path__):
+    if not _module.name.startswith("_"):  # __main__ is the command line, not a backend
+        importlib.import_module(f"{__name__}.{_module.name}")
+BACKENDS: dict[str, type[Backend]] = REGISTRY
 _announced: set[BackendChoice] = set()
-# Measured on a Xeon whose only kernel router is QEMU under TCG (bench/handshake_bench.py,
-# india): a QUIC handshake's captured path was 0.975 of the calibrated RTT (the delay line's
-# 1.000), and dsl's 10-packet queue dropped paced datagrams, because the emulated vCPU passes
-# packets on in bunches when it waits for the host's CPU. Pings at 50 ms meet an idle guest,
-# so calibration alone does not see it.
-TCG_TIMING = (
-    "under tcg its emulated CPU passes packets on in bunches (a handshake's path runs 2.5 % "
-    "short of the RTT), so a path that needs no queue of its kernel goes to the delay line"
-)
+
+
+def in_auto_order() -> list[type[Backend]]:
+    """Every backend, in the order auto tries them (and doctor lists them)."""
+    return sorted(BACKENDS.values(), key=lambda backend: backend.auto_rank)
 
 
 @dataclass(frozen=True)
@@ -142,18 +142,19 @@ def choose_backend(
     requested: str | None, max_rate_mbit: float = 0.0, trace: bool = False, queues: Sequence[Aqm] = ()
 ) -> BackendChoice:
     """The backend named by the user, once it has proven that it runs here (HostProblem if not);
-    on auto, the first that runs here and forwards the profile's rate: the host's netem, a
-    UML router, a QEMU router with Debian's kernel, the delay line. A QEMU router under TCG
-    comes after the delay line unless the path's `queues` need its kernel (TCG_TIMING). A
-    trace-driven link (`trace`) goes to the delay line, the only backend that replays a
-    trace exactly."""
+    on auto, the first in auto's order (in_auto_order: the host's netem, a UML router, a QEMU
+    router with Debian's kernel, the delay line) that runs here and forwards the profile's
+    rate. One whose timing is coarse (timing_caveat: a QEMU router under TCG) comes after the
+    later ones unless the path's `queues` need its kernel. A trace-driven link (`trace`) goes
+    to a backend that replays traces exactly (the delay line)."""
     if requested and requested != "auto":
         if requested not in BACKENDS:
             raise InputError(
-                f"unknown link backend {requested!r} " f"(choose from auto, {', '.join(BACKENDS)})",
+                f"unknown link backend {requested!r} "
+                f"(choose from auto, {', '.join(b.name for b in in_auto_order())})",
                 field="--backend",
             )
-        proof = prove(requested)
+        proof = BACKENDS[requested].prove()
         if not proof.runs:
             raise HostProblem(
                 f"--backend {requested}: {proof.reason}; leave --backend on auto "
@@ -162,49 +163,45 @@ def choose_backend(
         return BackendChoice(requested, f"--backend {requested}; {proof.reason}")
     if trace:
         return _trace_replayer()
-    netem = prove_netem()
-    if netem.runs:
-        return BackendChoice("netem", netem.reason)
+    order = in_auto_order()
     passed_over: list[str] = []
-    emulated: BackendChoice | None = None  # a TCG router, taken if the delay line cannot run
-    for proof, ceiling in _kernel_routers():
+    deferred: BackendChoice | None = None  # coarse timing: taken if nothing later runs
+    for i, backend in enumerate(order):
+        proof = backend.prove()
         if not proof.runs:
-            passed_over.append(proof.reason)
-        elif max_rate_mbit > ceiling:
+            passed_over.append(backend.passed_over(proof))
+            continue
+        ceiling = backend.ceiling_mbit(proof)
+        if max_rate_mbit > ceiling:
             passed_over.append(
-                f"{max_rate_mbit:g} Mbit/s is above what the {proof.backend} router forwards ({ceiling:g})"
+                f"{max_rate_mbit:g} Mbit/s is above what the {backend.name} router forwards ({ceiling:g})"
             )
-        elif proof.accelerator == "tcg" and all(DelayLineBackend.runs_queue(q) for q in queues):
-            passed_over.append(f"{proof.reason}, but {TCG_TIMING}")
-            emulated = BackendChoice(proof.backend, f"no sch_netem in this kernel; {proof.reason}")
-        else:
-            return BackendChoice(proof.backend, f"no sch_netem in this kernel; {proof.reason}")
-    why = "no sch_netem in this kernel; " + "; ".join(passed_over)
-    delayline = prove_delayline()
-    if not delayline.runs:
-        if emulated:
-            return emulated
-        raise HostProblem(f"no link backend runs on this host: {why}; {delayline.reason}")
-    return BackendChoice("delayline", why)
+            continue
+        choice = BackendChoice(backend.name, "; ".join([*passed_over, proof.reason]))
+        caveat = backend.timing_caveat(proof)
+        later_runs_queues = any(all(b.runs_queue(q) for q in queues) for b in order[i + 1 :])
+        if caveat and later_runs_queues:
+            passed_over.append(f"{proof.reason}, but {caveat}")
+            deferred = deferred or choice
+            continue
+        return choice
+    if deferred:
+        return deferred
+    raise HostProblem(f"no link backend runs on this host: {'; '.join(passed_over)}")
 
 
 def _trace_replayer() -> BackendChoice:
-    why = "the link follows a trace, which only the delay line replays exactly (tc has no trace replay)"
-    delayline = prove_delayline()
-    if not delayline.runs:
-        raise HostProblem(f"{why}, and it cannot run here: {delayline.reason}")
-    return BackendChoice("delayline", f"{why}; {delayline.reason}")
-
-
-def _kernel_routers() -> Iterator[tuple[Proof, float]]:
-    """The routers with a kernel of their own, in auto's order, each with its rate ceiling
-    (proven one at a time: a UML router that runs spares the QEMU boot). UML first where it
-    boots: under TCG the QEMU router bunches packets when its vCPU waits for the CPU, and
-    dsl's 10-packet queue dropped 3 of 20000 paced datagrams in two CI runs (never on UML);
-    on Xeons with AVX-512/AMX, where UML panics, the QEMU router is the real kernel."""
-    yield prove_uml(), UML_MAX_RATE_MBIT
-    vm = prove_vm()
-    yield vm, VM_MAX_RATE_MBIT.get(vm.accelerator, 0.0)
+    """The first backend in auto's order that replays traces exactly and runs here."""
+    replayers = [b for b in in_auto_order() if b.replays_traces]
+    names = ", ".join(b.name for b in replayers)
+    why = f"the link follows a trace, which only {names} replays exactly (tc has no trace replay)"
+    reasons = []
+    for backend in replayers:
+        proof = backend.prove()
+        if proof.runs:
+            return BackendChoice(backend.name, f"{why}; {proof.reason}")
+        reasons.append(proof.reason)
+    raise HostProblem(f"{why}, and it cannot run here: {'; '.join(reasons)}")
 
 
 def announce(choice: BackendChoice) -> None:
@@ -216,7 +213,7 @@ def announce(choice: BackendChoice) -> None:
 
 def proofs() -> dict[str, Proof]:
     """Every backend's proof on this host (UML's from the cache when it has one)."""
-    return {name: prove(name) for name in BACKENDS}
+    return {backend.name: backend.prove() for backend in in_auto_order()}
 
 
 def backend_checks() -> list[Check]:
@@ -224,11 +221,11 @@ def backend_checks() -> list[Check]:
     QEMU and UML routers afresh), and the choice `auto` makes for a profile at a low rate and
     at 1000 Mbit/s and with an AQM queue is named with its reason. No backend that can run: doctor fails."""
     out = []
-    for name in BACKENDS:
-        proof = prove(name, fresh=True)
+    for backend in in_auto_order():
+        proof = backend.prove(fresh=True)
         out.append(
             Check(
-                f"link backend {name}",
+                f"link backend {backend.name}",
                 proof.runs,
                 ("runs: " if proof.runs else "cannot run here: ") + proof.reason,
                 optional=True,
@@ -259,7 +256,7 @@ def check_links(down: LinkSpec, up: LinkSpec, choice: BackendChoice, where: str 
     check_queues(down, up, choice, where)
     for direction, spec in (("down", down), ("up", up)):
         if spec.trace and not BACKENDS[choice.name].replays_traces:
-            replayers = ", ".join(name for name, b in BACKENDS.items() if b.replays_traces)
+            replayers = ", ".join(b.name for b in in_auto_order() if b.replays_traces)
             raise InputError(
                 f"a trace-driven link needs a backend that replays traces ({replayers}); "
                 f"{choice.name} has no exact trace replay (tc has none); leave --backend on auto",
@@ -290,16 +287,17 @@ def queue_refusal(aqm: Aqm, choice: BackendChoice) -> str:
     )
     kernel = "this host's kernel" if chosen.queue_kinds is None else f"{choice.name}'s kernel"
     able, runnable = [], []
-    for name, backend in BACKENDS.items():
+    for backend in in_auto_order():
+        name = backend.name
         if name == choice.name or not backend.runs_queue(aqm):
             continue
-        proof = prove(name)
+        proof = backend.prove()
         able.append(name if proof.runs else f"{name} (not on this host: {proof.reason})")
         if proof.runs:
             runnable.append(name)
     message = f"{aqm.kind} needs a backend whose kernel has {aqm.module}; {how}, and {kernel} has none"
     if chosen.queue_kinds is None:
-        hosted = [name for name, backend in BACKENDS.items() if backend.queue_kinds is None]
+        hosted = [backend.name for backend in in_auto_order() if backend.queue_kinds is None]
         message += f" ({', '.join(hosted)} queue in it)"
     message += f"; backends that run it: {', '.join(able)}" if able else "; no backend runs it on this host"
     return message + (f"; run with --backend {runnable[0]}" if runnable else "")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import subprocess
 import time
@@ -19,6 +20,7 @@ from typing import ClassVar
 from quicbed.errors import EnvironmentProblem, HostProblem, InputError
 from quicbed.hostcalls import IP_TIMEOUT_S, host_run
 from quicbed.paths import STATE
+from quicbed.topology.backends.proof import Proof
 from quicbed.topology.hosts import NsHost
 from quicbed.topology.linkspec import Aqm, LinkSpec, netem_commands
 from quicbed.topology.marker import mark_scope
@@ -36,8 +38,23 @@ class Lan:
     router_cidr: str
 
 
+# Every link backend, by name: a subclass of Backend with a `name` registers itself here when
+# its module is imported (topology/backends/__init__.py imports every module of the package).
+REGISTRY: dict[str, type[Backend]] = {}
+
+
 class Backend(ABC):
-    name: str
+    """One way to run the link's netem stage. Everything the rest of quicbed needs to know of a
+    backend is a member here: how it proves that it runs on this host, where auto tries it,
+    the rate it forwards, what `quicbed clean` finds it by, which queues and traces it runs.
+    Adding a backend is adding a module with one subclass (and its tests)."""
+
+    name: ClassVar[str]
+    # auto tries backends in this order, lowest first (the host's netem before a router).
+    auto_rank: ClassVar[int]
+    # Marks in the command lines of the processes it leaves running: `quicbed clean` kills
+    # what carries one (after a kill -9 of the run).
+    marks: ClassVar[tuple[str, ...]] = ()
     down_dev: str  # egress toward the clients (the "down" direction)
     up_dev: str  # egress toward the servers (the "up" direction)
     # The queue kinds (linkspec.AQM_KINDS) the kernel under this backend's bottleneck has.
@@ -52,8 +69,36 @@ class Backend(ABC):
     # replay, so only the delay line does (its own link queue, as Mahimahi's mm-link).
     replays_traces: ClassVar[bool] = False
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            REGISTRY[cls.name] = cls
+
     def __init__(self, router: NsHost, state_dir: Path) -> None:
         self.router, self.state_dir = router, state_dir
+
+    @classmethod
+    @abstractmethod
+    def prove(cls, fresh: bool = False) -> Proof:
+        """Whether it runs on this host, shown by running it (proof.py); `fresh`: not from a
+        cache (quicbed doctor)."""
+
+    @classmethod
+    def ceiling_mbit(cls, proof: Proof) -> float:
+        """The highest rate it forwards at the TCP model on 2 cores (bench/link_bench.py);
+        auto passes it over above that. Unbounded unless measured."""
+        return math.inf
+
+    @classmethod
+    def timing_caveat(cls, proof: Proof) -> str:
+        """Why its timing is coarser than the others' ('' when it is not): auto then takes it
+        only for a queue that no later backend runs."""
+        return ""
+
+    @classmethod
+    def passed_over(cls, proof: Proof) -> str:
+        """How auto's reason names it when it cannot run here."""
+        return proof.reason
 
     @classmethod
     def runs_queue(cls, aqm: Aqm) -> bool:

@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 
 from quicbed.doctor import require
-from quicbed.errors import EnvironmentProblem, InputError
-from quicbed.hostcalls import BUILD_TIMEOUT_S, host_run
+from quicbed.errors import EnvironmentProblem, HostProblem, InputError, QuicbedError
+from quicbed.hostcalls import BUILD_TIMEOUT_S, PROBE_TIMEOUT_S, host_run
 from quicbed.paths import REPO
 from quicbed.topology.backends.base import Backend, Impairment, Lan, frame_port_up
+from quicbed.topology.backends.proof import Proof
 from quicbed.topology.hosts import NsHost
 from quicbed.topology.linkspec import LinkSpec
 from quicbed.topology.traces import OPPORTUNITY_BYTES
@@ -38,9 +39,31 @@ class DelayLineBackend(Backend):
 
     name = "delayline"
     replays_traces = True
+    auto_rank = 30  # last: it runs everywhere, at any rate, but brings no kernel of its own
+    marks = (DELAYLINE_MARK,)
     down_dev, up_dev = "dlbcx", "dlbsx"
     SIDES = (("down", "c"), ("up", "s"))
     APPLY_TIMEOUT = 5.0
+
+    @classmethod
+    def prove(cls, fresh: bool = False) -> Proof:
+        """It builds, and its binary runs: with no arguments it prints its usage and exits 2."""
+        try:
+            binary = build_delayline()
+        except QuicbedError as exc:
+            return Proof("delayline", False, str(exc).splitlines()[0], setup=True)
+        try:
+            proc = host_run([str(binary)], PROBE_TIMEOUT_S)
+        except HostProblem as exc:
+            return Proof("delayline", False, str(exc), setup=True)
+        if proc.returncode != 2 or "usage" not in proc.stderr:
+            return Proof(
+                "delayline",
+                False,
+                f"the delay line does not run here (exit {proc.returncode}): {proc.stderr.strip()[-200:]}",
+                setup=True,
+            )
+        return Proof("delayline", True, "the user-space delay line runs everywhere")
 
     def __init__(self, router: NsHost, state_dir: Path) -> None:
         super().__init__(router, state_dir)

@@ -7,10 +7,22 @@ from collections.abc import Sequence
 
 from quicbed.errors import InputError
 from quicbed.topology.backends.base import Lan, TcBackend, host_has_qdisc, tc_script
+from quicbed.topology.backends.proof import Proof
 
 
 class NetemBackend(TcBackend):
     name = "netem"
+    auto_rank = 0  # the host's own kernel: nothing to boot, nothing between
+
+    @classmethod
+    def prove(cls, fresh: bool = False) -> Proof:
+        if host_has_netem():
+            return Proof("netem", True, "the host kernel has sch_netem")
+        return Proof("netem", False, "this kernel has no sch_netem: tc qdisc add ... netem fails")
+
+    @classmethod
+    def passed_over(cls, proof: Proof) -> str:
+        return "no sch_netem in this kernel"
 
     def forward(self, client_lan: Lan, server_lan: Lan) -> None:
         r = self.router.run

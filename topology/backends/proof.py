@@ -28,7 +28,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -79,34 +78,6 @@ class Proof:
 def uml_binary() -> str:
     """The User-Mode Linux kernel the router and the netem guest boot."""
     return os.environ.get("QUICBED_UML_BINARY") or "linux.uml"
-
-
-def prove_netem() -> Proof:
-    from quicbed.topology.backends.netem import host_has_netem
-
-    if host_has_netem():
-        return Proof("netem", True, "the host kernel has sch_netem")
-    return Proof("netem", False, "this kernel has no sch_netem: tc qdisc add ... netem fails")
-
-
-def prove_delayline() -> Proof:
-    from quicbed.errors import QuicbedError
-    from quicbed.topology.backends.delayline import build_delayline
-
-    try:
-        binary = build_delayline()
-    except QuicbedError as exc:
-        return Proof("delayline", False, str(exc).splitlines()[0], setup=True)
-    # With no arguments it prints its usage and exits 2: the binary loads and runs here.
-    proc = subprocess.run([str(binary)], capture_output=True, text=True, timeout=10)
-    if proc.returncode != 2 or "usage" not in proc.stderr:
-        return Proof(
-            "delayline",
-            False,
-            f"the delay line does not run here (exit " f"{proc.returncode}): {proc.stderr.strip()[-200:]}",
-            setup=True,
-        )
-    return Proof("delayline", True, "the user-space delay line runs everywhere")
 
 
 def prove_uml(fresh: bool = False) -> Proof:
@@ -239,15 +210,10 @@ def vm_failure(console: str, timed_out: bool = False, timeout_s: float = 0.0) ->
 
 
 def prove(backend: str, fresh: bool = False) -> Proof:
-    if backend == "netem":
-        return prove_netem()
-    if backend == "uml":
-        return prove_uml(fresh)
-    if backend == "vm":
-        return prove_vm(fresh)
-    if backend == "delayline":
-        return prove_delayline()
-    raise ValueError(f"unknown backend {backend!r}")
+    """The named backend's proof (its class's `prove`)."""
+    from quicbed.topology.backends import BACKENDS
+
+    return BACKENDS[backend].prove(fresh)
 
 
 def _boot_uml(binary: str) -> Proof:
@@ -333,15 +299,3 @@ def _cpu_identity() -> str:
             if model and flags:
                 break
     return f"{model or platform.processor()} flags:{flags}"
-
-
-def main() -> int:
-    """`python -m quicbed.topology.backends.proof`: every backend's proof, one line each."""
-    for backend in ("netem", "vm", "uml", "delayline"):
-        p = prove(backend, fresh="--fresh" in sys.argv)
-        print(f"{backend}: {'runs' if p.runs else 'cannot run here'}: {p.reason}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -22,7 +22,7 @@ from quicbed.topology.backends.base import (
     Lan,
     frame_port_up,
 )
-from quicbed.topology.backends.proof import forget_uml_proof, uml_binary, uml_failure
+from quicbed.topology.backends.proof import Proof, forget_uml_proof, prove_uml, uml_binary, uml_failure
 from quicbed.topology.hosts import NsHost
 
 UML_BINARY = "linux.uml"  # Debian's; $QUICBED_UML_BINARY may name another (proof.uml_binary)
@@ -35,10 +35,20 @@ UML_MAX_RATE_MBIT = 100.0  # above this, one UML vCPU falls short of the rate (b
 
 class UmlBackend(KernelRouter):
     name = "uml"
+    auto_rank = 10  # before the QEMU router: it boots in a second and bunches no packets
+    marks = (UML_MARK,)
     what = "UML router"
     down_dev, up_dev = "vec0", "vec1"
     BOOT_TIMEOUT = 30.0
     COMMAND_TIMEOUT = 15.0
+
+    @classmethod
+    def prove(cls, fresh: bool = False) -> Proof:
+        return prove_uml(fresh)
+
+    @classmethod
+    def ceiling_mbit(cls, proof: Proof) -> float:
+        return UML_MAX_RATE_MBIT
 
     def __init__(self, router: NsHost, state_dir: Path) -> None:
         super().__init__(router, state_dir, "uml")
