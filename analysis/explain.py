@@ -271,14 +271,6 @@ def is_request(p: Packet) -> bool:
 
 
 # --- the handshake -----------------------------------------------------------------------------
-@dataclass
-class Step:
-    """One packet of the timeline and the packet it waited for (index into the packets)."""
-
-    index: int
-    waited_for: int | None = None
-
-
 def waited_for(packets: list[Packet], i: int, rtt_s: float) -> int | None:
     """What packet `i` could not leave (client) or arrive (server) before: a client packet
     waits for the latest server packet with something in it before it; a server packet answers

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from quicbed import rowschema
 from quicbed.workloads import ReportSection, report_sections
 
 from . import disagreements, render, stack_matrix
@@ -557,7 +558,7 @@ def build_sections(
 
 def default_out_dir(runs: Sequence[str], manifests: list[dict[str, Any]]) -> Path:
     if len(runs) == 1:
-        return resolve_run_dir(runs[0]) / "report"
+        return resolve_run_dir(runs[0]) / rowschema.REPORT_DIR
     return results_root() / "reports" / "+".join(str(m.get("run_id")) for m in manifests)
 
 

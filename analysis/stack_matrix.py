@@ -475,11 +475,6 @@ def checks_shown(found: list[Cell]) -> list[str]:
     return [check for check in CHECKS if check in measured or check in unsupported]
 
 
-def cell_text(cell: Cell) -> str:
-    parts = [cell.text(check) for check in CHECKS if check in cell.checks and check not in cell.unsupported]
-    return "\n".join(parts) or NO_DATA
-
-
 def matrix_table(found: list[Cell]) -> pd.DataFrame:
     shown = checks_shown(found)
 

@@ -17,7 +17,6 @@ from quicbed.topology.profiles import Profile
 from quicbed.yamlio import PathKey, Source
 
 Link = Profile
-PROFILES_DIR = topo.PROFILE_DIR
 # rtt_ms is ours: half of it is each direction's delay_ms. gemodel (a mapping) and trace (a file)
 # are not sweepable.
 LINK_AXES: tuple[str, ...] = (*(f for f in field_names() if f not in ("gemodel", "trace")), "rtt_ms")

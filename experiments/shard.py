@@ -103,11 +103,6 @@ def parse_shard(text: str) -> Shard:
     return shard
 
 
-def condition_seconds(exp: Experiment, cond: Condition) -> float:
-    """The dry run's estimate for one condition on one path: set-up, calibration, every trial."""
-    return SETUP_S + sum(cell_seconds(exp, cond, cell) for cell in cells_of(exp, cond))
-
-
 def cell_seconds(exp: Experiment, cond: Condition, cell: Cell) -> float:
     """Every client's trials of one server and object, in the cell's repetitions."""
     server, obj, first, end = cell

@@ -116,10 +116,6 @@ class LabRecord:
         return cls(data["id"], int(data["pid"]), tuple(data["netns"]), data["profile"])
 
 
-def running_labs() -> list[str]:
-    return sorted(p.name for p in LABS.glob("*") if p.is_dir()) if LABS.exists() else []
-
-
 def netns_of(pid: int) -> str:
     return os.readlink(f"/proc/{pid}/ns/net")
 

@@ -20,7 +20,6 @@ from quicbed.paths import CACHE, read_versions
 from . import content
 
 PLAYER_DIR = "player"  # beside video/, which ensure_video remakes whole
-PAGE = f"{PLAYER_DIR}/index.html"
 SOURCES = Path(__file__).parent / "player"
 DASHJS_FILE = "package/dist/modern/umd/dash.mediaplayer.min.js"  # in the npm tarball
 REGISTRY = "https://registry.npmjs.org"

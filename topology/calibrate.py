@@ -383,10 +383,6 @@ class GoodputAttempt:
     flows: int = 1  # parallel TCP flows (iperf3 -P)
 
 
-def check_goodput(tb: Testbed, direction: str, spec: LinkSpec, seconds: float) -> list[Check]:
-    return goodput_checks(tb, direction, spec, seconds)[0]
-
-
 def goodput_checks(
     tb: Testbed, direction: str, spec: LinkSpec, seconds: float
 ) -> tuple[list[Check], GoodputAttempt]:

@@ -13,7 +13,7 @@ import functools
 import math
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -129,9 +129,6 @@ class LinkSpec:
     @property
     def expected_loss_pct(self) -> float:
         return self.gemodel.mean_loss_pct() if self.gemodel else self.loss_pct
-
-    def with_overrides(self, **changes: Any) -> LinkSpec:
-        return replace(self, **changes)
 
     def delay_line_limit(self) -> int:
         """netem's limit: its delay line full of minimum-size frames at the link rate, and a
