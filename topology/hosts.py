@@ -20,6 +20,7 @@ from mininet.node import Host
 from quicbed import limits
 from quicbed.dockercli import PULL_NEVER, answering, docker, image_present, missing_image
 from quicbed.errors import EnvironmentProblem, HostProblem
+from quicbed.hostcalls import host_run
 from quicbed.topology.marker import marked_argv, scope
 
 LABEL = "quicbed"  # every container the testbed makes carries this label, for `quicbed clean`
@@ -30,12 +31,8 @@ def in_netns(
 ) -> subprocess.CompletedProcess[str]:
     """Run a host binary inside the network namespace of `pid` (host's filesystem). It is
     marked (topology/marker.py): whatever it leaves running, `quicbed clean` finds."""
-    try:  # its own process group, ended whole past the bound (a `sh -c`'s children too)
-        proc = limits.run_capped(["nsenter", "-t", str(pid), "-n", "--", *marked_argv(argv)], timeout)
-    except subprocess.TimeoutExpired:
-        raise HostProblem(
-            f"`{' '.join(argv)[:120]}` in netns of {pid} did not finish within {timeout:g} s; killed"
-        ) from None
+    # host_run: its own process group, ended whole past the bound (a `sh -c`'s children too)
+    proc = host_run(["nsenter", "-t", str(pid), "-n", "--", *marked_argv(argv)], timeout)
     if check and proc.returncode != 0:
         raise RuntimeError(
             f"{' '.join(argv)} failed in netns of {pid}: " f"{(proc.stderr or proc.stdout).strip()}"

@@ -68,7 +68,7 @@ def test_every_command_sent_into_a_namespace_is_marked(monkeypatch):
         seen.append(argv)
         return subprocess.CompletedProcess(argv, 0, "", "")
 
-    monkeypatch.setattr(hosts.limits, "run_capped", fake_run)
+    monkeypatch.setattr(hosts, "host_run", fake_run)
     hosts.in_netns(42, ["ip", "link"])
     assert seen == [["nsenter", "-t", "42", "-n", "--", "env", mark, "ip", "link"]]
 
