@@ -21,7 +21,7 @@ from typing import Any
 
 from rich.console import Console
 
-from quicbed import limits, rowschema, servers
+from quicbed import hostload, limits, rowschema, servers
 from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT, Tool
 from quicbed.dockercli import docker
 from quicbed.errors import HostProblem, PathMismatch
@@ -239,9 +239,11 @@ class TestbedExecutor:
             before = {h: _cpu_usec(h.container) for h in (client, host)}
             if cross:
                 cross.start(capture.pcap_path() if capture else None)
+            waited_before = hostload.cpu_wait_us()
             start = time.monotonic()
             proc, overflow = self._exec_bounded(client, argv, trial.timeout_s + 15)
             wall = time.monotonic() - start
+            waited = hostload.wait_share(waited_before, hostload.cpu_wait_us(), wall)
             if cross:
                 cross.wait()  # its flows end before the next trial begins
         finally:
@@ -277,6 +279,7 @@ class TestbedExecutor:
         row.update(
             cpu_client_pct=round(cpu[client], 1),
             cpu_server_pct=round(cpu[host], 1),
+            host_cpu_wait_pct=None if waited is None else round(100 * waited, 1),
             tool_wall_s=round(wall, 3),
             transfer_s=_transfer_s(row),
             **self._server_saw(trial.server),

@@ -109,6 +109,11 @@ EXECUTOR = _columns(
     ("cpu_client_pct", "%", "client container CPU during the trial, of one core"),
     ("cpu_server_pct", "%", "server container CPU during the trial, of one core"),
     (
+        "host_cpu_wait_pct",
+        "%",
+        "share of the trial's wall time in which a task on the host waited for a CPU (PSI)",
+    ),
+    (
         "cpu_bound",
         "",
         "a CPU limited the trial (a browser's own judgement, or a container >= 90 % of a core)",
@@ -360,6 +365,7 @@ RUNNER_DEFAULTS: dict[str, object] = {
     "throughput_mbps": None,
     "cpu_client_pct": None,
     "cpu_server_pct": None,
+    "host_cpu_wait_pct": None,
     "cpu_bound": False,
 }
 
@@ -390,6 +396,7 @@ ANALYSIS_DEFAULTS: dict[str, object] = {
     "cpu": None,
     "cpu_client_pct": _NAN,
     "cpu_server_pct": _NAN,
+    "host_cpu_wait_pct": _NAN,
     "cpu_bound": False,
     "calib_rtt_ms": _NAN,
     "calib_passed": True,

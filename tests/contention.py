@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from quicbed import hostload
+
 T = TypeVar("T")
 
 STEAL_LIMIT = 0.05  # share of all CPU time taken by the hypervisor
-PRESSURE_LIMIT = 0.25  # share of wall time in which a runnable task waited for a CPU
+PRESSURE_LIMIT = hostload.CONTENDED_WAIT  # share of wall time in which a task waited for a CPU
 REMEASURE_ENV = "QUICBED_REMEASURES"  # tiers_plugin.py sets it: the session's list
-_PSI = Path("/proc/pressure/cpu")
 
 
 @dataclass(frozen=True)
@@ -57,14 +58,6 @@ def _cpu_times() -> tuple[int, int]:
     return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
 
 
-def _psi_some_us() -> int | None:
-    try:
-        first = _PSI.read_text().splitlines()[0]
-    except (OSError, IndexError):
-        return None
-    return int(first.rsplit("total=", 1)[1])
-
-
 class LoadMeter:
     """The host's contention over a `with` block."""
 
@@ -78,7 +71,7 @@ class LoadMeter:
     def __enter__(self) -> LoadMeter:
         self._start = time.monotonic()
         self._cpu = _cpu_times()
-        self._psi = _psi_some_us()
+        self._psi = hostload.cpu_wait_us()
         if self._psi is None:  # no PSI in this kernel: sample the run queue instead
             self._thread = threading.Thread(target=self._sample, daemon=True)
             self._thread.start()
@@ -102,7 +95,7 @@ class LoadMeter:
             self._thread.join()
             pressure = self._queued / max(self._samples, 1)
         else:
-            now = _psi_some_us()
+            now = hostload.cpu_wait_us()
             pressure = ((now or 0) - (self._psi or 0)) / 1e6 / seconds
         self.load = Load(round(seconds, 2), max(steal, 0.0), min(max(pressure, 0.0), 1.0))
 

@@ -22,6 +22,7 @@ from cli_process import quicbed
 from contention import remeasured
 from stacks import stack_clients
 
+from quicbed import hostload
 from quicbed.analysis.physics import net_connection_rtts, row_connection_within
 from quicbed.clients import tools
 
@@ -99,8 +100,15 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
         return found
 
     # The tests below judge this run's timings: a run on a contended host is made again, and
-    # the second judged (tests/contention.py), whatever the rows' own cpu_bound flags say.
-    return remeasured(f"{client}'s run", run, lambda _: None)
+    # the second judged (tests/contention.py). A whole run's load averages a burst away, so a
+    # trial that was CPU-bound, or that waited for a CPU (its host_cpu_wait_pct), counts too.
+    return remeasured(f"{client}'s run", run, lambda _: None, any_trial_contended)
+
+
+def any_trial_contended(found: Path) -> bool:
+    rows = [json.loads(line) for line in (found / "rows.jsonl").read_text().splitlines()]
+    limit = 100 * hostload.CONTENDED_WAIT
+    return any(r["cpu_bound"] or (r.get("host_cpu_wait_pct") or 0) > limit for r in rows)
 
 
 VARIANTS = ("-resume", "-s30")
@@ -143,7 +151,16 @@ def test_a_fresh_connection_takes_one_rtt(run_dir: Path, server: str) -> None:
         f"{rows[0]['tool']} -> {server}: connection {raw:.3f} RTT raw, "
         f"{net:.3f} net of {cpu:.2f} ms client CPU"
     )
-    assert row_connection_within(1, net, rtt), (net, raw, rows)
+    each = [
+        (
+            round(net_connection_rtts(r["connection_time_ms"], r["client_cpu_ms"], rtt), 3),
+            r["host_cpu_wait_pct"],
+        )
+        for r in rows
+    ]
+    assert row_connection_within(
+        1, net, rtt
+    ), f"median {net:.3f} RTT; (net, host CPU wait %) per trial: {each}"
     # The first trial to a server costs what the later ones do: no neighbour lookup across the
     # emulated delay (servers/testbed.py warm_up; it was half an RTT late before).
     first, *later = (r["connection_time_ms"] for r in sorted(rows, key=lambda r: r["repetition"]))
