@@ -316,7 +316,7 @@ def hol_wrong(profile: Profile) -> list[Wrong]:
             "hurt_more",
             "h3",
             "QUIC over UDP taken to suffer loss more",
-            "divide each protocol's 5 % time",
+            "subtract each protocol's 0 % time",
         ),
     ]
 
