@@ -52,7 +52,7 @@ from .tables import (
 )
 
 # Shown elsewhere (calibration) or too long for a table (the experiment file, sessions).
-MANIFEST_SKIP = {"calibration", "conditions", "experiment_text", "sessions"}
+MANIFEST_SKIP = {"calibration", "conditions", "experiment_text", "sessions", "decisions"}
 
 
 def figure_blocks(figures: list[Figure], section: str) -> list[FigureBlock]:
@@ -192,6 +192,51 @@ def expectations_section(ok: pd.DataFrame, manifests: list[dict[str, Any]]) -> S
     if problems:
         blocks.append(Bullets(problems, warn=True))
     return Section("Expectations", [*blocks, VerdictList(items)])
+
+
+def decisions_section(manifests: list[dict[str, Any]]) -> Section | None:
+    """The experiment's `decide:` lines as the run decided them: each cell's answer, the
+    rounds it took and why its trials stopped (analysis/decisions.py)."""
+    rows = []
+    for manifest in manifests:
+        for e in manifest.get("decisions") or []:
+            if not isinstance(e, dict):
+                continue
+            row: dict[str, Any] = {"run": str(manifest.get("run_id"))} if len(manifests) > 1 else {}
+            needed = e.get("rounds_needed")
+            rows.append(
+                row
+                | {
+                    "question": e.get("decide"),
+                    "condition": e.get("condition"),
+                    "server": e.get("server"),
+                    "object": e.get("object"),
+                    "answer": e.get("answer", e.get("decision")),
+                    "rounds": e.get("rounds"),
+                    "stopped": e.get("why"),
+                    "rounds A above / below B": f"{e.get('a_above_b')} / {e.get('a_below_b')}",
+                    "rounds a decision would need": needed if needed is not None else "",
+                }
+            )
+    if not rows:
+        return None
+    alpha = next(
+        (e.get("alpha") for m in manifests for e in m.get("decisions") or [] if isinstance(e, dict)), None
+    )
+    return Section(
+        "Decided as it ran",
+        [
+            Text(
+                "Each `decide:` line per condition, server and object. A round pairs A's and "
+                "B's trials of one repetition; the answer is a sequential sign test by betting "
+                f"(alpha {alpha}), whose error rate holds however often it is asked, so trials "
+                "stop once a cell is decided (Waudby-Smith and Ramdas, JRSS B 86(1), 2024; "
+                "a similarity is two one-sided tests against the stated ratio). A: the line's "
+                "first group; B: its second."
+            ),
+            Table(pd.DataFrame(rows), "Decisions"),
+        ],
+    )
 
 
 # Tables of their own that a workload's report section names (workloads/kinds.py).
@@ -546,6 +591,7 @@ def build_sections(
         summary_section(df, manifests, warnings),
         directions_section(ok, quick=any(m.get("quick") for m in manifests), windows=windows),
         expectations_section(ok, manifests),
+        decisions_section(manifests),
         congestion_section(ok, manifests, figures),
         *(workload_section(spec, ok, figures) for spec in report_sections()),
         fairness_section(ok, figures),

@@ -83,7 +83,13 @@ def cmd_run(
                 "--parallel and --ray: choose one (a Ray worker runs the paths it offers: "
                 "quicbed_path, docs/cluster/README.md)"
             )
-        k = k or auto_parallel(exp)
+        if exp.auto and (part or ray or k not in (0, 1)):
+            raise InputError(
+                f"{'--shard' if part else '--ray' if ray else '--parallel'}: this experiment's "
+                "repetitions are auto, and a cell's rounds are asked one after another on one "
+                "path; run it without"
+            )
+        k = k or (1 if exp.auto else auto_parallel(exp))
         if paths_per_worker is not None and not dry:
             raise InputError(
                 "--paths-per-worker plans (with --dry-run); a Ray worker runs the paths it offers"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from quicbed.analysis.decisions import fewest_rounds
 from quicbed.analysis.loss_response import mathis_mbit
 from quicbed.errors import InputError
 from quicbed.rowschema import TRIALS_DIR
@@ -85,13 +86,36 @@ def _sender_rate_mbit(cond: Condition) -> float:
     return min(down.rate_mbit, mathis_mbit(loss, cond.link.rtt_ms))
 
 
-def estimate_seconds(exp: Experiment) -> float:
+def estimate_seconds(exp: Experiment, repetitions: int | None = None) -> float:
+    """The run's time at `repetitions` (default: the experiment's, the cap of auto ones)."""
     total = 0.0
     pairs = spoken_pairs(exp.servers, exp.clients)
     for cond in conditions(exp):
         per_rep = sum(trial_seconds(exp, cond, c, o) for _, c in pairs for o in exp.workload.objects)
-        total += SETUP_S + per_rep * exp.repetitions
+        total += SETUP_S + per_rep * (repetitions or exp.repetitions)
     return total
+
+
+def duration_text(exp: Experiment) -> str:
+    model = f"(rough: {SETUP_S:g} s setup per condition, handshake/slow-start/rate model per trial)"
+    if exp.auto is None:
+        return f"estimated duration: {hms(estimate_seconds(exp))} {model}"
+    # Every comparison decided at its floor, or none before the cap.
+    floor = max(exp.auto.min, *(fewest_rounds(exp.auto.alpha, bool(d.similar_within)) for d in exp.decide))
+    return (
+        f"estimated duration: {hms(estimate_seconds(exp, floor))} if every cell decides at "
+        f"{floor} rounds (the fewest the test can), {hms(estimate_seconds(exp))} at the cap "
+        f"of {exp.auto.max} {model}"
+    )
+
+
+def repetitions_text(exp: Experiment) -> str:
+    if exp.auto is None:
+        return f"{exp.repetitions} repetitions"
+    return (
+        f"up to {exp.auto.max} repetitions (auto: at least {exp.auto.min}, then until every "
+        f"decide line is decided in the cell at alpha {exp.auto.alpha:g})"
+    )
 
 
 def dry_run(exp: Experiment) -> str:
@@ -117,7 +141,8 @@ def dry_run(exp: Experiment) -> str:
         + (f" ({w.duration_s:g} s each)" if w.duration_s else ""),
         f"per condition: {len(exp.servers) * len(exp.clients) - len(unspoken)} server x client pairs "
         f"({len(exp.servers)} servers x {len(exp.clients)} clients, {len(unspoken)} not spoken) x "
-        f"{len(w.objects)} objects x {exp.repetitions} repetitions = {per} trials",
+        f"{len(w.objects)} objects x {repetitions_text(exp)} = {per} trials"
+        + (" at most" if exp.auto else ""),
         "pairs not spoken (no trials): "
         + (
             "; ".join(f"{s} x {c.label} ({need_text(c)})" for s, c in unspoken)
@@ -126,9 +151,9 @@ def dry_run(exp: Experiment) -> str:
         ),
         f"total: {len(conds)} conditions x {per} = {len(conds) * per} trials, "
         f"order {exp.order}, seed {exp.seed}",
-        f"estimated duration: {hms(estimate_seconds(exp))} (rough: {SETUP_S:g} s setup per "
-        f"condition, handshake/slow-start/rate model per trial)",
+        duration_text(exp),
         f"expectations: {len(exp.expect)}",
+        "decide: " + ("; ".join(d.text() for d in exp.decide) or "none"),
         "capture: "
         + (
             f"{', '.join(exp.capture)} per trial, in {TRIALS_DIR}/<trial id>/ (what a stack cannot "

@@ -16,7 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -32,15 +32,16 @@ from rich.progress import (
 )
 
 from quicbed import hostsettings, paths, rowschema
-from quicbed.analysis import loss_response
+from quicbed.analysis import decisions, loss_response
 from quicbed.analysis.expectations import statistic
 from quicbed.analysis.overhead import account, summary_lines
 from quicbed.errors import HostProblem, PathMismatch
 from quicbed.topology.signals import STOP_SIGNALS
 
-from .matrix import Condition, Trial, conditions
+from .matrix import Condition, Trial, conditions, trials
 from .schema import Experiment
 from .shard import Shard, Unit, shard_units, unit_trials, units
+from .stopping import Stopper, paired_lines
 from .store import RunStore, StoreError, load_rows, read_manifest
 
 ROW_DEFAULTS = rowschema.RUNNER_DEFAULTS
@@ -100,6 +101,7 @@ class RunSummary:
     stopped: str | None = None  # a HostProblem: no later condition could have run either
     # Conditions whose path failed calibration: refused, or measured anyway with --force.
     mismatched: list[str] = field(default_factory=list)
+    not_needed: int = 0  # trials of cells already decided (auto repetitions): not run
 
     @property
     def exit_code(self) -> int:
@@ -154,10 +156,13 @@ def run_experiment(
             if (todo := [(t, attempts.get(t.trial_id, 0) + 1) for t in ts if t.trial_id not in done])
         ]
         dispatcher = executor if isinstance(executor, Dispatcher) else Local(executor)
+        # Auto repetitions: the stored rounds first, so a resumed run stops where one run would.
+        stopper = Stopper(exp, load_rows(run_dir)[0]) if exp.auto else None
         try:
             with signals_interrupt(), _progress(console, progress) as bar:
                 task = bar.add_task("", total=summary.total, completed=summary.done_before)
-                dispatcher.run_conditions(work, Session(store, manifest, summary, bar, task, done))
+                session = Session(store, manifest, summary, bar, task, done, stopper)
+                dispatcher.run_conditions(work, session)
         except KeyboardInterrupt:
             summary.interrupted = True
         except HostProblem as exc:  # the same for every condition: stop, do not try each one
@@ -165,7 +170,7 @@ def run_experiment(
             manifest["stopped"] = summary.stopped
         except StoreError as exc:  # e.g. disk full: rows so far are intact, the run can resume
             raise RunAborted(str(exc)) from None
-        _finish(store, manifest, summary, console)
+        _finish(store, manifest, summary, console, exp)
     return summary
 
 
@@ -195,6 +200,7 @@ class Session:
     bar: Progress
     task: Any
     stored: set[str]  # trial ids with a row that counts: a second one is dropped
+    stopper: Stopper | None = None  # auto repetitions: which trials are no longer needed
 
     def started(self, unit: Unit) -> None:
         self.bar.update(self.task, description=f"{unit.id} {unit.label}")
@@ -218,8 +224,18 @@ class Session:
             return False
         self.store.append(row)
         self.stored.add(row["trial_id"])
+        if self.stopper:
+            self.stopper.add(row)
         self.summary.ran += 1
         self.summary.failed += row["error"] is not None
+        self.bar.advance(self.task)
+        return True
+
+    def not_needed(self, trial: Trial) -> bool:
+        """Whether the trial's cell is decided already: then it is counted, not run."""
+        if self.stopper is None or not self.stopper.not_needed(trial):
+            return False
+        self.summary.not_needed += 1
         self.bar.advance(self.task)
         return True
 
@@ -266,7 +282,15 @@ class Local:
         for group in _by_condition(work):
             session.started(group[0][0])
             try:
-                measure_units(group, self.executor, run_id, calibrated, session.record, session.finished)
+                measure_units(
+                    group,
+                    self.executor,
+                    run_id,
+                    calibrated,
+                    session.record,
+                    session.finished,
+                    session.not_needed,
+                )
             except ConditionSkipped as exc:
                 for unit, todo in group:
                     session.skipped(unit, len(todo), str(exc))
@@ -290,10 +314,13 @@ def measure_units(
     on_calibrated: Callable[[Unit, dict[str, Any]], None],
     on_row: Callable[[dict[str, Any]], Any],
     on_done: Callable[[Unit], None] = lambda _unit: None,
+    not_needed: Callable[[Trial], bool] = lambda _trial: False,
 ) -> None:
     """Bring up the path of these units' condition (one condition) and calibrate it
     (ConditionSkipped if that fails), then run each unit's trials, handing every row to
-    `on_row` as it is measured. The same on the head of a local run and on a cluster's worker."""
+    `on_row` as it is measured, unless `not_needed` says its cell is decided (it is asked
+    after the rows before it were handed on). The same on the head of a local run and on a
+    cluster's worker."""
     cond = work[0][0].condition
     assert all(unit.condition.id == cond.id for unit, _ in work), "one condition's units"
     with contextlib.ExitStack() as stack:
@@ -307,7 +334,8 @@ def measure_units(
             on_calibrated(unit, calib)
         for unit, todo in work:
             for trial, attempt in todo:
-                on_row(_run_trial(trial, executor, calib, run_id, attempt, unit.id))
+                if not not_needed(trial):
+                    on_row(_run_trial(trial, executor, calib, run_id, attempt, unit.id))
             on_done(unit)
 
 
@@ -440,7 +468,7 @@ def condition_summary(part: Condition | Unit, rows: list[dict[str, Any]]) -> str
     return f"{cond.id} {cond.label}: " + " | ".join(parts) + tail
 
 
-def _finish(store: RunStore, manifest: dict, summary: RunSummary, console: Console) -> None:
+def _finish(store: RunStore, manifest: dict, summary: RunSummary, console: Console, exp: Experiment) -> None:
     status = (
         "interrupted"
         if summary.interrupted
@@ -452,16 +480,36 @@ def _finish(store: RunStore, manifest: dict, summary: RunSummary, console: Conso
     )
     manifest.update(status=status, ended_at=_now())
     manifest["sessions"][-1].update(status=status, ended_at=manifest["ended_at"], ran=summary.ran)
+    rows = load_rows(store.dir)[0]
+    if exp.decide:
+        manifest["decisions"] = decisions_of(exp, rows)
     store.write_manifest(manifest)
     store.write_parquet()
     done = summary.done_before + summary.ran
-    for line in summary_lines(account(load_rows(store.dir)[0], manifest)):
+    for line in summary_lines(account(rows, manifest)):
         console.print(line, markup=False)
+    for entry in manifest.get("decisions", []):
+        console.print(decisions.summary_line(entry), markup=False)
+    not_needed = f", {summary.not_needed} not needed (decided)" if summary.not_needed else ""
     console.print(
-        f"{summary.run_id}: {done}/{summary.total} trials, {summary.failed} failed "
+        f"{summary.run_id}: {done}/{summary.total} trials{not_needed}, {summary.failed} failed "
         f"this session, {len(summary.skipped)} units skipped -> {store.dir}",
         markup=False,
     )
+
+
+def decisions_of(exp: Experiment, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every decide line's verdict in every cell, from the rows in round order."""
+    alpha = exp.auto.alpha if exp.auto else decisions.DEFAULT_ALPHA
+    lines: dict[decisions.Cell, list[decisions.Decide]] = {}
+    for cond in conditions(exp):
+        lines |= paired_lines(exp.decide, trials(exp, cond))
+    verdicts = []
+    for cell, mine in lines.items():
+        if mine:
+            cell_rows = [r for r in rows if (r["condition"], r["server"], r["object"]) == astuple(cell)]
+            verdicts += decisions.cell_verdicts(mine, cell_rows, alpha, [cell])
+    return decisions.manifest_entries(verdicts, exp.auto, alpha, decisions.ran_rounds(rows))
 
 
 def _units(exp: Experiment, manifest: dict[str, Any]) -> list[Unit]:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from quicbed import limits, rowschema
-from quicbed.analysis.expectations import Expectation, compile_expectation
+from quicbed.analysis.decisions import DEFAULT_ALPHA, AutoRepetitions, Decide, fewest_rounds
+from quicbed.analysis.expectations import Expectation, client_labels, compile_expectation
 from quicbed.fields import (
     check_choice,
     check_int,
@@ -56,6 +57,7 @@ _TOP_KEYS = {
     "quick",
     "capture",
     "cross",
+    "decide",
 }
 _REQUIRED = {"name", "profiles", "servers", "clients", "workload"}
 
@@ -98,12 +100,20 @@ class Experiment:
     capture: tuple[str, ...] = ()
     # Competing flows on each trial's bottleneck (experiments/cross.py).
     cross: tuple[CrossFlow, ...] = ()
+    # Comparisons decided as the run goes (analysis/decisions.py), and with `auto`, the rounds
+    # run until they are: `repetitions` is then its max.
+    decide: tuple[Decide, ...] = ()
+    auto: AutoRepetitions | None = None
 
     def matrix_hash(self) -> str:
         """Identifies what the matrix contains, so --resume refuses an edited experiment.
         Capture is left out: it changes what is kept of a trial, not which trials run."""
         skip = ("file", "text", "expect", "capture")
         parts = {k: v for k, v in asdict(self).items() if k not in skip}
+        # Left out when unused, so a run started before they existed still resumes.
+        for key in ("decide", "auto"):
+            if not parts[key]:
+                del parts[key]
         blob = json.dumps(parts, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -160,10 +170,18 @@ def _build(src: Source, text: str) -> Experiment:
         workload=workload,
         description=str(d.get("description") or ""),
     )
-    if "repetitions" in d:
+    if isinstance(d.get("repetitions"), dict):
+        exp.auto = _auto(src, d["repetitions"])
+        exp.repetitions = exp.auto.max
+    elif "repetitions" in d:
         exp.repetitions = check_int(src, ("repetitions",), d["repetitions"], 1, 100_000)
     if "order" in d:
         exp.order = check_choice(src, ("order",), d["order"], ORDERS, "order")
+    if "decide" in d:
+        exp.decide = tuple(
+            check_list(src, ("decide",), d["decide"], lambda p, v: _decide(src, p, v, clients))
+        )
+    _check_sequential(src, exp)
     if "seed" in d:
         exp.seed = check_int(src, ("seed",), d["seed"], 0, 2**63)
     if "timeout_s" in d:
@@ -187,6 +205,68 @@ def _build(src: Source, text: str) -> Experiment:
         src, ("expect",), d.get("expect", []), lambda p, v: _expect(src, p, v), allow_empty=True
     )
     return exp
+
+
+def _auto(src: Source, value: dict[str, Any]) -> AutoRepetitions:
+    check_mapping(src, ("repetitions",), value, {"auto"}, {"auto"})
+    path: PathKey = ("repetitions", "auto")
+    auto = value["auto"]
+    check_mapping(src, path, auto, {"min", "max", "alpha"}, {"min", "max"})
+    low = check_int(src, (*path, "min"), auto["min"], 1, 100_000)
+    high = check_int(src, (*path, "max"), auto["max"], low, 100_000)
+    alpha = DEFAULT_ALPHA
+    if "alpha" in auto:
+        alpha = check_number(src, (*path, "alpha"), auto["alpha"], 1e-6, 0.2)
+    return AutoRepetitions(low, high, alpha)
+
+
+def _decide(src: Source, path: PathKey, value: Any, clients: list[ClientVariant]) -> Decide:
+    check_mapping(src, path, value, {"metric", "a", "b", "similar_within"}, {"metric", "a", "b"})
+    metric = check_choice(src, (*path, "metric"), value["metric"], rowschema.METRICS, "metric")
+    groups = [*rowschema.PROTOCOLS, *client_labels()]
+    a = check_choice(src, (*path, "a"), value["a"], groups, "group (a protocol or a client label)")
+    b = check_choice(src, (*path, "b"), value["b"], groups, "group (a protocol or a client label)")
+    if a == b:
+        raise src.error((*path, "b"), f"compares {a} with itself")
+    for side, group in (("a", a), ("b", b)):
+        if not any(group in (c.protocol, c.label) for c in clients):
+            raise src.error(
+                (*path, side),
+                f"no client of this experiment is {group}, so nothing would be compared "
+                f"(its clients: {', '.join(c.label for c in clients)})",
+            )
+    both = [c.label for c in clients if {a, b} <= {c.protocol, c.label}]
+    if both:
+        raise src.error((*path, "b"), f"{both[0]} is both {a} and {b}: the sides must not overlap")
+    margin = None
+    if "similar_within" in value:
+        margin = check_number(src, (*path, "similar_within"), value["similar_within"], 1.001, 10.0)
+    return Decide(metric, a, b, margin)
+
+
+def _check_sequential(src: Source, exp: Experiment) -> None:
+    """Nothing is accepted that cannot run: rounds need both sides measured side by side,
+    something to decide, and a cap at which the test could decide at all."""
+    if exp.auto is None:
+        return
+    if not exp.decide:
+        raise src.error(
+            ("repetitions", "auto"),
+            "auto repetitions stop when the `decide:` lines are decided; this experiment has none",
+        )
+    if exp.order == "blocked":
+        raise src.error(
+            ("order",),
+            "auto repetitions pair both sides of each round, which blocked order runs far "
+            "apart; use interleaved or shuffled",
+        )
+    floor = max(fewest_rounds(exp.auto.alpha, bool(d.similar_within)) for d in exp.decide)
+    if exp.auto.max < floor:
+        raise src.error(
+            ("repetitions", "auto", "max"),
+            f"{exp.auto.max} rounds cannot decide at alpha {exp.auto.alpha:g}: the sign test "
+            f"needs at least {floor} rounds even when every round agrees",
+        )
 
 
 def _check_cross_spoken(src: Source, exp: Experiment) -> None:

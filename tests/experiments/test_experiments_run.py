@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_process import start_synthetic, wait_for_rows
 
 from quicbed.experiments.check import check
 from quicbed.experiments.commands import cmd_check, cmd_run
@@ -238,29 +239,6 @@ def test_resume_refuses_a_changed_matrix(tmp_path, exp_file):
 def unit_of(exp, trial_id: str) -> str:
     (unit,) = [u.id for u in units(exp) if trial_id in {t.trial_id for t in unit_trials(exp, u)}]
     return unit
-
-
-def start_synthetic(exp_file: Path, results: Path, *args: str) -> subprocess.Popen:
-    env = os.environ | {"QUICBED_RESULTS": str(results)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "quicbed.experiments.synthetic",
-        str(exp_file),
-        "--no-progress",
-        *args,
-    ]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def wait_for_rows(results: Path, n: int, timeout: float = 20) -> Path:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for rows in results.glob("*/rows.jsonl"):
-            if rows.read_bytes().count(b"\n") >= n:
-                return rows.parent
-        time.sleep(0.02)
-    raise AssertionError("runner produced no rows")
 
 
 # The same matrix with 100 MB files: each condition's trials fill two units or more

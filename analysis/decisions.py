@@ -1,0 +1,243 @@
+"""Comparisons an experiment decides as it runs: its `decide:` lines, and when to stop.
+
+A decide line names a metric and two groups (protocols or client labels), A and B:
+
+    decide:
+      - {metric: connection_time, a: quic, b: tls1.3}                      # which is lower
+      - {metric: ttfb, a: quic, b: tls1.3, similar_within: 1.10}           # within 10 %?
+
+Each line is judged apart in every condition, server and object (a cell), on rounds: round r
+pairs A's and B's trials of repetition r, which the interleaved order runs side by side. The
+test is analysis/sequential.py's sign test by betting, valid however often it is looked at:
+with `repetitions: {auto: {min, max}}` the runner (experiments/runner.py) asks after every
+round and stops a condition once every cell of every line is decided, or at max, "not
+decided at the cap". A decision is a pure function of the rows in round order, so a resumed
+run replays its stored rounds and reaches the decision an uninterrupted one would.
+
+The runner, the manifest and the report read decisions from here: one place.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from quicbed.rowschema import METRICS
+
+from .sequential import SignBettor, Verdict, direction, equivalence, rounds_needed
+
+DEFAULT_ALPHA = 0.01  # the paper's findings are judged at p < 0.01 (analysis/stats.py)
+# Why a cell's trials stopped: decided; at an auto run's cap; at a fixed count; not yet.
+DECIDED, CAP, FIXED, OPEN = "decided", "not decided at the cap", "not decided in its repetitions", "running"
+
+
+@dataclass(frozen=True)
+class Decide:
+    """One decide line: which of A and B has the lower metric, or are they similar."""
+
+    metric: str  # a METRICS name: connection_time, ttfb, ...
+    a: str  # a protocol or a client label
+    b: str
+    similar_within: float | None = None  # an equivalence margin, a ratio above 1
+
+    @property
+    def column(self) -> str:
+        return METRICS[self.metric]
+
+    def text(self) -> str:
+        if self.similar_within:
+            return f"{self.a} vs {self.b} {self.metric}: similar within {self.similar_within:g}x?"
+        return f"{self.a} vs {self.b} {self.metric}: which is lower?"
+
+
+@dataclass(frozen=True)
+class AutoRepetitions:
+    """`repetitions: {auto: {min, max, alpha}}`: rounds run until decided, at least min."""
+
+    min: int
+    max: int
+    alpha: float = DEFAULT_ALPHA
+
+
+def fewest_rounds(alpha: float, similar: bool = False) -> int:
+    """The rounds a test needs even when every round agrees: its floor. A direction test
+    needs wealth 2/alpha (two one-sided tests), an equivalence test 1/alpha on both sides."""
+    bettor, goal = SignBettor(), (1.0 if similar else 2.0) / alpha
+    while bettor.wealth < goal:
+        bettor.update(True)
+    return bettor.rounds
+
+
+def matches(row: Mapping[str, Any], group: str) -> bool:
+    return row.get("protocol") == group or row.get("client") == group
+
+
+@dataclass(frozen=True)
+class Cell:
+    condition: str  # its id, c0
+    server: str
+    object: str
+
+
+def _value(rows: Sequence[Mapping[str, Any]], column: str) -> float:
+    """One side of a round: its successful trial's value (the median of several, which a
+    group of two client labels has); NaN when none succeeded, a round without a sign."""
+    xs = []
+    for r in rows:
+        v = r.get(column)
+        if r.get("error") is None and isinstance(v, int | float) and math.isfinite(v):
+            xs.append(float(v))
+    return statistics.median(xs) if xs else math.nan
+
+
+def rounds(
+    decide: Decide, rows: Iterable[Mapping[str, Any]], before: int | None = None
+) -> dict[Cell, list[tuple[float, float]]]:
+    """Per cell, its (A, B) pairs in round order, rounds below `before` only (all if None).
+    A round missing on one side (failed, or not yet run) gives NaN there: no sign."""
+    sides: dict[Cell, dict[int, tuple[list, list]]] = {}
+    for r in rows:
+        rep = r.get("repetition")
+        if not isinstance(rep, int) or (before is not None and rep >= before):
+            continue
+        in_a, in_b = matches(r, decide.a), matches(r, decide.b)
+        if not (in_a or in_b):
+            continue
+        cell = Cell(str(r["condition"]), str(r["server"]), str(r["object"]))
+        a, b = sides.setdefault(cell, {}).setdefault(rep, ([], []))
+        (a if in_a else b).append(r)
+    return {
+        cell: [(_value(a, decide.column), _value(b, decide.column)) for _, (a, b) in sorted(by_rep.items())]
+        for cell, by_rep in sides.items()
+    }
+
+
+def judge(decide: Decide, pairs: list[tuple[float, float]], alpha: float) -> Verdict:
+    if decide.similar_within:
+        return equivalence(pairs, decide.similar_within, alpha)
+    return direction(pairs, alpha)
+
+
+@dataclass(frozen=True)
+class CellVerdict:
+    decide: Decide
+    cell: Cell
+    verdict: Verdict
+    signs: tuple[int, int]  # rounds in which A was above B, and below (ties and gaps aside)
+
+    @property
+    def decided(self) -> bool:
+        return self.verdict.decided
+
+    def rounds_to_decide(self, alpha: float) -> int | None:
+        """For an undecided direction: the rounds its observed effect would need."""
+        above, below = self.signs
+        if self.decide.similar_within or above + below == 0:
+            return None
+        return rounds_needed(above / (above + below), alpha)
+
+
+def cell_verdicts(
+    decides: Sequence[Decide],
+    rows: Iterable[Mapping[str, Any]],
+    alpha: float,
+    cells: Iterable[Cell] = (),
+    before: int | None = None,
+) -> list[CellVerdict]:
+    """Every line's verdict in every cell that has rows, and in `cells` (planned, perhaps
+    not yet run: undecided with 0 rounds)."""
+    rows = list(rows)
+    planned = list(cells)
+    out = []
+    for decide in decides:
+        by_cell = rounds(decide, rows, before)
+        for cell in dict.fromkeys([*planned, *sorted(by_cell, key=_cell_key)]):
+            pairs = by_cell.get(cell, [])
+            above = sum(a > b for a, b in pairs if math.isfinite(a) and math.isfinite(b))
+            below = sum(a < b for a, b in pairs if math.isfinite(a) and math.isfinite(b))
+            out.append(CellVerdict(decide, cell, judge(decide, pairs, alpha), (above, below)))
+    return out
+
+
+def _cell_key(cell: Cell) -> tuple[str, str, str]:
+    return cell.condition, cell.server, cell.object
+
+
+def all_decided(verdicts: Sequence[CellVerdict]) -> bool:
+    return bool(verdicts) and all(v.decided for v in verdicts)
+
+
+def manifest_entries(
+    verdicts: Sequence[CellVerdict],
+    auto: AutoRepetitions | None,
+    alpha: float,
+    ran_rounds: Mapping[Cell, int],
+) -> list[dict[str, Any]]:
+    """What the manifest keeps of each verdict: the line, its cell, the decision, the rounds
+    it took and why it stopped (ran_rounds: the rounds each cell ran)."""
+    out = []
+    for v in verdicts:
+        ran = ran_rounds.get(v.cell, 0)
+        if v.decided:
+            why = DECIDED
+        elif auto is None:
+            why = FIXED if ran else OPEN
+        elif ran >= auto.max:
+            why = CAP
+        else:
+            why = OPEN
+        entry: dict[str, Any] = {
+            "decide": v.decide.text(),
+            "condition": v.cell.condition,
+            "server": v.cell.server,
+            "object": v.cell.object,
+            "decision": v.verdict.decision,
+            "answer": answer(v.decide, v.verdict.decision),
+            "rounds": v.verdict.rounds if v.decided else ran,
+            "why": why,
+            "a_above_b": v.signs[0],
+            "a_below_b": v.signs[1],
+            "evidence": {k: round(x, 3) for k, x in v.verdict.evidence.items()},
+            "alpha": alpha,
+        }
+        if why in (CAP, FIXED):
+            entry["rounds_needed"] = v.rounds_to_decide(alpha)
+        out.append(entry)
+    return out
+
+
+def answer(decide: Decide, decision: str) -> str:
+    """A decision in the line's own names: "quic lower", "similar within 1.1x"."""
+    if decision == "A < B":
+        return f"{decide.a} lower"
+    if decision == "A > B":
+        return f"{decide.b} lower"
+    if decision in ("similar", "different"):
+        return f"{decision} {'within' if decision == 'similar' else 'beyond'} {decide.similar_within:g}x"
+    return decision
+
+
+def ran_rounds(rows: Iterable[Mapping[str, Any]]) -> dict[Cell, int]:
+    """The rounds each cell ran: its highest repetition, plus one."""
+    out: dict[Cell, int] = {}
+    for r in rows:
+        rep = r.get("repetition")
+        if isinstance(rep, int):
+            cell = Cell(str(r["condition"]), str(r["server"]), str(r["object"]))
+            out[cell] = max(out.get(cell, 0), rep + 1)
+    return out
+
+
+def summary_line(entry: Mapping[str, Any]) -> str:
+    """One manifest entry as the run's console says it."""
+    where = f"{entry['condition']} {entry['server']} {entry['object']}"
+    head = f"{where}: {entry['decide']} {entry['answer']}"
+    if entry["why"] == DECIDED:
+        return f"{head} after {entry['rounds']} rounds"
+    tail = f" ({entry['a_above_b']} rounds A above B, {entry['a_below_b']} below"
+    needed = entry.get("rounds_needed")
+    tail += f"; about {needed} rounds would decide at this effect)" if needed else ")"
+    return f"{head}: {entry['why']} after {entry['rounds']} rounds{tail}"

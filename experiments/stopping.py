@@ -1,0 +1,73 @@
+"""When a cell's rounds stop, under `repetitions: {auto: {min, max}}`.
+
+A cell is one condition's server and object. Its trials run round by round (a round: every
+client's trial of one repetition); before a trial of round r, the runner asks whether every
+`decide:` line is decided in that cell on rounds 0..r-1 (analysis/decisions.py). If so, the
+cell's later trials are not needed: they are not run, and the run says how many. A cell in
+which no line pairs two clients (a server that speaks only one side) has nothing to decide
+and stops after `min` rounds.
+
+A decision only ever looks at complete earlier rounds, and once made it stays (the sequential
+test reports its first crossing), so the same rows give the same stops in one session or in
+several: a resumed run is seeded with the rows it stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from quicbed.analysis.decisions import Cell, Decide, all_decided, cell_verdicts
+
+from .matrix import Trial, trials
+from .schema import Experiment
+
+
+class Stopper:
+    def __init__(self, exp: Experiment, stored: Iterable[Mapping[str, Any]] = ()):
+        if exp.auto is None:
+            raise ValueError("a Stopper is for auto repetitions")
+        self.exp, self.auto = exp, exp.auto
+        self._rows: dict[Cell, dict[str, Mapping[str, Any]]] = {}  # latest row per trial id
+        self._paired: dict[str, dict[Cell, list[Decide]]] = {}  # per condition: each cell's lines
+        self._stopped: dict[Cell, int] = {}  # cell -> the round it stopped before
+        for row in stored:
+            self.add(row)
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        cell = Cell(str(row["condition"]), str(row["server"]), str(row["object"]))
+        self._rows.setdefault(cell, {})[str(row["trial_id"])] = row
+
+    def not_needed(self, trial: Trial) -> bool:
+        """Whether the trial's cell was decided on the rounds before the trial's."""
+        cell = Cell(trial.condition.id, trial.server, trial.object)
+        if cell in self._stopped:
+            return trial.repetition >= self._stopped[cell]
+        if trial.repetition < self.auto.min:
+            return False
+        lines = self._lines_of(trial).get(cell)
+        if not lines:
+            decided = True  # nothing to decide here: min rounds, as every cell gets
+        else:
+            rows = self._rows.get(cell, {}).values()
+            verdicts = cell_verdicts(lines, rows, self.auto.alpha, [cell], trial.repetition)
+            decided = all_decided(verdicts)
+        if decided:
+            self._stopped[cell] = trial.repetition
+        return decided
+
+    def _lines_of(self, trial: Trial) -> dict[Cell, list[Decide]]:
+        cond = trial.condition
+        if cond.id not in self._paired:
+            self._paired[cond.id] = paired_lines(self.exp.decide, trials(self.exp, cond))
+        return self._paired[cond.id]
+
+
+def paired_lines(decides: Iterable[Decide], planned: Iterable[Trial]) -> dict[Cell, list[Decide]]:
+    """Per cell, the decide lines that have a trial on both their sides there."""
+    sides: dict[Cell, set[str]] = {}
+    for t in planned:
+        cell = Cell(t.condition.id, t.server, t.object)
+        sides.setdefault(cell, set()).update((t.client.protocol, t.client.label))
+    lines = list(decides)
+    return {cell: [d for d in lines if {d.a, d.b} <= groups] for cell, groups in sides.items()}

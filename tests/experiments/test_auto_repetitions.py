@@ -1,0 +1,229 @@
+"""`repetitions: {auto: {min, max}}` and `decide:` lines, run without a network: the runner
+stops a cell once its lines are decided, says why, and a resume stops where one run would."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_process import start_synthetic, wait_for_rows
+
+from quicbed.analysis.decisions import CAP, DECIDED, fewest_rounds
+from quicbed.analysis.sequential import direction
+from quicbed.experiments.commands import cmd_run
+from quicbed.experiments.matrix import Trial
+from quicbed.experiments.runner import run_experiment
+from quicbed.experiments.schema import ExperimentError, parse_experiment
+from quicbed.experiments.store import load_rows, read_manifest
+from quicbed.experiments.synthetic import SyntheticExecutor
+
+HEAD = """\
+name: seq
+profiles:
+  - {name: lab, rtt_ms: 80, rate_mbit: 20}
+servers: [caddy, nginx]
+workload: {kind: web, objects: [index.html]}
+"""
+# QUIC's 1 RTT against TLS 1.3's 2: every round agrees, so each cell decides at the floor.
+DECISIVE = (
+    HEAD
+    + """\
+clients: [{tool: tls_perf, tls: "1.3", http: "2"}, {tool: quic_perf}]
+repetitions: {auto: {min: 3, max: 40}}
+decide:
+  - {metric: connection_time, a: quic, b: tls1.3}
+"""
+)
+# Two QUIC clients that the synthetic executor times alike: nothing to find.
+NULL = (
+    HEAD
+    + """\
+clients: [{tool: quic_perf}, {tool: quiche}]
+repetitions: {auto: {min: 3, max: 30}}
+decide:
+  - {metric: connection_time, a: quic-h3, b: quiche}
+"""
+)
+
+
+def run(text: str, run_dir: Path, executor: Any = None, resume: bool = False):
+    exp = parse_experiment(text, "seq.yaml")
+    return run_experiment(exp, executor or SyntheticExecutor(), run_dir, progress=False, resume=resume)
+
+
+def test_a_decisive_comparison_stops_each_cell_at_the_rounds_that_decided_it(tmp_path: Path) -> None:
+    floor = fewest_rounds(0.01)
+    # The floor is the test's own: one agreeing round fewer does not decide.
+    assert not direction([(1.0, 2.0)] * (floor - 1), 0.01).decided
+    assert direction([(1.0, 2.0)] * floor, 0.01).decision == "A < B"
+    summary = run(DECISIVE, tmp_path / "r")
+    rows = load_rows(tmp_path / "r")[0]
+    assert len(rows) == 2 * 2 * floor  # servers x clients x the rounds that decided
+    assert {r["repetition"] for r in rows} == set(range(floor))
+    assert summary.not_needed == 2 * 2 * (40 - floor) and summary.exit_code == 0
+    decisions = read_manifest(tmp_path / "r")["decisions"]
+    assert [(d["server"], d["decision"], d["rounds"], d["why"]) for d in decisions] == [
+        ("caddy", "A < B", floor, DECIDED),
+        ("nginx", "A < B", floor, DECIDED),
+    ]
+
+
+def test_no_difference_runs_to_the_cap_and_says_what_a_decision_would_need(tmp_path: Path) -> None:
+    run(NULL, tmp_path / "r")
+    rows = load_rows(tmp_path / "r")[0]
+    assert len(rows) == 2 * 2 * 30
+    decisions = read_manifest(tmp_path / "r")["decisions"]
+    assert {d["why"] for d in decisions} == {CAP}
+    assert all(d["decision"] == "undecided" and d["rounds"] == 30 for d in decisions)
+    assert all(d["a_above_b"] + d["a_below_b"] == 30 for d in decisions)
+
+
+def test_a_similarity_is_decided_by_its_margin(tmp_path: Path) -> None:
+    # A 5 MB download at 20 Mbit/s: 2 s, against which one RTT more is within 10 %.
+    text = DECISIVE.replace("{kind: web, objects: [index.html]}", "{kind: cloud, files: [5MB]}")
+    text = text.replace(
+        "a: quic, b: tls1.3}",
+        "a: quic, b: tls1.3}\n  - {metric: download_time, a: quic, b: tls1.3, similar_within: 1.1}",
+    )
+    run(text, tmp_path / "r")
+    decisions = read_manifest(tmp_path / "r")["decisions"]
+    similar = [d for d in decisions if "similar" in d["decide"]]
+    assert [d["decision"] for d in similar] == ["similar", "similar"]
+    # The cell ran until both of its lines were decided: the slower of the two.
+    rounds = {
+        d["server"]: max(e["rounds"] for e in decisions if e["server"] == d["server"]) for d in decisions
+    }
+    rows = load_rows(tmp_path / "r")[0]
+    assert all(r["repetition"] < rounds[r["server"]] for r in rows)
+    assert fewest_rounds(0.01, similar=True) <= min(d["rounds"] for d in similar)
+
+
+class Interrupting(SyntheticExecutor):
+    """Stops the run (as Ctrl-C) at its n-th trial."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.n = n
+
+    def run_trial(self, trial: Trial) -> dict[str, Any]:
+        self.n -= 1
+        if self.n == 0:
+            raise KeyboardInterrupt
+        return super().run_trial(trial)
+
+
+@pytest.mark.parametrize("stop_at", [5, 23, 41])
+def test_an_interrupted_run_resumed_stops_where_one_run_does(tmp_path: Path, stop_at: int) -> None:
+    whole = DECISIVE.replace("max: 40", "max: 14")
+    for name, experiment in (("null", NULL.replace("max: 30", "max: 12")), ("decisive", whole)):
+        one = tmp_path / f"{name}-one"
+        run(experiment, one)
+        parts = tmp_path / f"{name}-parts"
+        assert run(experiment, parts, Interrupting(stop_at)).interrupted
+        run(experiment, parts, resume=True)
+
+        def kept(run_dir: Path) -> list[tuple[str, float]]:
+            rows = load_rows(run_dir)[0]
+            return sorted((r["trial_id"], r["connection_time_ms"]) for r in rows)
+
+        assert kept(parts) == kept(one)
+        strip = ("evidence",)
+        decided = [{k: v for k, v in d.items() if k not in strip} for d in read_manifest(parts)["decisions"]]
+        assert decided == [
+            {k: v for k, v in d.items() if k not in strip} for d in read_manifest(one)["decisions"]
+        ]
+
+
+def test_a_kill_9_then_resume_reaches_the_uninterrupted_decisions(tmp_path: Path) -> None:
+    exp_file = tmp_path / "seq.yaml"
+    exp_file.write_text(DECISIVE)
+    run(DECISIVE, tmp_path / "one")
+    results = tmp_path / "results"
+    proc = start_synthetic(exp_file, results, "--delay", "0.02")
+    run_dir = wait_for_rows(results, 15)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert 15 <= len(load_rows(run_dir)[0]) < 44
+    proc = start_synthetic(exp_file, results, "--resume", run_dir.name)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert sorted(r["trial_id"] for r in load_rows(run_dir)[0]) == sorted(
+        r["trial_id"] for r in load_rows(tmp_path / "one")[0]
+    )
+    assert read_manifest(run_dir)["decisions"] == read_manifest(tmp_path / "one")["decisions"]
+    assert "not needed (decided)" in out
+
+
+@pytest.mark.parametrize(
+    ("change", "where", "says"),
+    [
+        ("decide:\n  - {metric: connection_time, a: quic, b: tls1.3}\n", "repetitions.auto", "has none"),
+        ("order: blocked\n", "order", "use interleaved or shuffled"),
+        ("max: 40", "max", "cannot decide at alpha 0.01"),
+        ("b: tls1.3}", "b", "compares quic with itself"),
+        ("a: quic,", "a", "no client of this experiment is tls1.2"),
+        ("metric: connection_time", "metric", "metric"),
+        ("min: 3", "min", "integer"),
+    ],
+)
+def test_an_auto_run_that_could_not_decide_is_refused_with_file_line_and_field(
+    change: str, where: str, says: str
+) -> None:
+    replacements = {
+        "decide:\n  - {metric: connection_time, a: quic, b: tls1.3}\n": "",
+        "order: blocked\n": None,
+        "max: 40": "max: 6",
+        "b: tls1.3}": "b: quic}",
+        "a: quic,": "a: tls1.2,",
+        "metric: connection_time": "metric: jitter",
+        "min: 3": "min: three",
+    }
+    text = DECISIVE
+    new = replacements[change]
+    text = text + change if new is None else text.replace(change, new)
+    with pytest.raises(ExperimentError) as err:
+        parse_experiment(text, "seq.yaml")
+    message = str(err.value)
+    assert message.startswith("seq.yaml:") and where in message and says in message, message
+
+
+def test_auto_repetitions_refuse_parallel_paths_and_shards(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "seq.yaml"
+    path.write_text(DECISIVE)
+    for flag in ({"parallel": "2"}, {"shard": "1/2"}):
+        code = cmd_run(
+            path, lambda e, d: SyntheticExecutor(), results=tmp_path / "res", progress=False, **flag
+        )
+        assert code == 2, flag
+        assert "repetitions are auto" in capsys.readouterr().out
+    assert not (tmp_path / "res").exists() or not any((tmp_path / "res").iterdir())
+
+
+def test_the_dry_run_gives_the_floor_and_the_cap(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "seq.yaml"
+    path.write_text(DECISIVE)
+    assert cmd_run(path, lambda e, d: SyntheticExecutor(), dry=True, results=tmp_path / "res") == 0
+    out = capsys.readouterr().out
+    assert "up to 40 repetitions (auto: at least 3" in out
+    assert f"if every cell decides at {fewest_rounds(0.01)} rounds" in out and "at the cap of 40" in out
+    assert "quic vs tls1.3 connection_time: which is lower?" in out
+
+
+def test_the_report_shows_each_decision_with_its_rounds(tmp_path: Path) -> None:
+    from quicbed.analysis.report import build_report
+
+    run(NULL.replace("max: 30", "max: 12"), tmp_path / "r")
+    out, _ = build_report([tmp_path / "r"], tmp_path / "report")
+    html = (out if out.suffix == ".html" else out / "report.html").read_text()
+    assert "Decided as it ran" in html and "not decided at the cap" in html
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert all(str(d["rounds_needed"]) in html for d in manifest["decisions"] if d.get("rounds_needed"))
+
+
+def test_sides_that_overlap_are_refused() -> None:
+    text = DECISIVE.replace("b: tls1.3}", "b: quic-h3}")
+    with pytest.raises(ExperimentError, match="quic-h3 is both quic and quic-h3"):
+        parse_experiment(text, "seq.yaml")
