@@ -71,15 +71,24 @@ def fewest_rounds(alpha: float, similar: bool = False) -> int:
     return bettor.rounds
 
 
+def floor_rounds(decides: Iterable[Decide], auto: AutoRepetitions) -> int:
+    """The fewest rounds in which every line could be decided, and at least auto's min."""
+    return max(auto.min, *(fewest_rounds(auto.alpha, bool(d.similar_within)) for d in decides))
+
+
 def matches(row: Mapping[str, Any], group: str) -> bool:
     return row.get("protocol") == group or row.get("client") == group
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Cell:
     condition: str  # its id, c0
     server: str
     object: str
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> Cell:
+        return cls(str(row["condition"]), str(row["server"]), str(row["object"]))
 
 
 def _value(rows: Sequence[Mapping[str, Any]], column: str) -> float:
@@ -106,8 +115,7 @@ def rounds(
         in_a, in_b = matches(r, decide.a), matches(r, decide.b)
         if not (in_a or in_b):
             continue
-        cell = Cell(str(r["condition"]), str(r["server"]), str(r["object"]))
-        a, b = sides.setdefault(cell, {}).setdefault(rep, ([], []))
+        a, b = sides.setdefault(Cell.of(r), {}).setdefault(rep, ([], []))
         (a if in_a else b).append(r)
     return {
         cell: [(_value(a, decide.column), _value(b, decide.column)) for _, (a, b) in sorted(by_rep.items())]
@@ -154,16 +162,12 @@ def cell_verdicts(
     out = []
     for decide in decides:
         by_cell = rounds(decide, rows, before)
-        for cell in dict.fromkeys([*planned, *sorted(by_cell, key=_cell_key)]):
+        for cell in dict.fromkeys([*planned, *sorted(by_cell)]):
             pairs = by_cell.get(cell, [])
             above = sum(a > b for a, b in pairs if math.isfinite(a) and math.isfinite(b))
             below = sum(a < b for a, b in pairs if math.isfinite(a) and math.isfinite(b))
             out.append(CellVerdict(decide, cell, judge(decide, pairs, alpha), (above, below)))
     return out
-
-
-def _cell_key(cell: Cell) -> tuple[str, str, str]:
-    return cell.condition, cell.server, cell.object
 
 
 def all_decided(verdicts: Sequence[CellVerdict]) -> bool:
@@ -226,7 +230,7 @@ def ran_rounds(rows: Iterable[Mapping[str, Any]]) -> dict[Cell, int]:
     for r in rows:
         rep = r.get("repetition")
         if isinstance(rep, int):
-            cell = Cell(str(r["condition"]), str(r["server"]), str(r["object"]))
+            cell = Cell.of(r)
             out[cell] = max(out.get(cell, 0), rep + 1)
     return out
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from quicbed.analysis.decisions import fewest_rounds
+from quicbed.analysis.decisions import floor_rounds
 from quicbed.analysis.loss_response import mathis_mbit
 from quicbed.errors import InputError
 from quicbed.rowschema import TRIALS_DIR
@@ -101,7 +101,7 @@ def duration_text(exp: Experiment) -> str:
     if exp.auto is None:
         return f"estimated duration: {hms(estimate_seconds(exp))} {model}"
     # Every comparison decided at its floor, or none before the cap.
-    floor = max(exp.auto.min, *(fewest_rounds(exp.auto.alpha, bool(d.similar_within)) for d in exp.decide))
+    floor = floor_rounds(exp.decide, exp.auto)
     return (
         f"estimated duration: {hms(estimate_seconds(exp, floor))} if every cell decides at "
         f"{floor} rounds (the fewest the test can), {hms(estimate_seconds(exp))} at the cap "

@@ -16,7 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -504,11 +504,13 @@ def decisions_of(exp: Experiment, rows: list[dict[str, Any]]) -> list[dict[str, 
     lines: dict[decisions.Cell, list[decisions.Decide]] = {}
     for cond in conditions(exp):
         lines |= paired_lines(exp.decide, trials(exp, cond))
+    by_cell: dict[decisions.Cell, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_cell.setdefault(decisions.Cell.of(r), []).append(r)
     verdicts = []
     for cell, mine in lines.items():
         if mine:
-            cell_rows = [r for r in rows if (r["condition"], r["server"], r["object"]) == astuple(cell)]
-            verdicts += decisions.cell_verdicts(mine, cell_rows, alpha, [cell])
+            verdicts += decisions.cell_verdicts(mine, by_cell.get(cell, []), alpha, [cell])
     return decisions.manifest_entries(verdicts, exp.auto, alpha, decisions.ran_rounds(rows))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from quicbed import limits, rowschema
-from quicbed.analysis.decisions import DEFAULT_ALPHA, AutoRepetitions, Decide, fewest_rounds
+from quicbed.analysis.decisions import DEFAULT_ALPHA, AutoRepetitions, Decide, floor_rounds
 from quicbed.analysis.expectations import Expectation, client_labels, compile_expectation
 from quicbed.fields import (
     check_choice,
@@ -260,7 +260,7 @@ def _check_sequential(src: Source, exp: Experiment) -> None:
             "auto repetitions pair both sides of each round, which blocked order runs far "
             "apart; use interleaved or shuffled",
         )
-    floor = max(fewest_rounds(exp.auto.alpha, bool(d.similar_within)) for d in exp.decide)
+    floor = floor_rounds(exp.decide, exp.auto)
     if exp.auto.max < floor:
         raise src.error(
             ("repetitions", "auto", "max"),

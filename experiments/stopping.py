@@ -35,8 +35,7 @@ class Stopper:
             self.add(row)
 
     def add(self, row: Mapping[str, Any]) -> None:
-        cell = Cell(str(row["condition"]), str(row["server"]), str(row["object"]))
-        self._rows.setdefault(cell, {})[str(row["trial_id"])] = row
+        self._rows.setdefault(Cell.of(row), {})[str(row["trial_id"])] = row
 
     def not_needed(self, trial: Trial) -> bool:
         """Whether the trial's cell was decided on the rounds before the trial's."""

@@ -95,8 +95,7 @@ class LoadMeter:
             self._thread.join()
             pressure = self._queued / max(self._samples, 1)
         else:
-            now = hostload.cpu_wait_us()
-            pressure = ((now or 0) - (self._psi or 0)) / 1e6 / seconds
+            pressure = hostload.wait_share(self._psi, hostload.cpu_wait_us(), seconds) or 0.0
         self.load = Load(round(seconds, 2), max(steal, 0.0), min(max(pressure, 0.0), 1.0))
 
 
