@@ -239,11 +239,11 @@ class TestbedExecutor:
             before = {h: _cpu_usec(h.container) for h in (client, host)}
             if cross:
                 cross.start(capture.pcap_path() if capture else None)
-            waited_before = hostload.cpu_wait_us()
+            machine_before = hostload.cpu_times()
             start = time.monotonic()
             proc, overflow = self._exec_bounded(client, argv, trial.timeout_s + 15)
             wall = time.monotonic() - start
-            waited = hostload.wait_share(waited_before, hostload.cpu_wait_us(), wall)
+            machine = hostload.busy_pct(machine_before, hostload.cpu_times())
             if cross:
                 cross.wait()  # its flows end before the next trial begins
         finally:
@@ -254,6 +254,8 @@ class TestbedExecutor:
         if overflow:
             raise TrialError(f"{trial.client.tool}: {overflow}", capture.finish() if capture else None)
         cpu = {h: (_cpu_usec(h.container) - before[h]) / 1e4 / wall for h in before}
+        # Whatever else the host ran meanwhile (the link's router too): a neighbour's share.
+        other = None if machine is None else max(machine - sum(cpu.values()), 0.0)
         retrans = _tcp_retrans(host.container_pid) - retrans
         try:
             rows = rowschema.tool_rows(proc.stdout)
@@ -279,7 +281,7 @@ class TestbedExecutor:
         row.update(
             cpu_client_pct=round(cpu[client], 1),
             cpu_server_pct=round(cpu[host], 1),
-            host_cpu_wait_pct=None if waited is None else round(100 * waited, 1),
+            host_cpu_other_pct=None if other is None else round(other, 1),
             tool_wall_s=round(wall, 3),
             transfer_s=_transfer_s(row),
             **self._server_saw(trial.server),

@@ -1,20 +1,29 @@
-"""The host's CPU contention: how long runnable tasks waited for a CPU.
+"""The host's CPU contention, two ways.
 
-The kernel's pressure stall information (/proc/pressure/cpu, "some") counts the microseconds
-in which at least one runnable task waited. Over a trial it says whether the trial shared
-the host's cores with other work; the trial's own containers' CPU share (the executor's
-cpu_*_pct) cannot, since a neighbour's load is not theirs. Read by the executor (a row's
-host_cpu_wait_pct) and the tests' re-measurement (tests/contention.py).
+- Over a whole measurement (tests/contention.py): the kernel's pressure stall information
+  (/proc/pressure/cpu, "some") counts the microseconds in which a runnable task waited for a
+  CPU. It rises with a CPU-heavy measurement's neighbours.
+- Over one trial (the executor's host_cpu_other_pct): the CPU the host spent on anything but
+  the trial's client and server containers (/proc/stat less their cgroups). A short trial's
+  tasks mostly sleep; when they wake, the scheduler runs them soon, so PSI barely moves
+  (8–16 % of a handshake trial's wall time with a busy neighbour core, 6–11 % without) while
+  the neighbour still delays them by a millisecond or two. The busy time moves: a CPU hog
+  beside india handshakes measured 1.1 cores of other work, 0.2 without it.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 PSI_CPU = Path("/proc/pressure/cpu")
-# Above this share of its wall time with a task waiting for a CPU, a trial's timing says as
-# much about the host as about the path (tests/contention.py uses the same limit).
+PROC_STAT = Path("/proc/stat")
+# Above this share of its wall time with a task waiting for a CPU, a measurement's timing says
+# as much about the host as about the path (tests/contention.py).
 CONTENDED_WAIT = 0.25
+# Above this much other work (% of one core), a trial shared the host: the link's own router
+# and the executor's polling take about 20 %, a neighbour that spins takes 100 %.
+CONTENDED_OTHER_PCT = 50.0
 
 
 def cpu_wait_us() -> int | None:
@@ -34,3 +43,30 @@ def wait_share(before_us: int | None, after_us: int | None, wall_s: float) -> fl
     if before_us is None or after_us is None or wall_s <= 0:
         return None
     return min(max((after_us - before_us) / 1e6 / wall_s, 0.0), 1.0)
+
+
+def cpu_times() -> tuple[int, int] | None:
+    """(busy, all) jiffies of the host's CPUs so far; steal counts as busy (someone else ran)."""
+    try:
+        fields = [int(v) for v in PROC_STAT.read_text().splitlines()[0].split()[1:9]]
+    except (OSError, IndexError, ValueError):
+        return None
+    if len(fields) < 5:
+        return None
+    idle = fields[3] + fields[4]  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The host's busy CPU between two cpu_times readings, in % of one core (all cores
+    summed, like the containers' cpu_*_pct: 200 % is two busy cores)."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    share = (after[0] - before[0]) / (after[1] - before[1])
+    return min(max(share, 0.0), 1.0) * 100 * (os.cpu_count() or 1)
+
+
+def contended(row: dict) -> bool:
+    """A trial that shared the host: CPU-bound, or other work beyond CONTENDED_OTHER_PCT."""
+    other = row.get("host_cpu_other_pct")
+    return bool(row.get("cpu_bound")) or (other is not None and other > CONTENDED_OTHER_PCT)

@@ -109,9 +109,9 @@ EXECUTOR = _columns(
     ("cpu_client_pct", "%", "client container CPU during the trial, of one core"),
     ("cpu_server_pct", "%", "server container CPU during the trial, of one core"),
     (
-        "host_cpu_wait_pct",
+        "host_cpu_other_pct",
         "%",
-        "share of the trial's wall time in which a task on the host waited for a CPU (PSI)",
+        "host CPU busy during the trial beyond its client and server containers, of one core",
     ),
     (
         "cpu_bound",
@@ -365,7 +365,7 @@ RUNNER_DEFAULTS: dict[str, object] = {
     "throughput_mbps": None,
     "cpu_client_pct": None,
     "cpu_server_pct": None,
-    "host_cpu_wait_pct": None,
+    "host_cpu_other_pct": None,
     "cpu_bound": False,
 }
 
@@ -396,7 +396,7 @@ ANALYSIS_DEFAULTS: dict[str, object] = {
     "cpu": None,
     "cpu_client_pct": _NAN,
     "cpu_server_pct": _NAN,
-    "host_cpu_wait_pct": _NAN,
+    "host_cpu_other_pct": _NAN,
     "cpu_bound": False,
     "calib_rtt_ms": _NAN,
     "calib_passed": True,

@@ -1,4 +1,5 @@
-"""The host's CPU wait over a trial (quicbed/hostload.py): PSI's "some" total, as a share."""
+"""The host's contention (quicbed/hostload.py): PSI's "some" total as a share of a measurement,
+and /proc/stat's busy time over a trial, beyond the trial's own containers."""
 
 from pathlib import Path
 
@@ -27,3 +28,29 @@ def test_the_stall_total_is_read_from_the_some_line(tmp_path: Path, monkeypatch:
     assert hostload.cpu_wait_us() is None
     monkeypatch.setattr(hostload, "PSI_CPU", tmp_path / "absent")
     assert hostload.cpu_wait_us() is None
+
+
+def test_busy_time_is_summed_over_cores_and_steal_counts_as_busy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stat = tmp_path / "stat"
+    monkeypatch.setattr(hostload, "PROC_STAT", stat)
+    monkeypatch.setattr(hostload.os, "cpu_count", lambda: 2)
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  100 0 100 700 100 0 0 0 0 0\ncpu0 1 2 3\n")
+    before = hostload.cpu_times()
+    assert before == (200, 1000)
+    stat.write_text("cpu  150 0 150 850 100 0 0 50 0 0\n")  # +150 busy (50 of it steal), +150 idle
+    assert hostload.busy_pct(before, hostload.cpu_times()) == pytest.approx(100.0)  # one core of two
+    assert hostload.busy_pct(None, before) is None
+    assert hostload.busy_pct(before, before) is None
+    stat.write_text("garbage\n")
+    assert hostload.cpu_times() is None
+
+
+def test_a_trial_shared_the_host_when_cpu_bound_or_beside_half_a_core_of_other_work() -> None:
+    limit = hostload.CONTENDED_OTHER_PCT
+    assert not hostload.contended({"cpu_bound": False, "host_cpu_other_pct": limit})
+    assert hostload.contended({"cpu_bound": False, "host_cpu_other_pct": limit + 0.1})
+    assert hostload.contended({"cpu_bound": True, "host_cpu_other_pct": 0.0})
+    assert not hostload.contended({"cpu_bound": False, "host_cpu_other_pct": None})
