@@ -245,3 +245,19 @@ def summary_line(entry: Mapping[str, Any]) -> str:
     needed = entry.get("rounds_needed")
     tail += f"; about {needed} rounds would decide at this effect)" if needed else ")"
     return f"{head}: {entry['why']} after {entry['rounds']} rounds{tail}"
+
+
+def run_summary(manifest: Mapping[str, Any], trials_run: int) -> str | None:
+    """An auto run's trials against its plan at the cap, and whether every cell was decided;
+    None for a run without decide lines."""
+    entries = [e for e in manifest.get("decisions") or [] if isinstance(e, Mapping)]
+    if not entries:
+        return None
+    planned = manifest.get("trials_total")
+    undecided = [e for e in entries if e.get("why") != DECIDED]
+    head = f"{manifest.get('run_id')}: {trials_run} trials"
+    if isinstance(planned, int) and planned > trials_run and manifest.get("status") == "complete":
+        head += f" of {planned} planned at the cap; {planned - trials_run} not needed"
+    if not undecided:
+        return f"{head}: every cell decided ({len(entries)} decisions)."
+    return f"{head}: {len(undecided)} of {len(entries)} decisions not decided (see Decided as it ran)."

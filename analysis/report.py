@@ -15,7 +15,7 @@ import yaml
 from quicbed import rowschema
 from quicbed.workloads import ReportSection, report_sections
 
-from . import disagreements, render, stack_matrix
+from . import decisions, disagreements, render, stack_matrix
 from . import loss_response as lr
 from .claims import FAILS, NO_DATA, Direction, Verdict, evaluate, expectation_claim, gain_shrinks
 from .expectations import compile_expectation
@@ -112,6 +112,9 @@ def summary_section(df: pd.DataFrame, manifests: list[dict[str, Any]], warnings:
         "Medians with 95% percentile-bootstrap CIs; n = trials (or samples) behind each "
         "number. RTT-normalised values divide by each trial's calibrated RTT."
     )
+    runs_of = df["run_id"].value_counts() if "run_id" in df else pd.Series(dtype=int)
+    decided = [decisions.run_summary(m, int(runs_of.get(str(m.get("run_id")), 0))) for m in manifests]
+    text += "".join(f" {line}" for line in decided if line)
     blocks: list[Block] = [Text(text)]
     if warnings:
         blocks.append(Bullets(warnings, warn=True))

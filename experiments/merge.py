@@ -15,6 +15,9 @@ from typing import Any
 
 from quicbed.errors import InputError
 
+from .runner import decisions_of
+from .schema import parse_experiment
+from .shard import units
 from .store import RunStore, load_history, load_rows, read_manifest, write_parquet
 
 # What must be equal in every shard: the experiment (its text), the seed, the code version.
@@ -94,8 +97,18 @@ def merge_runs(run_dirs: list[Path], out_dir: Path) -> Merged:
                     store.append({**row, "run_id": out_dir.name})
     current = load_rows(out_dir)[0]
     write_parquet(current, out_dir / "rows.parquet")
+    if merged.get("decisions"):  # each shard decided its own cells; the whole run decides all
+        merged["decisions"] = _decisions(merged, current)
+        RunStore(out_dir).write_manifest(merged)
     done = sum(r.get("error") is None for r in current)
     return Merged(out_dir, len(current), missing, merged["trials_total"] - done)
+
+
+def _decisions(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The decide lines over every shard's rows, from the experiment text the shards ran."""
+    text, file = str(manifest["experiment_text"]), str(manifest.get("file") or "merged")
+    exp = parse_experiment(text, file, quick=bool(manifest.get("quick")))
+    return decisions_of(exp, rows, units(exp))
 
 
 def _owns(shard: dict[str, Any], row: dict[str, Any]) -> bool:

@@ -38,7 +38,7 @@ from quicbed.analysis.overhead import account, summary_lines
 from quicbed.errors import HostProblem, PathMismatch
 from quicbed.topology.signals import STOP_SIGNALS
 
-from .matrix import Condition, Trial, conditions, trials
+from .matrix import Condition, Trial, conditions
 from .schema import Experiment
 from .shard import Shard, Unit, shard_units, unit_trials, units
 from .stopping import Stopper, paired_lines
@@ -482,7 +482,7 @@ def _finish(store: RunStore, manifest: dict, summary: RunSummary, console: Conso
     manifest["sessions"][-1].update(status=status, ended_at=manifest["ended_at"], ran=summary.ran)
     rows = load_rows(store.dir)[0]
     if exp.decide:
-        manifest["decisions"] = decisions_of(exp, rows)
+        manifest["decisions"] = decisions_of(exp, rows, _units(exp, manifest))
     store.write_manifest(manifest)
     store.write_parquet()
     done = summary.done_before + summary.ran
@@ -498,12 +498,11 @@ def _finish(store: RunStore, manifest: dict, summary: RunSummary, console: Conso
     )
 
 
-def decisions_of(exp: Experiment, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every decide line's verdict in every cell, from the rows in round order."""
+def decisions_of(exp: Experiment, rows: list[dict[str, Any]], held: list[Unit]) -> list[dict[str, Any]]:
+    """Every decide line's verdict in every cell of the held units, from the rows in round
+    order."""
     alpha = exp.auto.alpha if exp.auto else decisions.DEFAULT_ALPHA
-    lines: dict[decisions.Cell, list[decisions.Decide]] = {}
-    for cond in conditions(exp):
-        lines |= paired_lines(exp.decide, trials(exp, cond))
+    lines = paired_lines(exp.decide, (t for unit in held for t in unit_trials(exp, unit)))
     by_cell: dict[decisions.Cell, list[dict[str, Any]]] = {}
     for r in rows:
         by_cell.setdefault(decisions.Cell.of(r), []).append(r)

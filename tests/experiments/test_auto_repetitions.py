@@ -221,6 +221,19 @@ def test_the_report_shows_each_decision_with_its_rounds(tmp_path: Path) -> None:
     assert "Decided as it ran" in html and "not decided at the cap" in html
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert all(str(d["rounds_needed"]) in html for d in manifest["decisions"] if d.get("rounds_needed"))
+    assert "48 trials: 2 of 2 decisions not decided (see Decided as it ran)" in html
+
+
+def test_the_report_summary_counts_the_trials_a_decided_run_did_not_need(tmp_path: Path) -> None:
+    from quicbed.analysis.report import build_report
+
+    run(DECISIVE, tmp_path / "r")
+    out, _ = build_report([tmp_path / "r"], tmp_path / "report")
+    html = (out if out.suffix == ".html" else out / "report.html").read_text()
+    floor, planned = fewest_rounds(0.01), 2 * 2 * 40
+    ran = 2 * 2 * floor
+    said = f"{ran} trials of {planned} planned at the cap; {planned - ran} not needed: every cell decided"
+    assert said in html
 
 
 def test_sides_that_overlap_are_refused() -> None:

@@ -305,3 +305,30 @@ def test_shards_made_before_units_still_merge_by_condition(tmp_path, capsys):
     assert cmd_merge([str(d) for d in old], "merged-old", results) == 0
     assert _trial_ids(results / "merged-old") == _trial_ids(whole)
     assert read_manifest(results / "merged-old")["status"] == "complete"
+
+
+DECIDED_BY_SHARDS = """
+name: decided
+profiles: [india, germany]
+servers: [caddy, nginx]
+clients: [{tool: tls_perf, tls: ["1.3"]}, quic_perf]
+workload: {kind: web, objects: [index.html]}
+repetitions: 12
+decide:
+  - {metric: connection_time, a: quic, b: tls1.3}
+"""
+
+
+def test_merged_shards_decide_every_cell_as_the_unsharded_run_does(tmp_path, capsys):
+    file, results = tmp_path / "decided.yaml", tmp_path / "results"
+    file.write_text(DECIDED_BY_SHARDS)
+    whole = _run(file, results)
+    shards = [_run(file, results, shard=f"{i}/2") for i in (1, 2)]
+
+    def cells(run: Path) -> list[tuple]:
+        return [(d["server"], d["decision"], d["rounds"], d["why"]) for d in read_manifest(run)["decisions"]]
+
+    assert all(len(cells(s)) < len(cells(whole)) for s in shards)  # each shard decided its own
+    assert cmd_merge([str(s) for s in shards], "merged", results) == 0
+    assert cells(results / "merged") == cells(whole)
+    assert {d[1] for d in cells(whole)} == {"A < B"}
