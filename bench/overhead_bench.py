@@ -26,6 +26,7 @@ from rich.console import Console
 
 from quicbed.analysis.overhead import account, summary_lines
 from quicbed.experiments.executor import TestbedExecutor
+from quicbed.experiments.options import PathOptions
 from quicbed.experiments.runner import run_experiment
 from quicbed.experiments.schema import load_experiment
 from quicbed.paths import CACHE, REPO, RESULTS, STATE
@@ -66,7 +67,7 @@ def quick_run(backend: str) -> tuple[list[dict], dict]:
         console = Console(stderr=True, quiet=True)
         run_experiment(
             exp,
-            TestbedExecutor(exp, run_dir, console=console, backend=backend),
+            TestbedExecutor(exp, run_dir, PathOptions(backend=backend), console=console),
             run_dir,
             progress=False,
             console=console,

@@ -19,6 +19,7 @@ from quicbed.errors import InputError, QuicbedError
 from . import cluster
 from .check import check
 from .merge import merge_runs
+from .options import RunOptions
 from .parallel import ParallelLocal, auto_parallel, parallel_plan, parse_parallel
 from .plan import dry_run, parse_paths_per_worker, paths_per_worker
 from .runner import Dispatcher, Executor, RunAborted, run_experiment
@@ -30,74 +31,31 @@ from .store import load_rows, new_run_id, read_manifest
 def cmd_run(
     file: str | Path,
     make_executor: Callable[[Experiment, Path], Executor],
-    *,
-    resume: str | None = None,
-    dry: bool = False,
-    check_after: bool = False,
-    quick: bool = False,
-    results: Path | None = None,
-    progress: bool = True,
-    retry_failed: bool = False,
+    opts: RunOptions | None = None,
     on_run_dir: Callable[[Path], None] | None = None,
-    junit: str | Path | None = None,
-    shard: str | None = None,
-    ray: str | None = None,
-    ray_workers: int | None = None,
-    ray_retries: int = 1,
-    capture: str | None = None,
-    parallel: str = "1",
-    paths_per_worker: str | None = None,
 ) -> int:
     """`quicbed run FILE [--resume ID [--retry-failed]] [--dry-run] [--check] [--quick]
-    [--capture qlog,pcap,keys]` (capture: overrides the file's `capture:`).
+    [--capture qlog,pcap,keys] ...`, as RunOptions (experiments/options.py).
 
-    make_executor(exp, run_dir) is called once, after the file validated and unless dry; --force belongs to
-    the executor (pass it through your factory). on_run_dir(run_dir) is told the run directory
-    before anything runs (reproduce names it in its resume hints)."""
+    make_executor(exp, run_dir) is called once, after the file validated and unless dry; the
+    options' `path` belongs to the executor (pass it through your factory). on_run_dir(run_dir)
+    is told the run directory before anything runs (reproduce names it in its resume hints)."""
+    opts = opts or RunOptions()
     console = Console(highlight=False, soft_wrap=True)
-    if retry_failed and not resume:
+    if opts.retry_failed and not opts.resume:
         console.print("--retry-failed needs --resume RUN_ID (a new run has nothing to retry)", markup=False)
         return 2
-    run_dir: Path | None = None
     try:
-        run_dir = run_dir_for(resume, results) if resume else None
-        if run_dir is not None:  # a resumed run keeps the --quick it was started with
-            quick = bool(read_manifest(run_dir).get("quick"))
-        exp = load_experiment(file, quick=quick)
+        exp, run_dir = _experiment(file, opts)
     except QuicbedError as exc:  # bad file, bad profile, missing run: one line, no traceback
         console.print(str(exc), markup=False)
         return 2
-    if capture is not None:  # the command line overrides the file's capture:
-        try:
-            exp.capture = parse_capture(capture)
-        except ValueError as exc:
-            console.print(f"--capture: {exc}", markup=False)
-            return 2
     try:
-        part = parse_shard(shard) if shard else None
-        if part and ray:
-            raise InputError("--shard and --ray: choose one (a cluster schedules every condition)")
-        k = parse_parallel(parallel)
-        if ray and k != 1:
-            raise InputError(
-                "--parallel and --ray: choose one (a Ray worker runs the paths it offers: "
-                "quicbed_path, docs/cluster/README.md)"
-            )
-        if exp.auto and (part or ray or k not in (0, 1)):
-            raise InputError(
-                f"{'--shard' if part else '--ray' if ray else '--parallel'}: this experiment's "
-                "repetitions are auto, and a cell's rounds are asked one after another on one "
-                "path; run it without"
-            )
-        k = k or (1 if exp.auto else auto_parallel(exp))
-        if paths_per_worker is not None and not dry:
-            raise InputError(
-                "--paths-per-worker plans (with --dry-run); a Ray worker runs the paths it offers"
-            )
-        if dry:
-            cluster_plan = _cluster_plan(exp, part, ray, ray_workers, paths_per_worker)  # refused first
+        part, k = _where(exp, opts)
+        if opts.dry:
+            cluster_plan = _cluster_plan(exp, part, opts)  # refused first
             console.print(dry_run(exp), markup=False)
-            console.print(parallel_plan(exp, k, parallel == "auto"), markup=False)
+            console.print(parallel_plan(exp, k, opts.parallel == "auto"), markup=False)
             if cluster_plan:
                 console.print(cluster_plan, markup=False)
             return 0
@@ -105,26 +63,28 @@ def cmd_run(
         console.print(str(exc), markup=False)
         return exc.exit_code
     make: Callable[[Experiment, Path], Executor | Dispatcher] = make_executor
-    if ray:
-        make = cluster.dispatcher(ray, make_executor, ray_retries)
+    if opts.ray:
+        make = cluster.dispatcher(opts.ray, make_executor, opts.ray_retries)
     elif k > 1:
         make = lambda e, d: ParallelLocal(make_executor(e, d), e, k)  # noqa: E731
-    results = results or paths.RESULTS
+    results = opts.results or paths.RESULTS
     name = f"{exp.name}-shard{part.index}of{part.count}" if part else exp.name
     run_dir = run_dir or results / new_run_id(name, results)
     if on_run_dir:
         on_run_dir(run_dir)
     # A resume after --retry-failed must retry the rest too, or they would count as done.
-    resume_cmd = f"quicbed run {file} --resume {run_dir.name}" + (" --retry-failed" if retry_failed else "")
+    resume_cmd = f"quicbed run {file} --resume {run_dir.name}" + (
+        " --retry-failed" if opts.retry_failed else ""
+    )
     try:
         summary = run_experiment(
             exp,
             make(exp, run_dir),
             run_dir,
-            resume=bool(resume),
-            progress=progress,
+            resume=bool(opts.resume),
+            progress=opts.progress,
             console=console,
-            retry_failed=retry_failed,
+            retry_failed=opts.retry_failed,
             shard=part,
         )
     except QuicbedError as exc:
@@ -140,9 +100,45 @@ def cmd_run(
         console.print(f"fix that, then resume with {resume_cmd}", markup=False)
         return summary.exit_code
     _hint_retry(file, run_dir, console)
-    if check_after:
-        return max(summary.exit_code, check(exp, run_dir, console, junit))
+    if opts.check_after:
+        return max(summary.exit_code, check(exp, run_dir, console, opts.junit))
     return summary.exit_code
+
+
+def _experiment(file: str | Path, opts: RunOptions) -> tuple[Experiment, Path | None]:
+    """The file's experiment as this run measures it, and the run to resume (None: a new run).
+    A resumed run keeps the --quick it was started with; --capture overrides the file's."""
+    run_dir = run_dir_for(opts.resume, opts.results) if opts.resume else None
+    quick = bool(read_manifest(run_dir).get("quick")) if run_dir is not None else opts.quick
+    exp = load_experiment(file, quick=quick)
+    if opts.capture is not None:
+        try:
+            exp.capture = parse_capture(opts.capture)
+        except ValueError as exc:
+            raise InputError(f"--capture: {exc}") from None
+    return exp, run_dir
+
+
+def _where(exp: Experiment, opts: RunOptions) -> tuple[Shard | None, int]:
+    """This run's shard (None: every unit) and its paths at once (K), or InputError."""
+    part = parse_shard(opts.shard) if opts.shard else None
+    if part and opts.ray:
+        raise InputError("--shard and --ray: choose one (a cluster schedules every condition)")
+    k = parse_parallel(opts.parallel)
+    if opts.ray and k != 1:
+        raise InputError(
+            "--parallel and --ray: choose one (a Ray worker runs the paths it offers: "
+            "quicbed_path, docs/cluster/README.md)"
+        )
+    if exp.auto and (part or opts.ray):
+        raise InputError(
+            f"{'--shard' if part else '--ray'}: this experiment's repetitions are auto, and "
+            "a cell's rounds are asked one after another by the run that holds them all; "
+            "run it without (--parallel K runs whole cells on K paths)"
+        )
+    if opts.paths_per_worker is not None and not opts.dry:
+        raise InputError("--paths-per-worker plans (with --dry-run); a Ray worker runs the paths it offers")
+    return part, k or auto_parallel(exp)
 
 
 def _hint_retry(file: str | Path, run_dir: Path, console: Console) -> None:
@@ -230,11 +226,10 @@ def cmd_export(run: str, dest: str, no_secrets: bool = False, results: Path | No
     return 0
 
 
-def _cluster_plan(
-    exp: Experiment, part: Shard | None, ray: str | None, ray_workers: int | None, per_worker: str | None
-) -> str:
+def _cluster_plan(exp: Experiment, part: Shard | None, opts: RunOptions) -> str:
     """The dry run's plan for shards or Ray workers (empty without either). A shard's units of
     one condition share its path; Ray's each have their own, `--paths-per-worker` at once."""
+    ray, ray_workers, per_worker = opts.ray, opts.ray_workers, opts.paths_per_worker
     if per_worker is not None and part is not None:
         raise InputError("--paths-per-worker is for Ray workers; a shard runs one path (--parallel: local)")
     if part:

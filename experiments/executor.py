@@ -44,6 +44,7 @@ from quicbed.workloads import WORKLOADS
 from . import cross as crossflows
 from .capture import CLIENT_TRIALS, TrialCapture, path_interface
 from .matrix import Condition, Trial, conditions
+from .options import PathOptions
 from .runner import TrialError
 from .schema import Experiment
 
@@ -77,13 +78,12 @@ class TestbedExecutor:
         self,
         exp: Experiment,
         run_dir: Path,
-        *,
-        force: bool = False,
-        backend: str = "auto",
-        client_image: str | None = None,
+        path: PathOptions | None = None,
         console: Console | None = None,
     ) -> None:
-        self.exp, self.run_dir, self.force = exp, run_dir, force
+        path = path or PathOptions()
+        client_image, backend = path.client_image, path.backend
+        self.exp, self.run_dir, self.force = exp, run_dir, path.force
         # The client container runs the first tool's image (its descriptor's); a tool of another
         # image runs in a side container of it, sharing its namespace and mounts. --client-image
         # runs every tool in one image.

@@ -39,6 +39,7 @@ from .runner import (
 )
 from .schema import Experiment
 from .shard import Unit, unit_seconds, units
+from .stopping import Stopper
 
 CPU_BOUND_RERUN = 0.10  # a unit with more of its parallel trials CPU-bound is measured alone
 
@@ -259,6 +260,11 @@ def _handle(kind: str, payload: Any, run: _Running, session: Session, units_by_i
     if kind == "row":
         if session.record(payload) and payload["unit"] in run.left:
             run.left[payload["unit"]] -= 1
+    elif kind == "not_needed":
+        unit_id, trial_id = payload
+        session.decided_without(trial_id)
+        if unit_id in run.left:
+            run.left[unit_id] -= 1
     elif kind == "calibrated":
         unit_id, calib, where = payload
         session.calibrated(unit_id, calib, where)
@@ -275,11 +281,27 @@ def _run_alone(executor: Executor, rerun: Work, session: Session) -> None:
     """K = 1 in this process: each unit's path, its trials again (superseding rows)."""
     run_id, host, info = session.manifest["run_id"], host_facts(), executor.manifest_info()
 
-    superseded = {t.trial_id for _, todo in rerun for t, _ in todo} & session.stored
+    again_ids = {t.trial_id for _, todo in rerun for t, _ in todo}
+    superseded = again_ids & session.stored
+    # Auto repetitions: the units' cells decided afresh by their rows measured alone (and the
+    # rows of earlier sessions). A decision takes the first round its test crosses at, so a
+    # parallel row in a round after it, left standing, does not change it.
+    fresh = None
+    if session.stopper is not None:
+        from .store import load_rows
+
+        kept = [r for r in load_rows(session.store.dir)[0] if r["trial_id"] not in again_ids]
+        fresh = Stopper(session.stopper.exp, kept)
 
     def record(row: dict[str, Any]) -> None:
-        again = row["trial_id"] in superseded
-        session.stored.discard(row["trial_id"])  # this attempt supersedes the parallel one
+        trial_id = row["trial_id"]
+        again = trial_id in superseded
+        session.stored.discard(trial_id)  # this attempt supersedes the parallel one
+        if fresh:
+            fresh.add(row)
+        if trial_id in session.not_run:  # not needed on its parallel path, needed alone
+            session.not_run.discard(trial_id)
+            session.summary.not_needed -= 1
         if session.record(row | {"parallel": 1}) and again:
             session.summary.ran -= 1  # the trial was counted when it first ran this session
 
@@ -295,6 +317,7 @@ def _run_alone(executor: Executor, rerun: Work, session: Session) -> None:
                 lambda u, calib: session.calibrated(u.id, calib, ran_on(host, info, calib)),
                 record,
                 session.finished,
+                lambda trial: fresh is not None and fresh.not_needed(trial),
             )
         except ConditionSkipped as exc:
             session.skipped(unit, 0, f"rerun alone: {exc}")
@@ -315,6 +338,21 @@ def _job_main(executor: Executor, job: Job, session: Session, home: Any, width: 
 
     run_id, host, info = session.manifest["run_id"], host_facts(), executor.manifest_info()
     own_log_scope(executor, job, len(_condition_units(session, job[0][0])))
+    # Auto repetitions: the fork's copy of the run's Stopper (seeded with the stored rows)
+    # decides this job's cells, which are whole (shard.cells_of) and no other job's.
+    stopper = session.stopper
+
+    def measured(row: dict[str, Any]) -> None:
+        if stopper:
+            stopper.add(row)
+        put("row", row | {"parallel": width})
+
+    def not_needed(trial: Any) -> bool:
+        if stopper is None or not stopper.not_needed(trial):
+            return False
+        put("not_needed", (next(u.id for u, _ in job if u.holds(trial)), trial.trial_id))
+        return True
+
     code = 0
     try:
         measure_units(
@@ -322,8 +360,9 @@ def _job_main(executor: Executor, job: Job, session: Session, home: Any, width: 
             executor,
             run_id,
             lambda u, calib: put("calibrated", (u.id, calib, ran_on(host, info, calib))),
-            lambda row: put("row", row | {"parallel": width}),
+            measured,
             lambda u: put("done", u.id),
+            not_needed,
         )
     except ConditionSkipped as exc:
         for unit, _ in job:

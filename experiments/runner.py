@@ -201,6 +201,7 @@ class Session:
     task: Any
     stored: set[str]  # trial ids with a row that counts: a second one is dropped
     stopper: Stopper | None = None  # auto repetitions: which trials are no longer needed
+    not_run: set[str] = field(default_factory=set)  # trial ids not needed, so far
 
     def started(self, unit: Unit) -> None:
         self.bar.update(self.task, description=f"{unit.id} {unit.label}")
@@ -235,9 +236,14 @@ class Session:
         """Whether the trial's cell is decided already: then it is counted, not run."""
         if self.stopper is None or not self.stopper.not_needed(trial):
             return False
+        self.decided_without(trial.trial_id)
+        return True
+
+    def decided_without(self, trial_id: str) -> None:
+        """A trial not run because its cell was decided (here, or on a parallel path)."""
+        self.not_run.add(trial_id)
         self.summary.not_needed += 1
         self.bar.advance(self.task)
-        return True
 
     def skipped(self, unit: Unit, left: int, reason: str) -> None:
         if reason.startswith(f"{PathMismatch.__name__}:"):

@@ -112,13 +112,16 @@ def cell_seconds(exp: Experiment, cond: Condition, cell: Cell) -> float:
 
 def cells_of(exp: Experiment, cond: Condition) -> list[Cell]:
     """A condition's cells: each server and object, its repetitions in as few blocks of
-    about equal length as keep each under UNIT_MAX_S (a repetition longer stays one)."""
+    about equal length as keep each under UNIT_MAX_S (a repetition longer stays one). Under
+    auto repetitions a cell stays whole: its rounds are decided one after another, by the
+    rounds before them, so one path runs them all."""
     out = []
     reps = exp.repetitions
     for server in exp.servers:
         for obj in exp.workload.objects:
             per_rep = cell_seconds(exp, cond, (server, obj, 0, 1))
-            fits = max(1, math.floor(UNIT_MAX_S / per_rep)) if per_rep else reps  # repetitions a block
+            # Repetitions a block: all of them under auto, or when a repetition costs nothing.
+            fits = reps if exp.auto or not per_rep else max(1, math.floor(UNIT_MAX_S / per_rep))
             blocks = math.ceil(reps / min(fits, reps))
             edges = [round(i * reps / blocks) for i in range(blocks + 1)]
             out += [(server, obj, a, b) for a, b in itertools.pairwise(edges)]

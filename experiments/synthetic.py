@@ -73,6 +73,7 @@ def _factory(delay_s: float):  # a plain closure: Ray ships it to workers
 
 def main(argv: list[str] | None = None) -> int:
     from .commands import cmd_run
+    from .options import RunOptions
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("file")
@@ -84,9 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ray", metavar="ADDRESS", help="each condition on a Ray cluster's worker")
     ap.add_argument("--ray-retries", type=int, default=1)
     args = ap.parse_args(argv)
-    return cmd_run(
-        args.file,
-        _factory(args.delay),
+    opts = RunOptions(
         resume=args.resume,
         quick=args.quick,
         check_after=args.check,
@@ -94,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         ray=args.ray,
         ray_retries=args.ray_retries,
     )
+    return cmd_run(args.file, _factory(args.delay), opts)
 
 
 if __name__ == "__main__":

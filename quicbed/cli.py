@@ -9,9 +9,13 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quicbed.errors import InputError, QuicbedError
 from quicbed.labs.lab import LabClosed
+
+if TYPE_CHECKING:
+    from quicbed.experiments.options import RunOptions
 
 Handler = Callable[[argparse.Namespace], int]
 BACKEND_HELP = "auto, or a link backend by name (`quicbed doctor` lists them and which run here)"
@@ -151,7 +155,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return run_doctor(commands_only=args.commands_only, backends=backend_checks)
 
 
-def cmd_run(args: argparse.Namespace, on_run_dir: Callable[[Path], None] | None = None) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
+    from quicbed.experiments.options import RunOptions
+
+    return run_file(args.file, RunOptions.from_args(args))
+
+
+def run_file(file: str | Path, opts: RunOptions, on_run_dir: Callable[[Path], None] | None = None) -> int:
+    """`quicbed run`, and each experiment of `quicbed reproduce`: the testbed's executor."""
     from quicbed.experiments.commands import cmd_run as run
     from quicbed.experiments.runner import signals_interrupt
     from quicbed.topology.marker import kill_own_helpers
@@ -159,32 +170,12 @@ def cmd_run(args: argparse.Namespace, on_run_dir: Callable[[Path], None] | None 
     def factory(exp, run_dir):  # lazy: a dry run never builds it
         from quicbed.experiments.executor import TestbedExecutor
 
-        return TestbedExecutor(
-            exp, run_dir, force=args.force, backend=args.backend, client_image=args.client_image
-        )
+        return TestbedExecutor(exp, run_dir, opts.path)
 
     # SIGTERM and SIGHUP as Ctrl-C for the whole command, executor set-up included.
     with signals_interrupt():
         try:
-            return run(
-                args.file,
-                factory,
-                resume=args.resume,
-                retry_failed=args.retry_failed,
-                dry=args.dry_run,
-                check_after=args.check or bool(args.junit),
-                quick=args.quick,
-                progress=not args.no_progress,
-                on_run_dir=on_run_dir,
-                junit=args.junit,
-                shard=args.shard,
-                ray=args.ray,
-                ray_workers=args.ray_workers,
-                ray_retries=args.ray_retries,
-                capture=args.capture,
-                parallel=args.parallel,
-                paths_per_worker=args.paths_per_worker,
-            )
+            return run(file, factory, opts, on_run_dir)
         finally:
             # A helper a teardown missed (an interrupt mid-calibration) must not outlive it.
             for line in kill_own_helpers():
@@ -233,16 +224,16 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     """Every experiment in experiments/paper or --experiments DIR (quick unless --full), then
     one report; one Ctrl-C/SIGTERM/SIGHUP stops it all (experiments/reproduce.py)."""
     from quicbed.analysis.report import main_report
+    from quicbed.experiments.options import PathOptions, RunOptions
     from quicbed.experiments.reproduce import experiment_files, reproduce
     from quicbed.paths import REPO
 
+    opts = RunOptions(
+        quick=not args.full, progress=not args.no_progress, path=PathOptions(backend=args.backend)
+    )
+
     def run_one(file: Path, on_run_dir: Callable[[Path], None]) -> int:
-        # `quicbed run`'s own parser gives every option its default: a Namespace written here
-        # by hand missed one added later (--capture), and reproduce died in a traceback.
-        words = ["run", str(file), "--backend", args.backend]
-        words += ["--quick"] * (not args.full) + ["--no-progress"] * args.no_progress
-        run_args = build_parser().parse_args(words)
-        return cmd_run(run_args, on_run_dir=on_run_dir)
+        return run_file(file, opts, on_run_dir)
 
     directory = Path(args.experiments) if args.experiments else REPO / "experiments" / "paper"
     return reproduce(

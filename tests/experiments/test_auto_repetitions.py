@@ -4,6 +4,7 @@ stops a cell once its lines are decided, says why, and a resume stops where one 
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from quicbed.analysis.decisions import CAP, DECIDED, fewest_rounds
 from quicbed.analysis.sequential import direction
 from quicbed.experiments.commands import cmd_run
 from quicbed.experiments.matrix import Trial
+from quicbed.experiments.options import RunOptions
 from quicbed.experiments.runner import run_experiment
 from quicbed.experiments.schema import ExperimentError, parse_experiment
 from quicbed.experiments.store import load_rows, read_manifest
@@ -190,22 +192,87 @@ def test_an_auto_run_that_could_not_decide_is_refused_with_file_line_and_field(
     assert message.startswith("seq.yaml:") and where in message and says in message, message
 
 
-def test_auto_repetitions_refuse_parallel_paths_and_shards(tmp_path: Path, capsys) -> None:
+def test_auto_repetitions_refuse_shards(tmp_path: Path, capsys) -> None:
     path = tmp_path / "seq.yaml"
     path.write_text(DECISIVE)
-    for flag in ({"parallel": "2"}, {"shard": "1/2"}):
-        code = cmd_run(
-            path, lambda e, d: SyntheticExecutor(), results=tmp_path / "res", progress=False, **flag
-        )
-        assert code == 2, flag
-        assert "repetitions are auto" in capsys.readouterr().out
+    code = cmd_run(
+        path,
+        lambda e, d: SyntheticExecutor(),
+        RunOptions(results=tmp_path / "res", progress=False, shard="1/2"),
+    )
+    assert code == 2
+    assert "repetitions are auto" in capsys.readouterr().out
     assert not (tmp_path / "res").exists() or not any((tmp_path / "res").iterdir())
+
+
+# Two conditions, so two paths have work; each cell whole on one of them.
+TWO_PATHS = DECISIVE.replace(
+    "  - {name: lab, rtt_ms: 80, rate_mbit: 20}\n",
+    "  - {name: lab, rtt_ms: 80, rate_mbit: 20}\n  - {name: near, rtt_ms: 20, rate_mbit: 20}\n",
+)
+
+
+def _cmd_run(text: str, tmp: Path, executor: Any, **kw: Any) -> Path:
+    path, results = tmp / "seq.yaml", tmp / "res"
+    path.write_text(text)
+    before = set(results.iterdir()) if results.exists() else set()
+    assert cmd_run(path, lambda e, d: executor, RunOptions(results=results, progress=False, **kw)) == 0
+    (run_dir,) = set(results.iterdir()) - before
+    return run_dir
+
+
+def _decided(run_dir: Path) -> list[tuple]:
+    return [
+        (d["condition"], d["server"], d["decision"], d["rounds"], d["why"])
+        for d in read_manifest(run_dir)["decisions"]
+    ]
+
+
+def test_parallel_paths_stop_each_cell_where_the_serial_run_does(tmp_path: Path) -> None:
+    serial = _cmd_run(TWO_PATHS, tmp_path, SyntheticExecutor(), parallel="1")
+    parallel = _cmd_run(TWO_PATHS, tmp_path, SyntheticExecutor(), parallel="2")
+    floor = fewest_rounds(0.01)
+    assert _decided(parallel) == _decided(serial)
+    assert {d[3] for d in _decided(parallel)} == {floor}
+    rows = load_rows(parallel)[0]
+    assert sorted(r["trial_id"] for r in rows) == sorted(r["trial_id"] for r in load_rows(serial)[0])
+    assert {r["parallel"] for r in rows} == {2} and len({r["unit"] for r in rows}) == 2
+    assert read_manifest(parallel)["parallel"] == {"k": 2, "paths": 2}
+
+
+class _BoundBeside(SyntheticExecutor):
+    """Every trial of condition c1 is CPU-bound when another path runs beside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parent = os.getpid()
+
+    def run_trial(self, trial: Trial) -> dict[str, Any]:
+        row = super().run_trial(trial)
+        return row | {"cpu_bound": trial.condition.id == "c1" and os.getpid() != self.parent}
+
+
+def test_a_cpu_bound_parallel_unit_is_decided_again_by_its_rows_measured_alone(
+    tmp_path: Path, capsys
+) -> None:
+    run_dir = _cmd_run(TWO_PATHS, tmp_path, _BoundBeside(), parallel="2")
+    floor = fewest_rounds(0.01)
+    latest = load_rows(run_dir)[0]
+    c1 = [r for r in latest if r["condition"] == "c1"]
+    assert c1 and all(r["parallel"] == 1 and r["attempt"] == 2 and not r["cpu_bound"] for r in c1)
+    assert {r["repetition"] for r in c1} == set(range(floor))
+    assert {d[3] for d in _decided(run_dir)} == {floor}
+    out = capsys.readouterr().out
+    planned = 2 * 2 * 2 * 40
+    assert f"{len(latest)}/{planned} trials, {planned - len(latest)} not needed (decided)" in out
 
 
 def test_the_dry_run_gives_the_floor_and_the_cap(tmp_path: Path, capsys) -> None:
     path = tmp_path / "seq.yaml"
     path.write_text(DECISIVE)
-    assert cmd_run(path, lambda e, d: SyntheticExecutor(), dry=True, results=tmp_path / "res") == 0
+    assert (
+        cmd_run(path, lambda e, d: SyntheticExecutor(), RunOptions(dry=True, results=tmp_path / "res")) == 0
+    )
     out = capsys.readouterr().out
     assert "up to 40 repetitions (auto: at least 3" in out
     assert f"if every cell decides at {fewest_rounds(0.01)} rounds" in out and "at the cap of 40" in out

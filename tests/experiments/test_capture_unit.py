@@ -14,6 +14,7 @@ from quicbed.clients.tools import TOOLS
 from quicbed.experiments.capture import CLIENT_TRIALS, ServerQlog, TrialCapture, path_interface
 from quicbed.experiments.commands import cmd_run
 from quicbed.experiments.matrix import conditions, trials
+from quicbed.experiments.options import RunOptions
 from quicbed.experiments.runner import _run_trial
 from quicbed.experiments.schema import ExperimentError, parse_capture, parse_experiment
 from quicbed.servers import get_server
@@ -45,13 +46,13 @@ def test_unknown_capture_is_one_located_line() -> None:
 def test_command_line_overrides_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     file = tmp_path / "t.yaml"
     file.write_text(BASE + "capture: [pcap]\n")
-    assert cmd_run(file, lambda e, d: None, dry=True) == 0  # type: ignore[arg-type,return-value]
+    assert cmd_run(file, lambda e, d: None, RunOptions(dry=True)) == 0  # type: ignore[arg-type,return-value]
     assert "capture: pcap per trial" in capsys.readouterr().out
-    assert cmd_run(file, lambda e, d: None, dry=True, capture="qlog,keys") == 0  # type: ignore[arg-type,return-value]
+    assert cmd_run(file, lambda e, d: None, RunOptions(dry=True, capture="qlog,keys")) == 0  # type: ignore[arg-type,return-value]
     assert "capture: keys, qlog per trial" in capsys.readouterr().out
-    assert cmd_run(file, lambda e, d: None, dry=True, capture="none") == 0  # type: ignore[arg-type,return-value]
+    assert cmd_run(file, lambda e, d: None, RunOptions(dry=True, capture="none")) == 0  # type: ignore[arg-type,return-value]
     assert "capture: none" in capsys.readouterr().out
-    assert cmd_run(file, lambda e, d: None, dry=True, capture="qlog,x") == 2  # type: ignore[arg-type,return-value]
+    assert cmd_run(file, lambda e, d: None, RunOptions(dry=True, capture="qlog,x")) == 2  # type: ignore[arg-type,return-value]
     assert "--capture: unknown capture 'x' (known: keys, pcap, qlog)" in capsys.readouterr().out
     assert parse_capture("pcap, keys,pcap") == ("keys", "pcap")
 

@@ -26,6 +26,7 @@ from quicbed.errors import InputError
 from quicbed.experiments import cluster, plan
 from quicbed.experiments.commands import cmd_run
 from quicbed.experiments.matrix import conditions, trials
+from quicbed.experiments.options import RunOptions
 from quicbed.experiments.parallel import own_log_scope
 from quicbed.experiments.plan import PARALLEL_WALL_K2
 from quicbed.experiments.schema import load_experiment, parse_experiment
@@ -351,9 +352,7 @@ def test_without_ray_the_cli_says_how_to_get_it(tmp_path, monkeypatch, capsys):
     code = cmd_run(
         file,
         lambda exp, run_dir: SyntheticExecutor(),
-        ray="127.0.0.1:1",
-        results=tmp_path / "results",
-        progress=False,
+        RunOptions(ray="127.0.0.1:1", results=tmp_path / "results", progress=False),
     )
     out = capsys.readouterr().out
     assert code == 2 and out.count("\n") == 1 and "cluster extra" in out, out
@@ -362,10 +361,13 @@ def test_without_ray_the_cli_says_how_to_get_it(tmp_path, monkeypatch, capsys):
 def test_a_dry_run_plans_for_n_workers_without_a_cluster(tmp_path, capsys):
     file = tmp_path / "synthetic.yaml"
     file.write_text(SYNTHETIC)
-    assert cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), dry=True, ray_workers=3) == 0
+    assert cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), RunOptions(dry=True, ray_workers=3)) == 0
     out = capsys.readouterr().out
     assert "plan for 3 worker(s)" in out and "expected wall time" in out
-    assert cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), shard="1/2", ray="127.0.0.1:1") == 2
+    assert (
+        cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), RunOptions(shard="1/2", ray="127.0.0.1:1"))
+        == 2
+    )
     assert "choose one" in capsys.readouterr().out
 
 
@@ -419,7 +421,10 @@ def test_a_worker_offering_two_paths_measures_two_units_at_once_and_leaves_nothi
     ray_ids = [r["trial_id"] for r in rows]
     # The local side: the same file through the runner here (network-free executor).
     local = tmp_path / "local"
-    assert cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), results=local, progress=False) == 0
+    assert (
+        cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), RunOptions(results=local, progress=False))
+        == 0
+    )
     local_ids = [r["trial_id"] for r in load_history(_run_dir(local))[0]]
     assert sorted(ray_ids) == sorted(local_ids) and len(ray_ids) == len(set(ray_ids)) == 40
     manifest = read_manifest(run_dir)
@@ -504,8 +509,8 @@ def test_the_whole_paper_plans_within_two_hours_on_16_workers_of_auto_paths(caps
     assert sum(walls) <= 2 * 3600
     assert sum(ray_wall(e, 16, 1) for e in exps) > 2 * 3600  # without the second path, over
     video = PAPER / "video.yaml"
-    args = {"dry": True, "ray_workers": 16, "paths_per_worker": "auto"}
-    assert cmd_run(video, lambda exp, run_dir: SyntheticExecutor(), **args) == 0
+    opts = RunOptions(dry=True, ray_workers=16, paths_per_worker="auto")
+    assert cmd_run(video, lambda exp, run_dir: SyntheticExecutor(), opts) == 0
     out = capsys.readouterr().out
     assert "plan for 16 worker(s), 2 emulated paths each at a time: 80 unit(s)" in out
     assert "each unit 1.18x as long as alone" in out and "bound: the total / (16 x 2 paths)" in out
@@ -533,7 +538,7 @@ def _hms(seconds: float) -> str:
 def test_paths_per_worker_outside_a_ray_plan_is_refused_in_one_line(tmp_path, capsys, args, says):
     file = tmp_path / "synthetic.yaml"
     file.write_text(SYNTHETIC)
-    code = cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), results=tmp_path / "r", **args)
+    code = cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), RunOptions(results=tmp_path / "r", **args))
     out = capsys.readouterr().out
     assert code == 2 and says in out and out.count("\n") == 1, out
     assert not (tmp_path / "r").exists()

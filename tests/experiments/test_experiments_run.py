@@ -17,6 +17,7 @@ from cli_process import start_synthetic, wait_for_rows
 from quicbed.experiments.check import check
 from quicbed.experiments.commands import cmd_check, cmd_run
 from quicbed.experiments.matrix import Trial
+from quicbed.experiments.options import RunOptions
 from quicbed.experiments.runner import run_experiment
 from quicbed.experiments.schema import parse_experiment
 from quicbed.experiments.shard import unit_trials, units
@@ -149,7 +150,7 @@ def test_disk_full_leaves_last_row_whole_or_absent(tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="as non-root: mounting a tmpfs needs root")
 def test_run_on_full_disk_is_a_clean_error(tmp_path, exp_file, capsys):
     with tiny_tmpfs(tmp_path / "mnt", "32k") as mnt:
-        code = cmd_run(exp_file, lambda e, d: SyntheticExecutor(), results=mnt, progress=False)
+        code = cmd_run(exp_file, lambda e, d: SyntheticExecutor(), RunOptions(results=mnt, progress=False))
         out = capsys.readouterr().out
         assert code == 1 and "no space left on device" in out and "Traceback" not in out
         assert "--resume" in out
@@ -294,7 +295,9 @@ def test_second_run_on_same_dir_is_refused(tmp_path, exp_file):
 
 
 def test_check_passes_then_fails_when_an_expectation_is_false(tmp_path, exp_file, capsys):
-    assert cmd_run(exp_file, lambda e, d: SyntheticExecutor(), results=tmp_path, progress=False) == 0
+    assert (
+        cmd_run(exp_file, lambda e, d: SyntheticExecutor(), RunOptions(results=tmp_path, progress=False)) == 0
+    )
     run_id = next(p.name for p in tmp_path.iterdir() if p.is_dir())
     assert cmd_check(exp_file, run_id, results=tmp_path) == 0
     assert "6/6 expectations passed" in capsys.readouterr().out
@@ -323,7 +326,7 @@ def test_github_annotation_on_failure(tmp_path, exp_file, monkeypatch, capsys):
 def test_cmd_run_bad_file_is_one_line_exit_2(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text(EXPERIMENT.replace("servers: [caddy, nginx]", "servers: [caddy, iis]"))
-    assert cmd_run(bad, lambda e, d: SyntheticExecutor(), results=tmp_path) == 2
+    assert cmd_run(bad, lambda e, d: SyntheticExecutor(), RunOptions(results=tmp_path)) == 2
     out = capsys.readouterr().out
     known = ", ".join(SERVERS)  # the shipped servers, in their descriptors' order
     assert out == f"{bad}:5: servers[1]: unknown server 'iis' (known: {known})\n"
@@ -333,7 +336,7 @@ def test_cmd_run_dry_run_touches_nothing(tmp_path, exp_file, capsys):
     def no_executor(exp, run_dir):
         raise AssertionError("dry run must not build an executor")
 
-    assert cmd_run(exp_file, no_executor, dry=True, results=tmp_path) == 0
+    assert cmd_run(exp_file, no_executor, RunOptions(dry=True, results=tmp_path)) == 0
     assert f"= {TOTAL} trials" in capsys.readouterr().out and not any(tmp_path.glob("synth-*"))
 
 
@@ -345,13 +348,18 @@ def test_rows_are_single_json_lines(tmp_path, exp_file):
 
 def test_ci_handshake_experiment_passes_on_synthetic_physics(tmp_path):
     ci = Path(__file__).resolve().parents[2] / "experiments/ci/handshake.yaml"
-    code = cmd_run(ci, lambda e, d: SyntheticExecutor(), check_after=True, results=tmp_path, progress=False)
+    code = cmd_run(
+        ci, lambda e, d: SyntheticExecutor(), RunOptions(check_after=True, results=tmp_path, progress=False)
+    )
     assert code == 0
 
 
 def test_two_runs_in_the_same_second_get_distinct_ids(tmp_path, exp_file):
     for _ in range(2):
-        assert cmd_run(exp_file, lambda e, d: SyntheticExecutor(), results=tmp_path, progress=False) == 0
+        assert (
+            cmd_run(exp_file, lambda e, d: SyntheticExecutor(), RunOptions(results=tmp_path, progress=False))
+            == 0
+        )
     assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2
 
 
@@ -454,15 +462,17 @@ def test_a_trial_failing_again_gets_the_next_attempt(tmp_path, exp_file):
 
 def test_cmd_run_hints_retry_and_needs_resume_for_it(tmp_path, exp_file, capsys):
     results = tmp_path / "results"
-    assert cmd_run(exp_file, lambda e, d: SyntheticExecutor(), retry_failed=True, results=results) == 2
+    assert (
+        cmd_run(exp_file, lambda e, d: SyntheticExecutor(), RunOptions(retry_failed=True, results=results))
+        == 2
+    )
     assert "--retry-failed needs --resume RUN_ID" in capsys.readouterr().out
     assert not results.exists()
     seen: list[Path] = []
     code = cmd_run(
         exp_file,
         lambda e, d: SyntheticExecutor(fail=FAILING),
-        results=results,
-        progress=False,
+        RunOptions(results=results, progress=False),
         on_run_dir=seen.append,
     )
     (run_dir,) = seen
@@ -475,10 +485,7 @@ def test_cmd_run_hints_retry_and_needs_resume_for_it(tmp_path, exp_file, capsys)
     code = cmd_run(
         exp_file,
         lambda e, d: SignalAt(signal.SIGTERM, after=1),
-        resume=run_dir.name,
-        retry_failed=True,
-        results=results,
-        progress=False,
+        RunOptions(resume=run_dir.name, retry_failed=True, results=results, progress=False),
     )
     assert code == 130
     assert (
@@ -583,7 +590,9 @@ def test_report_and_check_judge_expect_lines_alike(tmp_path, exp_file, capsys):
     from quicbed.analysis.report import write_report
 
     exp_file.write_text(EXPERIMENT.replace("rtt < 1.15", "rtt < 0.95"))
-    assert cmd_run(exp_file, lambda e, d: SyntheticExecutor(), results=tmp_path, progress=False) == 0
+    assert (
+        cmd_run(exp_file, lambda e, d: SyntheticExecutor(), RunOptions(results=tmp_path, progress=False)) == 0
+    )
     run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
     assert cmd_check(exp_file, run_dir.name, results=tmp_path) == 1
     out = capsys.readouterr().out

@@ -15,6 +15,7 @@ import pytest
 
 from quicbed.errors import HostProblem, PathMismatch
 from quicbed.experiments.commands import cmd_run
+from quicbed.experiments.options import RunOptions
 from quicbed.experiments.reproduce import experiment_files, reproduce
 from quicbed.experiments.synthetic import SyntheticExecutor
 
@@ -57,7 +58,10 @@ def _run(
     file: Path, executor: SyntheticExecutor, results: Path, on_run_dir: Callable[[Path], None] | None = None
 ) -> int:
     return cmd_run(
-        file, lambda exp, run_dir: executor, results=results, progress=False, on_run_dir=on_run_dir
+        file,
+        lambda exp, run_dir: executor,
+        RunOptions(results=results, progress=False),
+        on_run_dir=on_run_dir,
     )
 
 

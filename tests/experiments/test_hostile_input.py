@@ -20,6 +20,7 @@ from quicbed import cli, limits, paths, rowschema, yamlio
 from quicbed.analysis import load
 from quicbed.experiments import cluster, links
 from quicbed.experiments.commands import cmd_run
+from quicbed.experiments.options import RunOptions
 from quicbed.experiments.store import RunStore, StoreError, load_rows, new_run_id, read_manifest
 from quicbed.experiments.synthetic import SyntheticExecutor
 from quicbed.topology.profiles import load_profile
@@ -257,7 +258,7 @@ def synthetic_run(tmp_path) -> tuple[Path, Path]:
     exp = tmp_path / "hostile.yaml"
     exp.write_text(VALID)
     results = tmp_path / "results"
-    assert cmd_run(exp, lambda e, d: SyntheticExecutor(), results=results, progress=False) == 0
+    assert cmd_run(exp, lambda e, d: SyntheticExecutor(), RunOptions(results=results, progress=False)) == 0
     return exp, next(results.iterdir())
 
 
@@ -543,7 +544,7 @@ def test_a_tool_row_setting_runner_owned_keys_is_an_error_row(tmp_path):
     exp = tmp_path / "hostile.yaml"
     exp.write_text(VALID)
     results = tmp_path / "results"
-    assert cmd_run(exp, lambda e, d: OwnKeysExecutor(), results=results, progress=False) == 1
+    assert cmd_run(exp, lambda e, d: OwnKeysExecutor(), RunOptions(results=results, progress=False)) == 1
     run_dir = next(results.iterdir())
     rows, _ = load_rows(run_dir)
     assert len(rows) == 3
@@ -566,7 +567,9 @@ def test_a_row_naming_another_trials_files_is_an_error_row(tmp_path):
     exp = tmp_path / "hostile.yaml"
     exp.write_text(VALID)
     results = tmp_path / "results"
-    assert cmd_run(exp, lambda e, d: MisplacedFilesExecutor(), results=results, progress=False) == 1
+    assert (
+        cmd_run(exp, lambda e, d: MisplacedFilesExecutor(), RunOptions(results=results, progress=False)) == 1
+    )
     for row in load_rows(next(results.iterdir()))[0]:
         assert row["error"].startswith("tool row: sets capture_files") and "capture_files" not in row
 

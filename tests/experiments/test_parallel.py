@@ -17,6 +17,7 @@ import pytest
 from quicbed.errors import HostProblem, InputError
 from quicbed.experiments.commands import cmd_run
 from quicbed.experiments.matrix import Trial
+from quicbed.experiments.options import RunOptions
 from quicbed.experiments.parallel import (
     CPU_BOUND_RERUN,
     auto_parallel,
@@ -63,7 +64,7 @@ def _file(tmp: Path, files: str = "10MB") -> Path:
 
 def _run(file: Path, results: Path, executor: Any, **kw: Any) -> tuple[int, Path]:
     before = set(results.iterdir()) if results.exists() else set()
-    code = cmd_run(file, lambda _exp, _dir: executor, results=results, progress=False, **kw)
+    code = cmd_run(file, lambda _exp, _dir: executor, RunOptions(results=results, progress=False, **kw))
     new = set(results.iterdir()) - before if not kw.get("resume") else {results / kw["resume"]}
     (run_dir,) = new
     return code, run_dir
@@ -122,9 +123,11 @@ def test_parallel_flag_parses_k_or_auto_and_refuses_the_rest_in_one_line(tmp_pat
     for bad in ("0", "x", "-1", "65"):
         with pytest.raises(InputError, match=r"--parallel .*expected"):
             parse_parallel(bad)
-    code = cmd_run(_file(tmp_path), lambda e, d: SyntheticExecutor(), parallel="two", dry=True)
+    code = cmd_run(_file(tmp_path), lambda e, d: SyntheticExecutor(), RunOptions(parallel="two", dry=True))
     assert code == 2 and "--parallel 'two'" in capsys.readouterr().out
-    assert cmd_run(_file(tmp_path), lambda e, d: SyntheticExecutor(), parallel="auto", dry=True) == 0
+    assert (
+        cmd_run(_file(tmp_path), lambda e, d: SyntheticExecutor(), RunOptions(parallel="auto", dry=True)) == 0
+    )
     out = capsys.readouterr().out
     assert "parallel: " in out and "planned wall time" in out and "(auto: " in out
 

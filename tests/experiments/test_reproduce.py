@@ -6,7 +6,6 @@ the end, marked `path`."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -23,6 +22,7 @@ import pytest
 
 from quicbed import cli
 from quicbed.experiments.commands import cmd_run
+from quicbed.experiments.options import RunOptions
 from quicbed.experiments.reproduce import experiment_files, reproduce
 from quicbed.experiments.store import load_rows
 from quicbed.experiments.synthetic import SyntheticExecutor
@@ -84,14 +84,8 @@ class Harness:
 
     def run_one(self, file: Path, on_run_dir: Callable[[Path], None]) -> int:
         self.started.append(file.stem)
-        return cmd_run(
-            file,
-            lambda exp, run_dir: self.executor_for(file.stem),
-            quick=True,
-            results=self.results,
-            progress=False,
-            on_run_dir=on_run_dir,
-        )
+        opts = RunOptions(quick=True, results=self.results, progress=False)
+        return cmd_run(file, lambda exp, run_dir: self.executor_for(file.stem), opts, on_run_dir)
 
     def report(self, run_ids: list[str]) -> int:
         self.reported = run_ids
@@ -131,14 +125,15 @@ SCRIPT = """\
 import sys
 from pathlib import Path
 from quicbed.experiments.commands import cmd_run
+from quicbed.experiments.options import RunOptions
 from quicbed.experiments.reproduce import experiment_files, reproduce
 from quicbed.experiments.synthetic import SyntheticExecutor
 
 directory, results = Path(sys.argv[1]), Path(sys.argv[2])
 
 def run_one(file, on_run_dir):
-    return cmd_run(file, lambda e, d: SyntheticExecutor(delay_s=0.1), quick=True,
-                   results=results, progress=False, on_run_dir=on_run_dir)
+    opts = RunOptions(quick=True, results=results, progress=False)
+    return cmd_run(file, lambda e, d: SyntheticExecutor(delay_s=0.1), opts, on_run_dir)
 
 sys.exit(reproduce(experiment_files(directory), run_one, lambda ids: print("REPORT") or 0))
 """
@@ -214,40 +209,28 @@ def test_no_rows_anywhere_is_exit_1_without_a_report(tmp_path, experiments):
 
 
 def test_cli_reproduce_runs_the_experiments_directory(tmp_path, experiments, monkeypatch):
-    """--experiments DIR reaches reproduce; each run goes through cli.cmd_run's arguments."""
+    """--experiments DIR reaches reproduce; each run gets reproduce's RunOptions: quick, its
+    backend, and every other field at `quicbed run`'s own default."""
     results = tmp_path / "results"
-    seen: list[argparse.Namespace] = []
+    seen: list[tuple[Path, RunOptions]] = []
 
-    def fake_cmd_run(args: argparse.Namespace, on_run_dir=None) -> int:
-        seen.append(args)
-        return cmd_run(
-            args.file,
-            lambda e, d: SyntheticExecutor(),
-            quick=args.quick,
-            resume=args.resume,
-            retry_failed=args.retry_failed,
-            results=results,
-            progress=False,
-            on_run_dir=on_run_dir,
-        )
+    def fake_run_file(file: Path, opts: RunOptions, on_run_dir=None) -> int:
+        seen.append((Path(file), opts))
+        mine = opts.but(results=results)
+        return cmd_run(file, lambda e, d: SyntheticExecutor(), mine, on_run_dir)
 
-    monkeypatch.setattr(cli, "cmd_run", fake_cmd_run)
+    monkeypatch.setattr(cli, "run_file", fake_run_file)
     reported: list[list[str]] = []
     monkeypatch.setattr("quicbed.analysis.report.main_report", lambda ids, out: reported.append(ids) or 0)
     args = cli.build_parser().parse_args(
-        ["reproduce", "--experiments", str(experiments[0].parent), "--no-progress"]
+        ["reproduce", "--experiments", str(experiments[0].parent), "--no-progress", "--backend", "uml"]
     )
     assert cli.cmd_reproduce(args) == 0
-    assert [Path(a.file) for a in seen] == experiments
-    assert all(a.quick and not a.retry_failed and a.resume is None for a in seen)
+    assert [file for file, _ in seen] == experiments
     assert len(reported) == 1 and len(reported[0]) == len(NAMES)
-    # Every option `quicbed run` has, with its default: the real cmd_run reads them all (a
-    # Namespace written by hand once lacked --capture, and reproduce died in a traceback).
-    run_defaults = vars(cli.build_parser().parse_args(["run", "x.yaml"]))
-    for a in seen:
-        assert {k: v for k, v in vars(a).items() if k not in ("file", "quick", "no_progress")} == {
-            k: v for k, v in run_defaults.items() if k not in ("file", "quick", "no_progress")
-        }
+    run_defaults = RunOptions.from_args(cli.build_parser().parse_args(["run", "x.yaml", "--backend", "uml"]))
+    for _, opts in seen:
+        assert opts == run_defaults.but(quick=True, progress=False)
 
 
 def test_cli_reproduce_with_an_empty_directory_is_bad_input(tmp_path):

@@ -14,6 +14,7 @@ import pytest
 from quicbed.errors import InputError
 from quicbed.experiments.commands import cmd_merge, cmd_run
 from quicbed.experiments.matrix import conditions, trials
+from quicbed.experiments.options import RunOptions
 from quicbed.experiments.schema import load_experiment, parse_experiment
 from quicbed.experiments.shard import (
     UNIT_MAX_S,
@@ -55,7 +56,9 @@ def _file(tmp: Path, seed: int = 1, extra: str = "") -> Path:
 
 def _run(file: Path, results: Path, **kw) -> Path:
     before = set(results.iterdir()) if results.exists() else set()
-    code = cmd_run(file, lambda exp, run_dir: SyntheticExecutor(), results=results, progress=False, **kw)
+    code = cmd_run(
+        file, lambda exp, run_dir: SyntheticExecutor(), RunOptions(results=results, progress=False, **kw)
+    )
     assert code == 0
     (new,) = set(results.iterdir()) - before
     return new
@@ -174,7 +177,9 @@ def test_a_missing_shard_merges_as_partial_and_resume_runs_exactly_the_rest(tmp_
     assert read_manifest(results / "partial")["status"] == "partial"
     assert (
         cmd_run(
-            file, lambda exp, run_dir: SyntheticExecutor(), results=results, resume="partial", progress=False
+            file,
+            lambda exp, run_dir: SyntheticExecutor(),
+            RunOptions(results=results, resume="partial", progress=False),
         )
         == 0
     )
@@ -192,10 +197,7 @@ def test_a_shard_resumes_as_itself(tmp_path, capsys):
         cmd_run(
             file,
             lambda exp, run_dir: SyntheticExecutor(),
-            results=results,
-            resume=shard.name,
-            shard="2/2",
-            progress=False,
+            RunOptions(results=results, resume=shard.name, shard="2/2", progress=False),
         )
         == 1
     )
@@ -245,7 +247,9 @@ def _before_units(
 
 def _resume(file: Path, results: Path, run_dir: Path) -> int:
     return cmd_run(
-        file, lambda exp, run_dir: SyntheticExecutor(), results=results, resume=run_dir.name, progress=False
+        file,
+        lambda exp, run_dir: SyntheticExecutor(),
+        RunOptions(results=results, resume=run_dir.name, progress=False),
     )
 
 
