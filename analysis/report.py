@@ -107,14 +107,15 @@ def flags(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> list[str]:
 def summary_section(df: pd.DataFrame, manifests: list[dict[str, Any]], warnings: list[str]) -> Section:
     runs = ", ".join(str(m.get("run_id")) for m in manifests)
     ok = int((~df["failed"]).sum())
-    text = (
-        f"Runs: {runs}. {len(df)} trials: {ok} analysed, {len(df) - ok} failed. "
-        "Medians with 95% percentile-bootstrap CIs; n = trials (or samples) behind each "
-        "number. RTT-normalised values divide by each trial's calibrated RTT."
-    )
+    # An auto run's trials against its plan, right after the count they explain.
     runs_of = df["run_id"].value_counts() if "run_id" in df else pd.Series(dtype=int)
     decided = [decisions.run_summary(m, int(runs_of.get(str(m.get("run_id")), 0))) for m in manifests]
-    text += "".join(f" {line}" for line in decided if line)
+    text = (
+        f"Runs: {runs}. {len(df)} trials: {ok} analysed, {len(df) - ok} failed."
+        + "".join(f" {line}" for line in decided if line)
+        + " Medians with 95% percentile-bootstrap CIs; n = trials (or samples) behind each "
+        "number. RTT-normalised values divide by each trial's calibrated RTT."
+    )
     blocks: list[Block] = [Text(text)]
     if warnings:
         blocks.append(Bullets(warnings, warn=True))
@@ -202,16 +203,20 @@ def decisions_section(manifests: list[dict[str, Any]]) -> Section | None:
     rounds it took and why its trials stopped (analysis/decisions.py)."""
     rows = []
     for manifest in manifests:
+        recorded = manifest.get("conditions")
+        conditions: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
         for e in manifest.get("decisions") or []:
             if not isinstance(e, dict):
                 continue
             row: dict[str, Any] = {"run": str(manifest.get("run_id"))} if len(manifests) > 1 else {}
             needed = e.get("rounds_needed")
+            cond = conditions.get(str(e.get("condition")))
+            label = cond.get("label") if isinstance(cond, dict) else None
             rows.append(
                 row
                 | {
                     "question": e.get("decide"),
-                    "condition": e.get("condition"),
+                    "condition": f"{e.get('condition')} {label}" if label else e.get("condition"),
                     "server": e.get("server"),
                     "object": e.get("object"),
                     "answer": e.get("answer", e.get("decision")),

@@ -286,6 +286,8 @@ def test_the_report_shows_each_decision_with_its_rounds(tmp_path: Path) -> None:
     out, _ = build_report([tmp_path / "r"], tmp_path / "report")
     html = (out if out.suffix == ".html" else out / "report.html").read_text()
     assert "Decided as it ran" in html and "not decided at the cap" in html
+    label = read_manifest(tmp_path / "r")["conditions"]["c0"]["label"]
+    assert label and f"<td>c0 {label}</td>" in html  # the condition by its id and label
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert all(str(d["rounds_needed"]) in html for d in manifest["decisions"] if d.get("rounds_needed"))
     assert "48 trials: 2 of 2 decisions not decided (see Decided as it ran)" in html
