@@ -64,6 +64,7 @@ FIELDS = [
 
 # tshark decodes a trial's capture (headers, at most its run's capture cap) in seconds.
 TSHARK_TIMEOUT_S = 300.0
+SERVER_PORT = 443  # the testbed's servers listen here, TCP and UDP
 TLS_CCS = "20"
 TLS_FINISHED = "20"
 QUIC_HANDSHAKE = "2"
@@ -111,11 +112,19 @@ def _split(value: str) -> list[str]:
 
 
 def tshark_fields_argv(
-    pcap: str, keylog: str | None, fields: list[str], display_filter: str = ""
+    pcap: str,
+    keylog: str | None,
+    fields: list[str],
+    display_filter: str = "",
+    quic_ports: tuple[int, ...] = (SERVER_PORT,),
 ) -> list[str]:
     """tshark's arguments that print `fields` of each frame, one line each, '|' between fields
-    and ',' between a field's values (several TLS records, QUIC packets or frames)."""
+    and ',' between a field's values (several TLS records, QUIC packets or frames). UDP on
+    `quic_ports` is decoded as QUIC: left to its heuristics, tshark took a flow from an
+    ephemeral client port for Elasticsearch's Zen Ping, and found no QUIC in it."""
     cmd = ["tshark", "-n", "-r", pcap]
+    for port in dict.fromkeys(quic_ports):
+        cmd += ["-d", f"udp.port=={port},quic"]
     if display_filter:
         cmd += ["-Y", display_filter]
     cmd += ["-T", "fields", "-E", "separator=|", "-E", "aggregator=,"]
@@ -141,7 +150,11 @@ def parse_fields(text: str, fields: list[str], client_port: int) -> list[Packet]
 def read_packets(pcap: Path, port: int, keylog: Path | None) -> list[Packet]:
     """Decodes the frames to or from the client's port with tshark."""
     cmd = tshark_fields_argv(
-        str(pcap), str(keylog) if keylog else None, FIELDS, f"tcp.port == {port} || udp.port == {port}"
+        str(pcap),
+        str(keylog) if keylog else None,
+        FIELDS,
+        f"tcp.port == {port} || udp.port == {port}",
+        (port, SERVER_PORT),
     )
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=TSHARK_TIMEOUT_S)

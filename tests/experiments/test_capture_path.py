@@ -17,6 +17,7 @@ import pytest
 
 from quicbed import rowschema
 from quicbed.analysis.qlog import check_qlog
+from quicbed.clients.perf.wirecheck import tshark_fields_argv
 from quicbed.clients.tools import CLIENT_IMAGE
 
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
@@ -93,8 +94,7 @@ def test_every_trial_has_its_files_and_says_what_is_missing(run: CaptureRun) -> 
 def _tshark(run_dir: Path, trial_dir: str, fields: list[str], display: str) -> str:
     where = f"/run/{trial_dir}"
     argv = ["docker", "run", "--rm", "--network", "none", "-v", f"{run_dir}:/run:ro", CLIENT_IMAGE]
-    argv += ["tshark", "-r", f"{where}/client.pcap", "-o", f"tls.keylog_file:{where}/keys.log"]
-    argv += ["-Y", display, "-T", "fields", *(a for f in fields for a in ("-e", f))]
+    argv += tshark_fields_argv(f"{where}/client.pcap", f"{where}/keys.log", fields, display)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
