@@ -8,7 +8,7 @@ names are mapped in one place.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -62,7 +62,3 @@ class RunOptions:
             paths_per_worker=args.paths_per_worker,
             path=PathOptions(backend=args.backend, force=args.force, client_image=args.client_image),
         )
-
-    def but(self, **changes: object) -> RunOptions:
-        """A copy with some fields changed (dataclasses.replace, typed at the call)."""
-        return replace(self, **changes)  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from multiprocessing import connection
 from typing import Any
@@ -39,7 +40,7 @@ from .runner import (
 )
 from .schema import Experiment
 from .shard import Unit, unit_seconds, units
-from .stopping import Stopper
+from .stopping import Stopper, skipper
 
 CPU_BOUND_RERUN = 0.10  # a unit with more of its parallel trials CPU-bound is measured alone
 
@@ -244,7 +245,7 @@ class ParallelLocal:
             f"trials, measured again alone: {', '.join(u.id for u, _ in rerun)}",
             markup=False,
         )
-        _run_alone(self.executor, rerun, session)
+        _run_alone(self.executor, rerun, session, latest.values())
 
 
 def _join_or_kill(process: multiprocessing.process.BaseProcess) -> None:
@@ -277,8 +278,9 @@ def _handle(kind: str, payload: Any, run: _Running, session: Session, units_by_i
         raise HostProblem(payload)
 
 
-def _run_alone(executor: Executor, rerun: Work, session: Session) -> None:
-    """K = 1 in this process: each unit's path, its trials again (superseding rows)."""
+def _run_alone(executor: Executor, rerun: Work, session: Session, stored: Iterable[dict[str, Any]]) -> None:
+    """K = 1 in this process: each unit's path, its trials again (superseding rows).
+    `stored`: the run's rows so far, the latest of each trial."""
     run_id, host, info = session.manifest["run_id"], host_facts(), executor.manifest_info()
 
     again_ids = {t.trial_id for _, todo in rerun for t, _ in todo}
@@ -288,10 +290,7 @@ def _run_alone(executor: Executor, rerun: Work, session: Session) -> None:
     # parallel row in a round after it, left standing, does not change it.
     fresh = None
     if session.stopper is not None:
-        from .store import load_rows
-
-        kept = [r for r in load_rows(session.store.dir)[0] if r["trial_id"] not in again_ids]
-        fresh = Stopper(session.stopper.exp, kept)
+        fresh = Stopper(session.stopper.exp, [r for r in stored if r["trial_id"] not in again_ids])
 
     def record(row: dict[str, Any]) -> None:
         trial_id = row["trial_id"]
@@ -317,7 +316,7 @@ def _run_alone(executor: Executor, rerun: Work, session: Session) -> None:
                 lambda u, calib: session.calibrated(u.id, calib, ran_on(host, info, calib)),
                 record,
                 session.finished,
-                lambda trial: fresh is not None and fresh.not_needed(trial),
+                skipper(fresh, lambda trial: None),  # counted when first not needed
             )
         except ConditionSkipped as exc:
             session.skipped(unit, 0, f"rerun alone: {exc}")
@@ -347,11 +346,8 @@ def _job_main(executor: Executor, job: Job, session: Session, home: Any, width: 
             stopper.add(row)
         put("row", row | {"parallel": width})
 
-    def not_needed(trial: Any) -> bool:
-        if stopper is None or not stopper.not_needed(trial):
-            return False
+    def tell_not_needed(trial: Any) -> None:
         put("not_needed", (next(u.id for u, _ in job if u.holds(trial)), trial.trial_id))
-        return True
 
     code = 0
     try:
@@ -362,7 +358,7 @@ def _job_main(executor: Executor, job: Job, session: Session, home: Any, width: 
             lambda u, calib: put("calibrated", (u.id, calib, ran_on(host, info, calib))),
             measured,
             lambda u: put("done", u.id),
-            not_needed,
+            skipper(stopper, tell_not_needed),
         )
     except ConditionSkipped as exc:
         for unit, _ in job:

@@ -41,7 +41,7 @@ from quicbed.topology.signals import STOP_SIGNALS
 from .matrix import Condition, Trial, conditions
 from .schema import Experiment
 from .shard import Shard, Unit, shard_units, unit_trials, units
-from .stopping import Stopper, paired_lines
+from .stopping import Stopper, paired_lines, skipper
 from .store import RunStore, StoreError, load_rows, read_manifest
 
 ROW_DEFAULTS = rowschema.RUNNER_DEFAULTS
@@ -232,13 +232,6 @@ class Session:
         self.bar.advance(self.task)
         return True
 
-    def not_needed(self, trial: Trial) -> bool:
-        """Whether the trial's cell is decided already: then it is counted, not run."""
-        if self.stopper is None or not self.stopper.not_needed(trial):
-            return False
-        self.decided_without(trial.trial_id)
-        return True
-
     def decided_without(self, trial_id: str) -> None:
         """A trial not run because its cell was decided (here, or on a parallel path)."""
         self.not_run.add(trial_id)
@@ -295,7 +288,7 @@ class Local:
                     calibrated,
                     session.record,
                     session.finished,
-                    session.not_needed,
+                    skipper(session.stopper, lambda trial: session.decided_without(trial.trial_id)),
                 )
             except ConditionSkipped as exc:
                 for unit, todo in group:

@@ -14,7 +14,7 @@ several: a resumed run is seeded with the rows it stored.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from quicbed.analysis.decisions import Cell, Decide, all_decided, cell_verdicts
@@ -70,3 +70,16 @@ def paired_lines(decides: Iterable[Decide], planned: Iterable[Trial]) -> dict[Ce
         sides.setdefault(cell, set()).update((t.client.protocol, t.client.label))
     lines = list(decides)
     return {cell: [d for d in lines if {d.a, d.b} <= groups] for cell, groups in sides.items()}
+
+
+def skipper(stopper: Stopper | None, count: Callable[[Trial], None]) -> Callable[[Trial], bool]:
+    """measure_units' `not_needed`: whether a trial's cell is decided by `stopper` (with none,
+    never). A decided trial is handed to `count`: it is counted, not run."""
+
+    def not_needed(trial: Trial) -> bool:
+        if stopper is None or not stopper.not_needed(trial):
+            return False
+        count(trial)
+        return True
+
+    return not_needed

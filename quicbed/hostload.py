@@ -45,13 +45,20 @@ def wait_share(before_us: int | None, after_us: int | None, wall_s: float) -> fl
     return min(max((after_us - before_us) / 1e6 / wall_s, 0.0), 1.0)
 
 
-def cpu_times() -> tuple[int, int] | None:
-    """(busy, all) jiffies of the host's CPUs so far; steal counts as busy (someone else ran)."""
+def cpu_jiffies() -> list[int] | None:
+    """The host's CPU time so far, as /proc/stat's first line counts it: user, nice, system,
+    idle, iowait, irq, softirq, steal (older kernels stop sooner); None where unreadable."""
     try:
         fields = [int(v) for v in PROC_STAT.read_text().splitlines()[0].split()[1:9]]
     except (OSError, IndexError, ValueError):
         return None
-    if len(fields) < 5:
+    return fields if len(fields) >= 5 else None
+
+
+def cpu_times() -> tuple[int, int] | None:
+    """(busy, all) jiffies of the host's CPUs so far; steal counts as busy (someone else ran)."""
+    fields = cpu_jiffies()
+    if fields is None:
         return None
     idle = fields[3] + fields[4]  # idle and iowait
     return sum(fields) - idle, sum(fields)

@@ -54,8 +54,8 @@ class Load:
 
 def _cpu_times() -> tuple[int, int]:
     """(steal, all) jiffies of the host's CPUs."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+    fields = hostload.cpu_jiffies() or [0]
+    return (fields[7] if len(fields) > 7 else 0), sum(fields)
 
 
 class LoadMeter:

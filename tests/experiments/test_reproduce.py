@@ -7,6 +7,7 @@ the end, marked `path`."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import pty
@@ -216,7 +217,7 @@ def test_cli_reproduce_runs_the_experiments_directory(tmp_path, experiments, mon
 
     def fake_run_file(file: Path, opts: RunOptions, on_run_dir=None) -> int:
         seen.append((Path(file), opts))
-        mine = opts.but(results=results)
+        mine = dataclasses.replace(opts, results=results)
         return cmd_run(file, lambda e, d: SyntheticExecutor(), mine, on_run_dir)
 
     monkeypatch.setattr(cli, "run_file", fake_run_file)
@@ -230,7 +231,7 @@ def test_cli_reproduce_runs_the_experiments_directory(tmp_path, experiments, mon
     assert len(reported) == 1 and len(reported[0]) == len(NAMES)
     run_defaults = RunOptions.from_args(cli.build_parser().parse_args(["run", "x.yaml", "--backend", "uml"]))
     for _, opts in seen:
-        assert opts == run_defaults.but(quick=True, progress=False)
+        assert opts == dataclasses.replace(run_defaults, quick=True, progress=False)
 
 
 def test_cli_reproduce_with_an_empty_directory_is_bad_input(tmp_path):

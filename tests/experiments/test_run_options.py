@@ -39,10 +39,3 @@ def test_options_given_arrive_typed_and_mapped() -> None:
     assert opts.check_after  # --junit implies --check
     assert opts.parallel == "auto"  # the flag alone
     assert opts.path == PathOptions(backend="delayline", force=True, client_image="quicbed/x:1")
-
-
-def test_a_copy_changes_only_what_it_names() -> None:
-    opts = RunOptions(quick=True, path=PathOptions(backend="uml"))
-    assert opts.but(progress=False) == RunOptions(quick=True, progress=False, path=PathOptions(backend="uml"))
-    with pytest.raises(TypeError):
-        opts.but(no_such_option=1)
