@@ -8,7 +8,6 @@ and the manifest say so.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import platform
@@ -61,7 +60,7 @@ SERVER_LOG_WAIT_S = 1.0
 CPU_BOUND_PCT = 90.0  # of one core: the host, not the network, may have set the pace
 
 
-def trial_cpu_bound(row: dict[str, Any], shares: dict[Any, float], client: Any) -> bool:
+def trial_cpu_bound(row: dict[str, Any], shares: dict[str, float], client: str) -> bool:
     """A trial is CPU-bound when its tool says so, or a container used >= CPU_BOUND_PCT of a
     core. A tool that judges its own load (the browser: idle CPU, busiest thread, quota; its row
     carries cpu_bound) speaks for the client container, whose share of one core says nothing of
@@ -236,14 +235,11 @@ class TestbedExecutor:
         try:
             # The capture starts before and stops after this: tool_wall_s holds neither.
             retrans = _tcp_retrans(host.container_pid)
-            before = {h: _cpu_usec(h.container) for h in (client, host)}
             if cross:
                 cross.start(capture.pcap_path() if capture else None)
-            machine_before = hostload.cpu_times()
-            start = time.monotonic()
-            proc, overflow = self._exec_bounded(client, argv, trial.timeout_s + 15)
-            wall = time.monotonic() - start
-            machine = hostload.busy_pct(machine_before, hostload.cpu_times())
+            # Whatever else the host ran meanwhile (the link's router too): a neighbour's share.
+            with hostload.OtherWork([client.container, host.container]) as work:
+                proc, overflow = self._exec_bounded(client, argv, trial.timeout_s + 15)
             if cross:
                 cross.wait()  # its flows end before the next trial begins
         finally:
@@ -253,9 +249,6 @@ class TestbedExecutor:
                 capture.stop_packets()
         if overflow:
             raise TrialError(f"{trial.client.tool}: {overflow}", capture.finish() if capture else None)
-        cpu = {h: (_cpu_usec(h.container) - before[h]) / 1e4 / wall for h in before}
-        # Whatever else the host ran meanwhile (the link's router too): a neighbour's share.
-        other = None if machine is None else max(machine - sum(cpu.values()), 0.0)
         retrans = _tcp_retrans(host.container_pid) - retrans
         try:
             rows = rowschema.tool_rows(proc.stdout)
@@ -279,17 +272,17 @@ class TestbedExecutor:
         if "trace" in row:  # a player's per-second trace: a file beside the rows, not a cell
             row["trace_file"] = self._write_trace(trial.trial_id, row.pop("trace"))
         row.update(
-            cpu_client_pct=round(cpu[client], 1),
-            cpu_server_pct=round(cpu[host], 1),
-            host_cpu_other_pct=None if other is None else round(other, 1),
-            tool_wall_s=round(wall, 3),
+            cpu_client_pct=round(work.own_pct[client.container], 1),
+            cpu_server_pct=round(work.own_pct[host.container], 1),
+            host_cpu_other_pct=None if work.other_pct is None else round(work.other_pct, 1),
+            tool_wall_s=round(work.wall_s, 3),
             transfer_s=_transfer_s(row),
             **self._server_saw(trial.server),
             server_tcp_retrans=retrans if retrans >= 0 else None,
         )
         if capture:  # after _server_saw: the server has logged, and closed, the trial's connections
             row.update(capture.finish())
-        row["cpu_bound"] = trial_cpu_bound(row, cpu, client)
+        row["cpu_bound"] = trial_cpu_bound(row, work.own_pct, client.container)
         if row.get("error"):
             raise TrialError(row["error"], row)
         return row
@@ -525,36 +518,6 @@ def _image_info(image: str) -> dict[str, str]:
         return {"image": image, "id": "missing"}
     image_id, created = proc.stdout.split(maxsplit=1)
     return {"image": image, "id": image_id, "created": created.strip()}
-
-
-@functools.cache
-def _cpu_stat_file(container: str) -> Path | None:
-    """The container's cgroup CPU accounting file, found once through its init's cgroup."""
-    proc = docker("inspect", "-f", "{{.State.Pid}}", container)
-    try:
-        lines = Path(f"/proc/{int(proc.stdout)}/cgroup").read_text().splitlines()
-    except (ValueError, OSError):
-        return None
-    for line in lines:
-        hierarchy, controllers, path = line.split(":", 2)
-        if hierarchy == "0":  # cgroup v2
-            return Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.stat"
-        if "cpuacct" in controllers.split(","):
-            return Path("/sys/fs/cgroup/cpuacct") / path.lstrip("/") / "cpuacct.usage"
-    return None
-
-
-def _cpu_usec(container: str) -> float:
-    """CPU time the container's cgroup has used (µs), from cgroup v2 or v1 accounting."""
-    path = _cpu_stat_file(container)
-    if path is None or not path.exists():
-        return 0.0
-    if path.name == "cpuacct.usage":
-        return float(path.read_text()) / 1000
-    for line in path.read_text().splitlines():
-        if line.startswith("usage_usec"):
-            return float(line.split()[1])
-    return 0.0
 
 
 def choose_per_condition(exp: Experiment, backend: str) -> dict[str, BackendChoice]:

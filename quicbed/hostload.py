@@ -13,8 +13,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import time
+from collections.abc import Iterable
 from pathlib import Path
+
+from quicbed.dockercli import docker
 
 PSI_CPU = Path("/proc/pressure/cpu")
 PROC_STAT = Path("/proc/stat")
@@ -77,3 +82,58 @@ def contended(row: dict) -> bool:
     """A trial that shared the host: CPU-bound, or other work beyond CONTENDED_OTHER_PCT."""
     other = row.get("host_cpu_other_pct")
     return bool(row.get("cpu_bound")) or (other is not None and other > CONTENDED_OTHER_PCT)
+
+
+@functools.cache
+def _cpu_stat_file(container: str) -> Path | None:
+    """The container's cgroup CPU accounting file, found once through its init's cgroup."""
+    proc = docker("inspect", "-f", "{{.State.Pid}}", container)
+    try:
+        lines = Path(f"/proc/{int(proc.stdout)}/cgroup").read_text().splitlines()
+    except (ValueError, OSError):
+        return None
+    for line in lines:
+        hierarchy, controllers, path = line.split(":", 2)
+        if hierarchy == "0":  # cgroup v2
+            return Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.stat"
+        if "cpuacct" in controllers.split(","):
+            return Path("/sys/fs/cgroup/cpuacct") / path.lstrip("/") / "cpuacct.usage"
+    return None
+
+
+def container_cpu_us(container: str) -> float:
+    """CPU time the container's cgroup has used (µs), from cgroup v2 or v1 accounting."""
+    path = _cpu_stat_file(container)
+    if path is None or not path.exists():
+        return 0.0
+    if path.name == "cpuacct.usage":
+        return float(path.read_text()) / 1000
+    for line in path.read_text().splitlines():
+        if line.startswith("usage_usec"):
+            return float(line.split()[1])
+    return 0.0
+
+
+class OtherWork:
+    """Over a `with` block: each named container's CPU (`own_pct`) and the host's CPU beyond
+    them (`other_pct`, None where /proc/stat is unreadable), in % of one core, and the wall
+    time (`wall_s`). The executor's rows and the timing tests read a trial's neighbours alike."""
+
+    def __init__(self, containers: Iterable[str]):
+        self.containers = list(containers)
+        self.own_pct: dict[str, float] = {}
+        self.other_pct: float | None = None
+        self.wall_s = 0.0
+
+    def __enter__(self) -> OtherWork:
+        self._own = {c: container_cpu_us(c) for c in self.containers}
+        self._machine = cpu_times()
+        self._start = time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall_s = max(time.monotonic() - self._start, 1e-6)
+        machine = busy_pct(self._machine, cpu_times())
+        self.own_pct = {c: (container_cpu_us(c) - us) / 1e4 / self.wall_s for c, us in self._own.items()}
+        if machine is not None:
+            self.other_pct = max(machine - sum(self.own_pct.values()), 0.0)

@@ -17,6 +17,8 @@ import sys
 import pytest
 from contention import PRESSURE_LIMIT, Load, LoadMeter, remeasured
 
+from quicbed import hostload
+
 # --- the logic ---------------------------------------------------------------------------
 
 
@@ -32,6 +34,10 @@ def test_a_load_is_contended_by_steal_pressure_or_its_own_cpu_bound_flag() -> No
     assert Load(1.0, 0.06, 0.0).contended
     assert Load(1.0, 0.0, PRESSURE_LIMIT + 0.01).contended
     assert Load(1.0, 0.0, 0.0, cpu_bound=True).contended
+    # other work beyond the measured containers: judged only where the check names them
+    assert not Load(1.0, 0.0, 0.0, other_pct=hostload.CONTENDED_OTHER_PCT).contended
+    assert Load(1.0, 0.0, 0.0, other_pct=hostload.CONTENDED_OTHER_PCT + 1).contended
+    assert "other work 51 % of a core" in Load(1.0, 0.0, 0.0, other_pct=51).describe()
     assert "contended" in Load(1.0, 0.0, 0.9).describe() and "90%" in Load(1.0, 0.0, 0.9).describe()
 
 

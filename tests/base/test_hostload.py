@@ -54,3 +54,22 @@ def test_a_trial_shared_the_host_when_cpu_bound_or_beside_half_a_core_of_other_w
     assert hostload.contended({"cpu_bound": False, "host_cpu_other_pct": limit + 0.1})
     assert hostload.contended({"cpu_bound": True, "host_cpu_other_pct": 0.0})
     assert not hostload.contended({"cpu_bound": False, "host_cpu_other_pct": None})
+
+
+def test_other_work_reads_a_busy_loop_as_a_core_beyond_the_named_containers() -> None:
+    """No container named: a busy loop beside the block is all other work, about one core (the
+    host's own noise adds; another machine's idle cores cannot take it below 70 %)."""
+    import subprocess
+    import sys
+    import time
+
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        with hostload.OtherWork([]) as work:
+            time.sleep(1.0)
+    finally:
+        spin.kill()
+        spin.wait()
+    assert work.own_pct == {} and work.wall_s >= 1.0
+    assert work.other_pct is not None and work.other_pct >= 70, work.other_pct

@@ -116,7 +116,9 @@ def test_fresh_connection_costs_its_rtts(path, client: str) -> None:
         assert expected - 0.02 <= setup <= expected + 0.08, setup
         assert all(r["resumed"] in (False, None) for r in rows)
 
-    remeasured(f"{client} fresh connections", lambda: _fetch(path, "nginx", client), judge)
+    tb, hosts, _, _ = path
+    own = [tb.client.container, hosts["nginx"].container]
+    remeasured(f"{client} fresh connections", lambda: _fetch(path, "nginx", client), judge, own=own)
 
 
 @pytest.mark.parametrize(
@@ -143,8 +145,12 @@ def test_resumption_saves_rtts(path, server: str, client: str, expected: int) ->
             n = expected if r["resumed"] else fresh
             assert n - 0.02 <= r["ttfb_ms"] / rtt - 1 <= n + 0.25, (n, r["ttfb_ms"], r["resumed"])
 
+    tb, hosts, _, _ = path
     remeasured(
-        f"{client} resumed on {server}", lambda: _fetch(path, server, client, extra=("--resume",)), judge
+        f"{client} resumed on {server}",
+        lambda: _fetch(path, server, client, extra=("--resume",)),
+        judge,
+        own=[tb.client.container, hosts[server].container],
     )
 
 
@@ -210,7 +216,9 @@ def test_tool_instants_match_the_wire(path, client: str) -> None:
         worst = max(abs(result["events"][k]["delta_ms"]) for k in ("handshake", "first_byte"))
         assert worst <= 1.0, report
 
-    remeasured(f"{client} tool against wire", measure, judge)
+    remeasured(
+        f"{client} tool against wire", measure, judge, own=[tb.client.container, hosts["nginx"].container]
+    )
 
 
 def test_runner_trials_time_only_the_connection(path) -> None:

@@ -120,7 +120,9 @@ def test_server_serves_each_protocol_over_the_path(served, server: str, mode: st
         assert min(net) >= rtts * (1 - HANDSHAKE_FLOOR), shown
         assert statistics.median(net) <= _upper_rtts(server, rtts, rtt), shown
 
-    remeasured(f"{server} {mode} handshakes", fetch, judge)
+    remeasured(
+        f"{server} {mode} handshakes", fetch, judge, own=[tb.client.container, hosts[server].container]
+    )
     entries = servers.read_access_log(logs / server)[-len(objects) :]
     assert [e["path"].lstrip("/") for e in entries] == list(objects)
     for entry in entries:
