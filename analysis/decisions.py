@@ -5,6 +5,11 @@ A decide line names a metric and two groups (protocols or client labels), A and 
     decide:
       - {metric: connection_time, a: quic, b: tls1.3}                      # which is lower
       - {metric: ttfb, a: quic, b: tls1.3, similar_within: 1.10}           # within 10 %?
+      - {metric: cpu_client, a: quic, b: tls1.2, b_times: 1.5}             # A against 1.5 B
+      - {metric: connection_time, a: quic, b: tcp}                         # TLS 1.2 and 1.3
+
+The group `tcp` is every protocol over TCP (TLS 1.2 and 1.3), as the paper pools them for
+video; a round's side of several trials is their median.
 
 Each line is judged apart in every condition, server and object (a cell), on rounds: round r
 pairs A's and B's trials of repetition r, which the interleaved order runs side by side. The
@@ -23,9 +28,10 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any
 
-from quicbed.rowschema import METRICS
+from quicbed.rowschema import DECIDABLE, PROTOCOLS
 
 from .sequential import SignBettor, Verdict, direction, equivalence, rounds_needed
 
@@ -38,19 +44,21 @@ DECIDED, CAP, FIXED, OPEN = "decided", "not decided at the cap", "not decided in
 class Decide:
     """One decide line: which of A and B has the lower metric, or are they similar."""
 
-    metric: str  # a METRICS name: connection_time, ttfb, ...
-    a: str  # a protocol or a client label
+    metric: str  # a DECIDABLE name: connection_time, ttfb, cpu_client, ...
+    a: str  # a protocol, a client label, or TCP
     b: str
     similar_within: float | None = None  # an equivalence margin, a ratio above 1
+    b_times: float = 1.0  # A is compared with this multiple of B ("about 2x": A above 1.5 B?)
 
     @property
     def column(self) -> str:
-        return METRICS[self.metric]
+        return DECIDABLE[self.metric]
 
     def text(self) -> str:
+        b = self.b if self.b_times == 1.0 else f"{self.b_times:g}x {self.b}"
         if self.similar_within:
-            return f"{self.a} vs {self.b} {self.metric}: similar within {self.similar_within:g}x?"
-        return f"{self.a} vs {self.b} {self.metric}: which is lower?"
+            return f"{self.a} vs {b} {self.metric}: similar within {self.similar_within:g}x?"
+        return f"{self.a} vs {b} {self.metric}: which is lower?"
 
 
 @dataclass(frozen=True)
@@ -76,8 +84,29 @@ def floor_rounds(decides: Iterable[Decide], auto: AutoRepetitions) -> int:
     return max(auto.min, *(fewest_rounds(auto.alpha, bool(d.similar_within)) for d in decides))
 
 
+TCP = "tcp"  # the group of every protocol over TCP
+TCP_PROTOCOLS = tuple(p for p in PROTOCOLS if p.startswith("tls"))
+
+
+def member(protocol: object, label: object, group: str) -> bool:
+    """Whether a client (its protocol and label) is in a group."""
+    return group in (protocol, label) or (group == TCP and protocol in TCP_PROTOCOLS)
+
+
 def matches(row: Mapping[str, Any], group: str) -> bool:
-    return row.get("protocol") == group or row.get("client") == group
+    return member(row.get("protocol"), row.get("client"), group)
+
+
+def repetition(row: Mapping[str, Any]) -> int | None:
+    """A row's round: its repetition, however a table typed it (an integral float, numpy's)."""
+    rep = row.get("repetition")
+    if rep is None or isinstance(rep, bool | str):
+        return None
+    try:
+        value = float(rep)
+    except (TypeError, ValueError):
+        return None
+    return int(value) if math.isfinite(value) and value.is_integer() else None
 
 
 @dataclass(frozen=True, order=True)
@@ -97,7 +126,7 @@ def _value(rows: Sequence[Mapping[str, Any]], column: str) -> float:
     xs = []
     for r in rows:
         v = r.get(column)
-        if r.get("error") is None and isinstance(v, int | float) and math.isfinite(v):
+        if not r.get("error") and isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v):
             xs.append(float(v))
     return statistics.median(xs) if xs else math.nan
 
@@ -107,20 +136,48 @@ def rounds(
 ) -> dict[Cell, list[tuple[float, float]]]:
     """Per cell, its (A, B) pairs in round order, rounds below `before` only (all if None).
     A round missing on one side (failed, or not yet run) gives NaN there: no sign."""
+    return {
+        cell: [pair for _, pair in sorted(by_rep.items())]
+        for cell, by_rep in _sides(decide, rows, before).items()
+    }
+
+
+def _sides(
+    decide: Decide, rows: Iterable[Mapping[str, Any]], before: int | None = None
+) -> dict[Cell, dict[int, tuple[float, float]]]:
+    """Per cell, per round: (A's value, B's value times b_times)."""
     sides: dict[Cell, dict[int, tuple[list, list]]] = {}
     for r in rows:
-        rep = r.get("repetition")
-        if not isinstance(rep, int) or (before is not None and rep >= before):
+        rep = repetition(r)
+        if rep is None or (before is not None and rep >= before):
             continue
         in_a, in_b = matches(r, decide.a), matches(r, decide.b)
         if not (in_a or in_b):
             continue
         a, b = sides.setdefault(Cell.of(r), {}).setdefault(rep, ([], []))
         (a if in_a else b).append(r)
+    column = decide.column
     return {
-        cell: [(_value(a, decide.column), _value(b, decide.column)) for _, (a, b) in sorted(by_rep.items())]
+        cell: {rep: (_value(a, column), _value(b, column) * decide.b_times) for rep, (a, b) in by_rep.items()}
         for cell, by_rep in sides.items()
     }
+
+
+def pooled(decide: Decide, runs: Iterable[Iterable[Mapping[str, Any]]]) -> list[tuple[float, float]]:
+    """One claim's rounds over many cells (and runs, each its own rows): round 0 of every
+    cell, then round 1, ... Rounds are independent pairs, so one sign test over all of them
+    is as valid as one per cell, and decides a finding that spans cells sooner."""
+    keyed = []
+    for i, rows in enumerate(runs):
+        for cell, by_rep in _sides(decide, rows).items():
+            keyed += [((rep, i, cell), pair) for rep, pair in by_rep.items()]
+    return [pair for _, pair in sorted(keyed, key=lambda kv: kv[0])]
+
+
+def signs(pairs: Iterable[tuple[float, float]]) -> tuple[int, int]:
+    """Rounds in which A was above B, and below (ties and gaps aside)."""
+    finite = [(a, b) for a, b in pairs if math.isfinite(a) and math.isfinite(b)]
+    return sum(a > b for a, b in finite), sum(a < b for a, b in finite)
 
 
 def judge(decide: Decide, pairs: list[tuple[float, float]], alpha: float) -> Verdict:
@@ -164,9 +221,7 @@ def cell_verdicts(
         by_cell = rounds(decide, rows, before)
         for cell in dict.fromkeys([*planned, *sorted(by_cell)]):
             pairs = by_cell.get(cell, [])
-            above = sum(a > b for a, b in pairs if math.isfinite(a) and math.isfinite(b))
-            below = sum(a < b for a, b in pairs if math.isfinite(a) and math.isfinite(b))
-            out.append(CellVerdict(decide, cell, judge(decide, pairs, alpha), (above, below)))
+            out.append(CellVerdict(decide, cell, judge(decide, pairs, alpha), signs(pairs)))
     return out
 
 
@@ -228,8 +283,8 @@ def ran_rounds(rows: Iterable[Mapping[str, Any]]) -> dict[Cell, int]:
     """The rounds each cell ran: its highest repetition, plus one."""
     out: dict[Cell, int] = {}
     for r in rows:
-        rep = r.get("repetition")
-        if isinstance(rep, int):
+        rep = repetition(r)
+        if rep is not None:
             cell = Cell.of(r)
             out[cell] = max(out.get(cell, 0), rep + 1)
     return out

@@ -17,7 +17,17 @@ from quicbed.workloads import ReportSection, report_sections
 
 from . import decisions, disagreements, render, stack_matrix
 from . import loss_response as lr
-from .claims import FAILS, NO_DATA, Direction, Verdict, evaluate, expectation_claim, gain_shrinks
+from .claims import (
+    FAILS,
+    HOLDS,
+    NO_DATA,
+    NOT_DECIDED,
+    Direction,
+    Verdict,
+    evaluate,
+    expectation_claim,
+    gain_shrinks,
+)
 from .expectations import compile_expectation
 from .figures import (
     CONGESTION,
@@ -136,16 +146,24 @@ def directions_section(
     blocks: list[Block] = [
         Text(
             "Each finding of the paper (as a direction), what this run found, and whether "
-            "it holds. Significance: Welch's t-test and Mann–Whitney U both at p < 0.01 "
-            "with ≥ 10 trials per side."
+            "it holds. A finding that compares two protocols pairs their trials round by "
+            "round (one repetition of a run's condition, server and object) and is judged by "
+            "a sequential sign test by betting at α 0.01, valid however often it is looked "
+            "at, so a run that stopped once its own comparisons were decided is judged without "
+            "bias (Waudby-Smith and Ramdas, JRSS B 86(1), 2024); it says the rounds that "
+            "decided it, or those a decision would need. A similarity is an equivalence test "
+            "against a stated margin. The others (handshake arithmetic, the long-path gap, "
+            "the shrinking gain, stalls, switches, the lowest quality) use Welch's t-test and "
+            "Mann–Whitney U, both at p < 0.01 with ≥ 10 trials per side."
         )
     ]
     if quick:
         verdicts = [(d, Verdict(NEEDS_FULL, v.found) if v.status == NO_DATA else v) for d, v in verdicts]
-        judged = sum(v.status != NEEDS_FULL for _, v in verdicts)
+        judged = sum(v.status in (HOLDS, FAILS) for _, v in verdicts)
         blocks.append(
             Text(
                 f"A quick run: it judges {judged} of {len(verdicts)} findings; "
+                f"those marked '{NOT_DECIDED}' say how many rounds a decision would need, and "
                 f"those marked '{NEEDS_FULL}' need the paper's repetitions "
                 "(`make reproduce FULL=1`)."
             )

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from quicbed import limits, rowschema
-from quicbed.analysis.decisions import DEFAULT_ALPHA, AutoRepetitions, Decide, floor_rounds
+from quicbed.analysis.decisions import DEFAULT_ALPHA, TCP, AutoRepetitions, Decide, floor_rounds, member
 from quicbed.analysis.expectations import Expectation, client_labels, compile_expectation
 from quicbed.fields import (
     check_choice,
@@ -221,27 +221,31 @@ def _auto(src: Source, value: dict[str, Any]) -> AutoRepetitions:
 
 
 def _decide(src: Source, path: PathKey, value: Any, clients: list[ClientVariant]) -> Decide:
-    check_mapping(src, path, value, {"metric", "a", "b", "similar_within"}, {"metric", "a", "b"})
-    metric = check_choice(src, (*path, "metric"), value["metric"], rowschema.METRICS, "metric")
-    groups = [*rowschema.PROTOCOLS, *client_labels()]
+    keys = {"metric", "a", "b", "similar_within", "b_times"}
+    check_mapping(src, path, value, keys, {"metric", "a", "b"})
+    metric = check_choice(src, (*path, "metric"), value["metric"], rowschema.DECIDABLE, "metric")
+    groups = [*rowschema.PROTOCOLS, TCP, *client_labels()]
     a = check_choice(src, (*path, "a"), value["a"], groups, "group (a protocol or a client label)")
     b = check_choice(src, (*path, "b"), value["b"], groups, "group (a protocol or a client label)")
     if a == b:
         raise src.error((*path, "b"), f"compares {a} with itself")
     for side, group in (("a", a), ("b", b)):
-        if not any(group in (c.protocol, c.label) for c in clients):
+        if not any(member(c.protocol, c.label, group) for c in clients):
             raise src.error(
                 (*path, side),
                 f"no client of this experiment is {group}, so nothing would be compared "
                 f"(its clients: {', '.join(c.label for c in clients)})",
             )
-    both = [c.label for c in clients if {a, b} <= {c.protocol, c.label}]
+    both = [c.label for c in clients if member(c.protocol, c.label, a) and member(c.protocol, c.label, b)]
     if both:
         raise src.error((*path, "b"), f"{both[0]} is both {a} and {b}: the sides must not overlap")
     margin = None
     if "similar_within" in value:
         margin = check_number(src, (*path, "similar_within"), value["similar_within"], 1.001, 10.0)
-    return Decide(metric, a, b, margin)
+    times = 1.0
+    if "b_times" in value:
+        times = check_number(src, (*path, "b_times"), value["b_times"], 0.01, 100.0)
+    return Decide(metric, a, b, margin, times)
 
 
 def _check_sequential(src: Source, exp: Experiment) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from quicbed.analysis.decisions import Cell, Decide, all_decided, cell_verdicts
+from quicbed.analysis.decisions import Cell, Decide, all_decided, cell_verdicts, member
 
 from .matrix import Trial, trials
 from .schema import Experiment
@@ -64,12 +64,19 @@ class Stopper:
 
 def paired_lines(decides: Iterable[Decide], planned: Iterable[Trial]) -> dict[Cell, list[Decide]]:
     """Per cell, the decide lines that have a trial on both their sides there."""
-    sides: dict[Cell, set[str]] = {}
+    clients: dict[Cell, set[tuple[str, str]]] = {}
     for t in planned:
-        cell = Cell(t.condition.id, t.server, t.object)
-        sides.setdefault(cell, set()).update((t.client.protocol, t.client.label))
+        clients.setdefault(Cell(t.condition.id, t.server, t.object), set()).add(
+            (t.client.protocol, t.client.label)
+        )
     lines = list(decides)
-    return {cell: [d for d in lines if {d.a, d.b} <= groups] for cell, groups in sides.items()}
+
+    def has(there: set[tuple[str, str]], group: str) -> bool:
+        return any(member(protocol, label, group) for protocol, label in there)
+
+    return {
+        cell: [d for d in lines if has(there, d.a) and has(there, d.b)] for cell, there in clients.items()
+    }
 
 
 def skipper(stopper: Stopper | None, count: Callable[[Trial], None]) -> Callable[[Trial], bool]:

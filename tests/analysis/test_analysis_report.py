@@ -13,7 +13,7 @@ from analysis_synthetic import Model, write_run
 from matplotlib.figure import Figure
 
 from quicbed.analysis import load_runs, main_report, write_report
-from quicbed.analysis.claims import FAILS, HOLDS, NO_DATA, evaluate
+from quicbed.analysis.claims import FAILS, HOLDS, NO_DATA, NOT_DECIDED, evaluate
 from quicbed.analysis.figures import make_figures
 from quicbed.analysis.manifest import runner_entry
 from quicbed.analysis.report import backend_shown, flags
@@ -228,7 +228,9 @@ def test_a_run_whose_trials_all_failed_still_gets_a_report(tmp_path):
     assert "not enough data" in html
 
 
-def test_too_few_samples_is_not_enough_data_rather_than_a_verdict(tmp_path):
+def test_too_few_samples_is_not_a_verdict(tmp_path):
+    """Two rounds decide nothing: a comparison says "not decided" with its rounds and the
+    rounds a decision would need; a fixed-n finding says "not enough data"."""
     model = Model(
         repetitions=2, workloads=("streaming", "video"), conditions={"india": (80.0, 20.0, 20.0, 0.0)}
     )
@@ -238,11 +240,13 @@ def test_too_few_samples_is_not_enough_data_rather_than_a_verdict(tmp_path):
     verdicts = {claim: v.status for claim, v in judged.items()}
     observational = "Streaming: the lowest quality falls to 144p at 5–10% loss"
     assert verdicts.pop(observational) == HOLDS  # a minimum needs no sample size
-    assert set(verdicts.values()) == {NO_DATA}
-    # ... but a quick run's numbers are shown beside "no verdict", loss rate by loss rate.
+    assert set(verdicts.values()) == {NO_DATA, NOT_DECIDED}
+    video = judged["Video: the overall download rate is higher over TLS/TCP"]
+    assert video.status == NOT_DECIDED and "not decided after 2 rounds" in video.found[0]
+    # ... and a quick run's numbers are shown beside it, loss rate by loss rate.
     startup = judged["Streaming: with loss QUIC starts faster (≈40% at 5% loss)"].found
     assert [line.split(":")[0] for line in startup[:-1]] == ["1% loss", "5% loss", "10% loss"]
-    assert "n=2/2" in startup[1] and "no verdict" in startup[-1]
+    assert "n=2/2" in startup[1] and "not decided after" in startup[-1]
 
 
 def test_browser_page_loads_are_their_own_kind_never_pooled_with_the_perf_tools(full_report):

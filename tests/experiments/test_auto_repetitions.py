@@ -309,3 +309,44 @@ def test_sides_that_overlap_are_refused() -> None:
     text = DECISIVE.replace("b: tls1.3}", "b: quic-h3}")
     with pytest.raises(ExperimentError, match="quic-h3 is both quic and quic-h3"):
         parse_experiment(text, "seq.yaml")
+
+
+def test_tcp_pools_tls_1_2_and_1_3_and_b_times_scales_b(tmp_path: Path) -> None:
+    """`b: tcp` is every TLS-over-TCP client (the paper pools them for video); a side of two
+    trials takes their median. QUIC's 1 RTT is below TLS/TCP's (2 and 3 RTT) in every round,
+    and below 0.6 x TLS/TCP's 2.5 (1.5 RTT) too, but not below 0.3 x (0.75 RTT)."""
+    clients = 'clients: [{tool: tls_perf, tls: "1.2", http: "2"}, '
+    clients += '{tool: tls_perf, tls: "1.3", http: "2"}, {tool: quic_perf}]'
+    text = DECISIVE.replace('clients: [{tool: tls_perf, tls: "1.3", http: "2"}, {tool: quic_perf}]', clients)
+    text = text.replace(
+        "  - {metric: connection_time, a: quic, b: tls1.3}\n",
+        "  - {metric: connection_time, a: quic, b: tcp}\n"
+        "  - {metric: connection_time, a: quic, b: tcp, b_times: 0.6}\n"
+        "  - {metric: connection_time, a: quic, b: tcp, b_times: 0.3}\n",
+    )
+    run(text, tmp_path / "r")
+    answers = {(d["decide"], d["server"]): d["answer"] for d in read_manifest(tmp_path / "r")["decisions"]}
+    for server in ("caddy", "nginx"):
+        assert answers[("quic vs tcp connection_time: which is lower?", server)] == "quic lower"
+        assert answers[("quic vs 0.6x tcp connection_time: which is lower?", server)] == "quic lower"
+        assert answers[("quic vs 0.3x tcp connection_time: which is lower?", server)] == "tcp lower"
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("{metric: connection_time, a: quic, b: tcp}", "no client of this experiment is tcp"),
+        ("{metric: connection_time, a: quic-h3, b: quiche, b_times: 0}", "b_times"),
+        ("{metric: cpu_client, a: quic-h3, b: quiche, b_times: 1.5}", None),
+        ("{metric: startup_delay, a: quic-h3, b: quiche}", None),
+    ],
+)
+def test_a_decide_line_names_a_decidable_metric_a_group_and_a_positive_multiple(
+    line: str, says: str | None
+) -> None:
+    text = NULL.replace("{metric: connection_time, a: quic-h3, b: quiche}", line)
+    if says is None:
+        assert parse_experiment(text, "seq.yaml").decide
+        return
+    with pytest.raises(ExperimentError, match=says):
+        parse_experiment(text, "seq.yaml")

@@ -1,0 +1,124 @@
+"""The paper's comparison findings judged by the sequential sign test over paired rounds
+(analysis/claims.py `paired`, analysis/decisions.py `pooled`): pure logic on made-up rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from quicbed.analysis import decisions
+from quicbed.analysis.claims import FAILS, HOLDS, NO_DATA, NOT_DECIDED, cpu_ratio, paired, startup_no_loss
+from quicbed.analysis.decisions import TCP, Decide
+
+
+def rows_of(
+    values: dict[str, list[float]], column: str, run: str = "r1", cells: int = 1, **extra
+) -> list[dict]:
+    """Round r of each cell: each protocol's values[r] (cells share them)."""
+    out = []
+    for cell in range(cells):
+        for protocol, xs in values.items():
+            for rep, x in enumerate(xs):
+                out.append(
+                    {
+                        "run_id": run,
+                        "condition": "c0",
+                        "server": f"s{cell}",
+                        "object": "o",
+                        "repetition": rep,
+                        "protocol": protocol,
+                        "client": f"{protocol}-x",
+                        "error": "",
+                        "facet": "india",
+                        column: x,
+                    }
+                    | extra
+                )
+    return out
+
+
+def frame(*parts: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame([r for part in parts for r in part])
+
+
+def test_a_clear_difference_holds_the_claimed_way_and_fails_the_other() -> None:
+    df = frame(rows_of({"quic": [100.0] * 20, "tls1.3": [200.0] * 20}, "connection_time_ms"))
+    status, line = paired(df, Decide("connection_time", "quic", "tls1.3"), "A < B")
+    assert status == HOLDS and line == "QUIC below TLS 1.3 in 20 of 20 rounds, decided in 11 rounds"
+    status, line = paired(df, Decide("connection_time", "quic", "tls1.3"), "A > B")
+    assert (
+        status == FAILS
+        and line == "QUIC above TLS 1.3 in 0 of 20 rounds: decided QUIC below TLS 1.3 in 11 rounds"
+    )
+
+
+def test_too_few_rounds_are_not_decided_and_say_what_would_decide() -> None:
+    df = frame(rows_of({"quic": [100.0] * 5, "tls1.3": [200.0] * 5}, "connection_time_ms"))
+    status, line = paired(df, Decide("connection_time", "quic", "tls1.3"), "A < B")
+    assert status == NOT_DECIDED and "not decided after 5 rounds" in line and "rounds would decide" in line
+    status, line = paired(df, Decide("connection_time", "quic", "tls1.2"), "A < B")
+    assert status == NO_DATA, line
+
+
+def test_rounds_pool_over_cells_and_runs_but_never_merge_two_runs_cells() -> None:
+    """Six rounds decide nothing; the same six in a second run (its own c0) make twelve."""
+    six = {"quic": [100.0] * 6, "tls1.3": [200.0] * 6}
+    decide = Decide("connection_time", "quic", "tls1.3")
+    assert paired(frame(rows_of(six, "connection_time_ms")), decide, "A < B")[0] == NOT_DECIDED
+    two_runs = frame(rows_of(six, "connection_time_ms", "r1"), rows_of(six, "connection_time_ms", "r2"))
+    assert (
+        len(
+            decisions.pooled(
+                decide, [two_runs[two_runs.run_id == r].to_dict("records") for r in ("r1", "r2")]
+            )
+        )
+        == 12
+    )
+    assert paired(two_runs, decide, "A < B")[0] == HOLDS
+    two_cells = frame(rows_of(six, "connection_time_ms", cells=2))
+    assert paired(two_cells, decide, "A < B")[0] == HOLDS
+
+
+def test_tcp_is_tls_1_2_and_1_3_and_a_round_takes_their_median() -> None:
+    df = frame(rows_of({"quic": [10.0] * 14, "tls1.2": [30.0] * 14, "tls1.3": [5.0] * 14}, "throughput_mbps"))
+    pairs = decisions.pooled(Decide("throughput", "quic", TCP), [df.to_dict("records")])
+    assert pairs[0] == (10.0, 17.5)
+    status, line = paired(df, Decide("throughput", "quic", TCP), "A < B")
+    assert status == HOLDS and "QUIC below TLS/TCP in 14 of 14 rounds" in line
+
+
+@pytest.mark.parametrize(("quic_pct", "status"), [(80.0, HOLDS), (70.0, FAILS)])
+def test_about_twice_the_cpu_is_quic_above_one_and_a_half_times_tls_1_2(quic_pct: float, status: str) -> None:
+    rng = np.random.default_rng(1)
+    quic = list(quic_pct + rng.normal(0, 1, 20))
+    tls = list(50.0 + rng.normal(0, 1, 20))
+    rows = rows_of(
+        {"quic": quic, "tls1.2": tls}, "transfer_cpu_pct", workload="cloud", object_bytes=200 * 2**20
+    )
+    verdict = cpu_ratio(frame(rows))
+    assert verdict.status == status, verdict.found
+    assert "QUIC above 1.5× TLS 1.2 in" in verdict.found[0]
+
+
+@pytest.mark.parametrize(("tcp_ms", "status"), [(1000.0, HOLDS), (1500.0, FAILS)])
+def test_similar_startup_is_an_equivalence_with_its_margin(tcp_ms: float, status: str) -> None:
+    """Within 1.2x either way over 40 rounds: similar. 1.5x: different. Not "no difference"."""
+    rng = np.random.default_rng(2)
+    quic = list(1000.0 * (1 + rng.normal(0, 0.03, 40)))
+    tcp = list(tcp_ms * (1 + rng.normal(0, 0.03, 40)))
+    rows = rows_of({"quic": quic, "tls1.3": tcp}, "startup_delay_ms", workload="streaming", loss_pct=0.0)
+    verdict = startup_no_loss(frame(rows))
+    assert verdict.status == status, verdict.found
+    assert "median QUIC/TLS/TCP ×" in verdict.found[-1] and ("decided in" in verdict.found[-1]) == (
+        status == HOLDS
+    )
+
+
+def test_a_failed_trial_gives_its_round_no_sign() -> None:
+    rows = rows_of({"quic": [100.0] * 20, "tls1.3": [200.0] * 20}, "connection_time_ms")
+    for r in rows:
+        if r["protocol"] == "quic":
+            r["error"] = "timeout"
+    status, line = paired(frame(rows), Decide("connection_time", "quic", "tls1.3"), "A < B")
+    assert status == NO_DATA, line
