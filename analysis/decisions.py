@@ -49,6 +49,7 @@ class Decide:
     b: str
     similar_within: float | None = None  # an equivalence margin, a ratio above 1
     b_times: float = 1.0  # A is compared with this multiple of B ("about 2x": A above 1.5 B?)
+    objects: tuple[str, ...] = ()  # judged in these objects' cells only (none: every cell)
 
     @property
     def column(self) -> str:
@@ -56,18 +57,32 @@ class Decide:
 
     def text(self) -> str:
         b = self.b if self.b_times == 1.0 else f"{self.b_times:g}x {self.b}"
+        metric = self.metric + (f" of {'+'.join(self.objects)}" if self.objects else "")
         if self.similar_within:
-            return f"{self.a} vs {b} {self.metric}: similar within {self.similar_within:g}x?"
-        return f"{self.a} vs {b} {self.metric}: which is lower?"
+            return f"{self.a} vs {b} {metric}: similar within {self.similar_within:g}x?"
+        return f"{self.a} vs {b} {metric}: which is lower?"
+
+    def judges(self, obj: str) -> bool:
+        return not self.objects or obj in self.objects
+
+
+# What one sequential test decides: each cell (condition, server, object) alone, each
+# server's cells of a condition in one test (its rounds: all its objects'), or every cell of a
+# condition in one (all its servers' and objects'). The report's findings are judged per path
+# and server (analysis/claims.py), as `per: server` decides them.
+PER_CELL, PER_SERVER, PER_CONDITION = "cell", "server", "condition"
+PER = (PER_CELL, PER_SERVER, PER_CONDITION)
+ALL = "all"  # a pooled cell's object (and server, per condition)
 
 
 @dataclass(frozen=True)
 class AutoRepetitions:
-    """`repetitions: {auto: {min, max, alpha}}`: rounds run until decided, at least min."""
+    """`repetitions: {auto: {min, max, alpha, per}}`: rounds run until decided, at least min."""
 
     min: int
     max: int
     alpha: float = DEFAULT_ALPHA
+    per: str = PER_CELL
 
 
 def fewest_rounds(alpha: float, similar: bool = False) -> int:
@@ -79,9 +94,22 @@ def fewest_rounds(alpha: float, similar: bool = False) -> int:
     return bettor.rounds
 
 
-def floor_rounds(decides: Iterable[Decide], auto: AutoRepetitions) -> int:
-    """The fewest rounds in which every line could be decided, and at least auto's min."""
-    return max(auto.min, *(fewest_rounds(auto.alpha, bool(d.similar_within)) for d in decides))
+def pooled_cells(per: str, servers: int, objects: int) -> int:
+    """The cells one test pools: the pairs a round gives it."""
+    return {PER_CELL: 1, PER_SERVER: objects, PER_CONDITION: servers * objects}[per]
+
+
+def floor_rounds(decides: Iterable[Decide], auto: AutoRepetitions, servers: int = 1, objects: int = 1) -> int:
+    """The fewest rounds in which every line could be decided, and at least auto's min; a
+    pooled test gets a pair a round from each of its cells."""
+    fewest = (
+        math.ceil(
+            fewest_rounds(auto.alpha, bool(d.similar_within))
+            / pooled_cells(auto.per, servers, len(d.objects) or objects)
+        )
+        for d in decides
+    )
+    return max(auto.min, *fewest)
 
 
 TCP = "tcp"  # the group of every protocol over TCP
@@ -119,6 +147,16 @@ class Cell:
     def of(cls, row: Mapping[str, Any]) -> Cell:
         return cls(str(row["condition"]), str(row["server"]), str(row["object"]))
 
+    def decided_in(self, per: str) -> Cell:
+        """The cell whose test decides this one: itself, its server's or its condition's."""
+        if per == PER_CELL:
+            return self
+        return Cell(self.condition, self.server if per == PER_SERVER else ALL, ALL)
+
+    @property
+    def pooled(self) -> bool:
+        return self.object == ALL
+
 
 def _value(rows: Sequence[Mapping[str, Any]], column: str) -> float:
     """One side of a round: its successful trial's value (the median of several, which a
@@ -132,14 +170,16 @@ def _value(rows: Sequence[Mapping[str, Any]], column: str) -> float:
 
 
 def rounds(
-    decide: Decide, rows: Iterable[Mapping[str, Any]], before: int | None = None
+    decide: Decide, rows: Iterable[Mapping[str, Any]], before: int | None = None, per: str = PER_CELL
 ) -> dict[Cell, list[tuple[float, float]]]:
-    """Per cell, its (A, B) pairs in round order, rounds below `before` only (all if None).
+    """Per deciding cell, its (A, B) pairs in round order, rounds below `before` only (all if
+    None); a condition's pooled cell takes round 0 of each of its cells, then round 1, ...
     A round missing on one side (failed, or not yet run) gives NaN there: no sign."""
-    return {
-        cell: [pair for _, pair in sorted(by_rep.items())]
-        for cell, by_rep in _sides(decide, rows, before).items()
-    }
+    keyed: dict[Cell, list[tuple[tuple[int, Cell], tuple[float, float]]]] = {}
+    for cell, by_rep in _sides(decide, rows, before).items():
+        mine = keyed.setdefault(cell.decided_in(per), [])
+        mine += [((rep, cell), pair) for rep, pair in by_rep.items()]
+    return {key: [pair for _, pair in sorted(items, key=lambda kv: kv[0])] for key, items in keyed.items()}
 
 
 def _sides(
@@ -152,7 +192,7 @@ def _sides(
         if rep is None or (before is not None and rep >= before):
             continue
         in_a, in_b = matches(r, decide.a), matches(r, decide.b)
-        if not (in_a or in_b):
+        if not (in_a or in_b) or not decide.judges(str(r.get("object"))):
             continue
         a, b = sides.setdefault(Cell.of(r), {}).setdefault(rep, ([], []))
         (a if in_a else b).append(r)
@@ -211,14 +251,15 @@ def cell_verdicts(
     alpha: float,
     cells: Iterable[Cell] = (),
     before: int | None = None,
+    per: str = PER_CELL,
 ) -> list[CellVerdict]:
-    """Every line's verdict in every cell that has rows, and in `cells` (planned, perhaps
-    not yet run: undecided with 0 rounds)."""
+    """Every line's verdict in every deciding cell that has rows, and in `cells` (planned,
+    perhaps not yet run: undecided with 0 rounds)."""
     rows = list(rows)
     planned = list(cells)
     out = []
     for decide in decides:
-        by_cell = rounds(decide, rows, before)
+        by_cell = rounds(decide, rows, before, per)
         for cell in dict.fromkeys([*planned, *sorted(by_cell)]):
             pairs = by_cell.get(cell, [])
             out.append(CellVerdict(decide, cell, judge(decide, pairs, alpha), signs(pairs)))
@@ -255,7 +296,9 @@ def manifest_entries(
             "object": v.cell.object,
             "decision": v.verdict.decision,
             "answer": answer(v.decide, v.verdict.decision),
-            "rounds": v.verdict.rounds if v.decided else ran,
+            # A cell's pairs are its rounds; a pooled cell has a pair per cell a round.
+            "rounds": v.verdict.rounds if v.decided and not v.cell.pooled else ran,
+            "pairs": v.verdict.rounds,
             "why": why,
             "a_above_b": v.signs[0],
             "a_below_b": v.signs[1],
@@ -263,7 +306,10 @@ def manifest_entries(
             "alpha": alpha,
         }
         if why in (CAP, FIXED):
-            entry["rounds_needed"] = v.rounds_to_decide(alpha)
+            needed = v.rounds_to_decide(alpha)
+            if needed and v.cell.pooled and v.verdict.rounds:  # pairs, at this run's per round
+                needed = math.ceil(needed * ran / v.verdict.rounds)
+            entry["rounds_needed"] = needed
         out.append(entry)
     return out
 
@@ -279,20 +325,21 @@ def answer(decide: Decide, decision: str) -> str:
     return decision
 
 
-def ran_rounds(rows: Iterable[Mapping[str, Any]]) -> dict[Cell, int]:
-    """The rounds each cell ran: its highest repetition, plus one."""
+def ran_rounds(rows: Iterable[Mapping[str, Any]], per: str = PER_CELL) -> dict[Cell, int]:
+    """The rounds each deciding cell ran: its highest repetition, plus one."""
     out: dict[Cell, int] = {}
     for r in rows:
         rep = repetition(r)
         if rep is not None:
-            cell = Cell.of(r)
+            cell = Cell.of(r).decided_in(per)
             out[cell] = max(out.get(cell, 0), rep + 1)
     return out
 
 
 def summary_line(entry: Mapping[str, Any]) -> str:
     """One manifest entry as the run's console says it."""
-    where = f"{entry['condition']} {entry['server']} {entry['object']}"
+    where = str(entry["condition"])
+    where += "".join(f" {entry[k]}" for k in ("server", "object") if entry[k] != ALL)
     head = f"{where}: {entry['decide']} {entry['answer']}"
     if entry["why"] == DECIDED:
         return f"{head} after {entry['rounds']} rounds"

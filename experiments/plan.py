@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
-from quicbed.analysis.decisions import floor_rounds
+from quicbed.analysis.decisions import PER_CELL, PER_CONDITION, PER_SERVER, floor_rounds
 from quicbed.analysis.loss_response import mathis_mbit
 from quicbed.errors import InputError
 from quicbed.rowschema import TRIALS_DIR
@@ -86,14 +87,32 @@ def _sender_rate_mbit(cond: Condition) -> float:
     return min(down.rate_mbit, mathis_mbit(loss, cond.link.rtt_ms))
 
 
-def estimate_seconds(exp: Experiment, repetitions: int | None = None) -> float:
-    """The run's time at `repetitions` (default: the experiment's, the cap of auto ones)."""
+def estimate_seconds(exp: Experiment, repetitions: int | Mapping[str, int] | None = None) -> float:
+    """The run's time at `repetitions` (default: the experiment's, the cap of auto ones), one
+    count for every object or one per object."""
     total = 0.0
     pairs = spoken_pairs(exp.servers, exp.clients)
     for cond in conditions(exp):
-        per_rep = sum(trial_seconds(exp, cond, c, o) for _, c in pairs for o in exp.workload.objects)
-        total += SETUP_S + per_rep * (repetitions or exp.repetitions)
+        for obj in exp.workload.objects:
+            if isinstance(repetitions, Mapping):
+                reps = repetitions[obj]
+            else:
+                reps = repetitions or exp.repetitions
+            total += sum(trial_seconds(exp, cond, c, obj) for _, c in pairs) * reps
+        total += SETUP_S
     return total
+
+
+def floor_by_object(exp: Experiment) -> dict[str, int]:
+    """Each object's rounds when every line that judges it decides at its floor (an object no
+    line judges runs `min`): an auto run's shortest."""
+    assert exp.auto is not None
+    servers, objects = len(exp.servers), len(exp.workload.objects)
+    out = {}
+    for obj in exp.workload.objects:
+        lines = [d for d in exp.decide if d.judges(obj)]
+        out[obj] = floor_rounds(lines, exp.auto, servers, objects) if lines else exp.auto.min
+    return out
 
 
 def duration_text(exp: Experiment) -> str:
@@ -101,11 +120,11 @@ def duration_text(exp: Experiment) -> str:
     if exp.auto is None:
         return f"estimated duration: {hms(estimate_seconds(exp))} {model}"
     # Every comparison decided at its floor, or none before the cap.
-    floor = floor_rounds(exp.decide, exp.auto)
+    floors = floor_by_object(exp)
+    shown = ", ".join(f"{obj} {n}" for obj, n in floors.items())
     return (
-        f"estimated duration: {hms(estimate_seconds(exp, floor))} if every cell decides at "
-        f"{floor} rounds (the fewest the test can), {hms(estimate_seconds(exp))} at the cap "
-        f"of {exp.auto.max} {model}"
+        f"estimated duration: {hms(estimate_seconds(exp, floors))} if every line decides at its "
+        f"floor (rounds: {shown}), {hms(estimate_seconds(exp))} at the cap of {exp.auto.max} {model}"
     )
 
 
@@ -114,7 +133,9 @@ def repetitions_text(exp: Experiment) -> str:
         return f"{exp.repetitions} repetitions"
     return (
         f"up to {exp.auto.max} repetitions (auto: at least {exp.auto.min}, then until every "
-        f"decide line is decided in the cell at alpha {exp.auto.alpha:g})"
+        f"decide line is decided in the "
+        + {PER_CELL: "cell", PER_SERVER: "condition per server", PER_CONDITION: "condition"}[exp.auto.per]
+        + f" at alpha {exp.auto.alpha:g})"
     )
 
 

@@ -501,15 +501,16 @@ def decisions_of(exp: Experiment, rows: list[dict[str, Any]], held: list[Unit]) 
     """Every decide line's verdict in every cell of the held units, from the rows in round
     order."""
     alpha = exp.auto.alpha if exp.auto else decisions.DEFAULT_ALPHA
-    lines = paired_lines(exp.decide, (t for unit in held for t in unit_trials(exp, unit)))
+    per = exp.auto.per if exp.auto else decisions.PER_CELL
+    lines = paired_lines(exp.decide, (t for unit in held for t in unit_trials(exp, unit)), per)
     by_cell: dict[decisions.Cell, list[dict[str, Any]]] = {}
     for r in rows:
-        by_cell.setdefault(decisions.Cell.of(r), []).append(r)
+        by_cell.setdefault(decisions.Cell.of(r).decided_in(per), []).append(r)
     verdicts = []
     for cell, mine in lines.items():
         if mine:
-            verdicts += decisions.cell_verdicts(mine, by_cell.get(cell, []), alpha, [cell])
-    return decisions.manifest_entries(verdicts, exp.auto, alpha, decisions.ran_rounds(rows))
+            verdicts += decisions.cell_verdicts(mine, by_cell.get(cell, []), alpha, [cell], per=per)
+    return decisions.manifest_entries(verdicts, exp.auto, alpha, decisions.ran_rounds(rows, per))
 
 
 def _units(exp: Experiment, manifest: dict[str, Any]) -> list[Unit]:

@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from quicbed import limits, rowschema
-from quicbed.analysis.decisions import DEFAULT_ALPHA, TCP, AutoRepetitions, Decide, floor_rounds, member
+from quicbed.analysis.decisions import (
+    DEFAULT_ALPHA,
+    PER,
+    PER_CELL,
+    TCP,
+    AutoRepetitions,
+    Decide,
+    floor_rounds,
+    member,
+)
 from quicbed.analysis.expectations import Expectation, client_labels, compile_expectation
 from quicbed.fields import (
     check_choice,
@@ -179,7 +188,7 @@ def _build(src: Source, text: str) -> Experiment:
         exp.order = check_choice(src, ("order",), d["order"], ORDERS, "order")
     if "decide" in d:
         exp.decide = tuple(
-            check_list(src, ("decide",), d["decide"], lambda p, v: _decide(src, p, v, clients))
+            check_list(src, ("decide",), d["decide"], lambda p, v: _decide(src, p, v, clients, workload))
         )
     _check_sequential(src, exp)
     if "seed" in d:
@@ -211,17 +220,22 @@ def _auto(src: Source, value: dict[str, Any]) -> AutoRepetitions:
     check_mapping(src, ("repetitions",), value, {"auto"}, {"auto"})
     path: PathKey = ("repetitions", "auto")
     auto = value["auto"]
-    check_mapping(src, path, auto, {"min", "max", "alpha"}, {"min", "max"})
+    check_mapping(src, path, auto, {"min", "max", "alpha", "per"}, {"min", "max"})
     low = check_int(src, (*path, "min"), auto["min"], 1, 100_000)
     high = check_int(src, (*path, "max"), auto["max"], low, 100_000)
     alpha = DEFAULT_ALPHA
     if "alpha" in auto:
         alpha = check_number(src, (*path, "alpha"), auto["alpha"], 1e-6, 0.2)
-    return AutoRepetitions(low, high, alpha)
+    per = PER_CELL
+    if "per" in auto:
+        per = check_choice(src, (*path, "per"), auto["per"], PER, "per")
+    return AutoRepetitions(low, high, alpha, per)
 
 
-def _decide(src: Source, path: PathKey, value: Any, clients: list[ClientVariant]) -> Decide:
-    keys = {"metric", "a", "b", "similar_within", "b_times"}
+def _decide(
+    src: Source, path: PathKey, value: Any, clients: list[ClientVariant], workload: Workload
+) -> Decide:
+    keys = {"metric", "a", "b", "similar_within", "b_times", "objects"}
     check_mapping(src, path, value, keys, {"metric", "a", "b"})
     metric = check_choice(src, (*path, "metric"), value["metric"], rowschema.DECIDABLE, "metric")
     groups = [*rowschema.PROTOCOLS, TCP, *client_labels()]
@@ -245,7 +259,18 @@ def _decide(src: Source, path: PathKey, value: Any, clients: list[ClientVariant]
     times = 1.0
     if "b_times" in value:
         times = check_number(src, (*path, "b_times"), value["b_times"], 0.01, 100.0)
-    return Decide(metric, a, b, margin, times)
+    objects: tuple[str, ...] = ()
+    if "objects" in value:
+        what = f"object of the workload ({', '.join(workload.objects)})"
+        objects = tuple(
+            check_list(
+                src,
+                (*path, "objects"),
+                value["objects"],
+                lambda p, v: check_choice(src, p, v, workload.objects, what),
+            )
+        )
+    return Decide(metric, a, b, margin, times, objects)
 
 
 def _check_sequential(src: Source, exp: Experiment) -> None:
@@ -264,7 +289,7 @@ def _check_sequential(src: Source, exp: Experiment) -> None:
             "auto repetitions pair both sides of each round, which blocked order runs far "
             "apart; use interleaved or shuffled",
         )
-    floor = floor_rounds(exp.decide, exp.auto)
+    floor = floor_rounds(exp.decide, exp.auto, len(exp.servers), len(exp.workload.objects))
     if exp.auto.max < floor:
         raise src.error(
             ("repetitions", "auto", "max"),

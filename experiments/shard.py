@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from quicbed.analysis.decisions import PER_CELL
 from quicbed.errors import InputError
 from quicbed.servers.pairing import spoken_clients
 
@@ -129,8 +130,13 @@ def cells_of(exp: Experiment, cond: Condition) -> list[Cell]:
 
 
 def condition_units(exp: Experiment, cond: Condition) -> list[Unit]:
-    """One condition's units: its cells split, balanced by estimated duration (deterministic)."""
+    """One condition's units: its cells split, balanced by estimated duration (deterministic).
+    Auto repetitions decided over several cells (per server or condition) keep it one unit:
+    their test pairs every cell's round r before round r + 1, as one path running the
+    interleaved order gives."""
     cells = cells_of(exp, cond)
+    if exp.auto and exp.auto.per != PER_CELL:
+        return [Unit(cond, 0, tuple(cells))]
     cost = {cell: cell_seconds(exp, cond, cell) for cell in cells}
     count = max(1, min(len(cells), int(sum(cost.values()) // UNIT_MIN_S)))
     order = {cell: i for i, cell in enumerate(cells)}

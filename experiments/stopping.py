@@ -2,7 +2,10 @@
 
 A cell is one condition's server and object. Its trials run round by round (a round: every
 client's trial of one repetition); before a trial of round r, the runner asks whether every
-`decide:` line is decided in that cell on rounds 0..r-1 (analysis/decisions.py). If so, the
+`decide:` line is decided in that cell on rounds 0..r-1 (analysis/decisions.py). With
+`per: server` or `per: condition`, one test decides all of a server's (or the condition's)
+cells: its rounds pair every object's (and server's) trials, so it decides in fewer rounds,
+and the condition runs as one unit. If so, the
 cell's later trials are not needed: they are not run, and the run says how many. A cell in
 which no line pairs two clients (a server that speaks only one side) has nothing to decide
 and stops after `min` rounds.
@@ -17,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from quicbed.analysis.decisions import Cell, Decide, all_decided, cell_verdicts, member
+from quicbed.analysis.decisions import PER_CELL, Cell, Decide, all_decided, cell_verdicts, member
 
 from .matrix import Trial, trials
 from .schema import Experiment
@@ -28,29 +31,32 @@ class Stopper:
         if exp.auto is None:
             raise ValueError("a Stopper is for auto repetitions")
         self.exp, self.auto = exp, exp.auto
-        self._rows: dict[Cell, dict[str, Mapping[str, Any]]] = {}  # latest row per trial id
+        self.per = exp.auto.per
+        # By deciding cell (a cell, or a condition's pooled cell): the latest row per trial id.
+        self._rows: dict[Cell, dict[str, Mapping[str, Any]]] = {}
         self._paired: dict[str, dict[Cell, list[Decide]]] = {}  # per condition: each cell's lines
         self._stopped: dict[Cell, int] = {}  # cell -> the round it stopped before
         for row in stored:
             self.add(row)
 
     def add(self, row: Mapping[str, Any]) -> None:
-        self._rows.setdefault(Cell.of(row), {})[str(row["trial_id"])] = row
+        self._rows.setdefault(Cell.of(row).decided_in(self.per), {})[str(row["trial_id"])] = row
 
     def not_needed(self, trial: Trial) -> bool:
-        """Whether the trial's cell was decided on the rounds before the trial's."""
+        """Whether every line that judges the trial's cell was decided on the rounds before
+        the trial's (in the cell, or in the server's or condition's cells pooled)."""
         cell = Cell(trial.condition.id, trial.server, trial.object)
         if cell in self._stopped:
             return trial.repetition >= self._stopped[cell]
         if trial.repetition < self.auto.min:
             return False
-        lines = self._lines_of(trial).get(cell)
-        if not lines:
-            decided = True  # nothing to decide here: min rounds, as every cell gets
-        else:
-            rows = self._rows.get(cell, {}).values()
-            verdicts = cell_verdicts(lines, rows, self.auto.alpha, [cell], trial.repetition)
-            decided = all_decided(verdicts)
+        pooled = cell.decided_in(self.per)
+        lines = [d for d in self._lines_of(trial).get(pooled, []) if d.judges(trial.object)]
+        # Without a line, nothing to decide here: min rounds, as every cell gets.
+        rows = self._rows.get(pooled, {}).values()
+        decided = not lines or all_decided(
+            cell_verdicts(lines, rows, self.auto.alpha, [pooled], trial.repetition, self.per)
+        )
         if decided:
             self._stopped[cell] = trial.repetition
         return decided
@@ -58,25 +64,33 @@ class Stopper:
     def _lines_of(self, trial: Trial) -> dict[Cell, list[Decide]]:
         cond = trial.condition
         if cond.id not in self._paired:
-            self._paired[cond.id] = paired_lines(self.exp.decide, trials(self.exp, cond))
+            self._paired[cond.id] = paired_lines(self.exp.decide, trials(self.exp, cond), self.per)
         return self._paired[cond.id]
 
 
-def paired_lines(decides: Iterable[Decide], planned: Iterable[Trial]) -> dict[Cell, list[Decide]]:
-    """Per cell, the decide lines that have a trial on both their sides there."""
+def paired_lines(
+    decides: Iterable[Decide], planned: Iterable[Trial], per: str = PER_CELL
+) -> dict[Cell, list[Decide]]:
+    """Per deciding cell, the decide lines that have a trial on both their sides in it (in
+    one of a pooled cell's cells)."""
     clients: dict[Cell, set[tuple[str, str]]] = {}
     for t in planned:
-        clients.setdefault(Cell(t.condition.id, t.server, t.object), set()).add(
-            (t.client.protocol, t.client.label)
-        )
+        cell = Cell(t.condition.id, t.server, t.object)
+        clients.setdefault(cell, set()).add((t.client.protocol, t.client.label))
     lines = list(decides)
 
     def has(there: set[tuple[str, str]], group: str) -> bool:
         return any(member(protocol, label, group) for protocol, label in there)
 
-    return {
-        cell: [d for d in lines if has(there, d.a) and has(there, d.b)] for cell, there in clients.items()
-    }
+    out: dict[Cell, list[Decide]] = {}
+    for cell, there in clients.items():
+        mine = out.setdefault(cell.decided_in(per), [])
+        mine += [
+            d
+            for d in lines
+            if d.judges(cell.object) and has(there, d.a) and has(there, d.b) and d not in mine
+        ]
+    return out
 
 
 def skipper(stopper: Stopper | None, count: Callable[[Trial], None]) -> Callable[[Trial], bool]:

@@ -275,8 +275,28 @@ def test_the_dry_run_gives_the_floor_and_the_cap(tmp_path: Path, capsys) -> None
     )
     out = capsys.readouterr().out
     assert "up to 40 repetitions (auto: at least 3" in out
-    assert f"if every cell decides at {fewest_rounds(0.01)} rounds" in out and "at the cap of 40" in out
-    assert "quic vs tls1.3 connection_time: which is lower?" in out
+    assert f"if every line decides at its floor (rounds: index.html {fewest_rounds(0.01)})" in out
+    assert "at the cap of 40" in out and "quic vs tls1.3 connection_time: which is lower?" in out
+
+
+def test_the_dry_run_gives_each_objects_floor_from_the_lines_that_judge_it() -> None:
+    """Cloud files: small ones pooled three to a round (4), bulk ones two (6), one that no
+    line judges at min; the estimate at the floors is below the one at the cap."""
+    from quicbed.experiments.plan import estimate_seconds, floor_by_object
+
+    text = DECISIVE.replace(
+        "{kind: web, objects: [index.html]}", "{kind: cloud, files: [5KB, 1MB, 10MB, 50MB, 100MB, 2MB]}"
+    )
+    text = text.replace("{auto: {min: 3, max: 40}}", "{auto: {min: 3, max: 40, per: server}}")
+    text = text.replace(
+        "  - {metric: connection_time, a: quic, b: tls1.3}\n",
+        "  - {metric: throughput, a: quic, b: tls1.3, objects: [5KB, 1MB, 10MB]}\n"
+        "  - {metric: throughput, a: quic, b: tls1.3, objects: [50MB, 100MB]}\n",
+    )
+    exp = parse_experiment(text, "seq.yaml")
+    floors = floor_by_object(exp)
+    assert floors == {"5KB": 4, "1MB": 4, "10MB": 4, "50MB": 6, "100MB": 6, "2MB": 3}
+    assert estimate_seconds(exp, floors) < estimate_seconds(exp)
 
 
 def test_the_report_shows_each_decision_with_its_rounds(tmp_path: Path) -> None:
@@ -350,3 +370,85 @@ def test_a_decide_line_names_a_decidable_metric_a_group_and_a_positive_multiple(
         return
     with pytest.raises(ExperimentError, match=says):
         parse_experiment(text, "seq.yaml")
+
+
+POOLED = DECISIVE.replace(
+    "{kind: web, objects: [index.html]}", "{kind: web, objects: [index.html, pages/news, pages/blog]}"
+)
+POOLED = POOLED.replace("{auto: {min: 3, max: 40}}", "{auto: {min: 1, max: 40, per: condition}}")
+
+
+def test_per_condition_one_test_pools_every_cell_and_stops_the_condition(tmp_path: Path) -> None:
+    """Six cells (2 servers x 3 objects) give six pairs a round: the floor's 11 pairs come in
+    2 rounds, where each cell alone would need 11. The condition is one unit, and its decision
+    is one manifest entry for all its cells."""
+    exp = parse_experiment(POOLED, "seq.yaml")
+    from quicbed.experiments.matrix import conditions
+    from quicbed.experiments.shard import condition_units
+
+    assert len(condition_units(exp, conditions(exp)[0])) == 1
+    summary = run(POOLED, tmp_path / "r")
+    rows = load_rows(tmp_path / "r")[0]
+    floor = -(-fewest_rounds(0.01) // 6)
+    assert floor == 2 and {r["repetition"] for r in rows} == {0, 1}
+    assert len(rows) == 2 * 3 * 2 * floor and summary.not_needed == 2 * 3 * 2 * (40 - floor)
+    decided = read_manifest(tmp_path / "r")["decisions"]
+    assert [
+        (d["server"], d["object"], d["decision"], d["rounds"], d["pairs"], d["why"]) for d in decided
+    ] == [("all", "all", "A < B", 2, 11, DECIDED)]
+
+
+@pytest.mark.parametrize("stop_at", [3, 9, 17])
+def test_a_pooled_run_interrupted_and_resumed_stops_where_one_run_does(tmp_path: Path, stop_at: int) -> None:
+    one, parts = tmp_path / "one", tmp_path / "parts"
+    run(POOLED, one)
+    assert run(POOLED, parts, Interrupting(stop_at)).interrupted
+    run(POOLED, parts, resume=True)
+    assert sorted(r["trial_id"] for r in load_rows(parts)[0]) == sorted(
+        r["trial_id"] for r in load_rows(one)[0]
+    )
+    strip = ("evidence",)
+    assert [{k: v for k, v in d.items() if k not in strip} for d in read_manifest(parts)["decisions"]] == [
+        {k: v for k, v in d.items() if k not in strip} for d in read_manifest(one)["decisions"]
+    ]
+
+
+def test_per_server_pools_a_servers_objects(tmp_path: Path) -> None:
+    """Three objects give each server three pairs a round: 11 pairs in 4 rounds."""
+    run(POOLED.replace("per: condition", "per: server"), tmp_path / "r")
+    rows = load_rows(tmp_path / "r")[0]
+    assert {r["repetition"] for r in rows} == {0, 1, 2, 3}
+    decided = read_manifest(tmp_path / "r")["decisions"]
+    assert [(d["server"], d["object"], d["rounds"], d["pairs"], d["why"]) for d in decided] == [
+        ("caddy", "all", 4, 11, DECIDED),
+        ("nginx", "all", 4, 11, DECIDED),
+    ]
+
+
+def test_per_is_a_cell_or_a_condition_and_its_floor_counts_the_cells() -> None:
+    with pytest.raises(ExperimentError, match=r"repetitions\.auto\.per"):
+        parse_experiment(POOLED.replace("per: condition", "per: object"), "seq.yaml")
+    # Two rounds can decide six cells pooled, not one cell alone.
+    assert parse_experiment(POOLED.replace("max: 40", "max: 2"), "seq.yaml").auto
+    with pytest.raises(ExperimentError, match="cannot decide at alpha"):
+        parse_experiment(
+            POOLED.replace("max: 40", "max: 2").replace("per: condition", "per: cell"), "seq.yaml"
+        )
+
+
+def test_a_line_with_objects_is_judged_in_their_cells_only(tmp_path: Path) -> None:
+    """A line on 1MB alone: the 5KB cells have nothing to decide and stop at min; the 1MB
+    cells run until it is decided. An object the workload lacks is refused by name."""
+    text = DECISIVE.replace("{kind: web, objects: [index.html]}", "{kind: cloud, files: [5KB, 1MB]}")
+    text = text.replace("a: quic, b: tls1.3}", "a: quic, b: tls1.3, objects: [1MB]}")
+    run(text, tmp_path / "r")
+    decided = read_manifest(tmp_path / "r")["decisions"]
+    assert [(d["server"], d["object"], d["decide"]) for d in decided] == [
+        ("caddy", "1MB", "quic vs tls1.3 connection_time of 1MB: which is lower?"),
+        ("nginx", "1MB", "quic vs tls1.3 connection_time of 1MB: which is lower?"),
+    ]
+    reps = {(r["object"], r["repetition"]) for r in load_rows(tmp_path / "r")[0]}
+    assert max(rep for obj, rep in reps if obj == "5KB") == 2  # min: 3
+    assert max(rep for obj, rep in reps if obj == "1MB") == fewest_rounds(0.01) - 1
+    with pytest.raises(ExperimentError, match=r"decide\[0\]\.objects\[0\].*5KB, 1MB"):
+        parse_experiment(text.replace("objects: [1MB]", "objects: [2MB]"), "seq.yaml")
