@@ -41,7 +41,10 @@ from .tables import compare_protocols, flagged_stacks, fmt, fmt_est, lowest_qual
 HOLDS, FAILS, NO_DATA = "holds", "does not hold", "not enough data"
 NOT_DECIDED = "not decided"  # a sequential comparison that its rounds have not decided yet
 SMALL_FILE = 20 * MB  # the paper's split between QUIC's and TLS 1.2's regimes
-CPU_FILE = 200 * MB  # the paper compares CPU on a 200 MB download
+# The paper compares CPU on a 200 MB download. CPU % is a rate over the transfer, which a
+# bulk file's steady state dominates: every file from 50 MB (4 s at 100 Mbit/s, slow start a
+# few RTTs of it) judges it, so a 2-core run need not spend 17 s a download on 200 MB.
+BULK_FILE = 50 * MB
 CPU_TIMES = 1.5  # "about 2x" the CPU: QUIC's above 1.5 times TLS 1.2's
 SIMILAR = 0.10  # relative difference under which two medians count as "similar"
 # "Startup delay is similar without loss": the median of QUIC's over TLS/TCP's within 1.2x
@@ -322,16 +325,16 @@ def throughput_direction(small: bool) -> Callable[[pd.DataFrame], Verdict]:
 
 
 def cpu_ratio(df: pd.DataFrame) -> Verdict:
-    """ "About 2x": QUIC's client CPU above 1.5 times TLS 1.2's, 200 MB downloads paired."""
+    """ "About 2x": QUIC's client CPU above 1.5 times TLS 1.2's, bulk downloads paired."""
     rows = CLOUD_CPU.rows(df)
     # The client's CPU over the transfer (a browser's over its download: analysis/load.py).
     rows = rows.assign(cpu_client_pct=rows[CLOUD_CPU.column])
     return decided_by_facet(
-        rows[near(rows["object_bytes"], CPU_FILE)],
+        rows[(rows["object_bytes"] >= BULK_FILE) | near(rows["object_bytes"], BULK_FILE)],
         Decide("cpu_client", "quic", "tls1.2", b_times=CPU_TIMES),
         "A > B",
         "% CPU",
-        "needs client CPU of 200 MB cloud downloads over QUIC and TLS 1.2",
+        "needs client CPU of cloud downloads of 50 MB or more over QUIC and TLS 1.2",
     )
 
 
@@ -496,7 +499,10 @@ DIRECTIONS: list[Direction] = [
         rates_of=("cloud",),
     ),
     Direction(
-        "QUIC uses about 2× the CPU on a 200 MB download (≈90% vs ≈50%)", cpu_ratio, rates_of=("cloud",)
+        "QUIC uses about 2× the CPU on a bulk download (paper: 200 MB, ≈90% vs ≈50%; judged on files "
+        "of 50 MB or more)",
+        cpu_ratio,
+        rates_of=("cloud",),
     ),
     Direction(
         "Video: handshakes to the media servers are faster over QUIC "

@@ -131,7 +131,7 @@ def cloud_rows(rng, m, base, params) -> list[dict]:
             "object": name,
             **timing(rng, m, rtt, protocol, size, cloud_rate(down, protocol, size)),
         }
-        if size >= 100 * MiB:
+        if size >= 50 * MiB:
             row["cpu"] = cpu_trace(rng, protocol, row["download_time_ms"] / 1e3)
             row["cpu_client_pct"] = float(np.median([s["proc_pct"] for s in row["cpu"]]))
             row["cpu_bound"] = row["cpu_client_pct"] > 85

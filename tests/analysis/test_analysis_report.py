@@ -171,7 +171,7 @@ def test_absent_data_is_skipped_not_drawn_empty(tmp_path):
     assert len(figures) == 6  # 3 metrics x (ms, RTTs)
     verdicts = {d.claim: v.status for d, v in evaluate(df[~df["failed"]])}
     assert verdicts["Streaming: startup delay is similar without loss"] == NO_DATA
-    assert verdicts["QUIC uses about 2× the CPU on a 200 MB download (≈90% vs ≈50%)"] == NO_DATA
+    assert verdicts[next(c for c in verdicts if c.startswith("QUIC uses about 2× the CPU"))] == NO_DATA
 
 
 def test_directions_that_do_not_hold_say_so(tmp_path):

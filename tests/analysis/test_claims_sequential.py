@@ -94,7 +94,7 @@ def test_about_twice_the_cpu_is_quic_above_one_and_a_half_times_tls_1_2(quic_pct
     quic = list(quic_pct + rng.normal(0, 1, 20))
     tls = list(50.0 + rng.normal(0, 1, 20))
     rows = rows_of(
-        {"quic": quic, "tls1.2": tls}, "transfer_cpu_pct", workload="cloud", object_bytes=200 * 2**20
+        {"quic": quic, "tls1.2": tls}, "transfer_cpu_pct", workload="cloud", object_bytes=100 * 2**20
     )
     verdict = cpu_ratio(frame(rows))
     assert verdict.status == status, verdict.found
