@@ -266,6 +266,7 @@ def runner_entry(
         "link_backend": full.get("backend"),
         "backend_reason": full.get("backend_reason"),
         "delayline_priority": (full.get("link") or {}).get("delayline_priority"),
+        "uml_priority": (full.get("link") or {}).get("uml_priority"),
         "failed_checks": [
             f"{c.get('metric')} {c.get('direction')}: {c.get('measured')} "
             f"(configured {c.get('configured')}, {c.get('tolerance', '')})"

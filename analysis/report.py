@@ -447,13 +447,15 @@ def calibration_table(manifests: list[dict[str, Any]]) -> pd.DataFrame:
 
 def backend_shown(e: dict[str, Any]) -> str:
     """The backend that carried the condition, and why it was chosen on that host; and a
-    delay line that ran without real-time priority, whose packets busy endpoints can delay."""
+    router task (a delay line, a UML kernel) that ran without real-time priority, whose
+    packets busy endpoints can delay."""
     backend, reason = e.get("link_backend"), e.get("backend_reason")
     if not backend:
         return "–"
     shown = f"{backend} ({reason})" if reason else str(backend)
-    if e.get("delayline_priority") == "default":  # DelayLineBackend.priority()
-        shown += "; the delay line ran at the default priority: busy endpoints can delay packets"
+    for key, router in (("delayline_priority", "the delay line"), ("uml_priority", "the UML router")):
+        if e.get(key) == "default":  # DelayLineBackend.priority(), uml.take_realtime
+            shown += f"; {router} ran at the default priority: busy endpoints can delay packets"
     return shown
 
 

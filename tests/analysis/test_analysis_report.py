@@ -337,6 +337,7 @@ def test_the_pooled_clients_flag_names_only_clients_whose_trials_share_a_table()
     assert "quic-h3, quic-h3-ngtcp2" in flag
 
 
+@pytest.mark.parametrize("backend", ["delayline", "uml"])
 @pytest.mark.parametrize(
     ("priority", "warned"),
     [
@@ -345,14 +346,15 @@ def test_the_pooled_clients_flag_names_only_clients_whose_trials_share_a_table()
         (None, False),
     ],
 )
-def test_a_delay_line_without_real_time_priority_is_said_beside_the_backend(priority, warned):
-    """The calibration's link record names the delay line's priority; the report's backend
-    cell says when it ran without SCHED_FIFO (busy endpoints then delay packets)."""
-    link = {"delayline_priority": priority} if priority else {}
-    calibration = {"backend": "delayline", "backend_reason": "no sch_netem", "link": link}
+def test_a_router_without_real_time_priority_is_said_beside_the_backend(backend, priority, warned):
+    """The calibration's link record names the router task's priority (the delay line's, the
+    UML kernel's); the report's backend cell says when it ran without SCHED_FIFO (busy
+    endpoints then delay packets)."""
+    link = {f"{backend}_priority": priority} if priority else {}
+    calibration = {"backend": backend, "backend_reason": "no sch_netem", "link": link}
     entry = runner_entry("r1", "c0", {"calibration": {"rtt_ms": 80.0, "calibration": calibration}})
     shown = backend_shown(entry)
-    assert shown.startswith("delayline (no sch_netem)")
+    assert shown.startswith(f"{backend} (no sch_netem)")
     assert ("default priority" in shown) == warned, shown
 
 

@@ -9,7 +9,6 @@ netem's behaviour that calibration does not see: Gilbert-Elliott loss, jitter di
 from __future__ import annotations
 
 import statistics
-import subprocess
 from dataclasses import replace
 
 import pytest
@@ -20,10 +19,8 @@ from test_path import TOPOLOGY_IMAGE
 from quicbed.topology.calibrate import (
     check_loss,
     cpu_times,
-    expected_ping_rtt_ms,
     host_cpu_between,
     probe_datagrams,
-    rtt_tolerance_ms,
 )
 from quicbed.topology.linkspec import GilbertElliott
 from quicbed.topology.net import HostSpec, Testbed, TestbedConfig
@@ -61,28 +58,6 @@ def test_delayline_passes_calibration(profile: str, overrides: dict[str, str]) -
     for direction in ("down", "up"):
         goodput = next(c for c in cal.checks if c.metric == "goodput_mbit" and c.direction == direction)
         assert goodput.measured >= floor * found.profile.max_rate_mbit
-
-
-def test_busy_endpoints_do_not_hold_the_link_back() -> None:
-    """The delay line runs SCHED_FIFO (delayline.c's take_realtime), so three busy loops on
-    the host's two cores do not delay its packets: ping's 99th percentile stays within the
-    calibration's RTT tolerance. At the default priority it was +3.0 ms at 80 ms (max +3.7):
-    a busy client (aioquic's Python) made a 1-RTT handshake read 1.05 RTT net of its CPU."""
-    with Testbed(_delayline(load_profile("india"))) as tb:
-        assert tb.describe()["delayline_priority"] == "SCHED_FIFO 50"
-        tb.ping(count=3, interval=0.2)
-        hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(3)]
-        try:
-            rtts = sorted(tb.ping(count=200, interval=0.01))
-        finally:
-            for hog in hogs:
-                hog.kill()
-                hog.wait()
-    configured = expected_ping_rtt_ms(tb.profile.down, tb.profile.up)
-    p99 = rtts[int(0.99 * len(rtts)) - 1]
-    print(f"3 busy loops: ping median {statistics.median(rtts):.2f}, p99 {p99:.2f}, max {rtts[-1]:.2f} ms")
-    assert len(rtts) >= 190, rtts
-    assert p99 - configured <= rtt_tolerance_ms(configured), (p99, configured, rtts[-10:])
 
 
 def test_delayline_random_loss_within_binomial_ci() -> None:
