@@ -133,7 +133,7 @@ def _runs(rows: pd.DataFrame, column: str) -> list[list[dict]]:
 
 def paired(rows: pd.DataFrame, decide: Decide, claimed: str, alpha: float = DEFAULT_ALPHA) -> tuple[str, str]:
     """The finding's status ("A < B", "A > B" or "similar" claimed) and a line saying how its
-    rounds decided it: holds, does not hold, not decided (with the rounds a decision would
+    pairs decided it: holds, does not hold, not decided (with the pairs a decision would
     need at the observed effect), or not enough data without a paired round."""
     pairs = decisions.pooled(decide, _runs(rows, decide.column))
     above, below = decisions.signs(pairs)
@@ -146,18 +146,18 @@ def paired(rows: pd.DataFrame, decide: Decide, claimed: str, alpha: float = DEFA
     words = {"A < B": f"{a} below {b}", "A > B": f"{a} above {b}"}
     if decide.similar_within:
         ratios = [x / y for x, y in pairs if x > 0 and y > 0 and np.isfinite(x) and np.isfinite(y)]
-        told = f"median {a}/{b} ×{fmt(float(np.median(ratios)))} over {len(ratios)} rounds"
+        told = f"median {a}/{b} ×{fmt(float(np.median(ratios)))} over {len(ratios)} pairs"
         told += f" (similar: within ×{decide.similar_within:g} either way)"
         words |= {"similar": f"similar within ×{decide.similar_within:g}", "different": "different"}
     else:
-        told = f"{words[claimed]} in {below if claimed == 'A < B' else above} of {above + below} rounds"
+        told = f"{words[claimed]} in {below if claimed == 'A < B' else above} of {above + below} pairs"
     if not v.decided:
         need = None if decide.similar_within else decisions.rounds_needed(above / (above + below), alpha)
-        more = f"; about {need} rounds would decide at this effect" if need else ""
-        return NOT_DECIDED, f"{told}: not decided after {v.rounds} rounds{more}"
+        more = f"; about {need} pairs would decide at this effect" if need else ""
+        return NOT_DECIDED, f"{told}: not decided after {v.rounds} pairs{more}"
     if v.decision == claimed:
-        return HOLDS, f"{told}, decided in {v.rounds} rounds"
-    return FAILS, f"{told}: decided {words[v.decision]} in {v.rounds} rounds"
+        return HOLDS, f"{told}, decided at pair {v.rounds}"
+    return FAILS, f"{told}: decided {words[v.decision]} at pair {v.rounds}"
 
 
 def _medians(rows: pd.DataFrame, column: str, groups: tuple[str, ...], unit: str) -> str:

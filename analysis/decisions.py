@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Real
 from typing import Any
@@ -274,13 +274,13 @@ def manifest_entries(
     verdicts: Sequence[CellVerdict],
     auto: AutoRepetitions | None,
     alpha: float,
-    ran_rounds: Mapping[Cell, int],
+    ran_rounds: Callable[[Decide], Mapping[Cell, int]],
 ) -> list[dict[str, Any]]:
     """What the manifest keeps of each verdict: the line, its cell, the decision, the rounds
-    it took and why it stopped (ran_rounds: the rounds each cell ran)."""
+    it took and why it stopped (ran_rounds: the rounds each cell ran in a line's objects)."""
     out = []
     for v in verdicts:
-        ran = ran_rounds.get(v.cell, 0)
+        ran = ran_rounds(v.decide).get(v.cell, 0)
         if v.decided:
             why = DECIDED
         elif auto is None:
@@ -319,7 +319,7 @@ def answer(decide: Decide, decision: str) -> str:
     if decision == "A < B":
         return f"{decide.a} lower"
     if decision == "A > B":
-        return f"{decide.b} lower"
+        return f"{decide.b if decide.b_times == 1.0 else f'{decide.b_times:g}x {decide.b}'} lower"
     if decision in ("similar", "different"):
         return f"{decision} {'within' if decision == 'similar' else 'beyond'} {decide.similar_within:g}x"
     return decision

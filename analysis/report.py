@@ -146,15 +146,16 @@ def directions_section(
     blocks: list[Block] = [
         Text(
             "Each finding of the paper (as a direction), what this run found, and whether "
-            "it holds. A finding that compares two protocols pairs their trials round by "
-            "round (one repetition of a run's condition, server and object) and is judged by "
-            "a sequential sign test by betting at α 0.01, valid however often it is looked "
-            "at, so a run that stopped once its own comparisons were decided is judged without "
-            "bias (Waudby-Smith and Ramdas, JRSS B 86(1), 2024); it says the rounds that "
-            "decided it, or those a decision would need. A similarity is an equivalence test "
-            "against a stated margin. The others (handshake arithmetic, the long-path gap, "
-            "the shrinking gain, stalls, switches, the lowest quality) use Welch's t-test and "
-            "Mann–Whitney U, both at p < 0.01 with ≥ 10 trials per side."
+            "it holds. A finding that compares two protocols pairs their trials (a pair: one "
+            "repetition of a run's condition, server and object, which ran side by side) and "
+            "is judged by a sequential sign test by betting over its pairs in round order at "
+            "α 0.01, valid however often it is looked at, so a run that stopped once its own "
+            "comparisons were decided is judged without bias (Waudby-Smith and Ramdas, JRSS B "
+            "86(1), 2024); it says the pair that decided it, or how many a decision would "
+            "need. A similarity is an equivalence test against a stated margin. The others "
+            "(handshake arithmetic, the long-path gap, the shrinking gain, stalls, switches, "
+            "the lowest quality) use Welch's t-test and Mann–Whitney U, both at p < 0.01 "
+            "with ≥ 10 trials per side."
         )
     ]
     if quick:

@@ -510,7 +510,11 @@ def decisions_of(exp: Experiment, rows: list[dict[str, Any]], held: list[Unit]) 
     for cell, mine in lines.items():
         if mine:
             verdicts += decisions.cell_verdicts(mine, by_cell.get(cell, []), alpha, [cell], per=per)
-    return decisions.manifest_entries(verdicts, exp.auto, alpha, decisions.ran_rounds(rows, per))
+
+    def ran(decide: decisions.Decide) -> dict[decisions.Cell, int]:
+        return decisions.ran_rounds((r for r in rows if decide.judges(str(r.get("object")))), per)
+
+    return decisions.manifest_entries(verdicts, exp.auto, alpha, ran)
 
 
 def _units(exp: Experiment, manifest: dict[str, Any]) -> list[Unit]:

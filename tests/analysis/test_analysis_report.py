@@ -242,7 +242,7 @@ def test_too_few_samples_is_not_a_verdict(tmp_path):
     assert verdicts.pop(observational) == HOLDS  # a minimum needs no sample size
     assert set(verdicts.values()) == {NO_DATA, NOT_DECIDED}
     video = judged["Video: the overall download rate is higher over TLS/TCP"]
-    assert video.status == NOT_DECIDED and "not decided after 2 rounds" in video.found[0]
+    assert video.status == NOT_DECIDED and "not decided after 2 pairs" in video.found[0]
     # ... and a quick run's numbers are shown beside it, loss rate by loss rate.
     startup = judged["Streaming: with loss QUIC starts faster (≈40% at 5% loss)"].found
     assert [line.split(":")[0] for line in startup[:-1]] == ["1% loss", "5% loss", "10% loss"]

@@ -45,18 +45,18 @@ def frame(*parts: list[dict]) -> pd.DataFrame:
 def test_a_clear_difference_holds_the_claimed_way_and_fails_the_other() -> None:
     df = frame(rows_of({"quic": [100.0] * 20, "tls1.3": [200.0] * 20}, "connection_time_ms"))
     status, line = paired(df, Decide("connection_time", "quic", "tls1.3"), "A < B")
-    assert status == HOLDS and line == "QUIC below TLS 1.3 in 20 of 20 rounds, decided in 11 rounds"
+    assert status == HOLDS and line == "QUIC below TLS 1.3 in 20 of 20 pairs, decided at pair 11"
     status, line = paired(df, Decide("connection_time", "quic", "tls1.3"), "A > B")
     assert (
         status == FAILS
-        and line == "QUIC above TLS 1.3 in 0 of 20 rounds: decided QUIC below TLS 1.3 in 11 rounds"
+        and line == "QUIC above TLS 1.3 in 0 of 20 pairs: decided QUIC below TLS 1.3 at pair 11"
     )
 
 
 def test_too_few_rounds_are_not_decided_and_say_what_would_decide() -> None:
     df = frame(rows_of({"quic": [100.0] * 5, "tls1.3": [200.0] * 5}, "connection_time_ms"))
     status, line = paired(df, Decide("connection_time", "quic", "tls1.3"), "A < B")
-    assert status == NOT_DECIDED and "not decided after 5 rounds" in line and "rounds would decide" in line
+    assert status == NOT_DECIDED and "not decided after 5 pairs" in line and "pairs would decide" in line
     status, line = paired(df, Decide("connection_time", "quic", "tls1.2"), "A < B")
     assert status == NO_DATA, line
 
@@ -85,7 +85,7 @@ def test_tcp_is_tls_1_2_and_1_3_and_a_round_takes_their_median() -> None:
     pairs = decisions.pooled(Decide("throughput", "quic", TCP), [df.to_dict("records")])
     assert pairs[0] == (10.0, 17.5)
     status, line = paired(df, Decide("throughput", "quic", TCP), "A < B")
-    assert status == HOLDS and "QUIC below TLS/TCP in 14 of 14 rounds" in line
+    assert status == HOLDS and "QUIC below TLS/TCP in 14 of 14 pairs" in line
 
 
 @pytest.mark.parametrize(("quic_pct", "status"), [(80.0, HOLDS), (70.0, FAILS)])
@@ -110,7 +110,7 @@ def test_similar_startup_is_an_equivalence_with_its_margin(tcp_ms: float, status
     rows = rows_of({"quic": quic, "tls1.3": tcp}, "startup_delay_ms", workload="streaming", loss_pct=0.0)
     verdict = startup_no_loss(frame(rows))
     assert verdict.status == status, verdict.found
-    assert "median QUIC/TLS/TCP ×" in verdict.found[-1] and ("decided in" in verdict.found[-1]) == (
+    assert "median QUIC/TLS/TCP ×" in verdict.found[-1] and ("decided at pair" in verdict.found[-1]) == (
         status == HOLDS
     )
 
