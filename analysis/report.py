@@ -143,33 +143,33 @@ def directions_section(
     data": the quick slice is chosen for time, and says which claims it cannot judge. A finding
     that does not hold says what the captured evidence makes of it, where it has a reading."""
     verdicts = [(d, explained(d, v, windows or [])) for d, v in evaluate(ok)]
-    blocks: list[Block] = [
-        Text(
-            "Each finding of the paper (as a direction), what this run found, and whether "
-            "it holds. A finding that compares two protocols pairs their trials (a pair: one "
-            "repetition of a run's condition, server and object, which ran side by side) and "
-            "is judged by a sequential sign test by betting over its pairs in round order at "
-            "α 0.01, valid however often it is looked at, so a run that stopped once its own "
-            "comparisons were decided is judged without bias (Waudby-Smith and Ramdas, JRSS B "
-            "86(1), 2024); it says the pair that decided it, or how many a decision would "
-            "need. A similarity is an equivalence test against a stated margin. The others "
-            "(handshake arithmetic, the long-path gap, the shrinking gain, stalls, switches, "
-            "the lowest quality) use Welch's t-test and Mann–Whitney U, both at p < 0.01 "
-            "with ≥ 10 trials per side."
-        )
-    ]
+    # The verdicts first, the method after them: a reader looks for the findings.
+    blocks: list[Block] = []
     if quick:
         verdicts = [(d, Verdict(NEEDS_FULL, v.found) if v.status == NO_DATA else v) for d, v in verdicts]
         judged = sum(v.status in (HOLDS, FAILS) for _, v in verdicts)
         blocks.append(
             Text(
                 f"A quick run: it judges {judged} of {len(verdicts)} findings; "
-                f"those marked '{NOT_DECIDED}' say how many rounds a decision would need, and "
+                f"those marked '{NOT_DECIDED}' say how many pairs a decision would need, and "
                 f"those marked '{NEEDS_FULL}' need the paper's repetitions "
                 "(`make reproduce FULL=1`)."
             )
         )
-    return Section("Against the paper", [*blocks, VerdictList(verdicts)])
+    method = Text(
+        "How: each finding of the paper (as a direction), what this run found, and whether "
+        "it holds. A finding that compares two protocols pairs their trials (a pair: one "
+        "repetition of a run's condition, server and object, which ran side by side) and "
+        "is judged by a sequential sign test by betting over its pairs in round order at "
+        "α 0.01, valid however often it is looked at, so a run that stopped once its own "
+        "comparisons were decided is judged without bias (Waudby-Smith and Ramdas, JRSS B "
+        "86(1), 2024); it says the pair that decided it, or how many a decision would "
+        "need. A similarity is an equivalence test against a stated margin. The others "
+        "(handshake arithmetic, the long-path gap, the shrinking gain, stalls, switches, "
+        "the lowest quality) use Welch's t-test and Mann–Whitney U, both at p < 0.01 "
+        "with ≥ 10 trials per side."
+    )
+    return Section("Against the paper", [*blocks, VerdictList(verdicts), method])
 
 
 def explained(d: Direction, v: Verdict, windows: list[StackWindow]) -> Verdict:
