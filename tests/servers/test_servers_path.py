@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
+from typing import Any
 
 import pytest
 from contention import remeasured
@@ -15,6 +16,7 @@ from quicbed.analysis.physics import HANDSHAKE_RTTS, net_connection_rtts, row_up
 from quicbed.paths import CACHE, REPO
 from quicbed.servers import content
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
+from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile
 
@@ -64,9 +66,13 @@ def served(tmp_path_factory, clean_slate):
     with served_testbed(
         profile, SERVERS, log_root=tmp / "logs", pki_dir=tmp / "pki", content_dir=root, start=True
     ) as (tb, hosts):
-        # The handshakes are judged in RTTs of this path as measured (the profile's within 1 %).
-        rtt = statistics.median(tb.ping(count=20, interval=0.05))
-        assert abs(rtt / profile.rtt_ms - 1) < 0.02, (rtt, profile.rtt_ms)
+        # The handshakes are judged in RTTs of this path as measured, which calibration's RTT
+        # check proves (its tolerance: 0.5 ms at 20 ms), measured again on a contended host
+        # (it read 20.4 ms once in CI, right after the three servers started).
+        def proven(check: Any) -> None:
+            assert check.passed, check
+
+        rtt = remeasured("germany's RTT", lambda: check_rtt(tb, 20), proven).measured
         yield tb, hosts, objects, tmp / "logs", rtt
 
 
