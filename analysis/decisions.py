@@ -55,8 +55,13 @@ class Decide:
     def column(self) -> str:
         return DECIDABLE[self.metric]
 
+    @property
+    def b_label(self) -> str:
+        """Side B as it is compared: "tls1.2", or scaled, "1.5x tls1.2"."""
+        return self.b if self.b_times == 1.0 else f"{self.b_times:g}x {self.b}"
+
     def text(self) -> str:
-        b = self.b if self.b_times == 1.0 else f"{self.b_times:g}x {self.b}"
+        b = self.b_label
         metric = self.metric + (f" of {'+'.join(self.objects)}" if self.objects else "")
         if self.similar_within:
             return f"{self.a} vs {b} {metric}: similar within {self.similar_within:g}x?"
@@ -175,11 +180,10 @@ def rounds(
     """Per deciding cell, its (A, B) pairs in round order, rounds below `before` only (all if
     None); a condition's pooled cell takes round 0 of each of its cells, then round 1, ...
     A round missing on one side (failed, or not yet run) gives NaN there: no sign."""
-    keyed: dict[Cell, list[tuple[tuple[int, Cell], tuple[float, float]]]] = {}
-    for cell, by_rep in _sides(decide, rows, before).items():
-        mine = keyed.setdefault(cell.decided_in(per), [])
-        mine += [((rep, cell), pair) for rep, pair in by_rep.items()]
-    return {key: [pair for _, pair in sorted(items, key=lambda kv: kv[0])] for key, items in keyed.items()}
+    out: dict[Cell, list[tuple[float, float]]] = {}
+    for cell, pair in _in_round_order(decide, [rows], before):
+        out.setdefault(cell.decided_in(per), []).append(pair)
+    return out
 
 
 def _sides(
@@ -207,11 +211,19 @@ def pooled(decide: Decide, runs: Iterable[Iterable[Mapping[str, Any]]]) -> list[
     """One claim's rounds over many cells (and runs, each its own rows): round 0 of every
     cell, then round 1, ... Rounds are independent pairs, so one sign test over all of them
     is as valid as one per cell, and decides a finding that spans cells sooner."""
+    return [pair for _, pair in _in_round_order(decide, runs)]
+
+
+def _in_round_order(
+    decide: Decide, runs: Iterable[Iterable[Mapping[str, Any]]], before: int | None = None
+) -> list[tuple[Cell, tuple[float, float]]]:
+    """`_sides` of each run's rows flattened to (cell, pair) in round order: round 0 of every
+    cell of every run (by run, then by cell), then round 1, ..."""
     keyed = []
     for i, rows in enumerate(runs):
-        for cell, by_rep in _sides(decide, rows).items():
+        for cell, by_rep in _sides(decide, rows, before).items():
             keyed += [((rep, i, cell), pair) for rep, pair in by_rep.items()]
-    return [pair for _, pair in sorted(keyed, key=lambda kv: kv[0])]
+    return [(key[2], pair) for key, pair in sorted(keyed, key=lambda kv: kv[0])]
 
 
 def signs(pairs: Iterable[tuple[float, float]]) -> tuple[int, int]:
@@ -319,7 +331,7 @@ def answer(decide: Decide, decision: str) -> str:
     if decision == "A < B":
         return f"{decide.a} lower"
     if decision == "A > B":
-        return f"{decide.b if decide.b_times == 1.0 else f'{decide.b_times:g}x {decide.b}'} lower"
+        return f"{decide.b_label} lower"
     if decision in ("similar", "different"):
         return f"{decision} {'within' if decision == 'similar' else 'beyond'} {decide.similar_within:g}x"
     return decision

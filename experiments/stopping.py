@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from quicbed.analysis.decisions import PER_CELL, Cell, Decide, all_decided, cell_verdicts, member
+from quicbed.analysis.decisions import PER_CELL, Cell, Decide, all_decided, cell_verdicts, member, repetition
 
 from .matrix import Trial, trials
 from .schema import Experiment
@@ -36,11 +36,20 @@ class Stopper:
         self._rows: dict[Cell, dict[str, Mapping[str, Any]]] = {}
         self._paired: dict[str, dict[Cell, list[Decide]]] = {}  # per condition: each cell's lines
         self._stopped: dict[Cell, int] = {}  # cell -> the round it stopped before
+        # By deciding cell, per (round, lines): whether the lines were decided on the rounds
+        # before it. A pooled cell's trials of a round (each object's and client's) ask alike.
+        self._decided: dict[Cell, dict[tuple[int, tuple[Decide, ...]], bool]] = {}
         for row in stored:
             self.add(row)
 
     def add(self, row: Mapping[str, Any]) -> None:
-        self._rows.setdefault(Cell.of(row).decided_in(self.per), {})[str(row["trial_id"])] = row
+        pooled = Cell.of(row).decided_in(self.per)
+        self._rows.setdefault(pooled, {})[str(row["trial_id"])] = row
+        # A row of round r (a new trial's, or one measured again) changes the answers on the
+        # rounds before a later round: those are asked afresh.
+        rep, answers = repetition(row), self._decided.get(pooled, {})
+        for key in [key for key in answers if rep is None or rep < key[0]]:
+            del answers[key]
 
     def not_needed(self, trial: Trial) -> bool:
         """Whether every line that judges the trial's cell was decided on the rounds before
@@ -53,13 +62,21 @@ class Stopper:
         pooled = cell.decided_in(self.per)
         lines = [d for d in self._lines_of(trial).get(pooled, []) if d.judges(trial.object)]
         # Without a line, nothing to decide here: min rounds, as every cell gets.
-        rows = self._rows.get(pooled, {}).values()
-        decided = not lines or all_decided(
-            cell_verdicts(lines, rows, self.auto.alpha, [pooled], trial.repetition, self.per)
-        )
+        decided = not lines or self._decided_before(pooled, trial.repetition, tuple(lines))
         if decided:
             self._stopped[cell] = trial.repetition
         return decided
+
+    def _decided_before(self, pooled: Cell, round_: int, lines: tuple[Decide, ...]) -> bool:
+        """Whether every line is decided in the deciding cell on its rounds before round_:
+        asked once, until a row of those rounds arrives (add)."""
+        answers = self._decided.setdefault(pooled, {})
+        if (round_, lines) not in answers:
+            rows = self._rows.get(pooled, {}).values()
+            answers[round_, lines] = all_decided(
+                cell_verdicts(lines, rows, self.auto.alpha, [pooled], round_, self.per)
+            )
+        return answers[round_, lines]
 
     def _lines_of(self, trial: Trial) -> dict[Cell, list[Decide]]:
         cond = trial.condition

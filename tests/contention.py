@@ -18,6 +18,7 @@ and each re-measurement is listed at the end of the session (tests/tiers_plugin.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import threading
@@ -76,6 +77,7 @@ class LoadMeter:
     def __init__(self, own: Iterable[str] = ()) -> None:
         self.load: Load | None = None
         self._work = hostload.OtherWork(own) if own else None
+        self._stack = contextlib.ExitStack()  # the host's other work, where `own` names containers
         self._queued = 0
         self._samples = 0
         self._stop = threading.Event()
@@ -86,7 +88,7 @@ class LoadMeter:
         self._cpu = _cpu_times()
         self._psi = hostload.cpu_wait_us()
         if self._work:
-            self._work.__enter__()
+            self._stack.enter_context(self._work)
         if self._psi is None:  # no PSI in this kernel: sample the run queue instead
             self._thread = threading.Thread(target=self._sample, daemon=True)
             self._thread.start()
@@ -102,10 +104,8 @@ class LoadMeter:
 
     def __exit__(self, *exc: object) -> None:
         seconds = max(time.monotonic() - self._start, 1e-6)
-        other = None
-        if self._work:
-            self._work.__exit__(*exc)
-            other = self._work.other_pct
+        self._stack.close()  # the other work's figures end where this block's do
+        other = self._work.other_pct if self._work else None
         steal0, all0 = self._cpu
         steal1, all1 = _cpu_times()
         steal = (steal1 - steal0) / max(all1 - all0, 1)

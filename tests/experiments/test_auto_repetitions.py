@@ -6,16 +6,18 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_process import start_synthetic, wait_for_rows
 
-from quicbed.analysis.decisions import CAP, DECIDED, fewest_rounds
+from quicbed.analysis.decisions import CAP, DECIDED, all_decided, cell_verdicts, fewest_rounds
 from quicbed.analysis.sequential import direction
+from quicbed.experiments import stopping
 from quicbed.experiments.commands import cmd_run
-from quicbed.experiments.matrix import Trial
+from quicbed.experiments.matrix import Trial, conditions, trials
 from quicbed.experiments.options import RunOptions
 from quicbed.experiments.runner import run_experiment
 from quicbed.experiments.schema import ExperimentError, parse_experiment
@@ -423,6 +425,65 @@ def test_per_server_pools_a_servers_objects(tmp_path: Path) -> None:
         ("caddy", "all", 4, 11, DECIDED),
         ("nginx", "all", 4, 11, DECIDED),
     ]
+
+
+def counting_verdicts(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """The Stopper's cell_verdicts, counted by (deciding cell, round, lines)."""
+    calls: Counter = Counter()
+
+    def counted(lines, rows, alpha, cells, before, per):
+        calls[(*cells, before, tuple(lines))] += 1
+        return cell_verdicts(lines, rows, alpha, cells, before, per)
+
+    monkeypatch.setattr(stopping, "cell_verdicts", counted)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("per", "rounds", "pooled"), [("server", 4, ["caddy", "nginx"]), ("condition", 2, ["all"])]
+)
+def test_a_pooled_cells_verdict_is_computed_once_a_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per: str, rounds: int, pooled: list[str]
+) -> None:
+    """Each object's and client's trial of a round asks the pooled cell alike: one answer a
+    round, from min (1) to the round that decided, and the same stops as ever."""
+    calls = counting_verdicts(monkeypatch)
+    run(POOLED.replace("per: condition", f"per: {per}"), tmp_path / "r")
+    assert set(calls.values()) == {1}
+    assert sorted((cell.server, before) for cell, before, _ in calls) == [
+        (server, r) for server in pooled for r in range(1, rounds + 1)
+    ]
+    assert {r["repetition"] for r in load_rows(tmp_path / "r")[0]} == set(range(rounds))
+    decided = read_manifest(tmp_path / "r")["decisions"]
+    assert [(d["server"], d["rounds"], d["pairs"], d["why"]) for d in decided] == [
+        (server, rounds, 11, DECIDED) for server in pooled
+    ]
+
+
+def test_a_row_of_an_earlier_round_asks_a_pooled_cell_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer kept for round 4 stands while round 4's rows arrive, and is asked afresh when
+    a row of rounds 0-3 does: the answer is the one the rows give, as if never kept."""
+    text = POOLED.replace("per: condition", "per: server")
+    run(text, tmp_path / "r")
+    rows = [r for r in load_rows(tmp_path / "r")[0] if r["server"] == "caddy"]
+    # One side of two objects' round 3: two pairs short of the floor's 11.
+    late = list({r["object"]: r for r in rows if r["repetition"] == 3}.values())[:2]
+    exp = parse_experiment(text, "seq.yaml")
+    ask = next(t for t in trials(exp, conditions(exp)[0]) if t.server == "caddy" and t.repetition == 4)
+    calls = counting_verdicts(monkeypatch)
+    early = [r for r in rows if r not in late]
+    stopper = stopping.Stopper(exp, early)
+    assert not stopper.not_needed(ask) and not stopper.not_needed(ask) and sum(calls.values()) == 1
+    stopper.add({**late[0], "trial_id": "c0/caddy/r4", "repetition": 4})  # round 4's: kept
+    assert not stopper.not_needed(ask) and sum(calls.values()) == 1
+    for row in late:
+        stopper.add(row)
+    assert stopper.not_needed(ask) and sum(calls.values()) == 2
+    (cell, before, lines), *_ = calls
+    assert not all_decided(cell_verdicts(lines, early, exp.auto.alpha, [cell], before, "server"))
+    assert all_decided(cell_verdicts(lines, rows, exp.auto.alpha, [cell], before, "server"))
 
 
 def test_per_is_a_cell_or_a_condition_and_its_floor_counts_the_cells() -> None:
