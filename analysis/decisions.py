@@ -7,6 +7,7 @@ A decide line names a metric and two groups (protocols or client labels), A and 
       - {metric: ttfb, a: quic, b: tls1.3, similar_within: 1.10}           # within 10 %?
       - {metric: cpu_client, a: quic, b: tls1.2, b_times: 1.5}             # A against 1.5 B
       - {metric: connection_time, a: quic, b: tcp}                         # TLS 1.2 and 1.3
+      - {metric: startup_delay, a: quic, b: tcp, where: {loss_pct: [5]}}   # at 5 % loss only
 
 The group `tcp` is every protocol over TCP (TLS 1.2 and 1.3), as the paper pools them for
 video; a round's side of several trials is their median.
@@ -40,6 +41,10 @@ DEFAULT_ALPHA = 0.01  # the paper's findings are judged at p < 0.01 (analysis/st
 DECIDED, CAP, FIXED, OPEN = "decided", "not decided at the cap", "not decided in its repetitions", "running"
 
 
+# What a line's `where:` may name: the condition's values its rows carry in these columns.
+WHERE_AXES = ("profile", "loss_pct", "rtt_ms", "jitter_ms")
+
+
 @dataclass(frozen=True)
 class Decide:
     """One decide line: which of A and B has the lower metric, or are they similar."""
@@ -50,6 +55,8 @@ class Decide:
     similar_within: float | None = None  # an equivalence margin, a ratio above 1
     b_times: float = 1.0  # A is compared with this multiple of B ("about 2x": A above 1.5 B?)
     objects: tuple[str, ...] = ()  # judged in these objects' cells only (none: every cell)
+    # judged in the conditions with these values only, axis -> values (none: every condition)
+    where: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
     @property
     def column(self) -> str:
@@ -63,12 +70,26 @@ class Decide:
     def text(self) -> str:
         b = self.b_label
         metric = self.metric + (f" of {'+'.join(self.objects)}" if self.objects else "")
+        metric += "".join(
+            f" at {axis} {'/'.join(f'{v:g}' if isinstance(v, Real) else str(v) for v in values)}"
+            for axis, values in self.where
+        )
         if self.similar_within:
             return f"{self.a} vs {b} {metric}: similar within {self.similar_within:g}x?"
         return f"{self.a} vs {b} {metric}: which is lower?"
 
     def judges(self, obj: str) -> bool:
         return not self.objects or obj in self.objects
+
+    def applies(self, values: Mapping[str, Any]) -> bool:
+        """Whether a condition is judged: its values (a row carries its condition's)."""
+        return all(any(_same(values.get(axis), v) for v in allowed) for axis, allowed in self.where)
+
+
+def _same(value: Any, wanted: Any) -> bool:
+    if isinstance(wanted, Real) and isinstance(value, Real) and not isinstance(value, bool):
+        return math.isclose(float(value), float(wanted), rel_tol=1e-9, abs_tol=1e-9)
+    return value == wanted
 
 
 # What one sequential test decides: each cell (condition, server, object) alone, each
@@ -196,7 +217,7 @@ def _sides(
         if rep is None or (before is not None and rep >= before):
             continue
         in_a, in_b = matches(r, decide.a), matches(r, decide.b)
-        if not (in_a or in_b) or not decide.judges(str(r.get("object"))):
+        if not (in_a or in_b) or not decide.judges(str(r.get("object"))) or not decide.applies(r):
             continue
         a, b = sides.setdefault(Cell.of(r), {}).setdefault(rep, ([], []))
         (a if in_a else b).append(r)
@@ -251,10 +272,18 @@ class CellVerdict:
 
     def rounds_to_decide(self, alpha: float) -> int | None:
         """For an undecided direction: the rounds its observed effect would need."""
-        above, below = self.signs
-        if self.decide.similar_within or above + below == 0:
+        if self.decide.similar_within:
             return None
-        return rounds_needed(above / (above + below), alpha)
+        return pairs_needed(*self.signs, self.verdict.rounds, alpha)
+
+
+def pairs_needed(above: int, below: int, pairs: int, alpha: float) -> int | None:
+    """The pairs a direction test would need at the effect its signs show, ties counted as
+    often as they came (two sessions without a stall say nothing): None without an effect."""
+    if above + below == 0:
+        return None
+    signed = rounds_needed(above / (above + below), alpha)
+    return math.ceil(signed * max(pairs, above + below) / (above + below)) if signed else None
 
 
 def cell_verdicts(

@@ -55,7 +55,7 @@ def cmd_run(
         if opts.dry:
             cluster_plan = _cluster_plan(exp, part, opts)  # refused first
             console.print(dry_run(exp), markup=False)
-            console.print(parallel_plan(exp, k, opts.parallel == "auto"), markup=False)
+            console.print(parallel_plan(exp, k, _parallel(exp, opts) == "auto"), markup=False)
             if cluster_plan:
                 console.print(cluster_plan, markup=False)
             return 0
@@ -119,12 +119,19 @@ def _experiment(file: str | Path, opts: RunOptions) -> tuple[Experiment, Path | 
     return exp, run_dir
 
 
+def _parallel(exp: Experiment, opts: RunOptions) -> str:
+    """--parallel, else the file's `parallel:` (a cluster's workers run the paths they offer)."""
+    if opts.parallel is not None:
+        return opts.parallel
+    return "1" if opts.ray else exp.parallel
+
+
 def _where(exp: Experiment, opts: RunOptions) -> tuple[Shard | None, int]:
     """This run's shard (None: every unit) and its paths at once (K), or InputError."""
     part = parse_shard(opts.shard) if opts.shard else None
     if part and opts.ray:
         raise InputError("--shard and --ray: choose one (a cluster schedules every condition)")
-    k = parse_parallel(opts.parallel)
+    k = parse_parallel(_parallel(exp, opts))
     if opts.ray and k != 1:
         raise InputError(
             "--parallel and --ray: choose one (a Ray worker runs the paths it offers: "

@@ -30,6 +30,11 @@ class Condition:
         return f"c{self.index}"
 
     @property
+    def values(self) -> dict[str, Any]:
+        """What a decide line's `where:` asks of the condition, as its rows carry it."""
+        return {"profile": self.profile, **self.overrides}
+
+    @property
     def label(self) -> str:
         axes = " ".join(
             f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"

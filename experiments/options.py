@@ -38,7 +38,7 @@ class RunOptions:
     ray_workers: int | None = None  # with dry: plan for this many workers
     ray_retries: int = 1  # a lost worker's unit, again, up to this often
     capture: str | None = None  # qlog,pcap,keys (overrides the file's capture:)
-    parallel: str = "1"  # K paths at once on this machine, or auto
+    parallel: str | None = None  # K paths at once on this machine, or auto (None: the file's)
     paths_per_worker: str | None = None  # with dry: paths a cluster worker runs at once
     path: PathOptions = field(default_factory=PathOptions)
 

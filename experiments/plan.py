@@ -9,6 +9,7 @@ from quicbed.analysis.decisions import PER_CELL, PER_CONDITION, PER_SERVER, floo
 from quicbed.analysis.loss_response import mathis_mbit
 from quicbed.errors import InputError
 from quicbed.rowschema import TRIALS_DIR
+from quicbed.servers.content import AUDIO_KBPS, LADDER
 from quicbed.servers.pairing import need_text, spoken_pairs, unspoken_pairs
 from quicbed.workloads import object_bytes
 
@@ -19,6 +20,11 @@ from .schema import ClientVariant, Experiment
 
 # Measured by bench/overhead_bench.py on a 2-core host (india, UML router):
 SETUP_S = 42.0  # per condition: path up (~6 s), calibration (~34 s), servers (~1 s), teardown
+# A playback fetches its page, dash.js and first segments before it plays: Chromium's trials
+# of 6 and 12 s of media took 8.1 and 14.2 s on india without loss, 15-20 s (6 s) at 5 % and
+# 27-35 s (12 s) at 10 %, where the Mathis rate is 0.8 and 0.56 Mbit/s (2026-11-29, uml).
+PLAYER_MBIT = 8.0
+TOP_MEDIA_MBIT_S = (LADDER[-1][3] + AUDIO_KBPS) / 1000  # what video_download fetches a second
 INIT_WINDOW_BYTES = 10 * 1460
 
 # CPU one trial keeps busy (cores: client + server container), for --parallel auto: the
@@ -67,10 +73,17 @@ def trial_seconds(exp: Experiment, cond: Condition, client: ClientVariant, obj: 
     cross flows to end; while they run it has half the link at best."""
     start = TOOLS[client.tool].start_s
     cross_end = max((f.end_s for f in exp.cross), default=0.0)
-    if exp.workload.kind == "video":
-        return max((exp.workload.duration_s or 0) + start, cross_end)
+    played = exp.workload.duration_s or 0.0
+    if exp.workload.kind == "video" and client.tool != "video_download":
+        # A player plays in real time once it has its page, dash.js and first segments.
+        return max(played + PLAYER_MBIT / _sender_rate_mbit(cond) + start, cross_end)
     rtt = cond.link.rtt_ms / 1000
-    size = object_bytes(exp.workload.kind, obj)
+    if exp.workload.kind == "video":
+        # The paper's video_download takes the top rendition and audio as fast as the path
+        # gives them: its buffer holds a short session whole.
+        size = played * TOP_MEDIA_MBIT_S * 1e6 / 8
+    else:
+        size = object_bytes(exp.workload.kind, obj)
     slow_start_rounds = math.log2(size / INIT_WINDOW_BYTES + 1)
     transfer = size * 8 / (_sender_rate_mbit(cond) * 1e6) * (2 if exp.cross else 1)
     rounds = HANDSHAKE_RTTS.get(client.protocol, 2) + 1 + slow_start_rounds
@@ -87,15 +100,17 @@ def _sender_rate_mbit(cond: Condition) -> float:
     return min(down.rate_mbit, mathis_mbit(loss, cond.link.rtt_ms))
 
 
-def estimate_seconds(exp: Experiment, repetitions: int | Mapping[str, int] | None = None) -> float:
+def estimate_seconds(
+    exp: Experiment, repetitions: int | Mapping[tuple[str, str], int] | None = None
+) -> float:
     """The run's time at `repetitions` (default: the experiment's, the cap of auto ones), one
-    count for every object or one per object."""
+    count for every cell or one per (condition id, object)."""
     total = 0.0
     pairs = spoken_pairs(exp.servers, exp.clients)
     for cond in conditions(exp):
         for obj in exp.workload.objects:
             if isinstance(repetitions, Mapping):
-                reps = repetitions[obj]
+                reps = repetitions[cond.id, obj]
             else:
                 reps = repetitions or exp.repetitions
             total += sum(trial_seconds(exp, cond, c, obj) for _, c in pairs) * reps
@@ -103,15 +118,16 @@ def estimate_seconds(exp: Experiment, repetitions: int | Mapping[str, int] | Non
     return total
 
 
-def floor_by_object(exp: Experiment) -> dict[str, int]:
-    """Each object's rounds when every line that judges it decides at its floor (an object no
-    line judges runs `min`): an auto run's shortest."""
+def floors(exp: Experiment) -> dict[tuple[str, str], int]:
+    """Each condition's objects' rounds when every line that judges them decides at its floor
+    (where no line judges, `min`): an auto run's shortest."""
     assert exp.auto is not None
     servers, objects = len(exp.servers), len(exp.workload.objects)
     out = {}
-    for obj in exp.workload.objects:
-        lines = [d for d in exp.decide if d.judges(obj)]
-        out[obj] = floor_rounds(lines, exp.auto, servers, objects) if lines else exp.auto.min
+    for cond in conditions(exp):
+        for obj in exp.workload.objects:
+            lines = [d for d in exp.decide if d.judges(obj) and d.applies(cond.values)]
+            out[cond.id, obj] = floor_rounds(lines, exp.auto, servers, objects) if lines else exp.auto.min
     return out
 
 
@@ -120,12 +136,22 @@ def duration_text(exp: Experiment) -> str:
     if exp.auto is None:
         return f"estimated duration: {hms(estimate_seconds(exp))} {model}"
     # Every comparison decided at its floor, or none before the cap.
-    floors = floor_by_object(exp)
-    shown = ", ".join(f"{obj} {n}" for obj, n in floors.items())
+    least = floors(exp)
     return (
-        f"estimated duration: {hms(estimate_seconds(exp, floors))} if every line decides at its "
-        f"floor (rounds: {shown}), {hms(estimate_seconds(exp))} at the cap of {exp.auto.max} {model}"
+        f"estimated duration: {hms(estimate_seconds(exp, least))} if every line decides at its "
+        f"floor (rounds: {_floors_text(least)}), {hms(estimate_seconds(exp))} at the cap of "
+        f"{exp.auto.max} {model}"
     )
+
+
+def _floors_text(least: Mapping[tuple[str, str], int]) -> str:
+    """ "index.html 6" when every condition has the same floor, else "c0 dash 3, c1 dash 11"."""
+    by_object: dict[str, set[int]] = {}
+    for (_, obj), n in least.items():
+        by_object.setdefault(obj, set()).add(n)
+    if all(len(ns) == 1 for ns in by_object.values()):
+        return ", ".join(f"{obj} {ns.pop()}" for obj, ns in by_object.items())
+    return ", ".join(f"{cond} {obj} {n}" for (cond, obj), n in least.items())
 
 
 def repetitions_text(exp: Experiment) -> str:

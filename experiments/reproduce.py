@@ -19,7 +19,10 @@ from pathlib import Path
 
 from quicbed.errors import HostProblem, InputError
 
+from .parallel import auto_parallel, parse_parallel, planned_wall
+from .plan import estimate_seconds, floors, hms, path_stretch
 from .runner import signals_interrupt
+from .schema import Experiment, load_experiment
 from .store import MANIFEST, load_rows
 
 INTERRUPTED = 130
@@ -127,6 +130,36 @@ def _report(started: list[Started], report: Report, say: Callable[[str], None]) 
         return 1
     say(f"reproduce: report over {', '.join(run_ids)}")
     return report(run_ids) or worst
+
+
+def planned(exp: Experiment) -> tuple[float, float, int]:
+    """An experiment's wall time on this host if every decide line decides at its floor, at
+    its cap (the same for fixed repetitions), and the paths it runs at once."""
+    k = parse_parallel(exp.parallel) or auto_parallel(exp)
+    # K paths share the host: each unit takes PARALLEL_WALL_K2 x 2 as long as alone.
+    scale = planned_wall(exp, k) / planned_wall(exp, 1) * path_stretch(k)
+    cap = estimate_seconds(exp) * scale
+    least = estimate_seconds(exp, floors(exp)) * scale if exp.auto else cap
+    return least, cap, k
+
+
+def plan(files: Sequence[Path], quick: bool) -> str:
+    """`quicbed reproduce --dry-run`: each experiment's planned wall time on this host, at the
+    paths it runs at once, and their sum (what the command's run takes, set-up aside)."""
+    lines, low, high = [], 0.0, 0.0
+    for file in files:
+        exp = load_experiment(file, quick=quick)
+        least, cap, k = planned(exp)
+        low, high = low + least, high + cap
+        at = f"{k} paths at once" if k > 1 else "1 path"
+        if exp.auto:
+            shown = f"{hms(least)} if every line decides at its floor, {hms(cap)} at the cap"
+            lines.append(f"{_shown(file)}: {shown}; {at}")
+        else:
+            lines.append(f"{_shown(file)}: {hms(cap)}; {at}")
+    lines.append(f"total: {hms(low)} if every decide line decides at its floor, {hms(high)} at the caps")
+    lines.append("(each file's plan: quicbed run FILE --dry-run" + (" --quick)" if quick else ")"))
+    return "\n".join(lines)
 
 
 def print_resume_hints(files: Sequence[Path], started: list[Started], quick: bool) -> None:

@@ -10,6 +10,7 @@ import hashlib
 import itertools
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from quicbed.analysis.decisions import (
     PER,
     PER_CELL,
     TCP,
+    WHERE_AXES,
     AutoRepetitions,
     Decide,
     floor_rounds,
@@ -67,6 +69,7 @@ _TOP_KEYS = {
     "capture",
     "cross",
     "decide",
+    "parallel",
 }
 _REQUIRED = {"name", "profiles", "servers", "clients", "workload"}
 
@@ -113,11 +116,14 @@ class Experiment:
     # run until they are: `repetitions` is then its max.
     decide: tuple[Decide, ...] = ()
     auto: AutoRepetitions | None = None
+    # Paths at once when the command does not say (--parallel): "1", a number, or "auto"
+    # (from the workload's measured CPU and the host's cores: experiments/parallel.py).
+    parallel: str = "1"
 
     def matrix_hash(self) -> str:
         """Identifies what the matrix contains, so --resume refuses an edited experiment.
         Capture is left out: it changes what is kept of a trial, not which trials run."""
-        skip = ("file", "text", "expect", "capture")
+        skip = ("file", "text", "expect", "capture", "parallel")
         parts = {k: v for k, v in asdict(self).items() if k not in skip}
         # Left out when unused, so a run started before they existed still resumes.
         for key in ("decide", "auto"):
@@ -188,11 +194,13 @@ def _build(src: Source, text: str) -> Experiment:
         exp.order = check_choice(src, ("order",), d["order"], ORDERS, "order")
     if "decide" in d:
         exp.decide = tuple(
-            check_list(src, ("decide",), d["decide"], lambda p, v: _decide(src, p, v, clients, workload))
+            check_list(src, ("decide",), d["decide"], lambda p, v: _decide(src, p, v, clients, workload, exp))
         )
     _check_sequential(src, exp)
     if "seed" in d:
         exp.seed = check_int(src, ("seed",), d["seed"], 0, 2**63)
+    if "parallel" in d:
+        exp.parallel = _parallel(src, d["parallel"])
     if "timeout_s" in d:
         exp.timeout_s = check_number(src, ("timeout_s",), d["timeout_s"], 0.1, 86_400)
     played = workload.duration_s
@@ -233,9 +241,9 @@ def _auto(src: Source, value: dict[str, Any]) -> AutoRepetitions:
 
 
 def _decide(
-    src: Source, path: PathKey, value: Any, clients: list[ClientVariant], workload: Workload
+    src: Source, path: PathKey, value: Any, clients: list[ClientVariant], workload: Workload, exp: Experiment
 ) -> Decide:
-    keys = {"metric", "a", "b", "similar_within", "b_times", "objects"}
+    keys = {"metric", "a", "b", "similar_within", "b_times", "objects", "where"}
     check_mapping(src, path, value, keys, {"metric", "a", "b"})
     metric = check_choice(src, (*path, "metric"), value["metric"], rowschema.DECIDABLE, "metric")
     groups = [*rowschema.PROTOCOLS, TCP, *client_labels()]
@@ -270,7 +278,39 @@ def _decide(
                 lambda p, v: check_choice(src, p, v, workload.objects, what),
             )
         )
-    return Decide(metric, a, b, margin, times, objects)
+    where = _where(src, (*path, "where"), value["where"], exp) if "where" in value else ()
+    return Decide(metric, a, b, margin, times, objects, where)
+
+
+def _parallel(src: Source, value: Any) -> str:
+    """`parallel: auto` or a number of paths: what the run does unless --parallel says."""
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 64):
+        return str(value)
+    raise src.error(("parallel",), f"expected auto or a number of paths (1 to 64), got {value!r}")
+
+
+def _where(
+    src: Source, path: PathKey, value: Any, exp: Experiment
+) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """A decide line's conditions: axis -> some of the values this experiment runs (the
+    profiles, or a sweep axis that rows carry)."""
+    ran = {"profile": [p.name for p in exp.profiles]} | {
+        axis: values for axis, values in exp.sweep.items() if axis in WHERE_AXES
+    }
+    check_mapping(src, path, value, set(ran), set())
+    if not value:
+        raise src.error(path, f"names no condition (axes: {', '.join(ran)})")
+
+    def one_of(axis: str) -> Callable[[PathKey, Any], Any]:
+        def check(at: PathKey, v: Any) -> Any:
+            if isinstance(v, bool) or v not in ran[axis]:
+                shown = ", ".join(f"{x:g}" if isinstance(x, float) else str(x) for x in ran[axis])
+                raise src.error(at, f"{v!r} is not a {axis} this experiment runs ({shown})")
+            return v
+
+        return check
+
+    return tuple((axis, tuple(check_list(src, (*path, axis), v, one_of(axis)))) for axis, v in value.items())
 
 
 def _check_sequential(src: Source, exp: Experiment) -> None:

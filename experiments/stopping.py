@@ -91,9 +91,11 @@ def paired_lines(
     """Per deciding cell, the decide lines that have a trial on both their sides in it (in
     one of a pooled cell's cells)."""
     clients: dict[Cell, set[tuple[str, str]]] = {}
+    values: dict[Cell, dict[str, Any]] = {}
     for t in planned:
         cell = Cell(t.condition.id, t.server, t.object)
         clients.setdefault(cell, set()).add((t.client.protocol, t.client.label))
+        values[cell] = t.condition.values
     lines = list(decides)
 
     def has(there: set[tuple[str, str]], group: str) -> bool:
@@ -105,7 +107,11 @@ def paired_lines(
         mine += [
             d
             for d in lines
-            if d.judges(cell.object) and has(there, d.a) and has(there, d.b) and d not in mine
+            if d.judges(cell.object)
+            and d.applies(values[cell])
+            and has(there, d.a)
+            and has(there, d.b)
+            and d not in mine
         ]
     return out
 

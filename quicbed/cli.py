@@ -225,7 +225,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     one report; one Ctrl-C/SIGTERM/SIGHUP stops it all (experiments/reproduce.py)."""
     from quicbed.analysis.report import main_report
     from quicbed.experiments.options import PathOptions, RunOptions
-    from quicbed.experiments.reproduce import experiment_files, reproduce
+    from quicbed.experiments.reproduce import experiment_files, plan, reproduce
     from quicbed.paths import REPO
 
     opts = RunOptions(
@@ -236,6 +236,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         return run_file(file, opts, on_run_dir)
 
     directory = Path(args.experiments) if args.experiments else REPO / "experiments" / "paper"
+    if args.dry_run:
+        print(plan(experiment_files(directory), quick=not args.full))
+        return 0
     return reproduce(
         experiment_files(directory),
         run_one,
@@ -328,10 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         nargs="?",
         const="auto",
-        default="1",
+        default=None,
         help="K units at once on this machine, each on its own path (auto, or the flag alone: "
-        "from the workload's measured CPU per trial and the cores; default 1); with --dry-run, "
-        "K and the planned wall time",
+        "from the workload's measured CPU per trial and the cores; default: the file's "
+        "parallel:, else 1); with --dry-run, K and the planned wall time",
     )
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="use the file's quick: settings")
@@ -413,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", help=BACKEND_HELP)
     p.add_argument("--out", help="report directory")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--dry-run", action="store_true", help="each experiment's planned time and their sum; runs nothing"
+    )
     p.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser("doctor", help="check that this host has everything the testbed needs")
@@ -458,8 +464,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # `lab check` reads the answers file first (its errors need no root), then checks.
     lab_check = args.command == "lab" and args.profile == "check"
-    needs_root = (args.command in ("calibrate", "lab", "reproduce") and not lab_check) or (
-        args.command == "run" and not args.dry_run
+    needs_root = (args.command in ("calibrate", "lab") and not lab_check) or (
+        args.command in ("run", "reproduce") and not args.dry_run
     )
     if needs_root and os.geteuid() != 0:
         try:  # bad input is said first: it needs no root to find, and root would not fix it

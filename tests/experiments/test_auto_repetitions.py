@@ -284,7 +284,7 @@ def test_the_dry_run_gives_the_floor_and_the_cap(tmp_path: Path, capsys) -> None
 def test_the_dry_run_gives_each_objects_floor_from_the_lines_that_judge_it() -> None:
     """Cloud files: small ones pooled three to a round (4), bulk ones two (6), one that no
     line judges at min; the estimate at the floors is below the one at the cap."""
-    from quicbed.experiments.plan import estimate_seconds, floor_by_object
+    from quicbed.experiments.plan import estimate_seconds, floors
 
     text = DECISIVE.replace(
         "{kind: web, objects: [index.html]}", "{kind: cloud, files: [5KB, 1MB, 10MB, 50MB, 100MB, 2MB]}"
@@ -296,9 +296,16 @@ def test_the_dry_run_gives_each_objects_floor_from_the_lines_that_judge_it() -> 
         "  - {metric: throughput, a: quic, b: tls1.3, objects: [50MB, 100MB]}\n",
     )
     exp = parse_experiment(text, "seq.yaml")
-    floors = floor_by_object(exp)
-    assert floors == {"5KB": 4, "1MB": 4, "10MB": 4, "50MB": 6, "100MB": 6, "2MB": 3}
-    assert estimate_seconds(exp, floors) < estimate_seconds(exp)
+    least = floors(exp)
+    assert {obj: n for (_, obj), n in least.items()} == {
+        "5KB": 4,
+        "1MB": 4,
+        "10MB": 4,
+        "50MB": 6,
+        "100MB": 6,
+        "2MB": 3,
+    }
+    assert estimate_seconds(exp, least) < estimate_seconds(exp)
 
 
 def test_the_report_shows_each_decision_with_its_rounds(tmp_path: Path) -> None:
@@ -514,3 +521,29 @@ def test_a_line_with_objects_is_judged_in_their_cells_only(tmp_path: Path) -> No
     assert max(rep for obj, rep in reps if obj == "1MB") == fewest_rounds(0.01) - 1
     with pytest.raises(ExperimentError, match=r"decide\[0\]\.objects\[0\].*5KB, 1MB"):
         parse_experiment(text.replace("objects: [1MB]", "objects: [2MB]"), "seq.yaml")
+
+
+def test_a_line_with_where_is_judged_in_those_conditions_only(tmp_path: Path) -> None:
+    """A line `where: {loss_pct: [1]}`: the lossless condition has nothing to decide and stops
+    at min, the lossy one runs until decided; an axis or a value the experiment does not run
+    is refused by name."""
+    text = DECISIVE.replace(
+        "servers: [caddy, nginx]\n", "servers: [caddy, nginx]\nsweep: {loss_pct: [0, 1]}\n"
+    )
+    text = text.replace("a: quic, b: tls1.3}", "a: quic, b: tls1.3, where: {loss_pct: [1]}}")
+    run(text, tmp_path / "r")
+    decided = read_manifest(tmp_path / "r")["decisions"]
+    assert [(d["condition"], d["server"], d["decide"]) for d in decided] == [
+        ("c1", "caddy", "quic vs tls1.3 connection_time at loss_pct 1: which is lower?"),
+        ("c1", "nginx", "quic vs tls1.3 connection_time at loss_pct 1: which is lower?"),
+    ]
+    reps = {(r["condition"], r["repetition"]) for r in load_rows(tmp_path / "r")[0]}
+    assert max(rep for cond, rep in reps if cond == "c0") == 2  # min: 3
+    assert max(rep for cond, rep in reps if cond == "c1") == fewest_rounds(0.01) - 1
+    with pytest.raises(
+        ExperimentError, match=r"decide\[0\]\.where\.loss_pct\[0\]: 5 is not a loss_pct .*\(0, 1\)"
+    ):
+        parse_experiment(text.replace("where: {loss_pct: [1]}", "where: {loss_pct: [5]}"), "seq.yaml")
+    with pytest.raises(ExperimentError, match=r"decide\[0\]\.where\.rate_mbit: unknown key"):
+        parse_experiment(text.replace("where: {loss_pct: [1]}", "where: {rate_mbit: [20]}"), "seq.yaml")
+    assert parse_experiment(text.replace("{loss_pct: [1]}", "{profile: [lab]}"), "seq.yaml").decide

@@ -26,7 +26,7 @@ from quicbed.experiments.parallel import (
     planned_wall,
 )
 from quicbed.experiments.plan import PATH_CPU_CORES, SETUP_S, TRIAL_CPU_CORES, estimate_seconds
-from quicbed.experiments.schema import load_experiment, parse_experiment
+from quicbed.experiments.schema import ExperimentError, load_experiment, parse_experiment
 from quicbed.experiments.shard import unit_seconds, unit_trials, units
 from quicbed.experiments.store import load_history, load_rows, read_manifest
 from quicbed.experiments.synthetic import SyntheticExecutor
@@ -130,6 +130,28 @@ def test_parallel_flag_parses_k_or_auto_and_refuses_the_rest_in_one_line(tmp_pat
     )
     out = capsys.readouterr().out
     assert "parallel: " in out and "planned wall time" in out and "(auto: " in out
+
+
+def test_a_files_parallel_is_the_default_and_the_flag_overrides_it(tmp_path, capsys):
+    """`parallel: auto` in the file plans auto K unless --parallel says otherwise; a value
+    that is neither auto nor a count of paths is refused at its line."""
+    file = tmp_path / "par.yaml"
+    file.write_text(TEXT.replace("FILES", "10MB") + "parallel: auto\n")
+    assert cmd_run(file, lambda e, d: SyntheticExecutor(), RunOptions(dry=True)) == 0
+    assert "(auto: " in capsys.readouterr().out
+    assert cmd_run(file, lambda e, d: SyntheticExecutor(), RunOptions(parallel="1", dry=True)) == 0
+    assert "parallel: 1 path(s) at once; planned" in capsys.readouterr().out
+    assert parse_experiment(TEXT.replace("FILES", "10MB") + "parallel: 2\n").parallel == "2"
+    with pytest.raises(
+        ExperimentError,
+        match=r"par.yaml:10: parallel: expected auto or a number of paths \(1 to 64\), got 'many'",
+    ):
+        parse_experiment(TEXT.replace("FILES", "10MB") + "parallel: many\n", "par.yaml")
+    # Which trials run is the same at any K: a run started with one K resumes with another.
+    assert (
+        _exp().matrix_hash()
+        == parse_experiment(TEXT.replace("FILES", "10MB") + "parallel: 2\n").matrix_hash()
+    )
 
 
 # -- the dispatcher through forked jobs -----------------------------------------------------

@@ -240,6 +240,33 @@ def test_cli_reproduce_with_an_empty_directory_is_bad_input(tmp_path):
         cli.cmd_reproduce(args)
 
 
+def test_reproduce_dry_run_plans_each_experiment_and_their_sum(capsys, monkeypatch):
+    """The paper's quick experiments, each at the paths it runs at once (video's file says
+    parallel: auto, which 2 cores fit twice), and one total: the sum of their floors and of
+    their caps. It needs no root and runs nothing."""
+    from quicbed.experiments import parallel, plan
+    from quicbed.experiments.reproduce import planned
+    from quicbed.experiments.schema import load_experiment
+    from quicbed.paths import REPO
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert cli.main(["reproduce", "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    files = experiment_files(REPO / "experiments" / "paper")
+    exps = [load_experiment(f, quick=True) for f in files]
+    assert [line.split(":")[0] for line in out[: len(files)]] == [str(f.relative_to(REPO)) for f in files]
+    video = next(e for e in exps if e.name == "paper-video")
+    scale = parallel.planned_wall(video, 2) / parallel.planned_wall(video, 1) * plan.path_stretch(2)
+    assert planned(video)[1:] == (pytest.approx(plan.estimate_seconds(video) * scale), 2)
+    assert out[files.index(REPO / "experiments" / "paper" / "video.yaml")].endswith("; 2 paths at once")
+    low, high = sum(planned(e)[0] for e in exps), sum(planned(e)[1] for e in exps)
+    assert out[len(files)] == (
+        f"total: {plan.hms(low)} if every decide line decides at its floor, {plan.hms(high)} at the caps"
+    )
+    assert low < high
+
+
 # --- on the real path (root, Docker; unrun by the unit suite) -------------------------------
 
 REAL_EXPERIMENT = """\
