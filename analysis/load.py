@@ -388,6 +388,14 @@ def prepare(df: pd.DataFrame, manifests: list[dict[str, Any]], mixed: bool) -> p
     return df
 
 
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The runs' rows in one frame, a column's type from the runs that have values in it (a
+    video run has no throughput; pandas would stop ignoring such empty columns, and warns)."""
+    columns = list(dict.fromkeys(c for f in frames for c in f.columns))
+    kept = [f.dropna(axis=1, how="all") for f in frames]
+    return pd.concat(kept, ignore_index=True).reindex(columns=columns)
+
+
 def load_runs(runs: Iterable[str | Path]) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """All rows of the given runs (ids or paths) and their manifests.
 
@@ -404,7 +412,7 @@ def load_runs(runs: Iterable[str | Path]) -> tuple[pd.DataFrame, list[dict[str, 
         frames.append(rows)
         manifests.append(manifest)
     differences = manifest_differences(manifests) if len(manifests) > 1 else []
-    df = prepare(pd.concat(frames, ignore_index=True), manifests, mixed=bool(differences))
+    df = prepare(_concat(frames), manifests, mixed=bool(differences))
     df.attrs["notes"] = notes
     df.attrs["manifest_differences"] = differences
     return df, manifests

@@ -164,10 +164,11 @@ def directions_section(
         "α 0.01, valid however often it is looked at, so a run that stopped once its own "
         "comparisons were decided is judged without bias (Waudby-Smith and Ramdas, JRSS B "
         "86(1), 2024); it says the pair that decided it, or how many a decision would "
-        "need. A similarity is an equivalence test against a stated margin. The others "
-        "(handshake arithmetic, the long-path gap, the shrinking gain, stalls, switches, "
-        "the lowest quality) use Welch's t-test and Mann–Whitney U, both at p < 0.01 "
-        "with ≥ 10 trials per side."
+        "need. A similarity is an equivalence test against a stated margin. Stalls pair "
+        "each session's time stalled (0 without a stall; rounds where neither side "
+        "stalled drop out). The others (handshake arithmetic, the long-path gap, the "
+        "shrinking gain, switches, the lowest quality) use Welch's t-test and Mann–Whitney "
+        "U, both at p < 0.01 with ≥ 10 trials per side."
     )
     return Section("Against the paper", [*blocks, VerdictList(verdicts), method])
 

@@ -73,12 +73,15 @@ class Verdict:
 
 
 def _signs(pairs: Iterable[tuple[float, float]], shift: float) -> Iterable[bool | None]:
-    """Per round: log(a/b) - shift > 0, < 0, or None for a tie (or a row without a value)."""
+    """Per round: log(a/b) - shift > 0, < 0, or None for a tie (or a row without a value).
+    Compared as a against b e^shift, so a zero is a value (a session that never stalled
+    stalled less than one that did), and only two zeros tie."""
+    scale = math.exp(shift)
     for a, b in pairs:
-        if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
+        if not (a >= 0 and b >= 0 and math.isfinite(a) and math.isfinite(b)):
             yield None
             continue
-        d = math.log(a / b) - shift
+        d = a - b * scale
         yield None if d == 0 else d > 0
 
 

@@ -432,8 +432,13 @@ METRICS: dict[str, str] = {
     "lcp": "lcp_ms",
 }
 # What a `decide:` line may compare (analysis/decisions.py): the metrics, and the figures of
-# the paper's findings that are not times (the client's CPU, a player's startup delay).
-DECIDABLE: dict[str, str] = METRICS | {"cpu_client": "cpu_client_pct", "startup_delay": "startup_delay_ms"}
+# the paper's findings that are not transfer times (the client's CPU, a player's startup
+# delay and time stalled).
+DECIDABLE: dict[str, str] = METRICS | {
+    "cpu_client": "cpu_client_pct",
+    "startup_delay": "startup_delay_ms",
+    "stall_total": "stall_total_ms",
+}
 # Protocol behaviour that `expect:` lines may judge but `quicbed compare` does not (counts and
 # versions, not times): name -> column.
 CHECKS: dict[str, str] = {

