@@ -28,6 +28,7 @@ from .model import (
     DOWNLOAD,
     MB,
     STREAMING,
+    TRANSFER_KINDS,
     TTFB,
     Metric,
     listed,
@@ -68,6 +69,9 @@ class Direction:
     # when some of those rows came from a sender that is not loss-responsive (its figures
     # then measure that sender's congestion control, not the protocol). () = none.
     rates_of: tuple[str, ...] = ()
+    # The analysis kinds whose rows the claim reads (None: every row): a flag on other rows
+    # (a CPU-bound page load) bears on no verdict of this claim.
+    rests_on: tuple[str, ...] | None = None
 
 
 def verdict(ok: bool, found: list[str]) -> Verdict:
@@ -139,9 +143,7 @@ def paired(rows: pd.DataFrame, decide: Decide, claimed: str, alpha: float = DEFA
     need at the observed effect), or not enough data without a paired round."""
     pairs = decisions.pooled(decide, _runs(rows, decide.column))
     above, below = decisions.signs(pairs)
-    a, b = group_name(decide.a), group_name(decide.b)
-    if decide.b_times != 1.0:
-        b = f"{decide.b_times:g}× {b}"
+    a, b = group_name(decide.a), decide.scaled_b(group_name(decide.b))
     if above + below == 0:
         return NO_DATA, f"no paired round of {a} and {b}"
     v = decisions.judge(decide, pairs, alpha)
@@ -423,12 +425,10 @@ def stalls_longer(df: pd.DataFrame) -> Verdict:
     servers. A QUIC session often has no stall to compare stall by stall, so the stalls'
     own medians are shown beside it, not judged."""
     rows = df[(df["workload"] == STREAMING) & df["stall_total_ms"].notna()]
-    if rows.empty:
-        return no_data("needs streaming sessions under loss over both transports")
-    highest = rows["loss_pct"].fillna(0).max()
-    rows = rows[rows["loss_pct"].fillna(0) == highest]
+    highest = rows["loss_pct"].fillna(0).max() if len(rows) else 0
     if highest <= 0:
         return no_data("needs streaming sessions under loss over both transports")
+    rows = rows[rows["loss_pct"].fillna(0) == highest]
     found = [f"{highest:g}% loss: " + _medians(rows, "stall_total_ms", ("quic", TCP), "ms stalled a session")]
     stalls = stall_rows(rows)
     result = quic_vs_tcp(stalls, "stall_ms") if len(stalls) else None
@@ -483,62 +483,81 @@ def lowest_144p(df: pd.DataFrame) -> Verdict:
 
 DIRECTIONS: list[Direction] = [
     Direction(
-        "Handshake arithmetic (first connection): QUIC 1 RTT, TLS 1.3 2 RTT, " "TLS 1.2 3 RTT", handshake_rtts
+        "Handshake arithmetic (first connection): QUIC 1 RTT, TLS 1.3 2 RTT, " "TLS 1.2 3 RTT",
+        handshake_rtts,
+        rests_on=TRANSFER_KINDS,
     ),
-    Direction("Connection time: QUIC < TLS 1.3 < TLS 1.2", connection_order),
+    Direction("Connection time: QUIC < TLS 1.3 < TLS 1.2", connection_order, rests_on=TRANSFER_KINDS),
     Direction(
         "The connection-time gap is much larger on the longest-RTT path than on the "
         "shortest (paper: QUIC faster by 445/409 ms vs TLS 1.2/1.3 from India, 270/300 ms "
         "from Germany)",
         long_path_gap,
+        rests_on=TRANSFER_KINDS,
     ),
     Direction(
         "TTFB and download time of small pages: QUIC still wins, but the relative "
         "gain shrinks as the connection proceeds",
         gain_shrinks,
         rates_of=("web",),
+        rests_on=("web",),
     ),
     Direction(
         "Cloud storage: QUIC has the higher throughput for files ≤ 20 MB",
         throughput_direction(small=True),
         rates_of=("cloud",),
+        rests_on=("cloud",),
     ),
     Direction(
         "Cloud storage: TLS 1.2 has the higher throughput for files > 20 MB",
         throughput_direction(small=False),
         rates_of=("cloud",),
+        rests_on=("cloud",),
     ),
     Direction(
         "QUIC uses about 2× the CPU on a bulk download (paper: 200 MB, ≈90% vs ≈50%; judged on files "
         "of 50 MB or more)",
         cpu_ratio,
         rates_of=("cloud",),
+        rests_on=("cloud",),
     ),
     Direction(
         "Video: handshakes to the media servers are faster over QUIC "
         "(534 ms from India, 406 ms from Germany)",
         video_direction("connection_time", quic_lower=True, unit="ms"),
+        rests_on=("video",),
     ),
     Direction(
         "Video: the overall download rate is higher over TLS/TCP",
         video_direction("throughput", quic_lower=True, unit="Mbit/s"),
         rates_of=("video",),
+        rests_on=("video",),
     ),
-    Direction("Streaming: startup delay is similar without loss", startup_no_loss),
+    Direction("Streaming: startup delay is similar without loss", startup_no_loss, rests_on=(STREAMING,)),
     Direction(
-        "Streaming: with loss QUIC starts faster (≈40% at 5% loss)", startup_with_loss, rates_of=(STREAMING,)
+        "Streaming: with loss QUIC starts faster (≈40% at 5% loss)",
+        startup_with_loss,
+        rates_of=(STREAMING,),
+        rests_on=(STREAMING,),
     ),
     Direction(
         "Streaming: TLS/TCP stalls last longer at high loss (up to 50% at 10%; judged on each "
         "session's time stalled)",
         stalls_longer,
         rates_of=(STREAMING,),
+        rests_on=(STREAMING,),
     ),
     Direction(
-        "Streaming: quality switches rise with loss for both protocols", switches_rise, rates_of=(STREAMING,)
+        "Streaming: quality switches rise with loss for both protocols",
+        switches_rise,
+        rates_of=(STREAMING,),
+        rests_on=(STREAMING,),
     ),
     Direction(
-        "Streaming: the lowest quality falls to 144p at 5–10% loss", lowest_144p, rates_of=(STREAMING,)
+        "Streaming: the lowest quality falls to 144p at 5–10% loss",
+        lowest_144p,
+        rates_of=(STREAMING,),
+        rests_on=(STREAMING,),
     ),
 ]
 

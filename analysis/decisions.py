@@ -65,15 +65,16 @@ class Decide:
     @property
     def b_label(self) -> str:
         """Side B as it is compared: "tls1.2", or scaled, "1.5x tls1.2"."""
-        return self.b if self.b_times == 1.0 else f"{self.b_times:g}x {self.b}"
+        return self.scaled_b(self.b)
+
+    def scaled_b(self, name: str) -> str:
+        """Side B under another name (the report's display name), scaled as it is compared."""
+        return name if self.b_times == 1.0 else f"{self.b_times:g}x {name}"
 
     def text(self) -> str:
         b = self.b_label
         metric = self.metric + (f" of {'+'.join(self.objects)}" if self.objects else "")
-        metric += "".join(
-            f" at {axis} {'/'.join(f'{v:g}' if isinstance(v, Real) else str(v) for v in values)}"
-            for axis, values in self.where
-        )
+        metric += "".join(f" at {axis} {'/'.join(map(axis_value, values))}" for axis, values in self.where)
         if self.similar_within:
             return f"{self.a} vs {b} {metric}: similar within {self.similar_within:g}x?"
         return f"{self.a} vs {b} {metric}: which is lower?"
@@ -84,6 +85,11 @@ class Decide:
     def applies(self, values: Mapping[str, Any]) -> bool:
         """Whether a condition is judged: its values (a row carries its condition's)."""
         return all(any(_same(values.get(axis), v) for v in allowed) for axis, allowed in self.where)
+
+
+def axis_value(value: Any) -> str:
+    """A condition's axis value as lines and messages show it: 10, 0.5, india."""
+    return f"{value:g}" if isinstance(value, Real) and not isinstance(value, bool) else str(value)
 
 
 def _same(value: Any, wanted: Any) -> bool:

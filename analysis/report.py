@@ -18,6 +18,7 @@ from quicbed.workloads import ReportSection, report_sections
 from . import decisions, disagreements, render, stack_matrix
 from . import loss_response as lr
 from .claims import (
+    DIRECTIONS,
     FAILS,
     HOLDS,
     NO_DATA,
@@ -99,19 +100,70 @@ def flags(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> list[str]:
         "control, not its protocol (see Congestion response)."
         for stack in flagged_stacks(df[~df["failed"]])
     ]
+    judged = verdict_rows(df, manifests)
     counts = [
-        ("failed", df["failed"], "excluded from statistics"),
-        ("CPU-bound", df["cpu_bound"], "a host's CPU, not the path, may have limited them"),
+        ("failed", df["failed"], pd.Series(True, index=df.index), "excluded from statistics"),
+        # Only where a verdict reads them: the rest are listed under Flagged trials.
+        ("CPU-bound", df["cpu_bound"], judged, "a host's CPU, not the path, may have limited them"),
         (
             "forced-calibration",
             df["calib_forced"],
+            pd.Series(True, index=df.index),
             "their path failed calibration and the run went on anyway",
         ),
     ]
-    for name, mask, why in counts:
-        if mask.any():
-            out.append(f"{int(mask.sum())} of {len(df)} trials are {name}: {why} " "(see Flagged trials).")
+    for name, flagged, among, why in counts:
+        if (flagged & among).any():
+            of = f"{int(among.sum())} trials a verdict rests on" if not among.all() else f"{len(df)} trials"
+            out.append(f"{int((flagged & among).sum())} of {of} are {name}: {why} (see Flagged trials).")
     return out
+
+
+def verdict_rows(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> pd.Series:
+    """The rows some verdict of the report reads: those of the kinds the paper's findings rest
+    on, every row of a run with `expect:` lines, and the rows its `decide:` lines compare. A
+    flag elsewhere (a CPU-bound page load no line judges) is listed, not a Summary warning."""
+    kinds = {kind for d in DIRECTIONS for kind in d.rests_on or ()}
+    if any(d.rests_on is None for d in DIRECTIONS):
+        return pd.Series(True, index=df.index)
+    judged = df["workload"].isin(kinds)
+    for manifest in manifests:
+        mine = (
+            df["run_id"] == str(manifest.get("run_id")) if "run_id" in df else pd.Series(True, index=df.index)
+        )
+        text = manifest.get("experiment_text")
+        if expect_lines(text):
+            judged |= mine
+        for line in decide_lines(text, bool(manifest.get("quick"))):
+            judged |= mine & decided_by(df, line)
+    return judged
+
+
+def decided_by(df: pd.DataFrame, line: dict[str, Any]) -> pd.Series:
+    """The rows a recorded decide line compares: its sides' rows that have its metric (a line
+    this version cannot read counts every row, so no flag is hidden by it)."""
+    column = decisions.DECIDABLE.get(str(line.get("metric")))
+    if column is None or column not in df:
+        return pd.Series(True, index=df.index)
+    sides = [str(line.get(k)) for k in ("a", "b")]
+    member = [
+        any(decisions.member(p, c, s) for s in sides)
+        for p, c in zip(df["protocol"], df["client"], strict=True)
+    ]
+    return df[column].notna() & pd.Series(member, index=df.index)
+
+
+def decide_lines(experiment_text: object, quick: bool) -> list[dict[str, Any]]:
+    """The `decide:` lines of the file a run recorded (its quick: section's, for a quick run)."""
+    try:
+        data = yaml.safe_load(str(experiment_text or ""))
+    except yaml.YAMLError:
+        return []
+    if not isinstance(data, dict):
+        return []
+    overlay = data.get("quick") if quick else None
+    lines = overlay.get("decide", data.get("decide")) if isinstance(overlay, dict) else data.get("decide")
+    return [x for x in lines if isinstance(x, dict)] if isinstance(lines, list) else []
 
 
 def summary_section(df: pd.DataFrame, manifests: list[dict[str, Any]], warnings: list[str]) -> Section:
@@ -599,13 +651,23 @@ def matrix_section(
     return Section("Client × server matrix", blocks)
 
 
-def flagged_section(df: pd.DataFrame) -> Section | None:
+def flagged_section(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> Section | None:
     tables = [
         (failures_table(df), "Failed trials (excluded from statistics)"),
         (flag_table(df, "cpu_bound"), "CPU-bound trials (kept, but suspect)"),
         (flag_table(df, "calib_forced"), "Trials on a path whose calibration was forced"),
     ]
     blocks: list[Block] = [Table(t, caption) for t, caption in tables if not t.empty]
+    unjudged = df["cpu_bound"] & ~verdict_rows(df, manifests)
+    if unjudged.any():
+        kinds = ", ".join(f"{k} {n}" for k, n in df[unjudged]["workload"].value_counts().sort_index().items())
+        blocks.insert(
+            0,
+            Text(
+                f"{int(unjudged.sum())} of {len(df)} trials are CPU-bound where no verdict rests on "
+                f"them ({kinds}): their own sections' figures may measure a CPU, no finding does."
+            ),
+        )
     return Section("Flagged trials", blocks) if blocks else None
 
 
@@ -627,7 +689,7 @@ def build_sections(
         fairness_section(ok, figures),
         matrix_section(df, figures, windows),
         run_section(df, manifests, windows),
-        flagged_section(df),
+        flagged_section(df, manifests),
     ]
     return [s for s in sections if s is not None]
 

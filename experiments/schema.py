@@ -24,6 +24,7 @@ from quicbed.analysis.decisions import (
     WHERE_AXES,
     AutoRepetitions,
     Decide,
+    axis_value,
     floor_rounds,
     member,
 )
@@ -304,7 +305,7 @@ def _where(
     def one_of(axis: str) -> Callable[[PathKey, Any], Any]:
         def check(at: PathKey, v: Any) -> Any:
             if isinstance(v, bool) or v not in ran[axis]:
-                shown = ", ".join(f"{x:g}" if isinstance(x, float) else str(x) for x in ran[axis])
+                shown = ", ".join(map(axis_value, ran[axis]))
                 raise src.error(at, f"{v!r} is not a {axis} this experiment runs ({shown})")
             return v
 

@@ -383,3 +383,51 @@ def test_markdown_leaves_code_spans_as_written() -> None:
 
     assert md_text("a < b & `x < <i>` <i> </i> <!-- x") == "a < b & `x < <i>` &lt;i> &lt;/i> &lt;!-- x"
     assert md_text("``a ` <b>`` <b>") == "``a ` <b>`` &lt;b>"
+
+
+def _flagged_frame(rows: list[tuple[str, str, str, bool]]) -> pd.DataFrame:
+    """Rows of one run: (workload, client, protocol, cpu_bound), each with a connection time."""
+    df = pd.DataFrame(rows, columns=["workload", "client", "protocol", "cpu_bound"])
+    df["run_id"], df["failed"], df["calib_forced"], df["connection_time_ms"] = "r1", False, False, 100.0
+    df["facet"] = "india"
+    return df
+
+
+WEB_QUICK_TEXT = """
+name: w
+quick:
+  decide:
+    - {metric: connection_time, a: quic-h3-ngtcp2, b: tls1.3-h2}
+"""
+
+
+def test_cpu_bound_trials_no_verdict_rests_on_are_listed_not_warned() -> None:
+    """Page loads that neither a paper finding nor a decide line reads: CPU-bound, they are
+    said under Flagged trials, not in the Summary; a CPU-bound row a decide line compares, or
+    of a kind a finding reads, is a Summary warning counted against the rows verdicts read."""
+    from quicbed.analysis.report import flagged_section, render
+
+    manifest = {"run_id": "r1", "quick": True, "experiment_text": WEB_QUICK_TEXT}
+    loads = [(PAGELOAD, "chromium-quic", "quic", True)] * 3 + [("web", "quic-h3-ngtcp2", "quic", False)] * 2
+    df = _flagged_frame(loads)
+    assert not [f for f in flags(df, [manifest]) if "CPU-bound" in f]
+    section = flagged_section(df, [manifest])
+    assert section is not None
+    text = render.markdown("t", "now", [section], Path("."))
+    assert "3 of 5 trials are CPU-bound where no verdict rests on them (pageload 3)" in text
+
+    busy = _flagged_frame(
+        [("web", "quic-h3-ngtcp2", "quic", True), (PAGELOAD, "chromium-quic", "quic", True)]
+    )
+    (warning,) = [f for f in flags(busy, [manifest]) if "CPU-bound" in f]
+    assert warning.startswith("1 of 1 trials a verdict rests on are CPU-bound"), warning
+
+
+def test_a_decide_line_on_a_browser_makes_its_cpu_bound_loads_a_warning() -> None:
+    text = "name: b\ndecide:\n  - {metric: connection_time, a: chromium-quic, b: chromium-tls1.3}\n"
+    df = _flagged_frame(
+        [(PAGELOAD, "chromium-quic", "quic", True), (PAGELOAD, "chromium-tls1.3", "tls1.3", False)]
+    )
+    (warning,) = [f for f in flags(df, [{"run_id": "r1", "experiment_text": text}]) if "CPU-bound" in f]
+    assert warning.startswith("1 of 2 trials are CPU-bound")  # every row is one a verdict reads
+    assert not [f for f in flags(df, [{"run_id": "r1", "experiment_text": "name: b\n"}]) if "CPU-bound" in f]

@@ -109,7 +109,7 @@ def test_about_twice_the_cpu_is_quic_above_root_two_times_tls_1_2(quic_pct: floa
     )
     verdict = cpu_ratio(frame(rows))
     assert verdict.status == status, verdict.found
-    assert "QUIC above 1.41× TLS 1.2 in" in verdict.found[0]
+    assert "QUIC above 1.41x TLS 1.2 in" in verdict.found[0]
 
 
 @pytest.mark.parametrize(("tcp_ms", "status"), [(1000.0, HOLDS), (1500.0, FAILS)])
