@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from quicbed import rowschema
+from quicbed import rowschema, runmanifest
 from quicbed.errors import InputError
 
 from .junit import Case, write_junit
@@ -172,7 +172,7 @@ def _calibration_differences(label: str, b: dict, n: dict, bconds: dict, nconds:
 def _backend(conditions: dict, label: str) -> str | None:
     for entry in conditions.values():
         if entry.get("label") == label:
-            return (entry.get("calibration") or {}).get("backend")
+            return runmanifest.calibration_record(entry.get("calibration")).get("backend")
     return None
 
 

@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import pandas as pd
 
-from quicbed import limits, paths, rowschema
+from quicbed import limits, paths, rowschema, runmanifest
 from quicbed.errors import QuicbedError
 from quicbed.workloads import PAGELOAD, derived_kinds
 
@@ -94,11 +94,15 @@ def read_manifest(run_dir: Path, notes: list[str]) -> dict[str, Any]:
     problem = rowschema.run_id_problem(manifest["run_id"])
     if problem:  # it names the report's directory of several runs and the rows' run_id
         raise AnalysisError(f"{path}: {problem}")
-    if not manifest.get("conditions") and not manifest.get("calibration"):
+    try:
+        runmanifest.upgrade(manifest)
+    except runmanifest.ManifestVersionError as exc:
+        raise AnalysisError(f"{path}: {exc}") from None
+    if not manifest.get("conditions"):
         # Another version's (or a hand-written) manifest: usable, but say what it lacks.
         notes.append(
-            f"run {run_dir.name}: manifest.json records no calibration (neither "
-            "conditions nor calibration); configured RTTs are used"
+            f"run {run_dir.name}: manifest.json records no calibration (no conditions); "
+            "configured RTTs are used"
         )
     status = manifest.get("status", "complete")
     if status != "complete":
@@ -119,13 +123,16 @@ _MANIFEST_SHAPES: tuple[tuple[str, type], ...] = (
     ("conditions.*.link.down", dict),
     ("conditions.*.link.up", dict),
     ("conditions.*.calibration", dict),
-    ("conditions.*.calibration.checks", list),
-    ("conditions.*.calibration.checks.*", dict),
+    ("conditions.*.calibration.calibration", dict),
+    ("conditions.*.calibration.calibration.checks", list),
+    ("conditions.*.calibration.calibration.checks.*", dict),
     ("conditions.*.calibration.timing", dict),
-    ("calibration", list),
-    ("calibration.*", dict),
-    ("calibration.*.configured", dict),
-    ("calibration.*.measured", dict),
+    ("units", dict),
+    ("units.*", dict),
+    ("units.*.calibration", dict),
+    ("units.*.calibration.calibration", dict),
+    ("units.*.calibration.calibration.checks", list),
+    ("units.*.calibration.calibration.checks.*", dict),
 )
 
 

@@ -71,6 +71,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from quicbed import runmanifest
 from quicbed.clients.tools import TOOLS
 
 from .stats import finite_number
@@ -174,11 +175,7 @@ def measured_down_loss(calibration: Mapping[str, Any] | None) -> float | None:
     """The calibrated downlink loss (%) of a condition's calibration: the runner's summary
     (its full Calibration.to_dict() under "calibration") or that dict itself; None if it
     measured none."""
-    if not calibration:
-        return None
-    inner = calibration.get("calibration")
-    full = inner if isinstance(inner, Mapping) else calibration
-    for check in full.get("checks") or []:
+    for check in runmanifest.calibration_record(calibration).get("checks") or []:
         if not isinstance(check, Mapping):
             continue
         if check.get("metric") == "loss_pct" and check.get("direction") == "down":

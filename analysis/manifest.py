@@ -1,9 +1,8 @@
 """Reading run manifests: how two runs' setups differ, and each condition's calibration.
 
-Two manifest shapes are understood: the runner's (`conditions: {id: {label, profile, link,
-calibration: {rtt_ms, passed, forced, checks: [{metric, direction, configured, measured}]}}}`)
-and a flat one (`calibration: [{condition, profile, configured: {...}, measured: {...},
-passed, forced}]`).
+The manifest's one schema is quicbed/runmanifest.py (`conditions: {id: {label, profile, link,
+calibration: {rtt_ms, passed, forced, calibration: {backend, checks: [...]}}}}`); a
+condition's whole calibration record is read through `runmanifest.calibration_record`.
 """
 
 from __future__ import annotations
@@ -13,10 +12,13 @@ import math
 import re
 from typing import Any
 
+from quicbed import runmanifest
+
 # Manifest fields that legitimately differ between runs of one setup (bookkeeping, what was
 # run, when); every other field is setup (versions, kernel, backend, commit, TCP/QUIC settings).
 PER_RUN_KEYS = {
     "run_id",
+    "manifest_version",
     "calibration",
     "conditions",
     "seed",
@@ -195,9 +197,8 @@ def units_unlike(manifests: list[dict[str, Any]]) -> list[str]:
     for m in manifests:
         by_condition: dict[str, list[tuple[str, Checks]]] = {}
         for uid, unit in (m.get("units") or {}).items():
-            cal = unit.get("calibration") or {}
-            inner: dict[str, Any] = cal["calibration"] if isinstance(cal.get("calibration"), dict) else cal
-            checks = {(c.get("metric"), c.get("direction")): c for c in inner.get("checks") or []}
+            record = runmanifest.calibration_record(unit.get("calibration"))
+            checks = {(c.get("metric"), c.get("direction")): c for c in record.get("checks") or []}
             if checks:
                 by_condition.setdefault(unit.get("condition", "?"), []).append((uid, checks))
         for cid, held in sorted(by_condition.items()):
@@ -237,10 +238,7 @@ def runner_entry(
     run_id: str, cid: str, cond: dict[str, Any], host: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     link, cal = cond.get("link") or {}, cond.get("calibration") or {}
-    # The runner keeps the calibration's checks and backend one level down (the executor's
-    # summary holds rtt_ms/passed/forced and the full Calibration under "calibration").
-    inner = cal.get("calibration")
-    full: dict[str, Any] = inner if isinstance(inner, dict) else cal
+    full = runmanifest.calibration_record(cal)  # checks and backend: one level down
     down, up = link.get("down") or {}, link.get("up") or {}
     measured = check_values(full.get("checks"))
     failed = [c for c in full.get("checks") or [] if not c.get("passed", True)]
@@ -275,22 +273,6 @@ def runner_entry(
     }
 
 
-def flat_entry(run_id: str, cal: dict[str, Any]) -> dict[str, Any]:
-    conf, meas = cal.get("configured") or {}, cal.get("measured") or {}
-    return {
-        "run": run_id,
-        "condition": cal.get("condition"),
-        "label": cal.get("label", cal.get("condition")),
-        "profile": cal.get("profile", ""),
-        "calibrated": True,
-        **conf,
-        **meas,
-        "passed": cal.get("passed"),
-        "forced": cal.get("forced", False),
-        "failed_checks": [],
-    }
-
-
 def calibration_entries(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One flat record per run and condition: configured vs measured, passed, forced."""
     entries = []
@@ -300,7 +282,6 @@ def calibration_entries(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]
             runner_entry(run_id, cid, cond, m.get("host"))
             for cid, cond in (m.get("conditions") or {}).items()
         ]
-        entries += [flat_entry(run_id, cal) for cal in m.get("calibration") or []]
     return entries
 
 

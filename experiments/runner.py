@@ -31,7 +31,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from quicbed import hostsettings, paths, rowschema
+from quicbed import hostsettings, paths, rowschema, runmanifest
 from quicbed.analysis import decisions, loss_response
 from quicbed.analysis.expectations import statistic
 from quicbed.analysis.overhead import account, summary_lines
@@ -353,7 +353,7 @@ def host_facts() -> dict[str, Any]:
 def ran_on(host: dict[str, Any], executor_info: dict[str, Any], calib: dict[str, Any]) -> dict[str, Any]:
     """Which host measured a condition: the machine, its link backend and the image ids."""
     images = {"client": executor_info.get("client_image"), **(executor_info.get("server_images") or {})}
-    backend = calib.get("backend") or (calib.get("calibration") or {}).get("backend")
+    backend = runmanifest.calibration_record(calib).get("backend")
     return {
         **host,
         "link_backend": backend or executor_info.get("backend"),
@@ -528,8 +528,16 @@ def _units(exp: Experiment, manifest: dict[str, Any]) -> list[Unit]:
     return [u for u in every if u.condition.id in set(shard["conditions"])]
 
 
-def _unit_entries(held: list[Unit]) -> dict[str, dict[str, Any]]:
-    return {u.id: {**u.to_dict(), "label": u.label, "calibration": None} for u in held}
+def _unit_entries(held: list[Unit]) -> dict[str, runmanifest.UnitEntry]:
+    return {
+        u.id: {
+            "condition": u.condition.id,
+            "cells": [list(c) for c in u.cells],
+            "label": u.label,
+            "calibration": None,
+        }
+        for u in held
+    }
 
 
 def _start_manifest(
@@ -541,7 +549,12 @@ def _start_manifest(
     shard: Shard | None = None,
 ) -> dict:
     # Each session records its own commit: a resumed run may have been resumed on other code.
-    session = {"started_at": _now(), "pid": os.getpid(), "status": "running", "git": git_info()}
+    session: runmanifest.Session = {
+        "started_at": _now(),
+        "pid": os.getpid(),
+        "status": "running",
+        "git": git_info(),
+    }
     if retry_failed:
         session["retry_failed"] = True
     session["capture"] = list(exp.capture)  # a resume may capture otherwise
@@ -563,7 +576,8 @@ def _start_manifest(
         manifest["status"] = "running"
         return manifest
     mine = shard_units(exp, shard) if shard else units(exp)
-    manifest = {
+    fresh: runmanifest.Manifest = {
+        "manifest_version": runmanifest.MANIFEST_VERSION,
         "run_id": run_dir.name,
         "experiment": exp.name,
         "file": exp.file,
@@ -599,13 +613,13 @@ def _start_manifest(
         "units": _unit_entries(mine),
     }
     if shard:
-        manifest["shard"] = {
+        fresh["shard"] = {
             **shard.to_dict(),
             "units": [u.id for u in mine],
             "conditions": sorted({u.condition.id for u in mine}, key=lambda c: int(c[1:])),
             "trials_all": sum(len(unit_trials(exp, u)) for u in units(exp)),
         }
-    return manifest
+    return dict(fresh)
 
 
 def _resume_units(exp: Experiment, manifest: dict[str, Any]) -> None:

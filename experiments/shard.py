@@ -77,9 +77,6 @@ class Unit:
             (trial.server, trial.object) == (s, o) and a <= trial.repetition < b for s, o, a, b in self.cells
         )
 
-    def to_dict(self) -> dict[str, object]:
-        return {"condition": self.condition.id, "cells": [list(c) for c in self.cells]}
-
 
 @dataclass(frozen=True)
 class Shard:

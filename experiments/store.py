@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from quicbed import limits, rowschema
+from quicbed import limits, rowschema, runmanifest
 from quicbed.errors import QuicbedError
 
 ROWS, MANIFEST = rowschema.ROWS_FILE, rowschema.MANIFEST_FILE
@@ -236,6 +236,10 @@ def read_manifest(run_dir: Path | str) -> dict[str, Any]:
     problem = rowschema.run_id_problem(manifest["run_id"])
     if problem:  # it names directories (merge, reports) and every resumed row
         raise StoreError(f"{path}: {problem}")
+    try:
+        runmanifest.upgrade(manifest)  # in place: an older run resumes at this version
+    except runmanifest.ManifestVersionError as exc:
+        raise StoreError(f"{path}: {exc}") from None
     return manifest
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from quicbed import rowschema
+from quicbed import rowschema, runmanifest
 
 HANDSHAKE_K = {"quic": 1, "tls1.3": 2, "tls1.2": 3}
 CLIENTS = {"quic": "quic-h3", "tls1.3": "tls1.3-h2", "tls1.2": "tls1.2-h2"}
@@ -232,49 +232,18 @@ def make_rows(run_id: str, m: Model) -> list[dict[str, Any]]:
     return rows
 
 
-def manifest(run_id: str, m: Model, versions: dict[str, str] | None = None) -> dict:
-    return {
-        "run_id": run_id,
-        "experiment": "synthetic",
-        "git_commit": "0123abc",
-        "kernel": "6.1.176",
-        "link_backend": "uml",
-        "versions": versions or VERSIONS,
-        "tcp_cc": "cubic",
-        "quic": {"initial_window": 10},
-        "seed": m.seed,
-        "calibration": [
-            {
-                "condition": c,
-                "profile": c,
-                "configured": {
-                    "rtt_ms": p[0],
-                    "rate_down_mbit": p[1],
-                    "rate_up_mbit": p[2],
-                    "loss_pct": p[3],
-                },
-                "measured": {
-                    "rtt_min_ms": p[0] * 1.01,
-                    "rtt_median_ms": p[0] * 1.02,
-                    "goodput_down_mbit": p[1] * 0.95,
-                    "goodput_up_mbit": p[2] * 0.95,
-                    "loss_down_pct": p[3],
-                    "loss_up_pct": p[3],
-                },
-                "passed": True,
-                "forced": False,
-            }
-            for c, p in m.conditions.items()
-        ],
-        "started_at": "2026-11-22T00:00:00Z",
-        "ended_at": "2026-11-22T01:00:00Z",
-    }
+def manifest(
+    run_id: str,
+    m: Model,
+    versions: dict[str, str] | None = None,
+    failing: str | None = None,
+    ids: dict[str, str] | None = None,
+) -> dict:
+    """The runner's manifest (quicbed/runmanifest.py): conditions keyed by id (`ids`: name ->
+    id; default the names), each with the executor's calibration summary and the whole
+    record one level down; condition `failing`'s goodput check failed and forced."""
 
-
-def runner_manifest(run_id: str, m: Model, failing: str | None) -> dict:
-    """The experiment runner's shape: conditions keyed by id, calibration checks inside."""
-
-    def condition(i: int, name: str, p: tuple) -> dict:
+    def condition(name: str, p: tuple) -> dict:
         ok = name != failing
         checks = [
             {
@@ -285,14 +254,21 @@ def runner_manifest(run_id: str, m: Model, failing: str | None) -> dict:
                 "tolerance": "±2 ms",
                 "passed": True,
             },
-            {
-                "metric": "goodput_mbit",
-                "direction": "down",
-                "configured": p[1],
-                "measured": p[1] * (0.95 if ok else 0.5),
-                "tolerance": "90%..102% of rate",
-                "passed": ok,
-            },
+            *(
+                {
+                    "metric": "goodput_mbit",
+                    "direction": direction,
+                    "configured": rate,
+                    "measured": rate * (0.95 if ok else 0.5),
+                    "tolerance": "90%..102% of rate",
+                    "passed": ok,
+                }
+                for direction, rate in (("down", p[1]), ("up", p[2]))
+            ),
+            *(
+                {"metric": "loss_pct", "direction": d, "configured": p[3], "measured": p[3], "passed": True}
+                for d in ("down", "up")
+            ),
         ]
         return {
             "label": name,
@@ -307,21 +283,25 @@ def runner_manifest(run_id: str, m: Model, failing: str | None) -> dict:
                 "rtt_ms": p[0] * 1.01,
                 "passed": ok,
                 "forced": not ok,
-                "backend": "uml",
-                "checks": checks,
+                "calibration": {"profile": name, "backend": "uml", "checks": checks, "passed": ok},
             },
         }
 
+    ids = ids or {name: name for name in m.conditions}
     return {
+        runmanifest.VERSION_KEY: runmanifest.MANIFEST_VERSION,
         "run_id": run_id,
         "experiment": "synthetic",
         "git": {"commit": "0123abc"},
-        "host": {"kernel": "6.18"},
-        "versions": VERSIONS,
+        "host": {"kernel": "6.1.176"},
+        "versions": versions or VERSIONS,
         "executor": {"backend": "uml"},
+        "seed": m.seed,
         "status": "complete",
         "sessions": [{"pid": 1}],
-        "conditions": {f"c{i}": condition(i, name, p) for i, (name, p) in enumerate(m.conditions.items())},
+        "started_at": "2026-11-22T00:00:00Z",
+        "ended_at": "2026-11-22T01:00:00Z",
+        "conditions": {ids[name]: condition(name, p) for name, p in m.conditions.items()},
     }
 
 
@@ -387,7 +367,7 @@ def write_run(
                 condition_label=row["condition"],
                 calib_forced=row["condition"] == failing,
             )
-        info = runner_manifest(run_id, m, failing)
+        info = manifest(run_id, m, versions, failing, ids)
     else:
         info = manifest(run_id, m, versions)
     (run_dir / "manifest.json").write_text(json.dumps(info, indent=1))

@@ -146,7 +146,7 @@ def test_report_has_tables_manifest_and_flags(full_report):
         "Against the paper",
         "Calibration: configured against measured",
         "Stalls and quality switches against loss",
-        "link_backend",
+        "link backend (why)",
         "Failed trials (excluded from statistics)",
         "CPU-bound trials",
         "are failed: excluded from statistics",

@@ -126,6 +126,19 @@ def test_runs_that_are_not_comparable_are_refused(tmp_path, capsys):
     assert "not comparable" in err and "condition india: the profiles differ" in err
 
 
+class OtherLink(SyntheticExecutor):
+    backend = "delayline"
+
+
+def test_runs_on_another_link_backend_are_not_comparable(tmp_path):
+    """The backend is read where the runner records it, one level below the calibration's
+    summary (read one level too high, it was None on both sides and never differed)."""
+    base = _run(tmp_path, "base", SyntheticExecutor(seed=1))
+    other = _run(tmp_path, "other", OtherLink(seed=1))
+    with pytest.raises(NotComparable, match="condition india: link backend synthetic against delayline"):
+        compare_runs(str(base), str(other))
+
+
 def test_bad_thresholds_are_one_line_errors():
     assert parse_thresholds(["connection_time=5%", "ttfb=2.5"]) == {"connection_time": 5.0, "ttfb": 2.5}
     for bad in ("latency=5%", "ttfb", "ttfb=fast", "ttfb=-1%"):

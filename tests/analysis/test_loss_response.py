@@ -217,13 +217,20 @@ def lossy_run(root: Path, run_id: str = "lossy", reps: int = 10) -> Path:
     for i, row in enumerate(rows):
         row["trial_id"] = f"{run_id}-{i:04d}"
     info = manifest(run_id, Model(conditions=LOSSY))
-    info["calibration"][0]["measured"]["loss_down_pct"] = 9.9
-    info["calibration"][0]["measured"]["rtt_min_ms"] = 80.0
+    info["conditions"]["india"]["calibration"]["rtt_ms"] = 80.0  # what the loss bound divides by
+    calibrated_loss(info, 9.9)
     run_dir = root / run_id
     run_dir.mkdir(parents=True)
     (run_dir / "manifest.json").write_text(json.dumps(info))
     (run_dir / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return run_dir
+
+
+def calibrated_loss(info: dict, pct: float) -> None:
+    """Set the downlink loss india's calibration measured, where the runner records it."""
+    for check in info["conditions"]["india"]["calibration"]["calibration"]["checks"]:
+        if check["metric"] == "loss_pct" and check["direction"] == "down":
+            check["measured"] = pct
 
 
 def test_analysis_computes_the_columns_for_older_runs(tmp_path):
@@ -316,7 +323,7 @@ def test_the_streaming_section_is_per_server(lossy_report):
 def test_no_section_without_loss(tmp_path):
     run_dir = lossy_run(tmp_path, reps=2)
     info = json.loads((run_dir / "manifest.json").read_text())
-    info["calibration"][0]["measured"]["loss_down_pct"] = 0.0
+    calibrated_loss(info, 0.0)
     (run_dir / "manifest.json").write_text(json.dumps(info))
     df = pd.DataFrame([json.loads(x) for x in (run_dir / "rows.jsonl").read_text().splitlines()])
     df.assign(loss_pct=0.0).to_json(run_dir / "rows.jsonl", orient="records", lines=True)

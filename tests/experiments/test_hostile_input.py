@@ -378,11 +378,12 @@ def test_report_skips_a_torn_last_line_with_a_warning(analysis_run, capsys):
         ('"a string"', "manifest.json: a JSON str, not an object"),
         ('{"conditions": {"c0": "india"}}', "manifest.json: 'conditions.c0' should be an object, not str"),
         (
-            '{"calibration": [{"measured": [1]}]}',
-            "manifest.json: 'calibration.0.measured' should be an object, not list",
+            '{"conditions": {"c0": {"calibration": {"calibration": {"checks": {"rtt": 1}}}}}}',
+            "manifest.json: 'conditions.c0.calibration.calibration.checks' should be a list, not dict",
         ),
+        ('{"manifest_version": 99}', "manifest.json: written by a newer quicbed (manifest version 99"),
     ],
-    ids=["not-json", "string", "condition-not-object", "measured-not-object"],
+    ids=["not-json", "string", "condition-not-object", "checks-not-list", "newer-version"],
 )
 def test_report_refuses_an_unusable_manifest(analysis_run, capsys, content, problem):
     (analysis_run / "manifest.json").write_text(content)
