@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from quicbed import limits
-from quicbed.workloads import ReportSection, report_sections
+from quicbed.workloads import ReportSection, report_sections, transfer_kinds
 
 from . import loss_response as lr
 from .model import (
@@ -31,7 +31,6 @@ from .model import (
     STARTUP,
     STREAMING,
     SWITCHES,
-    TRANSFER_KINDS,
     VIDEO_CONNECTION,
     VIDEO_STALL,
     VIDEO_THROUGHPUT,
@@ -724,7 +723,7 @@ def pageload_vs_download(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
     ]
 
 
-# Figures of their own that a workload's report section names (workloads/kinds.py).
+# Figures of their own that a workload's report section names (workloads/<kind>.py).
 PLOTS: dict[str, Callable[[pd.DataFrame, Path], list[Figure]]] = {
     "throughput_vs_size": throughput_vs_size,
     "cpu_over_time": cpu_over_time,
@@ -900,7 +899,7 @@ def goodput_against_bound(groups: list[CongestionGroup], out_dir: Path) -> list[
             ax.scatter(
                 stacks.index(g.stack),
                 g.goodput,
-                marker="o" if g.keys[4] in TRANSFER_KINDS else "s",
+                marker="o" if g.keys[4] in transfer_kinds() else "s",
                 color="#D55E00" if flagged else "#0072B2",
                 s=30,
                 zorder=3,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from quicbed.servers import player
+from quicbed.workloads import player
 
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("qoe", REPO / "clients" / "browser" / "qoe.py")
