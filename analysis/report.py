@@ -297,7 +297,7 @@ def workload_section(spec: ReportSection, ok: pd.DataFrame, figures: list[Figure
                 )
             )
     if spec.table:
-        table = TABLES[spec.table](ok)
+        table = TABLES[spec.table](spec.own_rows(ok))
         if not table.empty:
             blocks.append(Table(table, spec.table_caption))
             if spec.table == "pageload_vs_download":

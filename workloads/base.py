@@ -65,10 +65,17 @@ class ReportSection:
     plots: tuple[str, ...] = ()  # figures of their own, by builder name (analysis/figures.py)
     table: str = ""  # a table of its own, by builder name (analysis/report.py's TABLES)
     table_caption: str = ""
+    # Analysis kinds whose rows its own figures and table see beside its kinds' (the perf
+    # tools' download of the page a browser loaded), never in its medians.
+    beside: tuple[str, ...] = ()
 
     def rows(self, df: pd.DataFrame) -> pd.DataFrame:
-        """The rows of the section's analysis kinds."""
+        """The rows of the section's analysis kinds: its medians and comparisons."""
         return df[df["workload"].isin(self.kinds or transfer_kinds())]
+
+    def own_rows(self, df: pd.DataFrame) -> pd.DataFrame:
+        """The rows its figures of their own (`plots`) and its `table` are drawn from."""
+        return df[df["workload"].isin((*(self.kinds or transfer_kinds()), *self.beside))]
 
 
 @dataclass(frozen=True)

@@ -323,6 +323,7 @@ class Web(WorkloadKind):
             cdfs_in_rtts=True,
             plots=("pageload_vs_download",),
             table="pageload_vs_download",
+            beside=("web",),
             table_caption="Browser page load beside the perf tools' download of its HTML",
         ),
     )
