@@ -81,7 +81,7 @@ def is_failed(error: object) -> bool:
 
 
 KB, MB, GB = 2**10, 2**20, 2**30
-# Binary, as the testbed's content server makes its files ("1MB" is 1 MiB, servers/content.py).
+# Binary, as the testbed's content server makes its files ("1MB" is 1 MiB, workloads/cloud.py).
 UNITS = {
     "": 1,
     "B": 1,

@@ -80,7 +80,7 @@ class Tool:
     # for the dry run's estimate; bench/overhead_bench.py and bench/browser_bench.py measure it.
     start_s: float = 0.1
     # What the tool takes of the workload's arguments (the video's duration; the browser also
-    # the player's settings): workloads/kinds.py WorkloadKind.tool_args.
+    # the player's settings): workloads/base.py WorkloadKind.tool_args.
     workload_flags: tuple[str, ...] = ("--duration",)
     # Whether it plays a stream in real time (a player: a trial lasts the media's duration),
     # rather than downloading it as fast as the path gives it: the dry run's estimate asks.

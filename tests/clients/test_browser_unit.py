@@ -1,6 +1,6 @@
 """The browser client's pure logic (clients/browser/browser_perf.py, loaded by path: it runs in
 the client image, where Playwright is, and imports only the standard library at the top) and
-the landing pages it loads (servers/content.py)."""
+the landing pages it loads (workloads/web.py)."""
 
 from __future__ import annotations
 

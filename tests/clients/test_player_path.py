@@ -1,5 +1,5 @@
 """Video playback in the headless-Chromium client (browser_perf --duration: dash.js in the
-testbed's player page, servers/player.py) on emulated paths: a fast path plays the top rendition
+testbed's player page, workloads/player.py) on emulated paths: a fast path plays the top rendition
 without a stall; a path slower than the lowest rendition stalls, and the QoE agrees with the
 per-second trace; every segment goes over the protocol asked for; a broken stream is an error
 row. Playback is real time, so each trial plays 16 s of the 180 s ladder."""

@@ -1,5 +1,5 @@
 """Streaming QoE from a player record (clients/browser/qoe.py) and the player's files
-(servers/player.py): pure logic, no browser."""
+(workloads/player.py): pure logic, no browser."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """video_download (clients/perf: libcurl over TCP and QUIC, ngtcp2 over QUIC) against the
-shipped Caddy and nginx serving the real DASH ladder (servers/content.py) over loopback: a
+shipped Caddy and nginx serving the real DASH ladder (workloads/video.py) over loopback: a
 client container joins each server's network namespace. Rows, bytes against the files,
 connections per transport (the server's access log and the row), pacing, bad input and error
 rows, and the ASan/UBSan build."""
