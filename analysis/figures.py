@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from quicbed import limits
-from quicbed.workloads import ReportSection, report_sections
+from quicbed.workloads import ReportSection, report_sections, transfer_kinds
 
 from . import loss_response as lr
 from .model import (
@@ -29,9 +29,7 @@ from .model import (
     PAGELOAD,
     STALL_TIME,
     STARTUP,
-    STREAMING,
     SWITCHES,
-    TRANSFER_KINDS,
     VIDEO_CONNECTION,
     VIDEO_STALL,
     VIDEO_THROUGHPUT,
@@ -217,11 +215,10 @@ def metric_cdf(df: pd.DataFrame, out_dir: Path, metric: Metric, section: str, pe
 
 
 def cloud_rows(df: pd.DataFrame) -> pd.DataFrame:
-    rows = df[df["workload"] == "cloud"]
-    return rows[rows["throughput_mbps"].notna() & rows["object_bytes"].notna()]
+    return df[df["throughput_mbps"].notna() & df["object_bytes"].notna()]
 
 
-def throughput_vs_size(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+def throughput_vs_size(df: pd.DataFrame, out_dir: Path, section: str) -> list[Figure]:
     rows = cloud_rows(df)
     if rows.empty:
         return []
@@ -252,8 +249,8 @@ def throughput_vs_size(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
         save(
             fig,
             out_dir,
-            "cloud_throughput_vs_size",
-            "cloud",
+            f"{section}_throughput_vs_size",
+            section,
             "Cloud storage: throughput against file size",
             caption,
         )
@@ -300,7 +297,7 @@ def cpu_object(rows: pd.DataFrame) -> str:
     return CPU_OBJECT if CPU_OBJECT in objects.index else str(objects.idxmax())
 
 
-def cpu_over_time(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+def cpu_over_time(df: pd.DataFrame, out_dir: Path, section: str) -> list[Figure]:
     rows = cloud_rows(df)
     if rows.empty:
         return []
@@ -326,7 +323,14 @@ def cpu_over_time(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
         "thin lines are single trials, thick lines the median across trials."
     )
     return [
-        save(fig, out_dir, "cloud_cpu_over_time", "cloud", f"Cloud storage: CPU over time ({obj})", caption)
+        save(
+            fig,
+            out_dir,
+            f"{section}_cpu_over_time",
+            section,
+            f"Cloud storage: CPU over time ({obj})",
+            caption,
+        )
     ]
 
 
@@ -364,7 +368,7 @@ def streaming_panel(rows: pd.DataFrame) -> pd.Series:
 
 def streaming_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Streaming rows ordered profile by profile, by loss within one (one grid row each)."""
-    rows = df[df["workload"] == STREAMING].assign(loss_pct=lambda d: d["loss_pct"].fillna(0))
+    rows = df.assign(loss_pct=lambda d: d["loss_pct"].fillna(0))
     first = {p: i for i, p in enumerate(dict.fromkeys(rows["profile"]))}
     return rows.sort_values(["profile", "loss_pct"], key=lambda c: c.map(first) if c.name == "profile" else c)
 
@@ -384,7 +388,7 @@ def stall_durations(rows: pd.DataFrame) -> np.ndarray:
     return np.asarray([d for ds in rows["stall_durations_ms"] for d in listed(ds)], dtype=float)
 
 
-def streaming_cdfs(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+def streaming_cdfs(df: pd.DataFrame, out_dir: Path, section: str) -> list[Figure]:
     rows = streaming_rows(df)
     if rows.empty:
         return []
@@ -396,8 +400,8 @@ def streaming_cdfs(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
             save(
                 streaming_cdf(panels, startup, "startup delay (ms)", "CDF (fraction of sessions)"),
                 out_dir,
-                "streaming_startup_delay",
-                "streaming",
+                f"{section}_startup_delay",
+                section,
                 "Streaming: startup delay",
                 "CDF of the video startup delay per loss rate; n = sessions.",
             )
@@ -409,8 +413,8 @@ def streaming_cdfs(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
             save(
                 streaming_cdf(panels, stalled, "stall duration (ms)", "CDF (fraction of stalls)"),
                 out_dir,
-                "streaming_stall_durations",
-                "streaming",
+                f"{section}_stall_durations",
+                section,
                 "Streaming: stall durations",
                 "CDF of the durations of single stalls per loss rate; "
                 "n = stalls (sessions without stalls add none).",
@@ -427,7 +431,7 @@ RATE_AXIS = ("rate_down_mbit", "link rate, down (Mbit/s)", "link rate")
 def against_loss(
     df: pd.DataFrame,
     out_dir: Path,
-    kind: str,
+    section: str,
     metrics: list[Metric],
     name: str,
     title: str,
@@ -440,7 +444,7 @@ def against_loss(
     several tools measured one protocol (a perf tool and the browser), one line per tool and
     protocol: two stacks are never pooled."""
     column, xlabel, per = axis
-    rows = df[df["workload"] == kind]
+    rows = df
     if column not in rows.columns:
         return []
     rows = rows.assign(**{column: pd.to_numeric(rows[column], errors="coerce").fillna(0)})
@@ -497,7 +501,7 @@ def against_loss(
     caption = (
         f"Median per {per} and protocol with 95% bootstrap CIs; n = trials per " f"point (range over {per}s)."
     )
-    return [save(fig, out_dir, name, kind, title, caption + note)]
+    return [save(fig, out_dir, name, section, title, caption + note)]
 
 
 BROWSER_TOOLS = ("chromium", "firefox")  # drawn dashed beside the transfer tools
@@ -514,35 +518,35 @@ def tool_series(rows: pd.DataFrame) -> list[tuple[str, str]]:
     return out
 
 
-def video_against_loss(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+def video_against_loss(df: pd.DataFrame, out_dir: Path, section: str) -> list[Figure]:
     return against_loss(
         df,
         out_dir,
-        "video",
+        section,
         [VIDEO_CONNECTION, VIDEO_THROUGHPUT, VIDEO_STALL],
-        "video_against_loss",
+        f"{section}_against_loss",
         "Video download against loss",
     )
 
 
-def streaming_against_loss(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+def streaming_against_loss(df: pd.DataFrame, out_dir: Path, section: str) -> list[Figure]:
     return against_loss(
         df,
         out_dir,
-        STREAMING,
+        section,
         [STARTUP, STALL_TIME, SWITCHES],
-        "streaming_against_loss",
+        f"{section}_against_loss",
         "Streaming: startup, stalls and switches " "against loss",
     )
 
 
-def cloud_against_rate(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+def cloud_against_rate(df: pd.DataFrame, out_dir: Path, section: str) -> list[Figure]:
     """Seed 003's Figures 3 and 6: throughput and the client's CPU against the link rate,
     for a run that sweeps the rate (a rate calibration refused has no point), per tool and
     protocol where a browser downloaded beside the perf tools. The client CPU is
     transfer_cpu_pct (analysis/load.py): a browser's over its download, as in the tables."""
     note = ""
-    if "browser_cpu_pct" in df and (df["workload"].eq("cloud") & df["browser_cpu_pct"].notna()).any():
+    if "browser_cpu_pct" in df and df["browser_cpu_pct"].notna().any():
         note = (
             " A browser's (dashed) client CPU is its processes' over the download alone "
             "(browser_cpu_pct), not over its start."
@@ -550,9 +554,9 @@ def cloud_against_rate(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
     return against_loss(
         df,
         out_dir,
-        "cloud",
+        section,
         [CLOUD_THROUGHPUT, CLOUD_CPU],
-        "cloud_against_rate",
+        f"{section}_against_rate",
         "Cloud download: throughput and client CPU against the link rate",
         RATE_AXIS,
         note,
@@ -583,7 +587,7 @@ def example_session(rows: pd.DataFrame) -> pd.Series | None:
     return ranked.iloc[(len(ranked) - 1) // 2]
 
 
-def streaming_example_traces(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+def streaming_example_traces(df: pd.DataFrame, out_dir: Path, section: str) -> list[Figure]:
     """One playback per protocol at the loss rate nearest 5 %, per profile (and server): buffer level
     over time, stalls shaded, and the rendition's bitrate (the paper's example traces)."""
     rows = streaming_rows(df)
@@ -612,9 +616,7 @@ def streaming_example_traces(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
         "median stall time): buffer level (line), stalls (shaded), and the bitrate of "
         "the rendition played (dashed, right axis)."
     )
-    return [
-        save(fig, out_dir, "streaming_example_traces", STREAMING, "Streaming: example playbacks", caption)
-    ]
+    return [save(fig, out_dir, f"{section}_example_traces", section, "Streaming: example playbacks", caption)]
 
 
 def draw_trace(ax: plt.Axes, trace: pd.DataFrame, protocol: str, bitrate_top: float | None) -> None:
@@ -643,7 +645,7 @@ def draw_trace(ax: plt.Axes, trace: pd.DataFrame, protocol: str, bitrate_top: fl
         right.set_ylim(0, bitrate_top)
 
 
-def pageload_vs_download(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
+def pageload_vs_download(df: pd.DataFrame, out_dir: Path, section: str) -> list[Figure]:
     """Per condition: the browser's page load time beside the perf tools' download of the
     same page's HTML, per protocol (median and 95% bootstrap CI)."""
     pages = df[df["workload"] == PAGELOAD]
@@ -655,7 +657,7 @@ def pageload_vs_download(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
         mine = pages[pages["facet"] == facet]
         protocols = ordered_protocols(mine["protocol"])
         perf = df[
-            (df["workload"] == "web") & (df["facet"] == facet) & df["object"].isin(mine["object"].unique())
+            (df["workload"] != PAGELOAD) & (df["facet"] == facet) & df["object"].isin(mine["object"].unique())
         ]
         for i, protocol in enumerate(protocols):
             for offset, rows, column, marker in (
@@ -716,16 +718,18 @@ def pageload_vs_download(df: pd.DataFrame, out_dir: Path) -> list[Figure]:
         save(
             fig,
             out_dir,
-            "pageload_vs_download",
-            "pageload",
+            f"{section}_vs_download",
+            section,
             "Page load in a browser against a perf-tool download",
             caption,
         )
     ]
 
 
-# Figures of their own that a workload's report section names (workloads/kinds.py).
-PLOTS: dict[str, Callable[[pd.DataFrame, Path], list[Figure]]] = {
+# Figures of their own that a workload's report section names (workloads/<kind>.py).
+# Each takes the section's own rows (ReportSection.own_rows), the output folder and the
+# section's figures name, which its files' names begin with.
+PLOTS: dict[str, Callable[[pd.DataFrame, Path, str], list[Figure]]] = {
     "throughput_vs_size": throughput_vs_size,
     "cpu_over_time": cpu_over_time,
     "cloud_against_rate": cloud_against_rate,
@@ -742,8 +746,9 @@ def section_figures(ok: pd.DataFrame, out_dir: Path, spec: ReportSection) -> lis
     for metric in spec.cdfs:
         for per_rtt in (False, True) if spec.cdfs_in_rtts and metric.per_rtt else (False,):
             figures += metric_cdf(ok, out_dir, metric, spec.figures, per_rtt)
+    own = spec.own_rows(ok)
     for name in spec.plots:
-        figures += PLOTS[name](ok, out_dir)
+        figures += PLOTS[name](own, out_dir, spec.figures)
     return figures
 
 
@@ -900,7 +905,7 @@ def goodput_against_bound(groups: list[CongestionGroup], out_dir: Path) -> list[
             ax.scatter(
                 stacks.index(g.stack),
                 g.goodput,
-                marker="o" if g.keys[4] in TRANSFER_KINDS else "s",
+                marker="o" if g.keys[4] in transfer_kinds() else "s",
                 color="#D55E00" if flagged else "#0072B2",
                 s=30,
                 zorder=3,

@@ -18,7 +18,8 @@ import pandas as pd
 
 from quicbed import limits, paths, rowschema, runmanifest
 from quicbed.errors import QuicbedError
-from quicbed.workloads import PAGELOAD, derived_kinds
+from quicbed.workloads import derived_kinds
+from quicbed.workloads.web import PAGELOAD
 
 from . import loss_response
 from .manifest import calibrated_rtt, calibration_entries, manifest_differences

@@ -73,6 +73,7 @@ from typing import Any
 
 from quicbed import runmanifest
 from quicbed.clients.tools import TOOLS
+from quicbed.workloads import demand_limited_kinds
 
 from .stats import finite_number
 
@@ -103,11 +104,11 @@ RESPONSIVE = "responsive"
 VERDICTS = (NO_LOSS, TOO_SHORT, NOT_BINDING, NOT_RESPONSIVE, DEMAND_LIMITED, RESPONSIVE)
 
 CALIBRATED, CONFIGURED = "calibrated", "configured"
-# Analysis kinds and tools whose sender waits on its receiver's demand (see the docstring).
-DEMAND_LIMITED_KINDS = ("video", "streaming", "pageload")
-# The page loaders, from their descriptors (clients/<name>/client.yaml `command`: the browser
-# client, chromium and firefox). The perf tools and the other stacks' clients (aioquic,
-# quicgo) fetch one object and are not demand-limited.
+# Analysis kinds whose sender waits on its receiver's demand (see the docstring) are each
+# workload kind's `demand_limited` (workloads/<kind>.py). So are the page loaders, from their
+# descriptors (clients/<name>/client.yaml `command`: the browser client, chromium and firefox).
+# The perf tools and the other stacks' clients (aioquic, quicgo) fetch one object and are not
+# demand-limited.
 BROWSER_TOOLS = tuple(name for name, tool in TOOLS.items() if tool.browser)
 
 # RFC 9438's CUBIC constants.
@@ -203,7 +204,7 @@ def path_loss(
 
 
 def is_demand_limited(row: Mapping[str, Any]) -> bool:
-    return row.get("workload") in DEMAND_LIMITED_KINDS or row.get("tool") in BROWSER_TOOLS
+    return row.get("workload") in demand_limited_kinds() or row.get("tool") in BROWSER_TOOLS
 
 
 def goodput_mbit(row: Mapping[str, Any]) -> float | None:

@@ -20,27 +20,20 @@ PROTOCOL_LABELS = {"quic": "QUIC", "tls1.3": "TLS 1.3", "tls1.2": "TLS 1.2"}
 PROTOCOL_COLORS = {"quic": "#0072B2", "tls1.3": "#E69F00", "tls1.2": "#D55E00"}
 FALLBACK_COLORS = ["#009E73", "#CC79A7", "#56B4E9", "#000000"]
 
-# Metrics and which rows measure them belong to the workloads (workloads/metrics.py); the
+# Metrics and which rows measure them belong to the workload kinds (workloads/<kind>.py); the
 # analysis names them from there.
-from quicbed.workloads.metrics import (  # noqa: E402, F401 - re-exported for the analysis
-    CLOUD_CPU,
-    CLOUD_DOWNLOAD,
-    CLOUD_THROUGHPUT,
-    CONNECTION,
-    DOWNLOAD,
-    PAGELOAD,
+from quicbed.workloads.base import CONNECTION, Metric  # noqa: E402, F401 - re-exported for the analysis
+from quicbed.workloads.cloud import CLOUD_CPU, CLOUD_DOWNLOAD, CLOUD_THROUGHPUT  # noqa: E402, F401
+from quicbed.workloads.video import (  # noqa: E402, F401
     STALL_TIME,
     STARTUP,
     STREAMING,
     SWITCHES,
-    TIMING_METRICS,
-    TRANSFER_KINDS,
-    TTFB,
     VIDEO_CONNECTION,
     VIDEO_STALL,
     VIDEO_THROUGHPUT,
-    Metric,
 )
+from quicbed.workloads.web import DOWNLOAD, PAGELOAD, TIMING_METRICS, TTFB  # noqa: E402, F401
 
 # Columns a run may lack (older runners, other workloads); filled so code can rely on them.
 OPTIONAL_COLUMNS: dict[str, object] = rowschema.ANALYSIS_DEFAULTS
@@ -88,7 +81,7 @@ def is_failed(error: object) -> bool:
 
 
 KB, MB, GB = 2**10, 2**20, 2**30
-# Binary, as the testbed's content server makes its files ("1MB" is 1 MiB, servers/content.py).
+# Binary, as the testbed's content server makes its files ("1MB" is 1 MiB, workloads/cloud.py).
 UNITS = {
     "": 1,
     "B": 1,

@@ -319,7 +319,7 @@ def decisions_section(manifests: list[dict[str, Any]]) -> Section | None:
     )
 
 
-# Tables of their own that a workload's report section names (workloads/kinds.py).
+# Tables of their own that a workload's report section names (workloads/<kind>.py).
 TABLES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
     "streaming": streaming_table,
     "pageload_vs_download": pageload_vs_download_table,
@@ -329,7 +329,7 @@ TABLES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
 def workload_section(spec: ReportSection, ok: pd.DataFrame, figures: list[Figure]) -> Section | None:
     """One of a workload's sections: medians of its metrics per group, QUIC against TLS on
     the compared ones, its own table, and its figures; None when the run has no such rows."""
-    rows = ok[ok["workload"].isin(spec.kinds)]
+    rows = spec.rows(ok)
     if rows.empty:
         return None
     keys = list(spec.keys)
@@ -349,7 +349,7 @@ def workload_section(spec: ReportSection, ok: pd.DataFrame, figures: list[Figure
                 )
             )
     if spec.table:
-        table = TABLES[spec.table](ok)
+        table = TABLES[spec.table](spec.own_rows(ok))
         if not table.empty:
             blocks.append(Table(table, spec.table_caption))
             if spec.table == "pageload_vs_download":

@@ -13,7 +13,6 @@ import pandas as pd
 from . import loss_response as lr
 from .model import (
     PAGELOAD,
-    STREAMING,
     Metric,
     listed,
     ordered_protocols,
@@ -198,10 +197,10 @@ STREAMING_KEYS = ["loss_pct", "server", "protocol"]
 
 def streaming_table(df: pd.DataFrame) -> pd.DataFrame:
     """Stalls and quality switches against loss, per server and protocol: each server's QUIC
-    is its own stack (its own congestion control), so servers are never pooled."""
-    rows = df[df["workload"] == STREAMING]
+    is its own stack (its own congestion control), so servers are never pooled. df: the
+    Streaming section's rows."""
     lines = []
-    for values, group in group_frames(rows, STREAMING_KEYS):
+    for values, group in group_frames(df, STREAMING_KEYS):
         stalls = group["stall_durations_ms"].map(listed)
         durations = [d for ds in stalls for d in ds]
         verdicts = group["loss_response"].dropna().value_counts() if "loss_response" in group else {}
@@ -243,9 +242,10 @@ def cpu_bound_groups(df: pd.DataFrame) -> list[str]:
 
 def pageload_vs_download_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per condition, page and protocol: the browser's page load beside the perf tools'
-    download of the same page's HTML (their rows in the same condition)."""
+    download of the same page's HTML (their rows in the same condition). df: the page-load
+    section's rows and those beside them (the web kind's own)."""
     pages = df[df["workload"] == PAGELOAD]
-    perf = df[df["workload"] == "web"]
+    perf = df[df["workload"] != PAGELOAD]
     lines = []
     for values, group in group_frames(pages, ["facet", "object", "protocol"]):
         _, obj, protocol = values

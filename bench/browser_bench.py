@@ -32,11 +32,11 @@ from pathlib import Path
 
 from quicbed.clients.tools import TOOLS
 from quicbed.paths import CACHE
-from quicbed.servers import content
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile
+from quicbed.workloads import ensure_content
 
 PROTOCOLS = {"quic": 1, "tls1.3": 2, "tls1.2": 2}  # fresh connection's RTTs in Chromium
 THEORY = {("firefox", "tls1.2"): 3}  # Firefox: no TLS False Start (clients/firefox/README.md)
@@ -121,7 +121,7 @@ def main() -> int:
     )
     parser.add_argument("--browsers", nargs="+", default=list(BROWSERS), help="before, then after")
     args = parser.parse_args()
-    root = content.ensure_content(CACHE / "content", {"web"})
+    root = ensure_content(CACHE / "content", {"web"})
     profile = load_profile(args.profile)
     with (
         tempfile.TemporaryDirectory() as tmp,

@@ -50,11 +50,12 @@ from quicbed.analysis.physics import (
 )
 from quicbed.doctor import require
 from quicbed.paths import CACHE
-from quicbed.servers import content
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import apply_overrides, load_profile
+from quicbed.workloads import ensure_content
+from quicbed.workloads.cloud import CLOUD_SIZES, ensure_files
 
 # label: (tool, options, fresh RTTs, resumed setup RTTs or None, server that resumes)
 CLIENTS = {
@@ -245,8 +246,8 @@ def bench(
     names = list(dict.fromkeys([server, "nginx", "caddy"]))
     profile = apply_overrides(load_profile(profile_name), overrides)
     root = CACHE / "content"
-    content.ensure_content(root, {"web"})
-    content.ensure_files(root, ["10MB"])
+    ensure_content(root, {"web"})
+    ensure_files(root, ["10MB"])
     with tempfile.TemporaryDirectory() as tmp:
         with served_testbed(
             profile,
@@ -296,7 +297,7 @@ def bench(
                 goodput = big[0]["throughput_mbps"] / profile.down.rate_mbit if big else float("nan")
                 model_text = "      -       -"
                 if tool == "tls_perf":  # the TCP arithmetic: setup + request RTTs, slow start
-                    size = content.CLOUD_SIZES["10MB"]
+                    size = CLOUD_SIZES["10MB"]
                     model_s = tcp_download_s(size, profile.down.rate_mbit, rtt, setup_rtts=fresh)
                     model = size * 8 / model_s / 1e6 / profile.down.rate_mbit
                     model_text = f"{model:>7.3f}{goodput / model:>8.3f}"

@@ -42,6 +42,7 @@ from quicbed.fields import (
     descriptor_files as _descriptor_files,
 )
 from quicbed.paths import read_versions
+from quicbed.workloads import WORKLOADS
 from quicbed.yamlio import PathKey, Source
 
 ENV_DIRS = "QUICBED_CLIENT_DIRS"
@@ -79,8 +80,11 @@ class Tool:
     # for the dry run's estimate; bench/overhead_bench.py and bench/browser_bench.py measure it.
     start_s: float = 0.1
     # What the tool takes of the workload's arguments (the video's duration; the browser also
-    # the player's settings): workloads/kinds.py WorkloadKind.tool_args.
+    # the player's settings): workloads/base.py WorkloadKind.tool_args.
     workload_flags: tuple[str, ...] = ("--duration",)
+    # Whether it plays a stream in real time (a player: a trial lasts the media's duration),
+    # rather than downloading it as fast as the path gives it: the dry run's estimate asks.
+    plays_streams: bool = False
     # Capture (experiment capture:): the flag that takes a key-log path (SSLKEYLOGFILE format)
     # and the one that takes a qlog path (JSON-SEQ, its QUIC connections'); "" = it cannot,
     # and no_qlog says why a QUIC trial of it writes none (the row's capture_missing).
@@ -168,13 +172,13 @@ _OPTIONAL = (
     "description",
     "workloads",
     "workload_flags",
+    "plays_streams",
     "start_s",
     "capture",
     "reports",
     "unavailable",
 )
 _OPTION_FIELDS = ("values", "default", "flag", "give", "expand", "short")
-_WORKLOADS = ("web", "cloud", "video")
 _FLAG_RE = re.compile(r"--[a-z0-9][a-z0-9-]*\Z")
 _OPTION_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
@@ -286,7 +290,9 @@ def load_descriptor(path: Path | str, versions: dict[str, str] | None = None) ->
         defaults=tool["defaults"],
         label=label,
         protocol=protocol,
-        workloads=tuple(check_texts(src, ("workloads",), d.get("workloads", ["web", "cloud"]), _WORKLOADS)),
+        workloads=tuple(
+            check_texts(src, ("workloads",), d.get("workloads", ["web", "cloud"]), tuple(WORKLOADS))
+        ),
         short=tool["short"],
         flags=tool["flags"],
         values=tool["values"],
@@ -295,6 +301,7 @@ def load_descriptor(path: Path | str, versions: dict[str, str] | None = None) ->
         unavailable=check_text(src, ("unavailable",), d["unavailable"]) if "unavailable" in d else "",
         command=tuple(check_texts(src, ("command",), d["command"])),
         start_s=_seconds(src, d.get("start_s", 0.1)),
+        plays_streams=_flag(src, "plays_streams", d.get("plays_streams", False)),
         workload_flags=tuple(check_texts(src, ("workload_flags",), d.get("workload_flags", ["--duration"]))),
         **_capture(src, d.get("capture"), name),
         reports=reports,
@@ -304,6 +311,12 @@ def load_descriptor(path: Path | str, versions: dict[str, str] | None = None) ->
         order=check_whole(src, ("order",), d.get("order", 100), 0, 10_000),
         file=str(path),
     )
+
+
+def _flag(src: Source, key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise src.error((key,), f"true or false, not {value!r}")
+    return value
 
 
 def _seconds(src: Source, value: Any) -> float:

@@ -39,7 +39,7 @@ from typing import Any
 from quicbed.analysis import fairness
 from quicbed.experiments.capture import PacketCapture
 from quicbed.fields import check_choice, check_list, check_mapping, check_number
-from quicbed.servers.content import CLOUD_SIZES
+from quicbed.workloads.cloud import CLOUD_SIZES
 from quicbed.yamlio import PathKey, Source
 
 KINDS = ("bulk", "web")

@@ -26,7 +26,6 @@ from quicbed.dockercli import docker
 from quicbed.errors import HostProblem, PathMismatch
 from quicbed.paths import CACHE, REPO, STATE
 from quicbed.servers import pki
-from quicbed.servers.content import ensure_files
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, ensure_pki, served_testbed, warm_up
 from quicbed.topology.backends import BackendChoice, check_links, choose_backend, proofs
 from quicbed.topology.calibration_reuse import calibrate_or_reuse
@@ -39,6 +38,7 @@ from quicbed.topology.net import (
     server_address,
 )
 from quicbed.workloads import WORKLOADS
+from quicbed.workloads.cloud import ensure_files
 
 from . import cross as crossflows
 from .capture import CLIENT_TRIALS, TrialCapture, path_interface

@@ -9,9 +9,8 @@ from quicbed.analysis.decisions import PER_CELL, PER_CONDITION, PER_SERVER, floo
 from quicbed.analysis.loss_response import mathis_mbit
 from quicbed.errors import InputError
 from quicbed.rowschema import TRIALS_DIR
-from quicbed.servers.content import AUDIO_KBPS, LADDER
 from quicbed.servers.pairing import need_text, spoken_pairs, unspoken_pairs
-from quicbed.workloads import object_bytes
+from quicbed.workloads import WORKLOADS, TrialPath
 
 from .cross import CrossFlow
 from .matrix import Condition, conditions, count_per_condition
@@ -20,26 +19,8 @@ from .schema import ClientVariant, Experiment
 
 # Measured by bench/overhead_bench.py on a 2-core host (india, UML router):
 SETUP_S = 42.0  # per condition: path up (~6 s), calibration (~34 s), servers (~1 s), teardown
-# A playback fetches its page, dash.js and first segments before it plays: Chromium's trials
-# of 6 and 12 s of media took 8.1 and 14.2 s on india without loss, 15-20 s (6 s) at 5 % and
-# 27-35 s (12 s) at 10 %, where the Mathis rate is 0.8 and 0.56 Mbit/s (2026-11-29, uml).
-PLAYER_MBIT = 8.0
-TOP_MEDIA_MBIT_S = (LADDER[-1][3] + AUDIO_KBPS) / 1000  # what video_download fetches a second
-INIT_WINDOW_BYTES = 10 * 1460
-
-# CPU one trial keeps busy (cores: client + server container), for --parallel auto: the
-# medians of cpu_client_pct + cpu_server_pct over the error-free rows of this host's runs
-# (2-core host, delayline router; 2026-11-25/26: paper-web, paper-cloud, paper-video,
-# abr-trace, ci-handshake, loss-response). Not listed: PERF_TOOL_CPU_CORES.
-TRIAL_CPU_CORES = {
-    ("video", "chromium"): 0.27,  # 22 playbacks (the issue: 13-29 % of a core)
-    ("web", "chromium"): 1.40,  # 240 page loads: a browser start per trial
-    ("web", "quic_perf"): 0.12,  # 90 trials
-    ("web", "tls_perf"): 0.08,  # 170 trials
-    ("cloud", "quic_perf"): 0.08,  # 41 trials
-    ("cloud", "tls_perf"): 0.07,  # 65 trials
-}
-PERF_TOOL_CPU_CORES = 0.15  # a tool or workload not measured yet: assume a perf tool's
+# What one trial costs in time and CPU is its workload kind's (workloads/<kind>.py:
+# trial_seconds, cpu_cores, measured per client tool).
 # The path itself: its router backend (UML or the delay line forward in user space), the idle
 # containers and the runner. bench/parallel_bench.py: the quick video slice kept 0.36 of the
 # host's cores busy at K = 1, 0.24 of them in the trials' containers, so about 0.1 a path
@@ -64,30 +45,25 @@ def path_stretch(paths: int) -> float:
 
 
 def trial_cpu_cores(kind: str, tool: str) -> float:
-    return TRIAL_CPU_CORES.get((kind, tool), PERF_TOOL_CPU_CORES)
+    return WORKLOADS[kind].trial_cpu_cores(tool)
 
 
 def trial_seconds(exp: Experiment, cond: Condition, client: ClientVariant, obj: str) -> float:
-    """Handshake + request + slow-start rounds + serialisation + the tool's own start-up (a
-    browser's is a second, a perf tool's a tenth); a rough lower bound. A trial waits for its
-    cross flows to end; while they run it has half the link at best."""
-    start = TOOLS[client.tool].start_s
+    """The workload kind's estimate of one trial on this path with this client (a transfer:
+    handshake, request, slow start, serialisation and the tool's own start-up, a browser's a
+    second, a perf tool's a tenth; a rough lower bound). A trial waits for its cross flows to
+    end; while they run it has half the link at best."""
+    tool = TOOLS[client.tool]
+    path = TrialPath(
+        rtt_s=cond.link.rtt_ms / 1000,
+        rate_mbit=_sender_rate_mbit(cond),
+        shared=bool(exp.cross),
+        handshake_rtts=HANDSHAKE_RTTS.get(client.protocol, 2),
+        start_s=tool.start_s,
+        plays_streams=tool.plays_streams,
+    )
     cross_end = max((f.end_s for f in exp.cross), default=0.0)
-    played = exp.workload.duration_s or 0.0
-    if exp.workload.kind == "video" and client.tool != "video_download":
-        # A player plays in real time once it has its page, dash.js and first segments.
-        return max(played + PLAYER_MBIT / _sender_rate_mbit(cond) + start, cross_end)
-    rtt = cond.link.rtt_ms / 1000
-    if exp.workload.kind == "video":
-        # The paper's video_download takes the top rendition and audio as fast as the path
-        # gives them: its buffer holds a short session whole.
-        size = played * TOP_MEDIA_MBIT_S * 1e6 / 8
-    else:
-        size = object_bytes(exp.workload.kind, obj)
-    slow_start_rounds = math.log2(size / INIT_WINDOW_BYTES + 1)
-    transfer = size * 8 / (_sender_rate_mbit(cond) * 1e6) * (2 if exp.cross else 1)
-    rounds = HANDSHAKE_RTTS.get(client.protocol, 2) + 1 + slow_start_rounds
-    return max(rounds * rtt + transfer + start, cross_end)
+    return max(WORKLOADS[exp.workload.kind].trial_seconds(obj, exp.workload.duration_s, path), cross_end)
 
 
 def _sender_rate_mbit(cond: Condition) -> float:

@@ -22,7 +22,7 @@ PROTOCOLS = rowschema.PROTOCOLS
 # synthetic executor use the analysis's own figures (analysis/physics.py).
 HANDSHAKE_RTTS = physics.HANDSHAKE_RTTS
 
-# Workload kinds: one class each, in workloads/kinds.py.
+# Workload kinds: one module each, in workloads/ (its registry).
 WORKLOADS = workloads.WORKLOADS
 
 # Sweep axes besides the link parameters (experiments/links.py), each with what consumes it;

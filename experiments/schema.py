@@ -39,8 +39,7 @@ from quicbed.fields import (
 )
 from quicbed.rowschema import CAPTURE_KINDS
 from quicbed.servers import pairing
-from quicbed.servers.player import ABR_RULES, Setting
-from quicbed.workloads import WORKLOADS
+from quicbed.workloads import WORKLOADS, Setting
 from quicbed.yamlio import LocatedError as ExperimentError
 from quicbed.yamlio import PathKey, Source, load_source, parse_source
 
@@ -564,8 +563,10 @@ def _settings(
             if not isinstance(given, bool):
                 raise src.error(where, f"expected true or false, got {given!r}")
             out.append((name, given))
-        else:  # rules: the ABR rules that decide, every other one off
-            rules = check_list(src, where, given, lambda p, v: check_choice(src, p, v, ABR_RULES, "ABR rule"))
+        else:  # rules: the ones that decide (the video player's ABR rules), every other one off
+            rules = check_list(
+                src, where, given, lambda p, v, s=setting: check_choice(src, p, v, s.choices, s.what)
+            )
             out.append((name, tuple(rules)))
     return tuple(out)
 

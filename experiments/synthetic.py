@@ -19,7 +19,7 @@ from .matrix import Condition, Trial
 from .registry import HANDSHAKE_RTTS
 from .runner import TrialError
 
-VIDEO_BIT_RATE = 2.628e6  # the ladder's top rendition and its audio (servers/content.py)
+VIDEO_BIT_RATE = 2.628e6  # the ladder's top rendition and its audio (workloads/video.py)
 
 
 class SyntheticExecutor:

@@ -269,9 +269,11 @@ def lab_path(
 ) -> Iterator[Any]:
     """The lab's path and server, recorded for `quicbed clean --lab`; torn down on the way
     out, however it is left. Used by the CLI, the checker and the Containernet-style API."""
-    from quicbed.servers import content, player
     from quicbed.servers.testbed import served_testbed
     from quicbed.topology.net import DEFAULT_IMAGE
+    from quicbed.workloads import ensure_content, player
+    from quicbed.workloads.cloud import ensure_files
+    from quicbed.workloads.store import default_root
 
     lab_id = check_lab_id(lab_id or new_lab_id())
     record = LabRecord.read(lab_id)
@@ -283,9 +285,9 @@ def lab_path(
     directory.mkdir(parents=True, exist_ok=True)
     mark_scope(directory)
     # The experiments' content root: the video ladder is made once for both (minutes).
-    root = content.default_root()
-    content.ensure_content(root, {"web", "video"}, video_seconds=content.VIDEO_SECONDS)
-    content.ensure_files(root, ["5KB", "1MB", "10MB"])
+    root = default_root()
+    ensure_content(root, {"web", "video"})
+    ensure_files(root, ["5KB", "1MB", "10MB"])
     player.ensure_player(root)  # the DASH player page of the video exercise's `play`
     try:
         with served_testbed(

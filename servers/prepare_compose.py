@@ -13,7 +13,10 @@ import argparse
 from pathlib import Path
 
 from quicbed.paths import STATE
-from quicbed.servers import SERVERS, content, pki
+from quicbed.servers import SERVERS, pki
+from quicbed.workloads import WORKLOADS, ensure_content
+from quicbed.workloads.cloud import ensure_files
+from quicbed.workloads.store import default_root
 
 # Server -> the port docker-compose.yml publishes it on: its descriptor's compose_port.
 PORTS = {name: spec.compose_port for name, spec in SERVERS.items() if spec.compose_port}
@@ -21,9 +24,9 @@ PORTS = {name: spec.compose_port for name, spec in SERVERS.items() if spec.compo
 
 def prepare(out: Path, workloads: set[str], cloud: list[str]) -> pki.Pki:
     out.mkdir(parents=True, exist_ok=True)
-    root = content.ensure_content(content.default_root(), workloads)
+    root = ensure_content(default_root(), workloads)
     if cloud:
-        content.ensure_files(root, cloud)
+        ensure_files(root, cloud)
     link = out / "content"
     if link.is_symlink() or link.exists():
         link.unlink()
@@ -38,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir", nargs="?", type=Path, default=STATE / "compose")
     ap.add_argument(
-        "--workloads", default="web,cloud,video", help="comma-separated subset of web,cloud,video"
+        "--workloads", default=",".join(WORKLOADS), help=f"comma-separated subset of {','.join(WORKLOADS)}"
     )
     ap.add_argument("--cloud", default="", help="extra cloud files, e.g. 100MB,1GB")
     args = ap.parse_args(argv)

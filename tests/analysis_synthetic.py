@@ -306,7 +306,7 @@ def manifest(
 
 
 def playback_trace(row: dict[str, Any], seconds: int = 30) -> list[dict[str, Any]]:
-    """A per-second trace as the player writes it (servers/player/qoe.js): the buffer fills
+    """A per-second trace as the player writes it (workloads/player/qoe.js): the buffer fills
     at one second a second up to 12, each stall empties it for its duration, and the bitrate
     falls with loss."""
     stalled = set()

@@ -11,9 +11,9 @@ from typing import Any
 
 from quicbed.analysis.physics import FRAME_BYTES, TCP_PAYLOAD, tcp_download_s
 from quicbed.labs.exercises import EXERCISES, OBJECT, OBJECTS, Answers
-from quicbed.servers.content import CLOUD_SIZES as FILES
 from quicbed.topology.calibrate import GOODPUT_CEILING
 from quicbed.topology.profiles import Profile, load_profile, parse_overrides
+from quicbed.workloads.cloud import CLOUD_SIZES as FILES
 
 # Round trips before the request can leave: TCP's handshake (1) plus TLS 1.2's two flights,
 # or TLS 1.3's one; QUIC's Initial carries the ClientHello (1).

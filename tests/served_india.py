@@ -16,10 +16,10 @@ from typing import Any
 from contention import remeasured
 
 from quicbed.paths import CACHE
-from quicbed.servers import content
 from quicbed.servers.testbed import served_testbed
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.profiles import load_profile
+from quicbed.workloads import cloud, ensure_content
 
 
 @contextlib.contextmanager
@@ -31,9 +31,9 @@ def served_india(
     rtt_samples: int = 20,
 ) -> Iterator[tuple[Any, dict[str, Any], float]]:
     """(testbed, server hosts by name, measured RTT in ms); logs under tmp/logs."""
-    root = content.ensure_content(CACHE / "content", {"web"})
+    root = ensure_content(CACHE / "content", {"web"})
     if files:
-        content.ensure_files(root, list(files))
+        cloud.ensure_files(root, list(files))
     image = {"client_image": client_image} if client_image else {}
     with served_testbed(
         load_profile("india"),

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from quicbed import servers
-from quicbed.servers import content, pki
+from quicbed.servers import pki
+from quicbed.workloads import ensure_content, store
 
 
 def docker_text(*args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
@@ -26,10 +27,10 @@ def shared_content() -> Path:
     """The shared content cache with web, cloud and the video ladder: made once (video takes
     a minute or two), reused by later runs. Without ffmpeg and the tools image (make images
     builds it) the test fails: a skip would hide a failed build."""
-    root = content.default_root()
+    root = store.default_root()
     try:
-        content.ensure_content(root, {"web", "cloud", "video"})
-    except content.ContentError as e:  # no ffmpeg and no quicbed/tools image
+        ensure_content(root, {"web", "cloud", "video"})
+    except store.ContentError as e:  # no ffmpeg and no quicbed/tools image
         pytest.fail(str(e))
     return root
 

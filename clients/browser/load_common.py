@@ -48,7 +48,7 @@ def browser_env(home: str, tmpdir: str, token: str, keylog: str | None, **extra:
     return env
 
 
-PLAYER_PAGE = "/player/index.html"  # served by the testbed's servers (servers/player.py)
+PLAYER_PAGE = "/player/index.html"  # served by the testbed's servers (workloads/player.py)
 _QOE_DONE_JS = "window.quicbedQoE !== undefined && window.quicbedQoE.done"
 
 _PAGE_TIMINGS_JS = """

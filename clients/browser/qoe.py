@@ -1,4 +1,4 @@
-"""Streaming QoE from one dash.js playback (servers/player/qoe.js's window.quicbedQoE): the
+"""Streaming QoE from one dash.js playback (workloads/player/qoe.js's window.quicbedQoE): the
 row's metrics, as analysis/README.md defines them. Pure: the browser client calls it in the
 container, the unit tests on the host."""
 

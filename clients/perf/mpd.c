@@ -1,7 +1,7 @@
 /* The DASH manifest, as far as video_download needs it: every Representation's kind, rate,
  * height and SegmentTemplate (number-based, no SegmentTimeline), and the presentation's
  * length. A tag scanner, not an XML parser: it reads the layout ffmpeg's DASH muxer writes
- * (servers/content.py), attributes in double quotes, templates on the AdaptationSet or the
+ * (workloads/video.py), attributes in double quotes, templates on the AdaptationSet or the
  * Representation. */
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>

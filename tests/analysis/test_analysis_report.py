@@ -17,8 +17,8 @@ from quicbed.analysis.claims import FAILS, HOLDS, NO_DATA, NOT_DECIDED, evaluate
 from quicbed.analysis.figures import make_figures
 from quicbed.analysis.manifest import runner_entry
 from quicbed.analysis.report import backend_shown, flags
-from quicbed.workloads import PAGELOAD
-from quicbed.workloads.metrics import CONNECTION, PAGE_CONNECTION
+from quicbed.workloads import CONNECTION
+from quicbed.workloads.web import PAGE_CONNECTION, PAGELOAD
 
 FULL = Model(repetitions=12)
 WEB_ONLY = Model(repetitions=12, workloads=("web",), conditions={"india": (80.0, 20.0, 20.0, 0.0)})
@@ -290,7 +290,7 @@ def test_a_protocol_above_144p_is_judged_only_with_enough_sessions(sessions: int
     import pandas as pd
 
     from quicbed.analysis.claims import lowest_144p
-    from quicbed.workloads import STREAMING
+    from quicbed.workloads.video import STREAMING
 
     rows = [
         {"workload": STREAMING, "loss_pct": 5.0, "protocol": p, "lowest_quality": q}

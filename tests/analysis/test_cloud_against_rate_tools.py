@@ -57,7 +57,7 @@ def test_the_browsers_cpu_is_over_its_download_in_the_figure_and_the_tables() ->
 
 def test_the_figure_draws_the_browser_beside_the_perf_tools(tmp_path: Path) -> None:
     with figure_data.captured() as drawn:
-        (figure,) = cloud_against_rate(_rows(True), tmp_path)
+        (figure,) = cloud_against_rate(_rows(True), tmp_path, "cloud")
     assert figure.png.is_file() and "browser_cpu_pct" in figure.caption
     # One line per (protocol, tool): four, each a point per rate at the rows' value; the
     # browser's CPU (100 %) is drawn apart from the perf tools' (130 %).

@@ -15,10 +15,10 @@ from trial_capture import capture_trial
 from quicbed.analysis.explain import evidence
 from quicbed.cli import main
 from quicbed.paths import CACHE
-from quicbed.servers import content
 from quicbed.servers.testbed import served_testbed
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.profiles import load_profile
+from quicbed.workloads import cloud
 
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
@@ -35,7 +35,7 @@ EXPECTED = {
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, clean_slate):
     root = CACHE / "content"
-    content.ensure_files(root, ["1MB"])
+    cloud.ensure_files(root, ["1MB"])
     tmp = tmp_path_factory.mktemp("explain")
     run = tmp / "run-explain"
     run.mkdir()

@@ -208,7 +208,7 @@ def test_throughput_and_cpu_against_a_swept_rate(tmp_path: Path) -> None:
 
     rates = (50.0, 100.0, 500.0)
     with figure_data.captured() as drawn:
-        (figure,) = cloud_against_rate(rows(dict.fromkeys(rates, "fast")), tmp_path)
+        (figure,) = cloud_against_rate(rows(dict.fromkeys(rates, "fast")), tmp_path, "cloud")
     assert figure.png == tmp_path / "cloud_against_rate.png" and figure.png.is_file()
     # What it plots: per metric one line per protocol, a point per rate at the rows' median
     # (three equal rows: the value itself), so each line spans the input from 50 to 500.
@@ -218,7 +218,7 @@ def test_throughput_and_cpu_against_a_swept_rate(tmp_path: Path) -> None:
         assert sorted(lines) == ["QUIC (n=3)", "TLS 1.3 (n=3)"], lines
         for points in lines.values():
             np.testing.assert_allclose(points, [[r, of_rate(r)] for r in rates])
-    assert cloud_against_rate(rows({20.0: "india", 500.0: "germany"}), tmp_path / "two") == []
+    assert cloud_against_rate(rows({20.0: "india", 500.0: "germany"}), tmp_path / "two", "cloud") == []
 
 
 def test_a_web_flows_fetches_are_counted_from_curls_lines() -> None:

@@ -1,9 +1,10 @@
 """The packages import in one direction only, and no module imports itself through others.
 
 Layers, lowest first: the base modules of quicbed/ (errors, paths, yamlio, rowschema, and
-doctor: what the host must have), then topology, servers, clients, workloads (what a workload
-fetches and measures, shared by analysis and experiments), analysis, experiments, course
-labs (labs/), and the application (quicbed.cli). A module may import its own layer or lower
+doctor: what the host must have), then topology, workloads (what a workload fetches, its
+content and what its rows measure: served by the servers, run by the clients, read by analysis
+and experiments), servers, clients, analysis, experiments, course labs (labs/), and the
+application (quicbed.cli). A module may import its own layer or lower
 ones. Imports inside functions count too: a cycle hidden in a function is still a cycle.
 """
 
@@ -27,9 +28,9 @@ PACKAGES = {
 LAYERS = [
     "base",
     "quicbed.topology",
+    "quicbed.workloads",
     "quicbed.servers",
     "quicbed.clients",
-    "quicbed.workloads",
     "quicbed.analysis",
     "quicbed.experiments",
     "quicbed.labs",

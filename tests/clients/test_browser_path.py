@@ -24,7 +24,6 @@ from served_india import served_india
 
 from quicbed.analysis.physics import GOODPUT_OF_MODEL, HANDSHAKE_RTTS, tcp_download_s
 from quicbed.clients.tools import TOOLS
-from quicbed.servers import content
 from quicbed.servers.accesslog import read_access_log
 from quicbed.servers.descriptors import get_server
 from quicbed.servers.lifecycle import start_server, stop_server
@@ -32,7 +31,7 @@ from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME
 from quicbed.topology.calibrate import GOODPUT_CEILING
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile
-from quicbed.workloads.kinds import object_bytes
+from quicbed.workloads import object_bytes, web
 
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
@@ -137,7 +136,7 @@ def _leftovers(path: Path_) -> list[str]:
 
 def _page_files(obj: str) -> set[str]:
     prefix = f"web/{obj}/"
-    return {f"/{rel}" for rel in content.web_files() if rel.startswith(prefix)}
+    return {f"/{rel}" for rel in web.web_files() if rel.startswith(prefix)}
 
 
 # ------------------------------------------------------------------------------ protocol
@@ -292,7 +291,7 @@ def test_browser_packets_cross_the_emulated_link(path: Path_, protocol: str) -> 
 
 def test_each_landing_page_fetches_exactly_its_assets(path: Path_) -> None:
     report = []
-    for site in content.LANDING_PAGES:
+    for site in web.LANDING_PAGES:
         obj = f"pages/{site}"
         (row,) = _load(path, "nginx", "quic", obj=obj)
         assets = len(_page_files(obj)) - 1

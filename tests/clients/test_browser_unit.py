@@ -1,6 +1,6 @@
 """The browser client's pure logic (clients/browser/browser_perf.py, loaded by path: it runs in
 the client image, where Playwright is, and imports only the standard library at the top) and
-the landing pages it loads (servers/content.py)."""
+the landing pages it loads (workloads/web.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import pytest
 from browser_module import browser_argv, load_browser_perf
 
 from quicbed import rowschema
-from quicbed.servers import content
-from quicbed.workloads.kinds import object_bytes
+from quicbed.workloads import ensure_content, object_bytes, store, web
 
 bp = load_browser_perf()
 URL = "https://server.quicbed/web/pages/news/index.html"
@@ -347,13 +346,13 @@ class _Tags(HTMLParser):
             self.mismatched.append(tag)
 
 
-PAGES = {f"web/pages/{site}/index.html": site for site in content.LANDING_PAGES}
+PAGES = {f"web/pages/{site}/index.html": site for site in web.LANDING_PAGES}
 PAGES["web/index.html"] = ""
 
 
 @pytest.mark.parametrize("rel", list(PAGES))
 def test_every_landing_page_is_well_formed_and_fetches_its_assets(rel: str) -> None:
-    files = content.web_files()
+    files = web.web_files()
     html = files[rel]
     directory = rel.rsplit("/", 1)[0] + "/"
     parser = _Tags()
@@ -403,24 +402,24 @@ def test_every_landing_page_is_well_formed_and_fetches_its_assets(rel: str) -> N
 
 
 def test_pages_keep_their_sizes() -> None:
-    files = content.web_files()
-    assert len(files["web/index.html"]) == 12 * content.KiB
-    for site, (html_kib, _assets) in content.LANDING_PAGES.items():
-        assert len(files[f"web/pages/{site}/index.html"]) == html_kib * content.KiB
+    files = web.web_files()
+    assert len(files["web/index.html"]) == 12 * store.KiB
+    for site, (html_kib, _assets) in web.LANDING_PAGES.items():
+        assert len(files[f"web/pages/{site}/index.html"]) == html_kib * store.KiB
         page = sum(len(d) for p, d in files.items() if p.startswith(f"web/pages/{site}/"))
         assert page == object_bytes("web", f"pages/{site}")
 
 
 def test_a_cache_of_an_older_generator_is_remade(tmp_path: Path) -> None:
-    root = content.ensure_content(tmp_path, {"web"})
+    root = ensure_content(tmp_path, {"web"})
     page = root / "web/pages/media/index.html"
     good = page.read_bytes()
     stale = good.replace(b"<p>", b"<q>", 1)  # same size, other bytes, manifest to match
     page.write_bytes(stale)
-    manifest = content.load_manifest(root)
+    manifest = store.load_manifest(root)
     manifest["files"]["web/pages/media/index.html"]["sha256"] = "0" * 64
-    (root / content.MANIFEST).write_text(json.dumps(manifest))
-    content.ensure_content(root, {"web"})
+    (root / store.MANIFEST).write_text(json.dumps(manifest))
+    ensure_content(root, {"web"})
     assert page.read_bytes() == good
 
 

@@ -78,6 +78,8 @@ def test_shipped_clients_are_the_old_tools() -> None:
     ]
     assert video.workloads == ("video",) and chromium.workloads == ("web", "video", "cloud")
     assert chromium.command == ("browser_perf",) and chromium.start_s == 1.5
+    # The dry run plans a player's trial at the media's length, video_download's at the rate.
+    assert chromium.plays_streams and not video.plays_streams
     assert chromium.workload_flags == ("--duration", "--player-settings", "--workload")
     assert (quic.qlog_flag, chromium.qlog_flag, chromium.no_qlog) == (
         "--qlog",
@@ -363,6 +365,7 @@ BAD = [
         "not an image name",
     ),
     ("start", lambda t: t + "start_s: -1\n", "start_s", "from 0 to 600"),
+    ("plays-streams", lambda t: t + "plays_streams: yes-please\n", "plays_streams", "true or false"),
     ("on-demand-type", lambda t: t + 'on_demand: "yes"\n', "on_demand", "true or false"),
     ("on-demand-prebuilt", lambda t: t + "on_demand: true\n", "on_demand", "only an image built here"),
     ("yaml", lambda t: t.replace("options:\n  kex:", "options:\n kex: [\n  kex:"), "yaml", ""),

@@ -19,13 +19,12 @@ import pytest
 from served_india import served_india
 
 from quicbed.clients.tools import TOOLS
-from quicbed.servers import content
 from quicbed.servers.accesslog import read_access_log
 from quicbed.servers.descriptors import get_server
 from quicbed.servers.lifecycle import start_server, stop_server
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME
 from quicbed.topology.net import ADDRESSES, server_address
-from quicbed.workloads.kinds import object_bytes
+from quicbed.workloads import object_bytes, web
 
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
@@ -94,7 +93,7 @@ def _leftovers(path: Path_) -> list[str]:
 
 def _page_files() -> set[str]:
     prefix = f"web/{MEDIA}/"
-    return {f"/{rel}" for rel in content.web_files() if rel.startswith(prefix)}
+    return {f"/{rel}" for rel in web.web_files() if rel.startswith(prefix)}
 
 
 # ------------------------------------------------------------------------------ protocol

@@ -1,5 +1,5 @@
 """Video playback in the headless-Chromium client (browser_perf --duration: dash.js in the
-testbed's player page, servers/player.py) on emulated paths: a fast path plays the top rendition
+testbed's player page, workloads/player.py) on emulated paths: a fast path plays the top rendition
 without a stall; a path slower than the lowest rendition stalls, and the QoE agrees with the
 per-second trace; every segment goes over the protocol asked for; a broken stream is an error
 row. Playback is real time, so each trial plays 16 s of the 180 s ladder."""
@@ -12,26 +12,26 @@ import pytest
 
 from quicbed.clients.tools import TOOLS
 from quicbed.paths import CACHE
-from quicbed.servers import content, player
 from quicbed.servers.accesslog import read_access_log
 from quicbed.servers.descriptors import get_server
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile
+from quicbed.workloads import ensure_content, player, video
 
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
 PLAY_S = 16
 MPD = f"https://{SERVER_NAME}/video/dash/manifest.mpd"
 HOP = {"quic": "h3", "tls1.3": "h2", "tls1.2": "h2"}
-TOP, BOTTOM = content.LADDER[-1][0], content.LADDER[0][0]
+TOP, BOTTOM = video.LADDER[-1][0], video.LADDER[0][0]
 # The lowest rendition and the audio: a link below this cannot keep up with any rendition.
-LOWEST_KBPS = content.LADDER[0][3] + content.AUDIO_KBPS
+LOWEST_KBPS = video.LADDER[0][3] + video.AUDIO_KBPS
 
 
 def _content():
     root = CACHE / "content"
-    content.ensure_content(root, {"video"}, video_seconds=content.VIDEO_SECONDS)
+    ensure_content(root, {"video"})
     player.ensure_player(root)
     return root
 
@@ -106,14 +106,14 @@ def test_a_fast_path_plays_the_top_rendition_without_a_stall(testbed):
             row = _play(tb, hosts, protocol)
             assert row["error"] == "", row["error"]
             # Starts within a few segment times (2 s each), never stalls, reaches the top.
-            assert 0 < row["startup_delay_ms"] < 2 * content.SEGMENT_SECONDS * 1000, row
+            assert 0 < row["startup_delay_ms"] < 2 * video.SEGMENT_SECONDS * 1000, row
             assert row["stall_count"] == 0 and row["stall_total_ms"] == 0
             assert row["seconds_at_resolution"].get(TOP, 0) > PLAY_S / 2, row
             assert row["played_s"] >= PLAY_S - 0.5
             # Every request of the playback (page, dash.js, manifest, segments) over the
             # protocol asked for, and the server saw the segments so.
             assert set(row["resource_protocols"]) == {HOP[protocol]}, row["resource_protocols"]
-            assert row["resources"] >= PLAY_S / content.SEGMENT_SECONDS
+            assert row["resources"] >= PLAY_S / video.SEGMENT_SECONDS
             assert row["player"].startswith("dash.js ") and row["player_settings"]["abr"]
             trace = row["trace"]
             assert len(trace) >= PLAY_S - 1 and not any(p["stalled"] for p in trace)

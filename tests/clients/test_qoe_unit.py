@@ -1,5 +1,5 @@
 """Streaming QoE from a player record (clients/browser/qoe.py) and the player's files
-(servers/player.py): pure logic, no browser."""
+(workloads/player.py): pure logic, no browser."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from quicbed.servers import player
+from quicbed.workloads import player
 
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("qoe", REPO / "clients" / "browser" / "qoe.py")

@@ -30,7 +30,7 @@ from test_perf_tools import BAD, ROW_KEYS, TIMEOUT_S, Bed, assert_ordered, bed, 
 from quicbed import servers
 from quicbed.clients import tools
 from quicbed.paths import REPO
-from quicbed.servers import content
+from quicbed.workloads import store
 
 pytestmark = pytest.mark.docker
 __all__ = ["bed", "images"]  # the shared fixtures, imported to be used here
@@ -235,7 +235,7 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 def test_quicgo_streams_fetch_the_object_once_on_one_connection(served: Served) -> None:
     """--streams 30: 30 ranges of the object, every one whole, on one connection; the perf
     tools' keys over all of them, and what the server logged agrees."""
-    want = content.load_manifest(shared_content())["files"][CLOUD]
+    want = store.load_manifest(shared_content())["files"][CLOUD]
     before = len(servers.read_access_log(served.box.logs))
     r = served.run("--streams", "30", "--sha256", "--cpu")
     assert r.rc == 0, (r.stderr, [row["error"] for row in r.rows])
@@ -328,7 +328,7 @@ def ranged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 def test_quicgo_streams_get_206_from_every_range_server(ranged: Served) -> None:
     """--streams 30 on cloud/1MB: one connection, 30 ranges answered 206, the object whole; the
     server's log has 30 entries of status 206 whose bytes add up to the file's size."""
-    want = content.load_manifest(shared_content())["files"][ONE_MB]
+    want = store.load_manifest(shared_content())["files"][ONE_MB]
     before = len(servers.read_access_log(ranged.box.logs))
     r = ranged.run("--streams", "30", "--sha256", path=ONE_MB)
     assert r.rc == 0, (r.stderr, [row["error"] for row in r.rows])

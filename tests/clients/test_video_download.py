@@ -1,5 +1,5 @@
 """video_download (clients/perf: libcurl over TCP and QUIC, ngtcp2 over QUIC) against the
-shipped Caddy and nginx serving the real DASH ladder (servers/content.py) over loopback: a
+shipped Caddy and nginx serving the real DASH ladder (workloads/video.py) over loopback: a
 client container joins each server's network namespace. Rows, bytes against the files,
 connections per transport (the server's access log and the row), pacing, bad input and error
 rows, and the ASan/UBSan build."""
@@ -19,7 +19,8 @@ from server_box import ServerBox, docker_text, have_image, shared_content
 
 from quicbed import rowschema, servers
 from quicbed.clients.tools import UNSUPPORTED_EXIT
-from quicbed.servers import content, pki
+from quicbed.servers import pki
+from quicbed.workloads import store, video
 
 pytestmark = pytest.mark.docker
 
@@ -148,7 +149,7 @@ def bed(request, client_image: None, tmp_path_factory) -> Iterator[Bed]:
 
 def stream_bytes(root: Path, stream: str, segments: int) -> int:
     """The init segment and the first `segments` media segments of a stream, from the files."""
-    files = content.load_manifest(root)["files"]
+    files = store.load_manifest(root)["files"]
     rels = [f"video/dash/init-stream{stream}.m4s"]
     rels += [f"video/dash/chunk-stream{stream}-{n:05d}.m4s" for n in range(1, segments + 1)]
     return sum(files[rel]["size"] for rel in rels)
@@ -171,11 +172,11 @@ def test_row_bytes_and_connections(bed: Bed, name: str) -> None:
     )
     assert row["tls_version"] == v.tls
     # the top rendition (720p is the ladder's last, Representation 4; audio is 5)
-    assert row["rendition"] == content.LADDER[-1][0]
+    assert row["rendition"] == video.LADDER[-1][0]
     assert (row["segments"], row["media_s"]) == (6, 6.0)
     assert row["video_bytes"] == stream_bytes(bed.root, "4", 3)
     assert row["audio_bytes"] == stream_bytes(bed.root, "5", 3)
-    manifest = content.load_manifest(bed.root)["files"][MPD]["size"]
+    manifest = store.load_manifest(bed.root)["files"][MPD]["size"]
     assert row["bytes"] == row["video_bytes"] + row["audio_bytes"] + manifest
     assert row["video_rate_mbps"] > 0 and row["audio_rate_mbps"] > 0
     assert 0 < row["connection_time_ms"] < row["startup_ms"] < row["download_time_ms"]

@@ -13,11 +13,11 @@ import pytest
 
 from quicbed.analysis.physics import net_connection_rtts, row_connection_within
 from quicbed.paths import CACHE
-from quicbed.servers import content
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile
+from quicbed.workloads import ensure_content, video
 
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
@@ -33,7 +33,7 @@ MEDIA_S, BUFFER_S = 8, 4
 
 def _content():
     root = CACHE / "content"
-    content.ensure_content(root, {"video"}, video_seconds=content.VIDEO_SECONDS)
+    ensure_content(root, {"video"})
     return root
 
 
@@ -103,10 +103,10 @@ def test_handshakes_cost_their_rtts_and_playout_never_stalls(testbed):
                 assert expected * 0.97 <= ratio <= expected * 1.15, (protocol, ratio)
             for r in rows:
                 assert (r["stalls"], r["late_segments"], r["stall_ms"]) == (0, 0, 0.0), r
-                assert r["segments"] == 2 * MEDIA_S / content.SEGMENT_SECONDS
-                assert r["rendition"] == content.LADDER[-1][0]
+                assert r["segments"] == 2 * MEDIA_S / video.SEGMENT_SECONDS
+                assert r["rendition"] == video.LADDER[-1][0]
                 # paced: the last segment is asked for when playout reaches MEDIA_S - 2 - 4
-                assert r["download_time_ms"] / 1e3 >= MEDIA_S - content.SEGMENT_SECONDS - BUFFER_S
+                assert r["download_time_ms"] / 1e3 >= MEDIA_S - video.SEGMENT_SECONDS - BUFFER_S
                 assert r["video_rate_mbps"] > r["audio_rate_mbps"] > 0
 
 

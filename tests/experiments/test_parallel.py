@@ -25,12 +25,13 @@ from quicbed.experiments.parallel import (
     parse_parallel,
     planned_wall,
 )
-from quicbed.experiments.plan import PATH_CPU_CORES, SETUP_S, TRIAL_CPU_CORES, estimate_seconds
+from quicbed.experiments.plan import PATH_CPU_CORES, SETUP_S, estimate_seconds
 from quicbed.experiments.schema import ExperimentError, load_experiment, parse_experiment
 from quicbed.experiments.shard import unit_seconds, unit_trials, units
 from quicbed.experiments.store import load_history, load_rows, read_manifest
 from quicbed.experiments.synthetic import SyntheticExecutor
 from quicbed.paths import REPO
+from quicbed.workloads import WORKLOADS
 
 PAPER = REPO / "experiments" / "paper"
 # Three conditions of 24 trials; at 5 % loss on india a large file takes minutes (10 MB: one
@@ -106,7 +107,7 @@ def test_the_planned_wall_time_is_the_longest_path_and_k1_is_the_serial_run():
 def test_auto_k_fits_the_workloads_measured_cpu_in_the_cores():
     video = load_experiment(PAPER / "video.yaml", quick=True)
     web = load_experiment(PAPER / "web.yaml")
-    per_path = TRIAL_CPU_CORES[("video", "chromium")] + PATH_CPU_CORES
+    per_path = WORKLOADS["video"].trial_cpu_cores("chromium") + PATH_CPU_CORES
     assert per_path < 2 * 0.8 / 2  # two playbacks and their paths fit in 2 cores' budget
     assert auto_parallel(video, cores=2) == 2
     assert auto_parallel(video, cores=1) == 1

@@ -23,8 +23,9 @@ import pytest
 from quicbed import servers
 from quicbed.errors import InputError
 from quicbed.paths import REPO, read_versions
-from quicbed.servers import accesslog, content, descriptors, lifecycle, pki, probe, versionparse
+from quicbed.servers import accesslog, descriptors, lifecycle, pki, probe, versionparse
 from quicbed.servers.descriptors import load_servers
+from quicbed.workloads import ensure_content
 from quicbed.yamlio import LocatedError
 
 FIXTURES = REPO / "tests" / "fixtures" / "servers"
@@ -581,7 +582,7 @@ def test_fixture_server_starts_and_answers_h2_h3(tmp_path: Path, monkeypatch: py
         assert present.returncode == 0, present.stderr
         assert f"images: {spec.image} present (prebuilt" in present.stdout
 
-        root = content.ensure_content(tmp_path / "content", {"web"})
+        root = ensure_content(tmp_path / "content", {"web"})
         keys = pki.generate_pki(tmp_path / "pki", "127.0.0.1")
         logs = tmp_path / "logs"
         logs.mkdir()

@@ -20,45 +20,46 @@ from server_box import ServerBox, docker_text, have_image, shared_content
 
 from quicbed import servers
 from quicbed.clients.tools import TOOLS
-from quicbed.servers import content, pki
+from quicbed.servers import pki
+from quicbed.workloads import cloud, ensure_content, store, video
 
 # ---------------------------------------------------------------- pure
 
 
 def _manifest_digests(root: Path) -> dict[str, str]:
-    return {rel: e["sha256"] for rel, e in content.load_manifest(root)["files"].items()}
+    return {rel: e["sha256"] for rel, e in store.load_manifest(root)["files"].items()}
 
 
 def test_content_is_deterministic(tmp_path: Path) -> None:
-    a = content.ensure_content(tmp_path / "a", {"web"})
-    b = content.ensure_content(tmp_path / "b", {"web"})
-    content.ensure_files(a, ["1KB", "1MB"])
-    content.ensure_files(b, ["1KB", "1MB"])
+    a = ensure_content(tmp_path / "a", {"web"})
+    b = ensure_content(tmp_path / "b", {"web"})
+    cloud.ensure_files(a, ["1KB", "1MB"])
+    cloud.ensure_files(b, ["1KB", "1MB"])
     assert _manifest_digests(a) == _manifest_digests(b)
     assert (a / "cloud/1MB").read_bytes() == (b / "cloud/1MB").read_bytes()
     assert "web/index.html" in _manifest_digests(a)
 
 
 def test_manifest_checksums_and_sizes(tmp_path: Path) -> None:
-    root = content.ensure_content(tmp_path, {"web"})
-    content.ensure_files(root, ["5KB", "2MB"])
-    files = content.load_manifest(root)["files"]
+    root = ensure_content(tmp_path, {"web"})
+    cloud.ensure_files(root, ["5KB", "2MB"])
+    files = store.load_manifest(root)["files"]
     for rel, entry in files.items():
         data = (root / rel).read_bytes()
         assert len(data) == entry["size"], rel
         assert hashlib.sha256(data).hexdigest() == entry["sha256"], rel
     assert files["cloud/5KB"]["size"] == 5 * 1024
     assert files["cloud/2MB"]["size"] == 2 * 1024 * 1024
-    assert content.verify_content(root) == []
+    assert store.verify_content(root) == []
     (root / "web/sample.css").write_bytes(b"tampered")
-    assert content.verify_content(root) == ["web/sample.css"]
+    assert store.verify_content(root) == ["web/sample.css"]
 
 
 def test_content_second_call_is_fast_and_repairs(tmp_path: Path) -> None:
-    root = content.ensure_content(tmp_path, {"web", "cloud"})
+    root = ensure_content(tmp_path, {"web", "cloud"})
     (root / "cloud/1MB").unlink()
     start = time.monotonic()
-    content.ensure_content(root, {"web", "cloud"})
+    ensure_content(root, {"web", "cloud"})
     assert time.monotonic() - start < 5
     assert (root / "cloud/1MB").stat().st_size == 1024 * 1024
 
@@ -66,16 +67,16 @@ def test_content_second_call_is_fast_and_repairs(tmp_path: Path) -> None:
 def test_cloud_files_are_incompressible_and_on_demand(tmp_path: Path) -> None:
     import zlib
 
-    root = content.ensure_content(tmp_path, {"cloud"})
+    root = ensure_content(tmp_path, {"cloud"})
     assert not (root / "cloud/50MB").exists()  # big ones only when asked for
     data = (root / "cloud/1MB").read_bytes()
     assert len(zlib.compress(data, 9)) > 0.99 * len(data)
-    with pytest.raises(content.ContentError, match="valid"):
-        content.ensure_files(root, ["3MB"])
+    with pytest.raises(store.ContentError, match="valid"):
+        cloud.ensure_files(root, ["3MB"])
 
 
 def test_landing_pages_median_about_40kb(tmp_path: Path) -> None:
-    root = content.ensure_content(tmp_path, {"web"})
+    root = ensure_content(tmp_path, {"web"})
     totals = sorted(sum(p.stat().st_size for p in d.iterdir()) for d in (root / "web/pages").iterdir())
     median = totals[len(totals) // 2]
     assert 35_000 < median < 45_000
@@ -297,7 +298,7 @@ def box(request, content_root: Path, tmp_path_factory) -> ServerBox:
 
 
 def _pick(root: Path, prefix: str) -> str:
-    return min(rel for rel in content.load_manifest(root)["files"] if rel.startswith(prefix))
+    return min(rel for rel in store.load_manifest(root)["files"] if rel.startswith(prefix))
 
 
 @pytest.mark.docker
@@ -309,7 +310,7 @@ def test_fetch_and_access_log(box: ServerBox, content_root: Path, mode: str, tmp
     paths = ["web/sample.js", "cloud/1MB", _pick(content_root, "video/dash/chunk-stream0-")]
     proc = box.fetch(flags, paths, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    files = content.load_manifest(content_root)["files"]
+    files = store.load_manifest(content_root)["files"]
     for i, path in enumerate(paths):
         got = hashlib.sha256((tmp_path / str(i)).read_bytes()).hexdigest()
         assert got == files[path]["sha256"], path
@@ -359,7 +360,7 @@ def test_a_byte_range_is_answered_over_http3(box: ServerBox, tmp_path: Path) -> 
     """quicgo_perf --streams fetches one object as byte ranges on parallel streams: every
     server answers a range with 206 and exactly its bytes, a suffix range too, and a range
     past the end with 416 (RFC 9110 14)."""
-    whole = (content.default_root() / "cloud" / "1MB").read_bytes()
+    whole = (store.default_root() / "cloud" / "1MB").read_bytes()
     for spec, (status, content_range) in RANGES.items():
         flags = [
             "--http3-only",
@@ -410,7 +411,7 @@ def _broken_box(name: str, root: Path, tmp: Path, script: str) -> ServerBox:
 
 @pytest.mark.docker
 def test_broken_config_raises_with_log_tail(tmp_path: Path) -> None:
-    root = content.ensure_content(tmp_path / "content", {"web"})
+    root = ensure_content(tmp_path / "content", {"web"})
     b = _broken_box("nginx", root, tmp_path, "echo 'this is not a directive;' >/etc/quicbed/nginx.conf")
     try:
         start = time.monotonic()
@@ -425,7 +426,7 @@ def test_broken_config_raises_with_log_tail(tmp_path: Path) -> None:
 
 @pytest.mark.docker
 def test_server_not_answering_times_out(tmp_path: Path) -> None:
-    root = content.ensure_content(tmp_path / "content", {"web"})
+    root = ensure_content(tmp_path / "content", {"web"})
     # Valid config, wrong port: Caddy runs but never answers on 443.
     b = _broken_box(
         "caddy",
@@ -451,15 +452,15 @@ def test_server_not_answering_times_out(tmp_path: Path) -> None:
 def test_an_ffmpeg_cut_short_leaves_no_container(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Killing the docker client does not stop its container: a video encode cut by its
     timeout (or Ctrl-C) must not keep encoding beside the next path's measurement."""
-    monkeypatch.setattr(content.shutil, "which", lambda name: None)  # ffmpeg from the tools image
-    prefix, seen = content.ffmpeg_runner(tmp_path)
+    monkeypatch.setattr(video.shutil, "which", lambda name: None)  # ffmpeg from the tools image
+    prefix, seen = video.ffmpeg_runner(tmp_path)
     assert "quicbed" in prefix  # labelled: `quicbed clean` finds one a killed run left
 
     def encoders() -> set[str]:
-        ps = ["docker", "ps", "-aq", "--filter", f"ancestor={content.TOOLS_IMAGE}"]
+        ps = ["docker", "ps", "-aq", "--filter", f"ancestor={video.TOOLS_IMAGE}"]
         return set(subprocess.run(ps, capture_output=True, text=True, check=True).stdout.split())
 
     before = encoders()
     with pytest.raises(subprocess.TimeoutExpired):
-        content._ffmpeg(prefix, [*content._source_args(600), f"{seen}/long.mp4"], timeout=3)
+        video._ffmpeg(prefix, [*video._source_args(600), f"{seen}/long.mp4"], timeout=3)
     assert encoders() - before == set()

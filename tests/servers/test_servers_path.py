@@ -14,11 +14,11 @@ from contention import remeasured
 from quicbed import servers
 from quicbed.analysis.physics import HANDSHAKE_RTTS, net_connection_rtts, row_upper_rtts
 from quicbed.paths import CACHE, REPO
-from quicbed.servers import content
 from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile
+from quicbed.workloads import cloud, ensure_content, store
 
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
@@ -56,9 +56,9 @@ def served(tmp_path_factory, clean_slate):
     )
     assert build.returncode == 0, build.stderr[-3000:]
     root = CACHE / "content"
-    content.ensure_content(root, {"web", "video"})
-    content.ensure_files(root, ["1MB"])
-    files = content.load_manifest(root)["files"]
+    ensure_content(root, {"web", "video"})
+    cloud.ensure_files(root, ["1MB"])
+    files = store.load_manifest(root)["files"]
     segment = sorted(rel for rel in files if rel.startswith("video/") and rel.endswith(".m4s"))[0]
     objects = {rel: files[rel] for rel in ("web/index.html", "cloud/1MB", segment)}
     tmp = tmp_path_factory.mktemp("served")

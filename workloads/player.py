@@ -1,7 +1,8 @@
-"""The DASH player the servers serve (content root `player/`): dash.js's release file from the
-npm registry (version and integrity pinned in versions.env, fetched once into the cache, never
-at run time) and the testbed's page (servers/player/index.html, qoe.js), which plays
-`/video/dash/manifest.mpd` and records the QoE metrics in window.quicbedQoE.
+"""The DASH player the video workload is played in, served at content root `player/`:
+dash.js's release file from the npm registry (version and integrity pinned in versions.env,
+fetched once into the cache, never at run time) and the testbed's page (workloads/player/
+index.html, qoe.js), which plays `/video/dash/manifest.mpd` and records the QoE metrics in
+window.quicbedQoE. Also the player settings an experiment may give (`workload: {player:}`).
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ import hashlib
 import io
 import tarfile
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from quicbed.paths import CACHE, read_versions
 
-from . import content
+from .base import Setting
+from .store import ContentError, locked, up_to_date, write_atomic
 
 PLAYER_DIR = "player"  # beside video/, which ensure_video remakes whole
 SOURCES = Path(__file__).parent / "player"
@@ -25,20 +26,8 @@ DASHJS_FILE = "package/dist/modern/umd/dash.mediaplayer.min.js"  # in the npm ta
 REGISTRY = "https://registry.npmjs.org"
 
 
-class PlayerError(content.ContentError):
+class PlayerError(ContentError):
     pass
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One player setting an experiment may set (`workload: {player: {NAME: value}}`): where it
-    goes in dash.js's settings, and what it takes. kind: "number" (low..high, in the name's
-    unit), "bool", or "rules" (a list of ABR rule names: those on, every other one off)."""
-
-    path: tuple[str, ...]  # below dash.js's `streaming`
-    kind: str
-    low: float = 0.0
-    high: float = 0.0
 
 
 _BUFFER, _ABR = ("buffer",), ("abr",)
@@ -63,7 +52,7 @@ SETTINGS: dict[str, Setting] = {
     "buffer_to_keep_s": Setting((*_BUFFER, "bufferToKeep"), "number", 1, 300),
     "initial_buffer_level_s": Setting((*_BUFFER, "initialBufferLevel"), "number", 0, 120),
     "stall_threshold_s": Setting((*_BUFFER, "stallThreshold"), "number", 0.05, 5),
-    "abr_rules": Setting((*_ABR, "rules"), "rules"),
+    "abr_rules": Setting((*_ABR, "rules"), "rules", choices=ABR_RULES, what="ABR rule"),
     "auto_switch_bitrate": Setting((*_ABR, "autoSwitchBitrate", "video"), "bool"),
     "initial_bitrate_kbps": Setting((*_ABR, "initialBitrate", "video"), "number", 1, 1e6),
     "min_bitrate_kbps": Setting((*_ABR, "minBitrate", "video"), "number", 1, 1e6),
@@ -140,14 +129,9 @@ def ensure_player(root: Path) -> None:
             b"".join((SOURCES / n).read_bytes() for n in ("index.html", "qoe.js"))
         ).hexdigest(),
     }
-    with content.locked(root) as manifest:
-        listed = [rel for rel in manifest["files"] if rel.startswith(f"{PLAYER_DIR}/")]
-        if (
-            manifest["params"].get("player") == params
-            and listed
-            and all(content.is_current(root, manifest, rel) for rel in listed)
-        ):
+    with locked(root) as manifest:
+        if up_to_date(root, manifest, f"{PLAYER_DIR}/", params):
             return
         for rel, data in player_files().items():
-            manifest["files"][rel] = content.write_atomic(root, rel, [data])
+            manifest["files"][rel] = write_atomic(root, rel, [data])
         manifest["params"]["player"] = params
