@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from quicbed.workloads import transfer_kinds
+
 from . import decisions, expectations
 from .decisions import DEFAULT_ALPHA, TCP, Decide
 from .expectations import Expectation, Outcome
@@ -28,7 +30,6 @@ from .model import (
     DOWNLOAD,
     MB,
     STREAMING,
-    TRANSFER_KINDS,
     TTFB,
     Metric,
     listed,
@@ -481,19 +482,23 @@ def lowest_144p(df: pd.DataFrame) -> Verdict:
     return verdict(reached, found)
 
 
+# What a handshake finding reads: every transfer tool's rows (a handshake is a handshake
+# whatever is fetched after it), as CONNECTION.rows selects them.
+TRANSFERS = transfer_kinds()
+
 DIRECTIONS: list[Direction] = [
     Direction(
         "Handshake arithmetic (first connection): QUIC 1 RTT, TLS 1.3 2 RTT, " "TLS 1.2 3 RTT",
         handshake_rtts,
-        rests_on=TRANSFER_KINDS,
+        rests_on=TRANSFERS,
     ),
-    Direction("Connection time: QUIC < TLS 1.3 < TLS 1.2", connection_order, rests_on=TRANSFER_KINDS),
+    Direction("Connection time: QUIC < TLS 1.3 < TLS 1.2", connection_order, rests_on=TRANSFERS),
     Direction(
         "The connection-time gap is much larger on the longest-RTT path than on the "
         "shortest (paper: QUIC faster by 445/409 ms vs TLS 1.2/1.3 from India, 270/300 ms "
         "from Germany)",
         long_path_gap,
-        rests_on=TRANSFER_KINDS,
+        rests_on=TRANSFERS,
     ),
     Direction(
         "TTFB and download time of small pages: QUIC still wins, but the relative "
