@@ -158,12 +158,13 @@ def _to_stderr(message: str) -> None:
 def measure(exercise: Exercise, say: Any = _to_stderr, backend: str = "auto") -> Answers:
     """Bring the exercise's path up as a lab does (on `backend`, as `quicbed lab --backend`),
     measure every answer, tear down."""
+    from quicbed.experiments.options import PathOptions
     from quicbed.labs.lab import lab_path
     from quicbed.topology.profiles import load_profile, parse_overrides
 
     profile = load_profile(exercise.profile, parse_overrides(list(exercise.overrides)))
     say(f"measuring {exercise.name} on {profile.name} ({profile.description}) ...")
-    with lab_path(profile, backend=backend) as tb:
+    with lab_path(profile, path=PathOptions(backend=backend)) as tb:
         return exercise.measure(tb)
 
 

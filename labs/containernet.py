@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from quicbed.errors import InputError
+from quicbed.experiments.options import PathOptions
 from quicbed.labs.lab import DEFAULT_SERVER, lab_path
 from quicbed.topology.net import DEFAULT_IMAGE
 
@@ -150,9 +151,8 @@ class Containernet:
                 profile,
                 lab_id=self.lab_id,
                 server=server_name,
-                backend=self.backend,
+                path=PathOptions(backend=self.backend, client_image=client.dimage),
                 tcp_cc=self.tcp_cc,
-                client_image=client.dimage,
             )
         )
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from quicbed.errors import InputError, QuicbedError
+from quicbed.experiments.options import PathOptions
 from quicbed.paths import STATE
 from quicbed.topology.marker import mark_scope
 
@@ -40,6 +41,7 @@ LABS = STATE / "labs"
 LAB_ID = re.compile(r"^[a-z0-9]{1,12}$")
 CLOSING_SIGNALS = (signal.SIGHUP, signal.SIGTERM)
 DEFAULT_SERVER = "nginx"  # TLS 1.2, TLS 1.3 and HTTP/3 from one server
+AUTO_PATH = PathOptions()  # auto's backend, each tool's own image
 
 
 class LabClosed(BaseException):
@@ -263,12 +265,13 @@ def lab_path(
     *,
     lab_id: str | None = None,
     server: str = DEFAULT_SERVER,
-    backend: str = "auto",
+    path: PathOptions = AUTO_PATH,
     tcp_cc: str = "cubic",
-    client_image: str | None = None,
 ) -> Iterator[Any]:
     """The lab's path and server, recorded for `quicbed clean --lab`; torn down on the way
-    out, however it is left. Used by the CLI, the checker and the Containernet-style API."""
+    out, however it is left. Used by the CLI, the checker and the Containernet-style API.
+    `path` is the one record a run's executor is given too (its backend and client image; a
+    lab measures whatever its calibration says, so `force` does not apply)."""
     from quicbed.servers.testbed import served_testbed
     from quicbed.topology.net import DEFAULT_IMAGE
     from quicbed.workloads import ensure_content, player
@@ -296,8 +299,8 @@ def lab_path(
             log_root=directory / "logs",
             pki_dir=directory / "pki",
             content_dir=root,
-            backend=backend,
-            client_image=client_image or DEFAULT_IMAGE,
+            backend=path.backend,
+            client_image=path.client_image or DEFAULT_IMAGE,
             tcp_cc=tcp_cc,
             start=True,
             run_id=lab_id,
@@ -315,9 +318,8 @@ def run_lab(
     *,
     lab_id: str,
     server: str = DEFAULT_SERVER,
-    backend: str = "auto",
+    path: PathOptions = AUTO_PATH,
     tcp_cc: str = "cubic",
-    client_image: str | None = None,
     calibrate_first: bool = True,
 ) -> int:
     """Bring the lab up, print its topology, calibration and first commands, run the CLI,
@@ -328,9 +330,7 @@ def run_lab(
 
     with (
         closing_signals(),
-        lab_path(
-            profile, lab_id=lab_id, server=server, backend=backend, tcp_cc=tcp_cc, client_image=client_image
-        ) as tb,
+        lab_path(profile, lab_id=lab_id, server=server, path=path, tcp_cc=tcp_cc) as tb,
     ):
         print("\n".join(topology_lines(tb, lab_id, server)), flush=True)
         if calibrate_first:

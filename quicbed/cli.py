@@ -100,6 +100,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
+    from quicbed.experiments.options import PathOptions
     from quicbed.labs.lab import new_lab_id, run_lab
     from quicbed.topology.profiles import load_profile, parse_overrides
 
@@ -121,9 +122,8 @@ def cmd_lab(args: argparse.Namespace) -> int:
         profile,
         lab_id=args.id or new_lab_id(),
         server=args.server,
-        backend=args.backend,
+        path=PathOptions(backend=args.backend, client_image=args.client_image),
         tcp_cc=args.tcp_cc,
-        client_image=args.client_image,
         calibrate_first=not args.no_calibrate,
     )
 
