@@ -291,6 +291,9 @@ def test_a_scoped_clean_leaves_root_namespace_veths(tmp_path: Path, monkeypatch:
     unscoped clean, which owns the host, removes them."""
     called: list[str] = []
     monkeypatch.setattr(cleaning, "STATE", tmp_path)
+    # An unscoped clean restores the host's settings: this host's record, under a live run
+    # beside this test (another worker's, a user's), would be undone mid-run.
+    monkeypatch.setattr(cleaning.hostsettings, "restore_all", lambda: called.append("settings") or [])
     monkeypatch.setattr(cleaning, "_remove_containers", lambda label: [])
     monkeypatch.setattr(cleaning, "testbed_processes", lambda: [])
     monkeypatch.setattr(cleaning, "_remove_root_veths", lambda tally: called.append("veths"))
@@ -299,7 +302,7 @@ def test_a_scoped_clean_leaves_root_namespace_veths(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("QUICBED_SCOPE", f"t-{uuid.uuid4().hex}")
     assert cleaning.clean() == [] and called == []
     monkeypatch.delenv("QUICBED_SCOPE")
-    assert cleaning.clean() == [] and called == ["veths", "netns"]
+    assert cleaning.clean() == [] and called == ["veths", "netns", "settings"]
 
 
 def test_a_trial_held_by_a_hung_docker_ends_with_one_line(hung_docker: dict[str, str]) -> None:
