@@ -62,8 +62,8 @@ unit: venv lint
 # install's package-dir mapping); shellcheck on every tracked shell script (by its #! line).
 lint:
 	@test -x $(VENV)/bin/mypy || { echo "make lint: no $(VENV)/bin/mypy: make venv first"; exit 1; }
-	$(VENV)/bin/ruff check quicbed $(STAGES) tests bench
-	$(VENV)/bin/ruff format --check quicbed $(STAGES) tests bench
+	$(VENV)/bin/ruff check quicbed $(STAGES) stacks tests bench
+	$(VENV)/bin/ruff format --check quicbed $(STAGES) stacks tests bench
 	@tree=$$(mktemp -d) && mkdir $$tree/quicbed && \
 	for f in quicbed/*.py; do ln -s $(ROOT)/$$f $$tree/quicbed/; done && \
 	for d in $(STAGES); do ln -s $(ROOT)/$$d $$tree/quicbed/$$d; done && \

@@ -10,7 +10,8 @@ and reads the JSON rows it prints on stdout (columns: quicbed/rowschema.py). Exi
 every measurement succeeded, 1 a row carries an error, 2 usage error, UNSUPPORTED_EXIT a valid
 request the tool cannot do (no rows, the reason on stderr).
 
-A client is data: clients/<name>/client.yaml (the format: clients/README.md) says its image,
+A client is data: clients/<name>/client.yaml, or stacks/<name>/client.yaml for a QUIC stack that
+keeps its client and server in one folder (the format: clients/README.md) says its image,
 its command, what the experiment file may ask of it (options, their values and defaults), how a
 variant is labelled, which workloads it runs, how its options become arguments and which row
 columns carry its versions. QUICBED_CLIENT_DIRS (colon-separated) adds clients from outside
@@ -41,7 +42,7 @@ from quicbed.fields import (
 from quicbed.fields import (
     descriptor_files as _descriptor_files,
 )
-from quicbed.paths import read_versions
+from quicbed.paths import STACKS_DIR, read_versions
 from quicbed.yamlio import PathKey, Source
 
 ENV_DIRS = "QUICBED_CLIENT_DIRS"
@@ -313,8 +314,9 @@ def _seconds(src: Source, value: Any) -> float:
 
 
 def descriptor_files(dirs: str | None = None) -> list[Path]:
-    """clients/*/client.yaml, then those of `dirs` (default: $QUICBED_CLIENT_DIRS)."""
-    return _descriptor_files(SHIPPED_DIR, DESCRIPTOR, ENV_DIRS, dirs)
+    """clients/*/client.yaml, stacks/*/client.yaml, then those of `dirs` (default:
+    $QUICBED_CLIENT_DIRS)."""
+    return _descriptor_files((SHIPPED_DIR, STACKS_DIR), DESCRIPTOR, ENV_DIRS, dirs)
 
 
 def load_clients(dirs: str | None = None, versions: dict[str, str] | None = None) -> dict[str, Tool]:
