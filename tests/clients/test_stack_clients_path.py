@@ -169,7 +169,7 @@ def test_a_fresh_connection_takes_one_rtt(run_dir: Path, server: str) -> None:
 
 
 # Whether each server takes early data: Caddy (quic-go) does, nginx 1.26 (its OpenSSL
-# compatibility layer) and HAProxy resume without it (clients/quicgo/README.md).
+# compatibility layer) and HAProxy resume without it (stacks/quicgo/README.md).
 EARLY_DATA = {"caddy": True, "nginx": False, "haproxy": False}
 
 
