@@ -119,9 +119,14 @@ class Tool:
         timeout_s: float,
         options: dict[str, str],
         workload_args: dict[str, str] | None = None,
+        *,
+        repetitions: int = 1,
+        cpu: bool = True,
     ) -> list[str]:
         """The contract's arguments, then the variant's options as the tool's flags, then
-        what the workload adds that the tool takes (e.g. the video's duration)."""
+        what the workload adds that the tool takes (e.g. the video's duration). A trial is one
+        measurement with its CPU samples; a bench or test may ask for several in one process
+        (`repetitions`), or none of the samples (`cpu=False`: an untimed warm-up)."""
         argv = [
             *(self.command or (self.name,)),
             "--url",
@@ -131,8 +136,8 @@ class Tool:
             "--cacert",
             cacert,
             "-n",
-            "1",
-            "--cpu",
+            str(repetitions),
+            *(["--cpu"] if cpu else []),
             "--timeout",
             str(int(timeout_s)),
         ]

@@ -27,7 +27,7 @@ from quicbed.errors import HostProblem, PathMismatch
 from quicbed.paths import CACHE, REPO, STATE
 from quicbed.servers import pki
 from quicbed.servers.content import ensure_files
-from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, ensure_pki, served_testbed, warm_up
+from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, ensure_pki, served_testbed, tool_argv, warm_up
 from quicbed.topology.backends import BackendChoice, check_links, choose_backend, proofs
 from quicbed.topology.calibration_reuse import calibrate_or_reuse
 from quicbed.topology.calibration_table import print_calibration
@@ -432,13 +432,13 @@ class TestbedExecutor:
     @staticmethod
     def _tool_argv(trial: Trial, address: str) -> list[str]:
         workload = WORKLOADS[trial.workload.kind]
-        return TOOLS[trial.client.tool].argv(
-            f"https://{SERVER_NAME}/{workload.url_path(trial.object)}",
-            f"{SERVER_NAME}:443:{address}",
-            f"{CLIENT_PKI}/ca.pem",
-            trial.timeout_s,
-            trial.client.options,
-            workload.tool_args(trial.workload.duration_s, dict(trial.workload.settings)),
+        return tool_argv(
+            trial.client.tool,
+            workload.url_path(trial.object),
+            address,
+            options=trial.client.options,
+            timeout_s=trial.timeout_s,
+            workload_args=workload.tool_args(trial.workload.duration_s, dict(trial.workload.settings)),
         )
 
 
