@@ -9,8 +9,9 @@ error (yamlio.LocatedError), never a traceback.
 Descriptors (a directory per server or client, its name the thing's name) are found by
 `descriptor_files`: the shipped ones (servers/ or clients/, then the stack folders of stacks/,
 each holding a server.yaml, a client.yaml or both), then those of a colon-separated environment
-variable (QUICBED_SERVER_DIRS, QUICBED_CLIENT_DIRS; a stack folder may be named in both). `image_fields` reads the image block both kinds
-share (image, version_key or version, dockerfile).
+variable (QUICBED_SERVER_DIRS, QUICBED_CLIENT_DIRS; a stack folder may be named in both).
+`image_fields` reads the image block both kinds share (image, version_key or version,
+dockerfile).
 """
 
 from __future__ import annotations

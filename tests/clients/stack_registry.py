@@ -1,6 +1,6 @@
 """The QUIC stacks' clients, read from the client registry, and what the contract says each
 must refuse: the stack tests (test_stack_clients.py, test_stack_clients_path.py) take their
-lists from here, so a stack added as clients/<name>/ (or through QUICBED_CLIENT_DIRS) is
+lists from here, so a stack added as stacks/<name>/ (or through QUICBED_CLIENT_DIRS) is
 tested with no test touched.
 
 A stack client is a tool in an image of its own that is not a browser (the perf tools share
