@@ -221,7 +221,7 @@ def test_an_on_demand_image_is_listed_so_and_left_to_the_run_that_needs_it(
     a missing one instead of failing."""
     later = tmp_path / "quicgo-later"
     later.mkdir()
-    text = (REPO / "clients" / "quicgo" / "client.yaml").read_text()
+    text = (REPO / "stacks" / "quicgo" / "client.yaml").read_text()
     (later / "client.yaml").write_text(
         text.replace("image: quicbed/quicgo", "image: quicbed-test/later") + "on_demand: true\n"
     )
