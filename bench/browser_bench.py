@@ -30,10 +30,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from quicbed.clients.tools import TOOLS
+from quicbed.clients.tools import TOOLS, tool_argv
 from quicbed.paths import CACHE
 from quicbed.servers import content
-from quicbed.servers.testbed import served_testbed, tool_argv
+from quicbed.servers.testbed import served_testbed
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile

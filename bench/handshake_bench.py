@@ -48,10 +48,11 @@ from quicbed.analysis.physics import (
     path_within,
     tcp_download_s,
 )
+from quicbed.clients.tools import tool_argv
 from quicbed.doctor import require
 from quicbed.paths import CACHE
 from quicbed.servers import content
-from quicbed.servers.testbed import served_testbed, tool_argv
+from quicbed.servers.testbed import served_testbed
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import apply_overrides, load_profile

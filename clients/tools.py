@@ -337,3 +337,33 @@ TOOLS: dict[str, Tool] = load_clients()
 
 def get_tool(name: str) -> Tool:
     return TOOLS[name]
+
+
+def tool_argv(
+    tool: str,
+    path: str,
+    address: str,
+    *,
+    options: dict[str, str] | None = None,
+    timeout_s: float = 30,
+    workload_args: dict[str, str] | None = None,
+    repetitions: int = 1,
+    cpu: bool = True,
+) -> list[str]:
+    """The tool's argv for GETs of `path` from the testbed's server at `address`: its Tool.argv
+    with the name, address and CA every client container holds, so the runner, the benches and
+    the tests call a tool one way."""
+    # The servers' layer is below this one; imported here so that loading the client
+    # registry (python -m quicbed.clients list) loads no server descriptor.
+    from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME
+
+    return get_tool(tool).argv(
+        f"https://{SERVER_NAME}/{path}",
+        f"{SERVER_NAME}:443:{address}",
+        f"{CLIENT_PKI}/ca.pem",
+        timeout_s,
+        options or {},
+        workload_args,
+        repetitions=repetitions,
+        cpu=cpu,
+    )

@@ -21,13 +21,13 @@ from typing import Any
 from rich.console import Console
 
 from quicbed import hostload, limits, rowschema, servers
-from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT, Tool
+from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT, Tool, tool_argv
 from quicbed.dockercli import docker
 from quicbed.errors import HostProblem, PathMismatch
 from quicbed.paths import CACHE, REPO, STATE
 from quicbed.servers import pki
 from quicbed.servers.content import ensure_files
-from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, ensure_pki, served_testbed, tool_argv, warm_up
+from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, ensure_pki, served_testbed, warm_up
 from quicbed.topology.backends import BackendChoice, check_links, choose_backend, proofs
 from quicbed.topology.calibration_reuse import calibrate_or_reuse
 from quicbed.topology.calibration_table import print_calibration

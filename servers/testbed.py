@@ -10,7 +10,6 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from quicbed.clients.tools import get_tool
 from quicbed.topology.backends import BackendChoice
 from quicbed.topology.hosts import DockerHost
 from quicbed.topology.net import DEFAULT_IMAGE, DOMAIN, HostSpec, Testbed, TestbedConfig, server_address
@@ -91,34 +90,8 @@ def client_docker_args(pki_dir: Path, mounts: tuple[tuple[Path, str], ...] = ())
 # own, quicbed/quicgo), and the first trial of every stack to nginx and HAProxy (servers 1
 # and 2) was 40 ms late in three CIs. One untimed fetch over TCP and one over QUIC take any
 # first-handshake cost of the server itself, before anything is measured.
-WARM_UP_PATH = "web/index.html"  # a 404 without web content: same handshake
+WARM_UP_URL = f"https://{SERVER_NAME}/web/index.html"  # a 404 without web content: same handshake
 WARM_UP_TIMEOUT_S = 10
-
-
-def tool_argv(
-    tool: str,
-    path: str,
-    address: str,
-    *,
-    options: dict[str, str] | None = None,
-    timeout_s: float = 30,
-    workload_args: dict[str, str] | None = None,
-    repetitions: int = 1,
-    cpu: bool = True,
-) -> list[str]:
-    """The client tool's argv for GETs of `path` from the testbed's server at `address`: its
-    descriptor's Tool.argv with the name, address and CA every client holds (SERVER_NAME,
-    CLIENT_PKI), so the runner, the warm-up, the benches and the tests call a tool one way."""
-    return get_tool(tool).argv(
-        f"https://{SERVER_NAME}/{path}",
-        f"{SERVER_NAME}:443:{address}",
-        f"{CLIENT_PKI}/ca.pem",
-        timeout_s,
-        options or {},
-        workload_args,
-        repetitions=repetitions,
-        cpu=cpu,
-    )
 
 
 def warm_up(tb: Testbed, host: DockerHost, name: str) -> None:
@@ -134,13 +107,28 @@ def warm_up(tb: Testbed, host: DockerHost, name: str) -> None:
     for node in (tb.router, tb.client):
         with contextlib.suppress(subprocess.SubprocessError, OSError):
             node.run(["ping", "-n", "-q", "-c", "1", "-W", "5", address], timeout=10, check=False)
+    resolve = f"{SERVER_NAME}:443:{address}"
     spec = get_server(name)
     tools = [
         tool
         for tool, http in (("tls_perf", TCP_HTTP), ("quic_perf", QUIC_HTTP))
         if any(h in spec.http_versions for h in http)
     ]
+    # Spelled here, not by clients.tools.tool_argv: the clients' layer is above this one
+    # (tests/base/test_layers.py). The contract's arguments with no --cpu: untimed.
     for tool in tools:
-        argv = tool_argv(tool, WARM_UP_PATH, address, timeout_s=WARM_UP_TIMEOUT_S, cpu=False)
+        argv = [
+            tool,
+            "--url",
+            WARM_UP_URL,
+            "--resolve",
+            resolve,
+            "--cacert",
+            f"{CLIENT_PKI}/ca.pem",
+            "-n",
+            "1",
+            "--timeout",
+            str(WARM_UP_TIMEOUT_S),
+        ]
         with contextlib.suppress(subprocess.SubprocessError, OSError):
             tb.client.exec(argv, timeout=WARM_UP_TIMEOUT_S + 5)

@@ -13,7 +13,7 @@ from pathlib import Path
 from capture_shell import captured
 
 from quicbed import rowschema
-from quicbed.servers.testbed import tool_argv
+from quicbed.clients.tools import tool_argv
 from quicbed.topology.net import server_address
 
 # label: (tool, options, protocol)

@@ -1,8 +1,10 @@
 //! What the Rust stacks' perf clients (quiche_perf, quinn_perf) write alike, whatever their
-//! QUIC library: the clock and the process's CPU, the --cpu sampler, and the row with the perf
+//! QUIC library: the clock and the process's CPU, the --cpu sampler, and the rows with the perf
 //! tools' keys (clients/perf/README.md, quicbed/rowschema.py). Each program fills a
-//! Measurement in its own event loop; the row is made here, so the two rows cannot drift apart.
+//! Measurement in its own event loop; print_rows repeats it and writes the rows, so the two
+//! programs' rows cannot drift apart.
 
+use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::thread;
@@ -47,7 +49,7 @@ pub struct Measurement {
     pub err: String,
 }
 
-/// The tool and what its command line asked for that shows in the row.
+/// The tool, and what its command line asked for that the rows follow.
 pub struct Asked<'a> {
     pub tool: &'a str, // the row's tool and backend: the client's name in the testbed
     pub tool_version: &'a str,
@@ -56,17 +58,39 @@ pub struct Asked<'a> {
     pub sha: bool,
     pub cc: Option<&'a str>,
     pub resume: bool,
+    pub n: u32,
+    pub pause_ms: f64,
+    pub cpu: bool,
+}
+
+/// The measurements, -n of them --pause ms apart, each with its --cpu samples, one row each on
+/// stdout as soon as it is made. Whether any failed (the exit status 1).
+pub fn print_rows(
+    a: &Asked,
+    remote: Option<SocketAddr>,
+    mut measure: impl FnMut() -> Measurement,
+) -> bool {
+    let mut failed = false;
+    let stdout = io::stdout();
+    for rep in 0..a.n {
+        if rep > 0 && a.pause_ms > 0.0 {
+            thread::sleep(Duration::from_secs_f64(a.pause_ms / 1e3));
+        }
+        let sampler = a.cpu.then(Sampler::start);
+        let m = measure();
+        let samples = sampler.map(Sampler::finish).unwrap_or_default();
+        failed |= !m.err.is_empty();
+        let r = row(a, remote, &m, rep, samples);
+        let mut out = stdout.lock();
+        let _ = writeln!(out, "{r}");
+        let _ = out.flush();
+    }
+    failed
 }
 
 /// The row of one measurement. Keys go in in this order; a crate whose serde_json keeps
 /// insertion order (quiche's, through its qlog feature) prints them so, another sorts them.
-pub fn row(
-    a: &Asked,
-    remote: Option<SocketAddr>,
-    m: &Measurement,
-    rep: u32,
-    cpu: Vec<Value>,
-) -> Value {
+fn row(a: &Asked, remote: Option<SocketAddr>, m: &Measurement, rep: u32, cpu: Vec<Value>) -> Value {
     // ms from t_start, cut (not rounded) to µs; every time here is at or after t_start.
     let ms = |x: f64| -> Value {
         if x == 0.0 || m.t_start == 0.0 {
@@ -150,7 +174,7 @@ pub fn row(
 }
 
 /// --cpu: every 500 ms the process's share of one CPU and the machine's busy share.
-pub struct Sampler {
+struct Sampler {
     stop: mpsc::Sender<()>,
     handle: thread::JoinHandle<Vec<Value>>,
 }
@@ -192,7 +216,7 @@ fn ncpu() -> f64 {
 }
 
 impl Sampler {
-    pub fn start() -> Sampler {
+    fn start() -> Sampler {
         let (stop, rx) = mpsc::channel::<()>();
         let handle = thread::spawn(move || {
             let start = Instant::now();
@@ -217,7 +241,7 @@ impl Sampler {
         Sampler { stop, handle }
     }
 
-    pub fn finish(self) -> Vec<Value> {
+    fn finish(self) -> Vec<Value> {
         let _ = self.stop.send(());
         self.handle.join().unwrap_or_default()
     }

@@ -106,3 +106,22 @@ pub fn iso8601(secs: i64) -> String {
         rem % 60
     )
 }
+
+/// A request path's %XX escapes decoded (None: a malformed escape); the servers then take it
+/// as UTF-8 and look it up under their root.
+pub fn percent_decode(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}

@@ -100,7 +100,7 @@ def india(tmp_path_factory, clean_slate):
 def _setup_rtts(india, groups: str) -> float:
     """TLS 1.3's set-up round trips before the request: median TTFB ÷ RTT − 1 of 5 fresh
     connections, offering one key share (the first group) and supporting the others."""
-    from quicbed.servers.testbed import tool_argv
+    from quicbed.clients.tools import tool_argv
     from quicbed.topology.net import server_address
 
     tb, hosts, rtt = india

@@ -25,11 +25,11 @@ from quicbed.analysis.physics import (
     row_connection_within,
     tcp_download_s,
 )
+from quicbed.clients.tools import tool_argv
 from quicbed.experiments.executor import TestbedExecutor
 from quicbed.experiments.matrix import conditions, trials
 from quicbed.experiments.schema import load_experiment
 from quicbed.paths import REPO
-from quicbed.servers.testbed import tool_argv
 from quicbed.topology.calibrate import GOODPUT_CEILING
 from quicbed.topology.net import server_address
 

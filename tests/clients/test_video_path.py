@@ -12,9 +12,10 @@ import statistics
 import pytest
 
 from quicbed.analysis.physics import net_connection_rtts, row_connection_within
+from quicbed.clients.tools import tool_argv
 from quicbed.paths import CACHE
 from quicbed.servers import content
-from quicbed.servers.testbed import served_testbed, tool_argv
+from quicbed.servers.testbed import served_testbed
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile

@@ -13,9 +13,10 @@ from contention import remeasured
 
 from quicbed import servers
 from quicbed.analysis.physics import HANDSHAKE_RTTS, net_connection_rtts, row_upper_rtts
+from quicbed.clients.tools import tool_argv
 from quicbed.paths import CACHE, REPO
 from quicbed.servers import content
-from quicbed.servers.testbed import served_testbed, tool_argv
+from quicbed.servers.testbed import served_testbed
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile

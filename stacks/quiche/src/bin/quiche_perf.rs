@@ -8,10 +8,9 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
-use std::thread;
 use std::time::{Duration, Instant};
 
-use quicbed_quiche::perf::{row, Asked, Measurement, Sampler};
+use quicbed_quiche::perf::{print_rows, Asked, Measurement};
 use quicbed_quiche::{
     describe, library, negotiated, now, process_cpu_ms, random_cid, watch_handshakes,
 };
@@ -663,28 +662,18 @@ fn main() {
         sha: o.sha,
         cc: (!o.cc.is_empty()).then_some(o.cc.as_str()),
         resume: o.resume,
+        n: o.n,
+        pause_ms: o.pause_ms,
+        cpu: o.cpu,
     };
-    let mut failed = false;
-    let stdout = io::stdout();
-    for rep in 0..o.n {
-        if rep > 0 && o.pause_ms > 0.0 {
-            thread::sleep(Duration::from_secs_f64(o.pause_ms / 1e3));
-        }
-        let sampler = o.cpu.then(Sampler::start);
-        let m = match (&target, cfg.as_mut()) {
-            (Ok(t), Some(c)) => measure(&o, t, c, keylog.as_ref(), &mut body, &mut session),
-            _ => Measurement {
-                err: setup_err.clone(),
-                ..Default::default()
-            },
-        };
-        let cpu = sampler.map(Sampler::finish).unwrap_or_default();
-        failed |= !m.err.is_empty();
-        let r = row(&asked, target.as_ref().ok().map(|t| t.addr), &m, rep, cpu);
-        let mut lock = stdout.lock();
-        let _ = writeln!(lock, "{r}");
-        let _ = lock.flush();
-    }
+    let remote = target.as_ref().ok().map(|t| t.addr);
+    let failed = print_rows(&asked, remote, || match (&target, cfg.as_mut()) {
+        (Ok(t), Some(c)) => measure(&o, t, c, keylog.as_ref(), &mut body, &mut session),
+        _ => Measurement {
+            err: setup_err.clone(),
+            ..Default::default()
+        },
+    });
     let _ = body.flush();
     std::process::exit(if failed { 1 } else { 0 });
 }

@@ -22,7 +22,7 @@ use serde_json::json;
 #[allow(dead_code)]
 #[path = "../../../rust-common/wire.rs"]
 mod wire;
-use wire::{byte_range, iso8601};
+use wire::{byte_range, iso8601, percent_decode};
 
 const MAX_DATAGRAM: usize = 1350; // quiche's examples' payload size
 const CHUNK: usize = 64 * 1024; // read from a file this much at a time
@@ -504,7 +504,9 @@ fn respond(method: &str, raw_path: &str, range: Option<&str>, root: &Path) -> Re
 /// A regular file under root named by a URL path, and its size; None for anything else
 /// (missing, a directory, a "..", a symlink leading out of root).
 fn open_under(root: &Path, path: &str) -> Option<(File, u64)> {
-    let decoded = percent_decode(path.strip_prefix('/')?)?;
+    let decoded = String::from_utf8(percent_decode(path.strip_prefix('/')?)?)
+        .ok()
+        .filter(|s| !s.contains('\0'))?;
     let rel = Path::new(&decoded);
     if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
         return None;
@@ -516,23 +518,6 @@ fn open_under(root: &Path, path: &str) -> Option<(File, u64)> {
     let file = File::open(&full).ok()?;
     let meta = file.metadata().ok()?;
     meta.is_file().then_some((file, meta.len()))
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok().filter(|s| !s.contains('\0'))
 }
 
 fn content_type(path: &str) -> &'static str {

@@ -33,7 +33,7 @@ use wire::zero_rtt_bytes;
 // The clock, CPU, --cpu sampler and row quiche_perf writes alike (stacks/rust-common/).
 #[path = "../../../rust-common/perf.rs"]
 mod perf;
-use perf::{now, process_cpu_ms, row, Asked, Measurement, Sampler};
+use perf::{now, print_rows, process_cpu_ms, Asked, Measurement};
 
 const TOOL: &str = "quinn"; // the row's tool: the client's name in the testbed
 const TOOL_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -1035,28 +1035,18 @@ fn main() {
         sha: o.sha,
         cc: o.cc.as_deref(),
         resume: o.resume,
+        n: o.n,
+        pause_ms: o.pause_ms,
+        cpu: o.cpu,
     };
-    let mut failed = false;
-    let stdout = io::stdout();
-    for rep in 0..o.n {
-        if rep > 0 && o.pause_ms > 0.0 {
-            std::thread::sleep(Duration::from_secs_f64(o.pause_ms / 1e3));
-        }
-        let sampler = o.cpu.then(Sampler::start);
-        let m = match &setup {
-            Ok(ctx) => rt.block_on(measure(ctx, &ctx.tls, &mut body)),
-            Err(e) => Measurement {
-                err: e.clone(),
-                ..Default::default()
-            },
-        };
-        let cpu = sampler.map(Sampler::finish).unwrap_or_default();
-        failed |= !m.err.is_empty();
-        let r = row(&asked, target.as_ref().ok().map(|t| t.addr), &m, rep, cpu);
-        let mut out = stdout.lock();
-        let _ = writeln!(out, "{r}");
-        let _ = out.flush();
-    }
+    let remote = target.as_ref().ok().map(|t| t.addr);
+    let failed = print_rows(&asked, remote, || match &setup {
+        Ok(ctx) => rt.block_on(measure(ctx, &ctx.tls, &mut body)),
+        Err(e) => Measurement {
+            err: e.clone(),
+            ..Default::default()
+        },
+    });
     let _ = body.flush();
     std::process::exit(if failed { 1 } else { 0 })
 }

@@ -26,7 +26,7 @@ use serde_json::json;
 #[allow(dead_code)]
 #[path = "../../../rust-common/wire.rs"]
 mod wire;
-use wire::{byte_range, iso8601};
+use wire::{byte_range, iso8601, percent_decode};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 const HEALTH: &str = "/.quicbed-health";
@@ -233,23 +233,6 @@ fn iso_time(t: SystemTime) -> String {
             .map(|d| d.as_secs())
             .unwrap_or(0) as i64,
     )
-}
-
-fn percent_decode(s: &str) -> Option<Vec<u8>> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    Some(out)
 }
 
 /// The file a request path names under the root, or None (404): no "..", no escape through
