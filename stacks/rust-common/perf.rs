@@ -89,7 +89,8 @@ pub fn print_rows(
 }
 
 /// The row of one measurement. Keys go in in this order; a crate whose serde_json keeps
-/// insertion order (quiche's, through its qlog feature) prints them so, another sorts them.
+/// insertion order (quiche's: a dependency turns on preserve_order) prints them so, another
+/// sorts them.
 fn row(a: &Asked, remote: Option<SocketAddr>, m: &Measurement, rep: u32, cpu: Vec<Value>) -> Value {
     // ms from t_start, cut (not rounded) to µs; every time here is at or after t_start.
     let ms = |x: f64| -> Value {
