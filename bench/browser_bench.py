@@ -30,9 +30,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from quicbed.clients.tools import TOOLS
+from quicbed.clients.tools import TOOLS, tool_argv
 from quicbed.paths import CACHE
-from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
+from quicbed.servers.testbed import served_testbed
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile
@@ -46,24 +46,11 @@ CANNOT = {("headless-shell", "tls1.2"): "refused (exit 3): the headless shell ig
 
 
 def argv(address: str, page: str, protocol: str, reps: int, browser: str) -> list[str]:
-    return [
-        "browser_perf",
-        "--url",
-        f"https://{SERVER_NAME}/web/{page}/index.html",
-        "--resolve",
-        f"{SERVER_NAME}:443:{address}",
-        "--cacert",
-        f"{CLIENT_PKI}/ca.pem",
-        "-n",
-        str(reps),
-        "--cpu",
-        "--timeout",
-        "30",
-        "--protocol",
-        protocol,
-        "--browser",
-        browser,
-    ]
+    """browser_perf as the tool `firefox`, or `chromium` with that --browser."""
+    tool, options = ("firefox", {}) if browser == "firefox" else ("chromium", {"browser": browser})
+    return tool_argv(
+        tool, f"web/{page}/index.html", address, options={"protocol": protocol, **options}, repetitions=reps
+    )
 
 
 def loads(tb, command: list[str], reps: int) -> list[dict]:

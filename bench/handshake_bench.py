@@ -48,9 +48,10 @@ from quicbed.analysis.physics import (
     path_within,
     tcp_download_s,
 )
+from quicbed.clients.tools import tool_argv
 from quicbed.doctor import require
 from quicbed.paths import CACHE
-from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
+from quicbed.servers.testbed import served_testbed
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import apply_overrides, load_profile
@@ -59,39 +60,24 @@ from quicbed.workloads.cloud import CLOUD_SIZES, ensure_files
 
 # label: (tool, options, fresh RTTs, resumed setup RTTs or None, server that resumes)
 CLIENTS = {
-    "tls1.2-h2": ("tls_perf", ["--tls", "1.2", "--http", "2"], 3, 2, "nginx"),
-    "tls1.3-h2": ("tls_perf", ["--tls", "1.3", "--http", "2"], 2, 1, "nginx"),
-    "quic-h3 (libcurl)": ("quic_perf", [], 1, None, None),  # libcurl offers no QUIC session
-    "quic-h3 (ngtcp2)": ("quic_perf", ["--backend", "ngtcp2"], 1, 0, "caddy"),
+    "tls1.2-h2": ("tls_perf", {"tls": "1.2", "http": "2"}, 3, 2, "nginx"),
+    "tls1.3-h2": ("tls_perf", {"tls": "1.3", "http": "2"}, 2, 1, "nginx"),
+    "quic-h3 (libcurl)": ("quic_perf", {}, 1, None, None),  # libcurl offers no QUIC session
+    "quic-h3 (ngtcp2)": ("quic_perf", {"backend": "ngtcp2"}, 1, 0, "caddy"),
 }
 
 
 def fetch(
-    tb, address: str, tool: str, options: list[str], path: str, reps: int, extra: list[str] = ()
+    tb, address: str, tool: str, options: dict[str, str], path: str, reps: int, extra: list[str] = ()
 ) -> list[dict]:
-    argv = [
-        tool,
-        "--url",
-        f"https://{SERVER_NAME}/{path}",
-        "--resolve",
-        f"{SERVER_NAME}:443:{address}",
-        "--cacert",
-        f"{CLIENT_PKI}/ca.pem",
-        "-n",
-        str(reps),
-        "--pause",
-        "100",
-        "--timeout",
-        "60",
-        *options,
-        *extra,
-    ]
+    argv = tool_argv(tool, path, address, options=options, timeout_s=60, repetitions=reps, cpu=False)
+    argv += ["--pause", "100", *extra]
     proc = tb.client.exec(argv, timeout=120 + reps * 10)
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
 def fetch_per_process(
-    tb, address: str, tool: str, options: list[str], reps: int, extra: list[str] = ()
+    tb, address: str, tool: str, options: dict[str, str], reps: int, extra: list[str] = ()
 ) -> list[dict]:
     """One process per connection, as the runner starts one per trial."""
     return [row for _ in range(reps) for row in fetch(tb, address, tool, options, "web/index.html", 1, extra)]

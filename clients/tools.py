@@ -10,7 +10,8 @@ and reads the JSON rows it prints on stdout (columns: quicbed/rowschema.py). Exi
 every measurement succeeded, 1 a row carries an error, 2 usage error, UNSUPPORTED_EXIT a valid
 request the tool cannot do (no rows, the reason on stderr).
 
-A client is data: clients/<name>/client.yaml (the format: clients/README.md) says its image,
+A client is data: clients/<name>/client.yaml, or stacks/<name>/client.yaml for a QUIC stack that
+keeps its client and server in one folder (the format: clients/README.md) says its image,
 its command, what the experiment file may ask of it (options, their values and defaults), how a
 variant is labelled, which workloads it runs, how its options become arguments and which row
 columns carry its versions. QUICBED_CLIENT_DIRS (colon-separated) adds clients from outside
@@ -41,7 +42,7 @@ from quicbed.fields import (
 from quicbed.fields import (
     descriptor_files as _descriptor_files,
 )
-from quicbed.paths import read_versions
+from quicbed.paths import STACKS_DIR, read_versions
 from quicbed.workloads import WORKLOADS
 from quicbed.yamlio import PathKey, Source
 
@@ -122,9 +123,14 @@ class Tool:
         timeout_s: float,
         options: dict[str, str],
         workload_args: dict[str, str] | None = None,
+        *,
+        repetitions: int = 1,
+        cpu: bool = True,
     ) -> list[str]:
         """The contract's arguments, then the variant's options as the tool's flags, then
-        what the workload adds that the tool takes (e.g. the video's duration)."""
+        what the workload adds that the tool takes (e.g. the video's duration). A trial is one
+        measurement with its CPU samples; a bench or test may ask for several in one process
+        (`repetitions`), or none of the samples (`cpu=False`: an untimed warm-up)."""
         argv = [
             *(self.command or (self.name,)),
             "--url",
@@ -134,8 +140,8 @@ class Tool:
             "--cacert",
             cacert,
             "-n",
-            "1",
-            "--cpu",
+            str(repetitions),
+            *(["--cpu"] if cpu else []),
             "--timeout",
             str(int(timeout_s)),
         ]
@@ -326,8 +332,9 @@ def _seconds(src: Source, value: Any) -> float:
 
 
 def descriptor_files(dirs: str | None = None) -> list[Path]:
-    """clients/*/client.yaml, then those of `dirs` (default: $QUICBED_CLIENT_DIRS)."""
-    return _descriptor_files(SHIPPED_DIR, DESCRIPTOR, ENV_DIRS, dirs)
+    """clients/*/client.yaml, stacks/*/client.yaml, then those of `dirs` (default:
+    $QUICBED_CLIENT_DIRS)."""
+    return _descriptor_files((SHIPPED_DIR, STACKS_DIR), DESCRIPTOR, ENV_DIRS, dirs)
 
 
 def load_clients(dirs: str | None = None, versions: dict[str, str] | None = None) -> dict[str, Tool]:
@@ -343,3 +350,33 @@ TOOLS: dict[str, Tool] = load_clients()
 
 def get_tool(name: str) -> Tool:
     return TOOLS[name]
+
+
+def tool_argv(
+    tool: str,
+    path: str,
+    address: str,
+    *,
+    options: dict[str, str] | None = None,
+    timeout_s: float = 30,
+    workload_args: dict[str, str] | None = None,
+    repetitions: int = 1,
+    cpu: bool = True,
+) -> list[str]:
+    """The tool's argv for GETs of `path` from the testbed's server at `address`: its Tool.argv
+    with the name, address and CA every client container holds, so the runner, the benches and
+    the tests call a tool one way."""
+    # The servers' layer is below this one; imported here so that loading the client
+    # registry (python -m quicbed.clients list) loads no server descriptor.
+    from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME
+
+    return get_tool(tool).argv(
+        f"https://{SERVER_NAME}/{path}",
+        f"{SERVER_NAME}:443:{address}",
+        f"{CLIENT_PKI}/ca.pem",
+        timeout_s,
+        options or {},
+        workload_args,
+        repetitions=repetitions,
+        cpu=cpu,
+    )

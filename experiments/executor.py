@@ -21,7 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from quicbed import hostload, limits, rowschema, servers
-from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT, Tool
+from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT, Tool, tool_argv
 from quicbed.dockercli import docker
 from quicbed.errors import HostProblem, PathMismatch
 from quicbed.paths import CACHE, REPO, STATE
@@ -432,13 +432,13 @@ class TestbedExecutor:
     @staticmethod
     def _tool_argv(trial: Trial, address: str) -> list[str]:
         workload = WORKLOADS[trial.workload.kind]
-        return TOOLS[trial.client.tool].argv(
-            f"https://{SERVER_NAME}/{workload.url_path(trial.object)}",
-            f"{SERVER_NAME}:443:{address}",
-            f"{CLIENT_PKI}/ca.pem",
-            trial.timeout_s,
-            trial.client.options,
-            workload.tool_args(trial.workload.duration_s, dict(trial.workload.settings)),
+        return tool_argv(
+            trial.client.tool,
+            workload.url_path(trial.object),
+            address,
+            options=trial.client.options,
+            timeout_s=trial.timeout_s,
+            workload_args=workload.tool_args(trial.workload.duration_s, dict(trial.workload.settings)),
         )
 
 

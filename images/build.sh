@@ -2,10 +2,10 @@
 # Build the testbed's images: images/build.sh [SERVER|CLIENT|tools|client|browser|all|on-demand|actionlint]...
 # (actionlint: not an image; the workflow linter make test uses, built like Caddy's binary)
 #
-# A server's or client's image is named by its descriptor, servers/<name>/server.yaml or
-# clients/<name>/client.yaml (or one in a directory of $QUICBED_SERVER_DIRS or
-# $QUICBED_CLIENT_DIRS): `image:` plus the version of versions.env's `version_key:` (or a
-# literal `version:`). Its `dockerfile:` is built here; a descriptor without one names a
+# A server's or client's image is named by its descriptor, servers/<name>/server.yaml,
+# clients/<name>/client.yaml or a stack's stacks/<name>/{client,server}.yaml (or one in a
+# directory of $QUICBED_SERVER_DIRS or $QUICBED_CLIENT_DIRS): `image:` plus the version of
+# versions.env's `version_key:` (or a literal `version:`). Its `dockerfile:` is built here; a descriptor without one names a
 # prebuilt image (a user's own), which is only checked to exist. The descriptors are read by
 # the code that checks them (python -m quicbed.servers list), never parsed here.
 #
@@ -69,7 +69,7 @@ load_descriptors() {
       fi
       target=$name
       [[ -n "$df" ]] && target=$(basename "$(dirname "$df")")
-      # A stack with a client and a server of one name (aioquic): the client image is keyed
+      # A stack with a client and a server of one name (stacks/aioquic): the client image is keyed
       # client:<name>, and the name builds both (the targets loop at the end).
       if [[ " ${server_list[*]} " == *" $target "* ]]; then target=client:$target; fi
       if [[ -z "${tag_by[$target]+x}" || "$target" == "$name" ]]; then
@@ -223,7 +223,7 @@ build_actionlint() {
 # into $QUICBED_CACHE/wheels and copied to the image's prebuilt/wheels: pip inside
 # `docker build` cannot verify TLS here (an egress proxy that only the host trusts). The
 # Dockerfile installs them offline (--no-index --require-hashes) for its CPython 3.13.
-# A client image whose Dockerfile's directory holds a requirements.txt (clients/aioquic): that
+# A client image whose Dockerfile's directory holds a requirements.txt (stacks/aioquic): that
 # file; one whose Dockerfile COPYs a requirements.txt from elsewhere (images/browser takes
 # clients/browser's): that one.
 wheel_requirements() {
@@ -261,7 +261,7 @@ prebuild_wheels() {
   fi
 }
 
-# A client image whose Dockerfile's directory holds a go.mod (clients/quicgo): its main
+# A client image whose Dockerfile's directory holds a go.mod (stacks/quicgo): its main
 # package, compiled with the host's Go (toolchain CADDY_GO_TOOLCHAIN, modules from the Go
 # proxy, pinned by its go.sum) once per source into $QUICBED_CACHE/bin/<dir>_perf-<hash>, and
 # copied to the directory's prebuilt/<dir>_perf for the Dockerfile to COPY. Its sources are

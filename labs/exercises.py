@@ -46,13 +46,20 @@ class Exercise:
 # --- tools in the client container -----------------------------------------------------------
 
 
-def perf_rows(tb: Any, tool: str, *args: str, timeout: float = 120) -> list[dict[str, Any]]:
-    """Rows of tls_perf/quic_perf run in the client container (errors raise)."""
-    proc = tb.client.exec([tool, "--cacert", CA, *args], timeout=timeout)
+def perf_rows(
+    tb: Any, tool: str, path: str, reps: int, options: dict[str, str] | None = None, timeout: float = 120
+) -> list[dict[str, Any]]:
+    """`reps` rows of tls_perf/quic_perf fetching `path` from the lab's server, run in the client
+    container with the arguments a run gives them (clients/tools.py; errors raise)."""
+    from quicbed.clients.tools import tool_argv
+    from quicbed.topology.net import server_address
+
+    argv = tool_argv(tool, path, server_address(0), options=options, repetitions=reps, cpu=False)
+    proc = tb.client.exec(argv, timeout=timeout)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     bad = [r["error"] for r in rows if r.get("error")] or ([] if rows else [proc.stderr])
     if bad:
-        raise RuntimeError(f"{tool} {' '.join(args)}: {bad[0]}")
+        raise RuntimeError(f"{tool} {path} {options or ''}: {bad[0]}")
     return rows
 
 
@@ -85,17 +92,17 @@ def set_congestion_control(tb: Any, name: str) -> None:
 # --- 1. count the round trips ----------------------------------------------------------------
 
 HANDSHAKES = {
-    "tls12": ("tls_perf", "--tls", "1.2"),
-    "tls13": ("tls_perf", "--tls", "1.3"),
-    "quic": ("quic_perf",),
+    "tls12": ("tls_perf", {"tls": "1.2"}),
+    "tls13": ("tls_perf", {"tls": "1.3"}),
+    "quic": ("quic_perf", {}),
 }
 
 
 def measure_round_trips(tb: Any) -> Answers:
     rtt = rtt_ms(tb)
     answers: Answers = {"rtt_ms": round(rtt, 1)}
-    for label, (tool, *args) in HANDSHAKES.items():
-        rows = perf_rows(tb, tool, "--url", f"{SERVER_URL}/web/index.html", "-n", "3", *args)
+    for label, (tool, options) in HANDSHAKES.items():
+        rows = perf_rows(tb, tool, "web/index.html", 3, options)
         connection = median_of(rows, "connection_time_ms")
         answers[f"{label}_rtts"] = round(connection / rtt)
         if label == "quic":
@@ -109,21 +116,12 @@ def measure_round_trips(tb: Any) -> Answers:
 def loaded(tb: Any, queue_ms: float) -> tuple[float, float]:
     """Goodput (Mbit/s) of a 10 MB download, and the median ping RTT (ms) during it."""
     set_link(tb, queue_ms=queue_ms)
+    from quicbed.clients.tools import tool_argv
+    from quicbed.topology.net import server_address
+
+    argv = tool_argv("tls_perf", "cloud/10MB", server_address(0), cpu=False)
     download = subprocess.Popen(
-        [
-            "docker",
-            "exec",
-            tb.client.container,
-            "tls_perf",
-            "--cacert",
-            CA,
-            "--url",
-            f"{SERVER_URL}/cloud/10MB",
-            "-n",
-            "1",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
+        ["docker", "exec", tb.client.container, *argv], stdout=subprocess.PIPE, text=True
     )
     try:
         time.sleep(1.5)  # past slow start: the queue has filled
@@ -212,7 +210,7 @@ def measure_cc(tb: Any) -> Answers:
     try:
         for cc in ("cubic", "bbr"):
             set_congestion_control(tb, cc)
-            rows = perf_rows(tb, "tls_perf", "--url", f"{SERVER_URL}/cloud/1MB", "-n", "3", timeout=180)
+            rows = perf_rows(tb, "tls_perf", "cloud/1MB", 3, timeout=180)
             goodput[cc] = answers[f"{cc}_mbit"] = round(median_of(rows, "throughput_mbps"), 2)
     finally:
         set_congestion_control(tb, "cubic")

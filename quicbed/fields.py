@@ -7,9 +7,11 @@ returns the value as its type, or raises the Source's one-line `file:line: field
 error (yamlio.LocatedError), never a traceback.
 
 Descriptors (a directory per server or client, its name the thing's name) are found by
-`descriptor_files`: the shipped ones, then those of a colon-separated environment variable
-(QUICBED_SERVER_DIRS, QUICBED_CLIENT_DIRS). `image_fields` reads the image block both kinds
-share (image, version_key or version, dockerfile).
+`descriptor_files`: the shipped ones (servers/ or clients/, then the stack folders of stacks/,
+each holding a server.yaml, a client.yaml or both), then those of a colon-separated environment
+variable (QUICBED_SERVER_DIRS, QUICBED_CLIENT_DIRS; a stack folder may be named in both).
+`image_fields` reads the image block both kinds share (image, version_key or version,
+dockerfile).
 """
 
 from __future__ import annotations
@@ -206,10 +208,12 @@ def load_descriptor_source(path: Path | str, what: str, name: str | None = None)
     return src, name
 
 
-def descriptor_files(shipped: Path, filename: str, env_var: str, dirs: str | None = None) -> list[Path]:
-    """shipped/*/filename, then those of `dirs` (default: $env_var, colon-separated; each
-    entry is a descriptor's directory or a directory of them)."""
-    files = sorted(shipped.glob(f"*/{filename}"))
+def descriptor_files(
+    shipped: Iterable[Path], filename: str, env_var: str, dirs: str | None = None
+) -> list[Path]:
+    """*/filename of each shipped directory in turn, then those of `dirs` (default: $env_var,
+    colon-separated; each entry is a descriptor's directory or a directory of them)."""
+    files = [file for top in shipped for file in sorted(top.glob(f"*/{filename}"))]
     dirs = os.environ.get(env_var, "") if dirs is None else dirs
     for entry in dirs.split(":"):
         if not entry:

@@ -6,6 +6,9 @@ import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# One folder per QUIC stack (its client and server descriptors, Dockerfile and source):
+# stacks/README.md. The client and server registries read it beside clients/ and servers/.
+STACKS_DIR = REPO / "stacks"
 # Slow-to-build artefacts (content, compiled tools) are cached here so a second run is fast.
 CACHE = Path(os.environ.get("QUICBED_CACHE", "/var/cache/quicbed"))
 # Per-run scratch state (UML configs, PKI, logs). Not under /tmp: the UML router mounts its own /tmp.

@@ -162,7 +162,7 @@ BROWSER = _columns(
     ("cpu_wait_ms", "ms", "run-queue wait of all browser threads over the load (schedstat)"),
     ("cpu_throttled_ms", "ms", "the client container's CPU-quota throttled time over the load"),
 )
-# What a client with a `streams` option adds with --streams N > 1 (clients/quicgo): its TOOL
+# What a client with a `streams` option adds with --streams N > 1 (stacks/quicgo): its TOOL
 # columns are then all the streams' (bytes, t_done, download_time_ms).
 STREAMS = _columns(
     ("streams", "", "requests on parallel streams of one connection (--streams N)"),

@@ -1,7 +1,8 @@
 """Server descriptors: servers/<name>/server.yaml, read and checked into ServerSpecs; the registry.
 
 A server is a directory holding a server.yaml (the format: servers/README.md). The shipped ones
-are servers/*/server.yaml; QUICBED_SERVER_DIRS (colon-separated) adds a user's own: each entry is
+are servers/*/server.yaml and stacks/*/server.yaml (a QUIC stack's folder, its client beside
+it: stacks/README.md); QUICBED_SERVER_DIRS (colon-separated) adds a user's own: each entry is
 a server's directory (holding server.yaml) or a directory of them (*/server.yaml). The
 directory's name is the server's name. Every problem is one line naming the file and field;
 nothing is dropped silently.
@@ -28,7 +29,7 @@ from quicbed.fields import (
 from quicbed.fields import (
     descriptor_files as _descriptor_files,
 )
-from quicbed.paths import read_versions
+from quicbed.paths import STACKS_DIR, read_versions
 from quicbed.yamlio import Source
 
 from .accesslog import FORMATS
@@ -183,8 +184,9 @@ def _qlog(src: Source, value: Any, name: str) -> tuple[str, str, str]:
 
 
 def descriptor_files(dirs: str | None = None) -> list[Path]:
-    """servers/*/server.yaml, then those of `dirs` (default: $QUICBED_SERVER_DIRS)."""
-    return _descriptor_files(SHIPPED_DIR, DESCRIPTOR, ENV_DIRS, dirs)
+    """servers/*/server.yaml, stacks/*/server.yaml, then those of `dirs` (default:
+    $QUICBED_SERVER_DIRS)."""
+    return _descriptor_files((SHIPPED_DIR, STACKS_DIR), DESCRIPTOR, ENV_DIRS, dirs)
 
 
 def load_servers(dirs: str | None = None, versions: dict[str, str] | None = None) -> dict[str, ServerSpec]:

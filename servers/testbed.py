@@ -114,6 +114,8 @@ def warm_up(tb: Testbed, host: DockerHost, name: str) -> None:
         for tool, http in (("tls_perf", TCP_HTTP), ("quic_perf", QUIC_HTTP))
         if any(h in spec.http_versions for h in http)
     ]
+    # Spelled here, not by clients.tools.tool_argv: the clients' layer is above this one
+    # (tests/base/test_layers.py). The contract's arguments with no --cpu: untimed.
     for tool in tools:
         argv = [
             tool,

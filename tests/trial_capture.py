@@ -6,21 +6,22 @@ tests of `quicbed explain` use it; so does making the unit fixtures (tests/fixtu
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from pathlib import Path
 
 from capture_shell import captured
 
 from quicbed import rowschema
-from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME
+from quicbed.clients.tools import tool_argv
 from quicbed.topology.net import server_address
 
 # label: (tool, options, protocol)
 CLIENTS = {
-    "tls1.2": ("tls_perf", ["--tls", "1.2", "--http", "2"], "tls1.2"),
-    "tls1.3": ("tls_perf", ["--tls", "1.3", "--http", "2"], "tls1.3"),
-    "quic-libcurl": ("quic_perf", [], "quic"),
-    "quic-ngtcp2": ("quic_perf", ["--backend", "ngtcp2"], "quic"),
+    "tls1.2": ("tls_perf", {"tls": "1.2", "http": "2"}, "tls1.2"),
+    "tls1.3": ("tls_perf", {"tls": "1.3", "http": "2"}, "tls1.3"),
+    "quic-libcurl": ("quic_perf", {}, "quic"),
+    "quic-ngtcp2": ("quic_perf", {"backend": "ngtcp2"}, "quic"),
 }
 STEM = "/tmp/explain"  # in the client container
 
@@ -31,24 +32,8 @@ def capture_trial(
     """Runs one connection of `client` to `server` fetching `obj`, captured; returns its row."""
     tool, options, protocol = CLIENTS[client]
     address = server_address(tb.servers.index(hosts[server]))
-    command = " ".join(
-        [
-            tool,
-            "--url",
-            f"https://{SERVER_NAME}/{obj}",
-            "--resolve",
-            f"{SERVER_NAME}:443:{address}",
-            "--cacert",
-            f"{CLIENT_PKI}/ca.pem",
-            "--timeout",
-            "60",
-            *options,
-            "--keylog",
-            f"{STEM}.keys",
-            ">",
-            f"{STEM}.json",
-        ]
-    )
+    argv = tool_argv(tool, obj, address, options=options, timeout_s=60, cpu=False)
+    command = f"{shlex.join([*argv, '--keylog', f'{STEM}.keys'])} > {STEM}.json"
     proc = tb.client.exec(["sh", "-c", captured(command, "client-eth0", STEM) + f"; cat {STEM}.json"])
     tool_rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert tool_rows and tool_rows[0]["error"] == "", (proc.stderr[-500:], tool_rows)

@@ -254,7 +254,7 @@ def test_a_swept_condition_is_a_matrix_of_its_own() -> None:
 
 
 def test_a_pair_the_server_does_not_speak_is_not_spoken_not_a_failure(tmp_path: Path) -> None:
-    # aioquic serves HTTP/3 only (servers/aioquic/server.yaml): the runner made no TLS-over-TCP
+    # aioquic serves HTTP/3 only (stacks/aioquic/server.yaml): the runner made no TLS-over-TCP
     # trial for it, and its cell says so rather than "n/a" or "fail".
     data = pd.concat([rows(), pd.DataFrame([trial("quic-h3", "aioquic", "quic", 1.0, 1.0)] * 5)])
     found = stack_matrix.cells(data)

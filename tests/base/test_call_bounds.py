@@ -21,7 +21,7 @@ from quicbed.paths import REPO
 SUBPROCESS_CALLS = {"run", "check_output", "check_call", "call"}
 SKIPPED_DIRS = {".venv", "tests", "bench", ".git", "node_modules"}
 # Code that runs inside a container (its own process tree there), not on the host as root.
-IN_CONTAINER = {"servers/aioquic/quicbed_aioquic.py"}
+IN_CONTAINER = {"stacks/aioquic/server/quicbed_aioquic.py"}
 # (file, function) -> why its unbounded wait is bounded after all.
 BOUNDED_OTHERWISE = {
     ("quicbed/limits.py", "run_capped"): "waits for the process group it has just killed",

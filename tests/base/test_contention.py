@@ -100,27 +100,16 @@ def india(tmp_path_factory, clean_slate):
 def _setup_rtts(india, groups: str) -> float:
     """TLS 1.3's set-up round trips before the request: median TTFB ÷ RTT − 1 of 5 fresh
     connections, offering one key share (the first group) and supporting the others."""
-    from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME
+    from quicbed.clients.tools import tool_argv
     from quicbed.topology.net import server_address
 
     tb, hosts, rtt = india
     address = server_address(tb.servers.index(hosts["nginx"]))
-    url, resolve = f"https://{SERVER_NAME}/web/index.html", f"{SERVER_NAME}:443:{address}"
-    argv = ["tls_perf", "--url", url, "--resolve", resolve, "--cacert", f"{CLIENT_PKI}/ca.pem"]
-    argv += [
-        "-n",
-        "5",
-        "--pause",
-        "100",
-        "--timeout",
-        "60",
-        "--tls",
-        "1.3",
-        "--http",
-        "2",
-        "--groups",
-        groups,
-    ]
+    options = {"tls": "1.3", "http": "2"}
+    argv = tool_argv(
+        "tls_perf", "web/index.html", address, options=options, timeout_s=60, repetitions=5, cpu=False
+    )
+    argv += ["--pause", "100", "--groups", groups]  # groups as given: a list no kex value gives
     proc = tb.client.exec(argv, timeout=120)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert rows and all(r["error"] == "" for r in rows), (proc.stderr[-300:], rows[-1:])

@@ -83,23 +83,9 @@ def _argv(
     address: str = "",
     browser: str = "",
 ) -> list[str]:
-    return [
-        "browser_perf",
-        "--url",
-        _url(obj),
-        "--resolve",
-        f"{SERVER_NAME}:443:{address or path.address(server)}",
-        "--cacert",
-        cacert,
-        "-n",
-        str(reps),
-        "--cpu",
-        "--timeout",
-        str(timeout),
-        "--protocol",
-        protocol,
-        *(["--browser", browser] if browser else []),
-    ]
+    options = {"protocol": protocol, **({"browser": browser} if browser else {})}
+    resolve = f"{SERVER_NAME}:443:{address or path.address(server)}"
+    return TOOLS["chromium"].argv(_url(obj), resolve, cacert, timeout, options, repetitions=reps)
 
 
 def _run(path: Path_, argv: list[str], timeout: float = 120) -> tuple[list[dict], object]:

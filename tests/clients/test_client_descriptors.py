@@ -38,7 +38,7 @@ OWN_IMAGE = "quicbed-test/own-client:1.0"
 def test_shipped_clients_are_the_old_tools() -> None:
     """What clients/tools.py's literal held, checked on the loaded descriptors: the perf tools
     in the client image, the browsers in an image of their own (the perf image carries no
-    browser); the stacks added since (clients/aioquic, ...) come after them, each in its own."""
+    browser); the stacks added since (stacks/aioquic, ...) come after them, each in its own."""
     old = {
         name: tools.TOOLS[name] for name in ("tls_perf", "quic_perf", "video_download", "chromium", "firefox")
     }
@@ -53,7 +53,7 @@ def test_shipped_clients_are_the_old_tools() -> None:
         "chromium": browser,
         "firefox": browser,
     }
-    assert tools.TOOLS["aioquic"].dockerfile == "clients/aioquic/Dockerfile"
+    assert tools.TOOLS["aioquic"].dockerfile == "stacks/aioquic/Dockerfile"
     tls, quic, video, chromium, firefox = old.values()
     assert firefox.command == ("browser_perf", "--browser", "firefox") and firefox.workloads == ("web",)
     assert len(tls.labels()) == 16 and "tls1.2-h1-pq-resume" in tls.labels()
@@ -90,7 +90,7 @@ def test_shipped_clients_are_the_old_tools() -> None:
 
 
 def test_quicgo_offers_streams_and_the_matrix_asks_for_it() -> None:
-    """quicgo's `streams` option (clients/quicgo/client.yaml): "1" is the row of before (no
+    """quicgo's `streams` option (stacks/quicgo/client.yaml): "1" is the row of before (no
     label suffix), "30" the variant quicgo-s30, which the stack matrix's full run measures
     (the streams check of analysis/stack_matrix.py) and its quick run leaves out."""
     quicgo = tools.TOOLS["quicgo"]
@@ -223,13 +223,13 @@ def test_an_on_demand_image_is_listed_so_and_left_to_the_run_that_needs_it(
     a missing one instead of failing."""
     later = tmp_path / "quicgo-later"
     later.mkdir()
-    text = (REPO / "clients" / "quicgo" / "client.yaml").read_text()
+    text = (REPO / "stacks" / "quicgo" / "client.yaml").read_text()
     (later / "client.yaml").write_text(
         text.replace("image: quicbed/quicgo", "image: quicbed-test/later") + "on_demand: true\n"
     )
     image = f"quicbed-test/later:{tools.TOOLS['quicgo'].image.split(':')[1]}"
     listed = _python(["-m", "quicbed.clients", "list"], str(tmp_path))
-    assert f"quicgo-later\t{image}\tclients/quicgo/Dockerfile\ton-demand" in listed.stdout.splitlines()
+    assert f"quicgo-later\t{image}\tstacks/quicgo/Dockerfile\ton-demand" in listed.stdout.splitlines()
     # The shipped quicgo is built by `make images`; its on-demand copy is not.
     (shipped,) = [line for line in listed.stdout.splitlines() if line.startswith("quicgo\t")]
     assert shipped.startswith("quicgo\tquicbed/quicgo") and shipped.endswith("\t-"), shipped
@@ -451,12 +451,12 @@ def test_fixture_client_runs_on_the_path_in_its_own_image(tmp_path: Path) -> Non
 
 
 def test_build_sh_builds_a_client_and_a_server_of_one_name() -> None:
-    # aioquic is a client (clients/aioquic) and a server (servers/aioquic): the server keeps
+    # aioquic is a client (stacks/aioquic) and a server (stacks/aioquic): the server keeps
     # the name, the client image is keyed client:aioquic, and the server's image takes the
     # client's wheels (one pin: the requirements.txt its Dockerfile COPYs).
     assert _build_sh(["aioquic", "client:aioquic"], "") == [
-        f"{servers.get_server('aioquic').image} {REPO}/images/aioquic/Dockerfile",
-        f"{tools.TOOLS['aioquic'].image} {REPO}/clients/aioquic/Dockerfile",
+        f"{servers.get_server('aioquic').image} {REPO}/stacks/aioquic/server/Dockerfile",
+        f"{tools.TOOLS['aioquic'].image} {REPO}/stacks/aioquic/Dockerfile",
     ]
     script = (
         f'set -euo pipefail; eval "$(sed "/^targets=/,\\$d" {REPO}/images/build.sh)"; '
@@ -466,6 +466,6 @@ def test_build_sh_builds_a_client_and_a_server_of_one_name() -> None:
     proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=images)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
-        f"{REPO}/clients/aioquic/requirements.txt {REPO}/images/aioquic/prebuilt/wheels",
-        f"{REPO}/clients/aioquic/requirements.txt {REPO}/clients/aioquic/prebuilt/wheels",
+        f"{REPO}/stacks/aioquic/requirements.txt {REPO}/stacks/aioquic/server/prebuilt/wheels",
+        f"{REPO}/stacks/aioquic/requirements.txt {REPO}/stacks/aioquic/prebuilt/wheels",
     ]

@@ -56,23 +56,15 @@ def path(tmp_path_factory, clean_slate):
 
 
 def _argv(path: Path_, protocol: str, reps: int = 1, timeout: int = 30, cacert: str = "") -> list[str]:
-    return [
-        "browser_perf",
-        "--browser",
-        "firefox",
-        "--url",
+    return TOOLS["firefox"].argv(
         f"https://{SERVER_NAME}/web/{MEDIA}/index.html",
-        "--resolve",
         f"{SERVER_NAME}:443:{path.address}",
-        "--cacert",
         cacert or f"{CLIENT_PKI}/ca.pem",
-        "-n",
-        str(reps),
-        "--timeout",
-        str(timeout),
-        "--protocol",
-        protocol,
-    ]
+        timeout,
+        {"protocol": protocol},
+        repetitions=reps,
+        cpu=False,
+    )
 
 
 def _run(path: Path_, argv: list[str], timeout: float = 120) -> tuple[list[dict], object]:

@@ -10,6 +10,7 @@ these tests hold bounds that separate whole RTTs and fail if a tool or the path 
 from __future__ import annotations
 
 import json
+import shlex
 import statistics
 
 import pytest
@@ -24,11 +25,11 @@ from quicbed.analysis.physics import (
     row_connection_within,
     tcp_download_s,
 )
+from quicbed.clients.tools import tool_argv
 from quicbed.experiments.executor import TestbedExecutor
 from quicbed.experiments.matrix import conditions, trials
 from quicbed.experiments.schema import load_experiment
 from quicbed.paths import REPO
-from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME
 from quicbed.topology.calibrate import GOODPUT_CEILING
 from quicbed.topology.net import server_address
 
@@ -36,10 +37,10 @@ pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
 # label: (tool, options, fresh RTTs)
 CLIENTS = {
-    "tls1.2": ("tls_perf", ["--tls", "1.2", "--http", "2"], 3),
-    "tls1.3": ("tls_perf", ["--tls", "1.3", "--http", "2"], 2),
-    "quic-libcurl": ("quic_perf", [], 1),
-    "quic-ngtcp2": ("quic_perf", ["--backend", "ngtcp2"], 1),
+    "tls1.2": ("tls_perf", {"tls": "1.2", "http": "2"}, 3),
+    "tls1.3": ("tls_perf", {"tls": "1.3", "http": "2"}, 2),
+    "quic-libcurl": ("quic_perf", {}, 1),
+    "quic-ngtcp2": ("quic_perf", {"backend": "ngtcp2"}, 1),
 }
 SERVERS = ["nginx", "caddy"]
 # How far a tool may put an arriving packet before its capture: the clock readings' and
@@ -67,23 +68,8 @@ def _fetch(
     tb, hosts, _, _ = path
     tool, options, _ = CLIENTS[client]
     address = server_address(tb.servers.index(hosts[server]))
-    argv = [
-        tool,
-        "--url",
-        f"https://{SERVER_NAME}/{obj}",
-        "--resolve",
-        f"{SERVER_NAME}:443:{address}",
-        "--cacert",
-        f"{CLIENT_PKI}/ca.pem",
-        "-n",
-        str(reps),
-        "--pause",
-        "100",
-        "--timeout",
-        "60",
-        *options,
-        *extra,
-    ]
+    argv = tool_argv(tool, obj, address, options=options, timeout_s=60, repetitions=reps, cpu=False)
+    argv += ["--pause", "100", *extra]
     proc = tb.client.exec(argv, timeout=300)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert rows and all(r["error"] == "" for r in rows), (proc.stderr[-500:], rows[-1:])
@@ -189,18 +175,8 @@ def test_tool_instants_match_the_wire(path, client: str) -> None:
     tb, hosts, _, _ = path
     tool, options, _ = CLIENTS[client]
     address = server_address(tb.servers.index(hosts["nginx"]))
-    command = " ".join(
-        [
-            tool,
-            "--url",
-            f"https://{SERVER_NAME}/web/index.html",
-            "--resolve",
-            f"{SERVER_NAME}:443:{address}",
-            "--cacert",
-            f"{CLIENT_PKI}/ca.pem",
-            *options,
-        ]
-    )
+    # The tools' own defaults spelled out (-n 1, --timeout 30), no CPU samples.
+    command = shlex.join(tool_argv(tool, "web/index.html", address, options=options, cpu=False))
     arriving = ARRIVING_TLS12 if client == "tls1.2" else ARRIVING
     report: list[str] = []
 

@@ -66,25 +66,15 @@ def _play(
     play_s: int = PLAY_S,
 ) -> dict:
     address = server_address(tb.servers.index(hosts["nginx"]))
-    argv = [
-        "browser_perf",
-        "--url",
+    argv = TOOLS["chromium"].argv(
         url,
-        "--resolve",
         f"{SERVER_NAME}:443:{address}",
-        "--cacert",
         f"{CLIENT_PKI}/ca.pem",
-        "-n",
-        "1",
-        "--cpu",
-        "--timeout",
-        str(timeout),
-        "--protocol",
-        protocol,
-        "--duration",
-        str(play_s),
-        *extra,
-    ]
+        timeout,
+        {"protocol": protocol},
+        {"--duration": str(play_s)},
+    )
+    argv += extra
     proc = tb.client.exec(argv, timeout=timeout + 30)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == 1, (proc.returncode, proc.stderr[-800:])

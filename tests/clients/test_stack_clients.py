@@ -1,5 +1,5 @@
 """The QUIC stacks' clients keep the client contract, against a real nginx (h3): every stack
-client of the registry (tests/clients/stacks.py: a tool in its own image, not a browser;
+client of the registry (tests/clients/stack_registry.py: a tool in its own image, not a browser;
 today aioquic, quicgo, quiche and quinn), so a stack added as data is tested here untouched.
 
 They share test_perf_tools.py's bed (nginx with --network none, the perf tools' client in its
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from server_box import ServerBox, shared_content
-from stacks import cannot, chosen_groups, stack_clients
+from stack_registry import cannot, chosen_groups, stack_clients
 from test_perf_tools import BAD, ROW_KEYS, TIMEOUT_S, Bed, assert_ordered, bed, common, docker, images
 
 from quicbed import servers
@@ -35,7 +35,7 @@ from quicbed.workloads import store
 pytestmark = pytest.mark.docker
 __all__ = ["bed", "images"]  # the shared fixtures, imported to be used here
 
-STACKS = stack_clients()  # the registry's: tests/clients/stacks.py
+STACKS = stack_clients()  # the registry's: tests/clients/stack_registry.py
 
 
 @dataclass
@@ -154,7 +154,7 @@ def test_usage_error_is_exit_2_without_rows(aq: Stack, args: list[str]) -> None:
 
 
 def test_what_a_stack_cannot_do_is_exit_3(aq: Stack) -> None:
-    """What its descriptor does not offer of the contract's flags (tests/clients/stacks.py)."""
+    """What its descriptor does not offer of the contract's flags (tests/clients/stack_registry.py)."""
     for args, words in cannot(tools.get_tool(aq.name)):
         r = aq.run(*common(), *args)
         assert r.rc == tools.UNSUPPORTED_EXIT and r.rows == [], (args, r)

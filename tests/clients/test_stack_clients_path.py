@@ -1,5 +1,5 @@
 """The QUIC stacks' clients on the real emulated path (india, 80 ms), run by `quicbed run`,
-each in its own image: every stack client of the registry (tests/clients/stacks.py; today
+each in its own image: every stack client of the registry (tests/clients/stack_registry.py; today
 aioquic, quic-go, quiche and quinn), with the variants its descriptor offers.
 
 One bring-up per client (an experiment's clients share one image): a tiny experiment names
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from cli_process import quicbed
 from contention import remeasured
-from stacks import stack_clients
+from stack_registry import stack_clients
 
 from quicbed import hostload
 from quicbed.analysis.physics import net_connection_rtts, row_connection_within
@@ -169,7 +169,7 @@ def test_a_fresh_connection_takes_one_rtt(run_dir: Path, server: str) -> None:
 
 
 # Whether each server takes early data: Caddy (quic-go) does, nginx 1.26 (its OpenSSL
-# compatibility layer) and HAProxy resume without it (clients/quicgo/README.md).
+# compatibility layer) and HAProxy resume without it (stacks/quicgo/README.md).
 EARLY_DATA = {"caddy": True, "nginx": False, "haproxy": False}
 
 

@@ -12,8 +12,9 @@ import statistics
 import pytest
 
 from quicbed.analysis.physics import net_connection_rtts, row_connection_within
+from quicbed.clients.tools import tool_argv
 from quicbed.paths import CACHE
-from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
+from quicbed.servers.testbed import served_testbed
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile
@@ -58,25 +59,16 @@ def testbed(tmp_path_factory, clean_slate):
 
 def _download(tb, hosts, args: list[str], reps: int, duration: float = MEDIA_S) -> list[dict]:
     address = server_address(tb.servers.index(hosts["nginx"]))
-    argv = [
+    # The libcurl QUIC transport is no value of the descriptor's protocol: the flags as given.
+    argv = tool_argv(
         "video_download",
-        "--url",
-        f"https://{SERVER_NAME}/video/dash/manifest.mpd",
-        "--resolve",
-        f"{SERVER_NAME}:443:{address}",
-        "--cacert",
-        f"{CLIENT_PKI}/ca.pem",
-        "-n",
-        str(reps),
-        "--cpu",
-        "--timeout",
-        "120",
-        "--duration",
-        f"{duration:g}",
-        "--buffer",
-        str(BUFFER_S),
-        *args,
-    ]
+        "video/dash/manifest.mpd",
+        address,
+        timeout_s=120,
+        workload_args={"--duration": f"{duration:g}"},
+        repetitions=reps,
+    )
+    argv += ["--buffer", str(BUFFER_S), *args]
     proc = tb.client.exec(argv, timeout=130 * reps)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == reps, (proc.returncode, proc.stderr[-800:])

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from bad_experiments import BAD, expected_lines
 
 from quicbed.analysis.expectations import Ref, compile_expectation, evaluate, statistic
 from quicbed.clients.tools import TOOLS
@@ -21,12 +22,7 @@ from quicbed.experiments.schema import (
     parse_experiment,
 )
 
-BAD = Path(__file__).resolve().parents[1] / "data" / "bad_experiments"
-EXPECTED = {
-    line.split(":", 1)[0]: line
-    for line in (BAD / "expected.txt").read_text().splitlines()
-    if line and not line.startswith("#")
-}
+EXPECTED = expected_lines()
 
 GOOD = """\
 name: demo

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from analysis_synthetic import Model, write_run
+from bad_experiments import BAD, expected_lines
 
 from quicbed import cli, limits, paths, rowschema, yamlio
 from quicbed.analysis import load
@@ -26,12 +27,7 @@ from quicbed.experiments.synthetic import SyntheticExecutor
 from quicbed.topology.profiles import load_profile
 from quicbed.yamlio import LocatedError, parse_source
 
-BAD = Path(__file__).resolve().parents[1] / "data" / "bad_experiments"
-EXPECTED = {
-    line.split(":", 1)[0]: line
-    for line in (BAD / "expected.txt").read_text().splitlines()
-    if line and not line.startswith("#")
-}
+EXPECTED = expected_lines()
 LOCATED = re.compile(r"^(?P<file>.+?):(?P<line>\d+): \S")
 TIME_LIMIT_S = 1.0  # generous: each refusal below takes milliseconds
 

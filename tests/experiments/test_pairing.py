@@ -1,6 +1,6 @@
 """Servers that speak only some protocols (servers/pairing.py): an experiment's trials are the
 pairs its servers speak, a client variant no server speaks is refused, the dry run counts the
-pairs not spoken. aioquic is the shipped HTTP/3-only server (servers/aioquic/server.yaml)."""
+pairs not spoken. aioquic is the shipped HTTP/3-only server (stacks/aioquic/server.yaml)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,9 @@ from contention import remeasured
 
 from quicbed import servers
 from quicbed.analysis.physics import HANDSHAKE_RTTS, net_connection_rtts, row_upper_rtts
+from quicbed.clients.tools import tool_argv
 from quicbed.paths import CACHE, REPO
-from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, served_testbed
+from quicbed.servers.testbed import served_testbed
 from quicbed.topology.calibrate import check_rtt
 from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile
@@ -28,19 +29,19 @@ COMPILED = ["aioquic", "quiche", "quinn"]  # images built on demand (images/buil
 MODES = {
     "h2-tls1.2": (
         "tls_perf",
-        ["--tls", "1.2", "--http", "2"],
+        {"tls": "1.2", "http": "2"},
         "HTTP/2.0",
         "TLSv1.2",
         HANDSHAKE_RTTS["tls1.2"],
     ),
     "h2-tls1.3": (
         "tls_perf",
-        ["--tls", "1.3", "--http", "2"],
+        {"tls": "1.3", "http": "2"},
         "HTTP/2.0",
         "TLSv1.3",
         HANDSHAKE_RTTS["tls1.3"],
     ),
-    "h3": ("quic_perf", [], "HTTP/3.0", "TLSv1.3", HANDSHAKE_RTTS["quic"]),
+    "h3": ("quic_perf", {}, "HTTP/3.0", "TLSv1.3", HANDSHAKE_RTTS["quic"]),
 }
 # The lower side of a handshake: n RTT less 2 % (net of the client's CPU, time that overlaps a
 # flight is taken out too: 2.967 RTT for TLS 1.2 on germany, analysis/physics.py); the upper
@@ -105,11 +106,8 @@ def test_server_serves_each_protocol_over_the_path(served, server: str, mode: st
     address = server_address(tb.servers.index(hosts[server]))
 
     def fetch() -> list[dict]:
-        argv = [tool, "--resolve", f"{SERVER_NAME}:443:{address}", "--cacert", f"{CLIENT_PKI}/ca.pem"]
-        argv += ["--sha256", "--timeout", "30", *options]
-        out = [
-            tb.client.exec([*argv, "--url", f"https://{SERVER_NAME}/{rel}"], timeout=60) for rel in objects
-        ]
+        argvs = [tool_argv(tool, rel, address, options=options, cpu=False) + ["--sha256"] for rel in objects]
+        out = [tb.client.exec(argv, timeout=60) for argv in argvs]
         return [json.loads(proc.stdout.splitlines()[-1]) for proc in out]
 
     def judge(rows: list[dict]) -> None:
