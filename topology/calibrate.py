@@ -27,7 +27,7 @@ from scipy.stats import binomtest
 
 from quicbed.errors import HostProblem
 from quicbed.topology.hosts import NsHost
-from quicbed.topology.linkspec import FQ_FLOW_LIMIT, FRAME_BYTES, Aqm, LinkSpec
+from quicbed.topology.linkspec import FQ_FLOW_LIMIT, FRAME_BYTES, Aqm, LinkSpec, droptail_qdisc
 from quicbed.topology.net import ADDRESSES, ROUTER_CLIENT_IP, RTT_PING_INTERVAL_S, Testbed
 from quicbed.topology.traces import OPPORTUNITY_BYTES, WINDOW_MS, delivered_per_window, windowed_error
 
@@ -649,7 +649,8 @@ def check_queue(tb: Testbed, direction: str, spec: LinkSpec) -> Check:
     assert tb.backend
     port = tb.bottleneck_port(direction)
     leaf = leaf_qdisc(tb.backend.queue_stats(port))
-    wanted = spec.aqm.qdisc
+    droptail = spec.aqm.kind == "droptail"
+    wanted = droptail_qdisc(tb.backend.carries_super_frames) if droptail else spec.aqm.qdisc
     found = leaf is not None and leaf.kind == wanted
     detail = f"{port}: {leaf.line}; dropped {leaf.dropped} under load" if leaf else f"{port}: no leaf"
     return Check("queue_discipline", direction, 1, float(found), f"leaf qdisc {wanted}", found, detail)

@@ -39,6 +39,7 @@ class DelayLineBackend(Backend):
 
     name = "delayline"
     replays_traces = True
+    carries_super_frames = True  # delayline.c: whole where only delay applies, else cut
     auto_rank = 30  # last: it runs everywhere, at any rate, but brings no kernel of its own
     marks = (DELAYLINE_MARK,)
     down_dev, up_dev = "dlbcx", "dlbsx"
@@ -82,7 +83,7 @@ class DelayLineBackend(Backend):
             r(["ip", "link", "set", bridge_if, "master", lan.bridge])
             r(["ip", "addr", "add", lan.router_cidr, "dev", router_if])
             for dev in (router_if, f"{router_if}x", bridge_if, f"{bridge_if}x"):
-                frame_port_up(self.router, dev)
+                frame_port_up(self.router, dev, super_frames=True)
         r(["sysctl", "-qw", "net.ipv4.ip_forward=1"])
         self.dir.mkdir(parents=True, exist_ok=True)
         idle = LinkSpec(rate_mbit=1.0)
