@@ -75,7 +75,9 @@
  * receive timestamps date each frame, so its delay counts from its arrival. A frame whose
  * delay ends within the gap leaves up to this late (0.1 ms, where ping's RTT must stay within
  * 0.5 ms under load). An idle link's frames leave on time as before. */
+#ifndef WAKE_GAP_NS
 #define WAKE_GAP_NS 250000ull
+#endif
 
 struct config {
     int64_t delay_ns, jitter_ns;
