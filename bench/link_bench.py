@@ -7,26 +7,31 @@ standing queue), minus the configured RTT.
     make bench            # or: .venv/bin/python bench/link_bench.py [--profiles india ...]
 
 `--rates 20 100 500 1000 --backends vm delayline`: the backends side by side on one link
-(20 ms RTT, 1 % loss for the loss figure) at each rate: bring-up time, TCP goodput ÷ the
-model (rate × 1448/1514), RTT error idle and under a 90 % load, loss against the configured
-1 %, and the router's own CPU (its processes; the host kernel's for netem) during the TCP flow.
+(germany's 20 ms RTT, or `--rates-profile germany-lab`'s 6 ms; 1 % loss for the loss figure)
+at each rate: bring-up time, TCP goodput ÷ the model (rate × 1448/1514), RTT error idle and
+under a 90 % load, loss against the configured 1 %, the router's own CPU (its processes; the
+host kernel's for netem) during the TCP flow and per Gbit/s of it, iperf3's own CPU, and the
+host's contention (the share of the row's time a runnable task waited for a CPU, PSI).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import subprocess
 import sys
 import time
 
+from quicbed.hostload import cpu_wait_us, wait_share
 from quicbed.topology.calibrate import (
     cpu_times,
     finish_iperf,
     goodput_floor,
     host_cpu_between,
     iperf,
+    iperf_cpu,
     probe_datagrams,
     receiver_goodput_mbit,
     start_iperf,
@@ -125,10 +130,13 @@ def process_cpu_s(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def bench_rate(rate: float, backend: str, image: str, seconds: int) -> dict[str, float | str]:
-    profile = apply_overrides(load_profile("germany"), {"rate_mbit": str(rate), "loss_pct": str(LOSS_PCT)})
+def bench_rate(
+    rate: float, backend: str, image: str, seconds: int, profile_name: str = "germany"
+) -> dict[str, float | str]:
+    overrides = {"rate_mbit": str(rate), "loss_pct": str(LOSS_PCT)}
+    profile = apply_overrides(load_profile(profile_name), overrides)
     cfg = TestbedConfig(profile=profile, backend=backend, client=HostSpec(image), servers=(HostSpec(image),))
-    started = time.monotonic()
+    started, wait_before = time.monotonic(), cpu_wait_us()
     with Testbed(cfg) as tb:
         bring_up = time.monotonic() - started
         assert tb.backend
@@ -139,6 +147,7 @@ def bench_rate(rate: float, backend: str, image: str, seconds: int) -> dict[str,
         result = iperf(tb, ["-t", str(seconds), "-O", "2", "-R"], timeout=seconds + 40)
         router_cpu = (process_cpu_s(pids) - cpu_before) / (time.monotonic() - before)
         goodput = receiver_goodput_mbit(result, "down")
+        sender_cpu, receiver_cpu = iperf_cpu(result, "down") or (math.nan, math.nan)
         load_bps = 0.9 * rate * 1e6 * 1470 / 1512
         server, client = start_iperf(
             tb, 5202, ["-u", "-R", "-b", f"{load_bps:.0f}", "-l", "1470", "-t", "8"], timeout=60
@@ -150,31 +159,38 @@ def bench_rate(rate: float, backend: str, image: str, seconds: int) -> dict[str,
         lost = sum(LOSS_PACKETS - r["received"] + r["duplicates"] for r in probe.values())
         return {
             "backend": tb.backend.name,
+            "rtt_ms": profile.rtt_ms,
             "rate_mbit": rate,
             "bring_up_s": bring_up,
             "ratio_of_model": goodput / (rate * IDEAL),
             "rtt_error_idle_ms": statistics.median(idle) - profile.rtt_ms,
             "rtt_error_load_ms": statistics.median(loaded) - profile.rtt_ms,
             "loss_pct": 100 * lost / (2 * LOSS_PACKETS),
-            "router_cpu": router_cpu if pids else float("nan"),
+            "router_cpu": router_cpu if pids else math.nan,
+            "router_cpu_per_gbit": router_cpu / (goodput / 1000) if pids and goodput else math.nan,
+            "iperf_cpu": (sender_cpu + receiver_cpu) / 100,
+            "host_wait": wait_share(wait_before, cpu_wait_us(), time.monotonic() - started) or math.nan,
         }
 
 
 def print_rates(rows: list[dict[str, float | str]]) -> None:
-    print(f"\nlink backends side by side (germany's 20 ms RTT at each rate; loss set to {LOSS_PCT:g} %)")
+    print(f"\nlink backends side by side (each rate; loss set to {LOSS_PCT:g} % for the loss figure)")
     print(
-        f"{'backend':<10}{'rate':>6}{'bring-up':>10}{'÷model':>8}{'err idle':>10}{'err load':>10}"
-        f"{'loss %':>8}{'router cpu':>12}"
+        f"{'backend':<10}{'rtt':>5}{'rate':>6}{'bring-up':>10}{'÷model':>8}{'err idle':>10}{'err load':>10}"
+        f"{'loss %':>8}{'router cpu':>12}{'per Gbit/s':>12}{'iperf3':>8}{'host wait':>11}"
     )
     for r in rows:
         print(
-            f"{r['backend']:<10}{r['rate_mbit']:>6g}{r['bring_up_s']:>9.1f}s{r['ratio_of_model']:>8.3f}"
-            f"{r['rtt_error_idle_ms']:>+10.2f}{r['rtt_error_load_ms']:>+10.2f}{r['loss_pct']:>8.2f}"
-            f"{r['router_cpu']:>12.0%}"
+            f"{r['backend']:<10}{r['rtt_ms']:>5g}{r['rate_mbit']:>6g}{r['bring_up_s']:>9.1f}s"
+            f"{r['ratio_of_model']:>8.3f}{r['rtt_error_idle_ms']:>+10.2f}{r['rtt_error_load_ms']:>+10.2f}"
+            f"{r['loss_pct']:>8.2f}{r['router_cpu']:>12.0%}{r['router_cpu_per_gbit']:>12.2f}"
+            f"{r['iperf_cpu']:>8.0%}{r['host_wait']:>11.0%}"
         )
     print(
         "(÷model: TCP goodput ÷ (rate × 1448/1514); err: median ping RTT − configured, idle and"
-        " under a 90 % UDP load; router cpu: its processes' CPU during the TCP flow, of one core)"
+        " under a 90 % UDP load; router cpu: its processes' CPU during the TCP flow, of one core,"
+        " and in cores per Gbit/s of goodput; iperf3: both ends' own CPU; host wait: the share of"
+        " the row's time a runnable task waited for a CPU, /proc/pressure/cpu)"
     )
 
 
@@ -189,6 +205,9 @@ def main() -> int:
     parser.add_argument("--rates", nargs="+", type=float, help="the side-by-side table at these rates")
     parser.add_argument("--backends", nargs="+", default=["vm", "delayline"], help="with --rates")
     parser.add_argument(
+        "--rates-profile", default="germany", help="with --rates: the path (germany-lab: 6 ms)"
+    )
+    parser.add_argument(
         "--jitter", action="store_true", help="only the jitter tables' IQR (normal, uniform) on india"
     )
     args = parser.parse_args()
@@ -196,7 +215,13 @@ def main() -> int:
         bench_jitter(args.image, args.backend)
         return 0
     if args.rates:
-        print_rates([bench_rate(r, b, args.image, args.seconds) for r in args.rates for b in args.backends])
+        print_rates(
+            [
+                bench_rate(r, b, args.image, args.seconds, args.rates_profile)
+                for r in args.rates
+                for b in args.backends
+            ]
+        )
         return 0
     rows = [bench_profile(p, args.image, args.seconds, args.backend) for p in args.profiles]
     kernel = subprocess.run(["uname", "-r"], capture_output=True, text=True).stdout.strip()

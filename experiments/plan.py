@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 
 from quicbed.analysis.decisions import PER_CELL, PER_CONDITION, PER_SERVER, floor_rounds
@@ -185,6 +186,7 @@ def dry_run(exp: Experiment) -> str:
             else "none"
         ),
         "cross traffic: " + ("; ".join(_cross_text(f) for f in exp.cross) or "none"),
+        rate_cpu_text(exp),
     ]
     return "\n".join(lines)
 
@@ -240,3 +242,35 @@ def paths_per_worker(exp: Experiment, offered: int | None) -> tuple[int, str]:
     if offered is not None and offered > k:
         why += f"; its units hold all {offered} of a worker's paths"
     return k, why
+
+
+# What this host's cores carry at a rate, measured on 2 shared cores with the delay line
+# (2026-12-01). The link: its processes' CPU per Gbit/s of TCP goodput, 0.22-0.31 at 1000
+# Mbit/s (bench/link_bench.py --rates, bench/README.md). The perf tools' client + server
+# containers per Gbit/s of a 100 MB download (cpu_client_pct + cpu_server_pct, fast.yaml
+# --quick at 1000 Mbit/s: TLS 1.3 0.33-0.34, QUIC 0.74-0.80). A browser is CPU-bound on one
+# core well below 1 Gbit/s, so its figure is the rate it reached there (its rows carry
+# cpu_bound): Chromium's QUIC 245-370 Mbit/s, its TLS 1.3 562-844.
+LINK_CORES_PER_GBIT = 0.3
+ENDPOINT_CORES_PER_GBIT = {"tls_perf": 0.34, "quic_perf": 0.8}
+CPU_BOUND_MBIT = {"chromium-quic": 245.0, "chromium-tls1.3": 560.0}
+
+
+def rate_cpu_text(exp: Experiment) -> str:
+    """Before the run, per rate: the cores the link and the busiest perf tool's ends take on
+    this host, whether its cores carry that, and which clients will be CPU-bound there."""
+    cores = os.cpu_count() or WORKER_CORES
+    rates = sorted({max(c.link.down.rate_mbit, c.link.up.rate_mbit) for c in conditions(exp)})
+    parts = []
+    for rate in rates:
+        gbit = rate / 1000
+        ends = max((ENDPOINT_CORES_PER_GBIT.get(c.tool, 0.0) * gbit for c in exp.clients), default=0.0)
+        need = LINK_CORES_PER_GBIT * gbit + ends + PATH_CPU_CORES
+        verdict = f"fits {cores}" if need <= cores * CPU_BUDGET else f"{cores} cores cannot carry it"
+        bound = [f"{label} above ~{mbit:g}" for label, mbit in CPU_BOUND_MBIT.items() if rate > mbit]
+        bound = [b for b in bound if any(b.startswith(c.label + " ") for c in exp.clients)]
+        parts.append(
+            f"{rate:g} Mbit/s: {need:.2f} cores ({verdict})"
+            + (f", CPU-bound: {', '.join(bound)} Mbit/s" if bound else "")
+        )
+    return "cpu by rate (link + perf tool ends + path, this host): " + ("; ".join(parts) or "none")

@@ -27,7 +27,7 @@ from scipy.stats import binomtest
 
 from quicbed.errors import HostProblem
 from quicbed.topology.hosts import NsHost
-from quicbed.topology.linkspec import FQ_FLOW_LIMIT, FRAME_BYTES, Aqm, LinkSpec
+from quicbed.topology.linkspec import FQ_FLOW_LIMIT, FRAME_BYTES, Aqm, LinkSpec, droptail_qdisc
 from quicbed.topology.net import ADDRESSES, ROUTER_CLIENT_IP, RTT_PING_INTERVAL_S, Testbed
 from quicbed.topology.traces import OPPORTUNITY_BYTES, WINDOW_MS, delivered_per_window, windowed_error
 
@@ -381,6 +381,16 @@ class GoodputAttempt:
     flow_rtts_ms: tuple[float, ...] = ()  # up only: the sender's smoothed RTT, per second
     ping_ms: tuple[float, ...] = ()  # up only: ping alongside the flow, after its slow start
     flows: int = 1  # parallel TCP flows (iperf3 -P)
+    # iperf3's own CPU (its cpu_utilization_percent, % of one core), sender's and receiver's:
+    # at 1 Gbit/s the measuring tools must be seen not to be the limit.
+    iperf_cpu_pct: tuple[float, float] | None = None
+
+    def describe(self) -> str:
+        tools = ""
+        if self.iperf_cpu_pct:
+            sender, receiver = self.iperf_cpu_pct
+            tools = f"; iperf3 sender {sender:.0f} %, receiver {receiver:.0f} % of a core"
+        return f"{self.mbit:.1f} ({self.cpu.describe()}{tools})"
 
 
 def goodput_checks(
@@ -405,7 +415,7 @@ def goodput_checks(
     best = max(within or attempts, key=lambda a: a.mbit)
     ratio = best.mbit / spec.rate_mbit
     passed = floor <= ratio <= GOODPUT_CEILING
-    tried = ", ".join(f"{a.mbit:.1f} ({a.cpu.describe()})" for a in attempts)
+    tried = ", ".join(a.describe() for a in attempts)
     detail = f"{ratio:.3f} of rate (attempts: {tried}); ideal TCP payload share " f"{TCP_PAYLOAD_SHARE:.3f}"
     if not passed and ratio < floor and all(a.cpu.saturated for a in attempts):
         detail += (
@@ -490,7 +500,18 @@ def _goodput_once(tb: Testbed, direction: str, seconds: float, flows: int = 1) -
         tuple(sender_rtts_ms(result)) if direction == "up" else (),
         tuple(_finish_ping(*ping)) if ping else (),
         flows,
+        iperf_cpu(result, direction),
     )
+
+
+def iperf_cpu(result: dict[str, Any], direction: str) -> tuple[float, float] | None:
+    """iperf3's sender's and receiver's CPU (% of a core) from its JSON: the client's is
+    `host_total`, the server's `remote_total`; down (-R), the server sends."""
+    cpu = result.get("end", {}).get("cpu_utilization_percent")
+    if not cpu:
+        return None
+    client, server = float(cpu.get("host_total", 0.0)), float(cpu.get("remote_total", 0.0))
+    return (server, client) if direction == "down" else (client, server)
 
 
 # -- the queue under load -------------------------------------------------------------------
@@ -649,7 +670,8 @@ def check_queue(tb: Testbed, direction: str, spec: LinkSpec) -> Check:
     assert tb.backend
     port = tb.bottleneck_port(direction)
     leaf = leaf_qdisc(tb.backend.queue_stats(port))
-    wanted = spec.aqm.qdisc
+    droptail = spec.aqm.kind == "droptail"
+    wanted = droptail_qdisc(tb.backend.carries_super_frames) if droptail else spec.aqm.qdisc
     found = leaf is not None and leaf.kind == wanted
     detail = f"{port}: {leaf.line}; dropped {leaf.dropped} under load" if leaf else f"{port}: no leaf"
     return Check("queue_discipline", direction, 1, float(found), f"leaf qdisc {wanted}", found, detail)

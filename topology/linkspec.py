@@ -179,14 +179,25 @@ def trace_at(path: str) -> Trace:
     return _trace_cached(path, st.st_mtime_ns, st.st_size)
 
 
-def queue_commands(dev: str, parent: str, spec: LinkSpec, rtt_ms: float) -> list[list[str]]:
+def droptail_qdisc(super_frames: bool) -> str:
+    """Drop-tail's qdisc: pfifo, or bfifo where GSO super-frames reach the bottleneck (a
+    backend's `carries_super_frames`): pfifo counts a 64 KB super-frame as one packet, so it
+    would hold up to 44 times the queue; bfifo counts each wire packet's bytes."""
+    return "bfifo" if super_frames else "pfifo"
+
+
+def queue_commands(
+    dev: str, parent: str, spec: LinkSpec, rtt_ms: float, super_frames: bool = False
+) -> list[list[str]]:
     """The bottleneck's leaf queue under `parent` (the rate stage's class): drop-tail pfifo of
-    the link's queue size, or the spec's AQM with only the parameters it was given (the rest
-    are the qdisc's defaults). A backend whose kernel has the qdisc runs these where it runs
-    its bottleneck."""
+    the link's queue size (bfifo of as many MTU-sized frames with `super_frames`), or the
+    spec's AQM with only the parameters it was given (the rest are the qdisc's defaults). A
+    backend whose kernel has the qdisc runs these where it runs its bottleneck."""
     aqm = spec.aqm
     leaf = ["tc", "qdisc", "add", "dev", dev, "parent", parent, "handle", "10:"]
     limit = str(spec.queue_limit_packets(rtt_ms))
+    if aqm.kind == "droptail" and super_frames:
+        return [[*leaf, "bfifo", "limit", str(spec.queue_limit_packets(rtt_ms) * FRAME_BYTES)]]
     if aqm.kind == "droptail":
         return [[*leaf, "pfifo", "limit", limit]]
     if aqm.kind == "cake":
@@ -208,7 +219,9 @@ def _ms(value: float) -> str:
     return f"{value:g}ms"
 
 
-def rate_commands(dev: str, spec: LinkSpec, rtt_ms: float, under_netem: bool = False) -> list[list[str]]:
+def rate_commands(
+    dev: str, spec: LinkSpec, rtt_ms: float, under_netem: bool = False, super_frames: bool = False
+) -> list[list[str]]:
     """The bottleneck: htb at the link rate over the spec's queue (queue_commands).
 
     Runs in the host kernel on the router's port toward the receiving host, after the netem
@@ -216,6 +229,11 @@ def rate_commands(dev: str, spec: LinkSpec, rtt_ms: float, under_netem: bool = F
     `under_netem`, it is the child of the netem qdisc (handle 1:) on the same device instead:
     the QEMU router's own kernel, which has the AQMs this host's may lack, delays and then
     queues at the rate (netem hands a packet to its child when its delay is over).
+
+    htb charges a GSO super-frame (`super_frames`) as its wire packets (qdisc_pkt_len: each
+    one's headers counted) and lets one through past a burst smaller than it, then waits out
+    the debt, so the rate holds; TCP sizes its super-frames to about 1 ms at its pacing rate
+    (tcp_tso_autosize), which the burst below already allows.
     """
     rate_kbit = str(max(1, round(spec.rate_mbit * 1000)))
     # A few frames at low rates, ~1 ms worth at high rates, so htb keeps up with timer
@@ -248,7 +266,7 @@ def rate_commands(dev: str, spec: LinkSpec, rtt_ms: float, under_netem: bool = F
             "quantum",
             str(FRAME_BYTES * 10),
         ],
-        *queue_commands(dev, f"{htb}:1", spec, rtt_ms),
+        *queue_commands(dev, f"{htb}:1", spec, rtt_ms, super_frames),
     ]
 
 
@@ -498,6 +516,7 @@ __all__ = [
     "LinkSpec",
     "rate_commands",
     "queue_commands",
+    "droptail_qdisc",
     "netem_commands",
     "parse_aqm",
     "parse_linkspec",

@@ -25,6 +25,7 @@ from quicbed.dockercli import docker
 from quicbed.doctor import require
 from quicbed.errors import EnvironmentProblem, HostProblem
 from quicbed.topology.backends import (
+    REGISTRY,
     Backend,
     BackendChoice,
     Lan,
@@ -51,6 +52,10 @@ PROBE_DELAY_MS = 5.0
 # between packets changes how late its timers fire.
 RTT_PING_INTERVAL_S = 0.05
 OFFLOADS = ("gso", "tso", "gro", "tx-udp-segmentation", "rx-udp-gro-forwarding", "rx-gro-list")
+# What a backend that carries super-frames (the delay line) gets back on: the senders'
+# segmentation. Receive aggregation stays off (a fraglist or forwarded-UDP GRO frame has no
+# vnet header form), so super-frames are only ever the senders' own.
+SEGMENTATION_OFFLOADS = ("gso", "tso", "tx-udp-segmentation")
 
 
 DOMAIN = "quicbed"
@@ -245,7 +250,7 @@ class Testbed:
             server_side = host in self.servers
             port = link.intf1.name
             r(["ip", "link", "set", port, "master", "lans" if server_side else "lanc"])
-            self._offloads_off(self.router, port)
+            self._set_offloads(self.router, port)
             r(["ip", "link", "set", port, "up"])
             self._configure_host(
                 host, link.intf2.name, addresses[host], ROUTER_SERVER_IP if server_side else ROUTER_CLIENT_IP
@@ -253,7 +258,7 @@ class Testbed:
 
     def _configure_host(self, host: NsHost, intf: str, ip: str, gateway: str) -> None:
         self._sysctls(host)
-        self._offloads_off(host, intf)
+        self._set_offloads(host, intf)
         host.intf(intf).setIP(f"{ip}/24")
         host.run(["ip", "link", "set", intf, "up"])
         host.run(["ip", "route", "replace", "default", "via", gateway, "dev", intf])
@@ -273,13 +278,21 @@ class Testbed:
         # Best effort: where br_netfilter is loaded, keep iptables out of our bridges.
         host.run(["sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=0"], check=False)
 
-    @staticmethod
-    def _offloads_off(host: NsHost, intf: str) -> None:
+    @property
+    def super_frames(self) -> bool:
+        """Whether the chosen backend carries GSO super-frames whole (the delay line)."""
+        choice = self.backend_choice
+        return choice is not None and REGISTRY[choice.name].carries_super_frames
+
+    def _set_offloads(self, host: NsHost, intf: str) -> None:
         """Per-packet rate and loss: no super-packets anywhere on the path. UDP GSO counts
         too: quic-go sends with UDP_SEGMENT, and a UDP GSO frame reaching the UML router
-        whole was lost there (Caddy's HTTP/3 stalled ~1 s per response until this)."""
+        whole was lost there (Caddy's HTTP/3 stalled ~1 s per response until this). A backend
+        that cuts super-frames itself where a decision is per packet (the delay line) gets
+        the senders' segmentation back: at 1 Gbit/s, per-frame work is what limits it."""
+        on = SEGMENTATION_OFFLOADS if self.super_frames else ()
         for feature in OFFLOADS:
-            host.run(["ethtool", "-K", intf, feature, "off"], check=False)
+            host.run(["ethtool", "-K", intf, feature, "on" if feature in on else "off"], check=False)
 
     # -- link --------------------------------------------------------------------------
     def _measure_forwarding_latency(self) -> None:
@@ -326,7 +339,7 @@ class Testbed:
                 rate += (
                     [["tc", "qdisc", "del", "dev", port, "root"]]
                     if spec.trace
-                    else rate_commands(port, spec, rtt)
+                    else rate_commands(port, spec, rtt, super_frames=self.super_frames)
                 )
             self.router.run(["sh", "-c", tc_script(rate)])
         self.applied = applied

@@ -68,6 +68,10 @@ class Backend(ABC):
     # Whether it replays a trace-driven rate (linkspec `trace`) exactly: tc has no trace
     # replay, so only the delay line does (its own link queue, as Mahimahi's mm-link).
     replays_traces: ClassVar[bool] = False
+    # Whether GSO super-frames may cross it whole (the delay line: it cuts them into wire
+    # packets itself where a decision is per packet): net.py then leaves the endpoints' and
+    # ports' segmentation offloads on, and drop-tail counts bytes (linkspec.droptail_qdisc).
+    carries_super_frames: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -177,12 +181,14 @@ def _shell_word(word: str) -> str:
     return word if safe and word else "'" + word.replace("'", "'\\''") + "'"
 
 
-def frame_port_up(router: NsHost, dev: str) -> None:
+def frame_port_up(router: NsHost, dev: str, super_frames: bool = False) -> None:
     """A veth end that only carries frames between the router and a LAN: no IPv6 chatter,
-    no super-packets (rate and loss stay per packet), up."""
+    no super-packets (rate and loss stay per packet) unless `super_frames` (GSO frames pass
+    whole: the delay line decides per packet itself), up."""
     router.run(["sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1"])
     for feature in ("gso", "tso", "gro", "tx-udp-segmentation"):
-        router.run(["ethtool", "-K", dev, feature, "off"], check=False)
+        state = "on" if super_frames and feature != "gro" else "off"
+        router.run(["ethtool", "-K", dev, feature, state], check=False)
     router.run(["ip", "link", "set", dev, "up"])
 
 
