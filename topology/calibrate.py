@@ -671,7 +671,7 @@ def check_queue(tb: Testbed, direction: str, spec: LinkSpec) -> Check:
     port = tb.bottleneck_port(direction)
     leaf = leaf_qdisc(tb.backend.queue_stats(port))
     droptail = spec.aqm.kind == "droptail"
-    wanted = droptail_qdisc(tb.backend.carries_super_frames) if droptail else spec.aqm.qdisc
+    wanted = droptail_qdisc(tb.super_frames) if droptail else spec.aqm.qdisc
     found = leaf is not None and leaf.kind == wanted
     detail = f"{port}: {leaf.line}; dropped {leaf.dropped} under load" if leaf else f"{port}: no leaf"
     return Check("queue_discipline", direction, 1, float(found), f"leaf qdisc {wanted}", found, detail)

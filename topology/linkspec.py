@@ -181,7 +181,7 @@ def trace_at(path: str) -> Trace:
 
 def droptail_qdisc(super_frames: bool) -> str:
     """Drop-tail's qdisc: pfifo, or bfifo where GSO super-frames reach the bottleneck (a
-    backend's `carries_super_frames`): pfifo counts a 64 KB super-frame as one packet, so it
+    path's `Testbed.super_frames`): pfifo counts a 64 KB super-frame as one packet, so it
     would hold up to 44 times the queue; bfifo counts each wire packet's bytes."""
     return "bfifo" if super_frames else "pfifo"
 

@@ -1,7 +1,7 @@
 """GSO super-frames through the delay line (topology/delayline): whole where only delay applies,
 cut into the wire packets the kernel's GSO would send where a decision is per packet.
 
-The senders' segmentation offloads are on behind the delay line (net.py), so TCP and UDP
+The senders' segmentation offloads are on behind the delay line at 1 Gbit/s (net.py), so TCP and UDP
 (UDP_SEGMENT, as quic-go sends) hand it super-frames. What is judged is what a wrong cut
 breaks: every byte of a TCP stream arrives in order (sequence numbers, lengths), every UDP
 datagram arrives whole and as sent (lengths, boundaries), and loss is drawn per wire packet.
@@ -77,7 +77,8 @@ for k in range({SENDS}):
 
 
 def _config(loss_pct: float) -> TestbedConfig:
-    profile = apply_overrides(load_profile("germany"), {"rate_mbit": "200", "loss_pct": str(loss_pct)})
+    # Super-frames cross the delay line from SUPER_FRAMES_FROM_MBIT both ways (net.py).
+    profile = apply_overrides(load_profile("germany"), {"rate_mbit": "1000", "loss_pct": str(loss_pct)})
     return TestbedConfig(
         profile=profile,
         backend="delayline",
