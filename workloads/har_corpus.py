@@ -100,14 +100,15 @@ class PageModel:
         return mix
 
     def comment(self) -> str:
-        mix = ", ".join(f"{kind} {n} requests {b // KB} KiB" for kind, (b, n) in self.mix().items())
+        mix = ", ".join(f"{kind} {n} x {b // KB} KB" for kind, (b, n) in self.mix().items())
         return (
             f"quicbed synthetic page: the median {self.client} page, {self.requests} requests, "
-            f"{self.kib} KiB, {self.hosts} hosts ({mix}). Source: {SOURCE}; the request totals from a "
-            "secondary summary of it. Assumed: hosts, CSS and font requests, the first party's "
-            f"share ({FIRST_PARTY_SHARE:.0%}), think times. Bodies are not recorded (but the landing "
-            f"document and the beacon's): a replay makes them up to content.size. Seed {self.seed}; made "
-            "by workloads/har_corpus.py."
+            f"{self.kib} KB (of 1,024 bytes, as the HTTP Archive counts), {self.hosts} hosts; by type "
+            f"(requests x bytes): {mix}. Source: {SOURCE}; the request totals from a secondary "
+            "summary of it. Assumed: the hosts, the CSS and font requests, the first party's share "
+            f"({FIRST_PARTY_SHARE:.0%}), the think times. Only the landing document's and the "
+            "beacon's bodies are recorded: a replay makes up the others to content.size. "
+            f"Seed {self.seed}; made by workloads/har_corpus.py."
         )
 
 

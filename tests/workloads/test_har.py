@@ -266,10 +266,16 @@ def test_a_hostile_field_is_refused_where_it_is(case, tmp_path):
     refused(write(tmp_path, mutated(_set(where, value))), deeper[0] if deeper else _name(where), fragment)
 
 
-def test_a_million_entries_are_refused_by_count(tmp_path):
+def test_a_million_entries_are_refused_before_parsing(tmp_path):
     data = valid()
     data["log"]["entries"] = [{}] * 1_000_000
-    refused(write(tmp_path, data), "log.entries", "1000000 entries (the limit is 2000)")
+    refused(write(tmp_path, data), "file", "JSON values (the limit is 1000000)")
+
+
+def test_more_entries_than_the_bound_are_refused_by_count(tmp_path):
+    data = valid()
+    data["log"]["entries"] = [{}] * (har.MAX_ENTRIES + 1)
+    refused(write(tmp_path, data), "log.entries", "2001 entries (the limit is 2000)")
 
 
 def test_too_many_origins_are_refused_at_the_first_one_over(tmp_path):
@@ -297,6 +303,11 @@ def test_a_huge_file_is_refused_by_its_size_without_reading_it(tmp_path):
     with open(path, "wb") as f:
         f.truncate(GIB)  # sparse: a gigabyte of zeros that would take seconds to read
     refused(path, "file", "larger than 32 MiB")
+
+
+def test_a_file_of_millions_of_values_is_refused_before_parsing(tmp_path):
+    values = b"1," * (har.MAX_FILE_BYTES // 2 - 64)  # 16 million numbers: json takes ~1 s
+    refused(write(tmp_path, b'{"log": {"x": [' + values + b"1]}}"), "file", "JSON values (the limit is")
 
 
 def test_a_directory_and_a_fifo_are_not_read(tmp_path):
