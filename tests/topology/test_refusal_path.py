@@ -53,8 +53,11 @@ def half_rate(monkeypatch: pytest.MonkeyPatch) -> None:
     """The rate stage at half the spec's rate, wherever it runs: the router namespace's ports,
     or the QEMU router's own kernel (the vm backend owns its bottleneck)."""
 
-    def halved(dev: str, spec: LinkSpec, rtt_ms: float, under_netem: bool = False) -> list[list[str]]:
-        return rate_commands(dev, replace(spec, rate_mbit=spec.rate_mbit / 2), rtt_ms, under_netem)
+    def halved(
+        dev: str, spec: LinkSpec, rtt_ms: float, under_netem: bool = False, super_frames: bool = False
+    ) -> list[list[str]]:
+        half = replace(spec, rate_mbit=spec.rate_mbit / 2)
+        return rate_commands(dev, half, rtt_ms, under_netem, super_frames=super_frames)
 
     monkeypatch.setattr(net, "rate_commands", halved)
     monkeypatch.setattr(vm_backend, "rate_commands", halved)

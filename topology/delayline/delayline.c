@@ -72,9 +72,8 @@
 /* At high packet rates a wake-up per frame was most of the delay line's CPU (in this VM, 2/3
  * of it in context switches at 20k frames/s). Once awake it sleeps at least this long before
  * it lets an arrival wake it again, and reads what came meanwhile in batches; the kernel's
- * receive timestamps date each frame, so its delay counts from its arrival. A frame whose
- * delay ends within the gap leaves up to this late (0.1 ms, where ping's RTT must stay within
- * 0.5 ms under load). An idle link's frames leave on time as before. */
+ * receive timestamps date each frame, so its delay counts from its arrival. Departures are
+ * timed by the clock as before, gap or not; an idle link sleeps until an arrival. */
 #ifndef WAKE_GAP_NS
 #define WAKE_GAP_NS 250000ull
 #endif
@@ -917,9 +916,10 @@ int main(int argc, char **argv)
         uint64_t wake = heap_len > 0 ? heap[0].due_ns : UINT64_MAX;
         if (cfg.trace && fifo_len > 0 && opportunity_ns(next_opportunity) < wake)
             wake = opportunity_ns(next_opportunity);
-        /* Within the gap after a wake-up, only the clock wakes it, at the gap's end. */
+        /* Within the gap after an arrival woke it, arrivals wait (read at the gap's end,
+         * dated by the kernel); a departure due meanwhile still wakes it on time. */
         int watch = now >= last_wake + WAKE_GAP_NS;
-        if (!watch) wake = last_wake + WAKE_GAP_NS;
+        if (!watch && last_wake + WAKE_GAP_NS < wake) wake = last_wake + WAKE_GAP_NS;
         struct timespec wait, *timeout = NULL;
         if (wake != UINT64_MAX) {
             uint64_t left = wake > now ? wake - now : 0;
@@ -932,7 +932,9 @@ int main(int argc, char **argv)
             perror("delayline: ppoll");
             return 1;
         }
-        last_wake = now_ns();
+        /* Only an arrival opens a gap: a clock wake-up renewing it would make the loop a
+         * 4 kHz poll at real-time priority, idle or not, beside the endpoints. */
+        if (r > 0) last_wake = now_ns();
     }
     if (applied_path) write_applied(applied_path);
     return 0;
