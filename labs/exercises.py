@@ -156,7 +156,8 @@ OBJECT = "cloud/5KB"  # small objects: a page's many resources
 
 
 def page_command(http: str) -> list[str]:
-    """curl fetching OBJECTS objects over one connection, multiplexed; one time per object."""
+    """curl fetching OBJECTS objects over one connection, multiplexed; per object, when its
+    connection was up and when it completed."""
     args = [
         "curl",
         "-s",
@@ -167,36 +168,57 @@ def page_command(http: str) -> list[str]:
         "--parallel-max",
         str(OBJECTS),
         "-w",
-        "%{time_total}\\n",
+        "%{time_appconnect} %{time_total}\\n",
     ]
     for i in range(OBJECTS):
         args += ["-o", "/dev/null", f"{SERVER_URL}/{OBJECT}?i={i}"]
     return args
 
 
-def page_ms(tb: Any, http: str, repetitions: int = 3) -> float:
-    """Median over repetitions of the mean object completion time (ms)."""
-    means = []
-    for _ in range(repetitions):
-        proc = tb.client.exec(page_command(http), timeout=120)
-        times = [float(t) * 1e3 for t in proc.stdout.split()]
-        if len(times) != OBJECTS:
-            raise RuntimeError(f"curl {http}: {len(times)} of {OBJECTS} objects: {proc.stderr}")
-        means.append(statistics.fmean(times))
-    return statistics.median(means)
+@dataclass(frozen=True)
+class PageLoad:
+    mean_ms: float  # the mean object completion time: what the handout's awk prints
+    data_ms: float  # the same from the moment the connection was up
+
+
+def page_load(tb: Any, http: str) -> PageLoad:
+    proc = tb.client.exec(page_command(http), timeout=120)
+    rows = [[float(v) * 1e3 for v in line.split()] for line in proc.stdout.splitlines() if line.strip()]
+    if len(rows) != OBJECTS or any(len(r) != 2 for r in rows):
+        raise RuntimeError(f"curl {http}: {len(rows)} of {OBJECTS} objects: {proc.stderr}")
+    connected = max(r[0] for r in rows)  # the one connection; the multiplexed others report 0
+    return PageLoad(statistics.fmean(r[1] for r in rows), statistics.fmean(r[1] - connected for r in rows))
+
+
+def page_loads(tb: Any, http: str, repetitions: int) -> PageLoad:
+    """Medians over repetitions of both means."""
+    loads = [page_load(tb, http) for _ in range(repetitions)]
+    return PageLoad(statistics.median(x.mean_ms for x in loads), statistics.median(x.data_ms for x in loads))
+
+
+# At 5 % loss, about one load in five loses a handshake packet and waits out a timeout (TCP's
+# SYN, QUIC's PTO; 0.4-0.9 s measured) before any stream exists: a median of 3 landed on two
+# such QUIC loads in CI (h3 +336 ms against h2's +190). Seven keep the median off them.
+REPETITIONS = {0: 3, 5: 7}
 
 
 def measure_hol(tb: Any) -> Answers:
     answers: Answers = {}
-    for loss in (0, 5):
+    data: dict[tuple[str, int], float] = {}
+    for loss, repetitions in REPETITIONS.items():
         set_link(tb, loss_pct=float(loss))
         for label, flag in (("h2", "--http2"), ("h3", "--http3-only")):
-            answers[f"{label}_ms_loss{loss}"] = round(page_ms(tb, flag), 1)
+            load = page_loads(tb, flag, repetitions)
+            answers[f"{label}_ms_loss{loss}"] = round(load.mean_ms, 1)
+            data[label, loss] = load.data_ms
     tb.apply_link(tb.profile.down, tb.profile.up)
     # "Hurt more" is the time loss added, in ms: head-of-line blocking is a delay. A ratio to
     # the loss-free time weighs h3's losses more, its loss-free load being a round trip shorter,
     # so one QUIC timeout could decide it (issue 45: h2 2.87x for +805 ms, h3 3.10x for +426).
-    added = {p: float(answers[f"{p}_ms_loss5"]) - float(answers[f"{p}_ms_loss0"]) for p in ("h2", "h3")}
+    # It is judged on the streams' time once the connection is up: a lost handshake packet is
+    # a timeout for either protocol, not head-of-line blocking (measured at 5 %: h2 +53..+1440
+    # ms over 12 loads, h3 +13..+59).
+    added = {p: data[p, 5] - data[p, 0] for p in ("h2", "h3")}
     answers["hurt_more"] = max(added, key=lambda p: added[p])
     return answers
 
