@@ -70,8 +70,9 @@ def figure_blocks(figures: list[Figure], section: str) -> list[FigureBlock]:
     return [FigureBlock(f) for f in figures if f.section == section]
 
 
-def flags(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> list[str]:
-    """Everything a reader must know before trusting the numbers."""
+def flags(df: pd.DataFrame, manifests: list[dict[str, Any]], judged: pd.Series | None = None) -> list[str]:
+    """Everything a reader must know before trusting the numbers. `judged`: the rows some
+    verdict reads (verdict_rows), where the caller has them already."""
     out = verdict_differences(manifests, set(df["server"].dropna().astype(str)) if "server" in df else set())
     out += df.attrs.get("notes", [])
     # Tables pool a protocol's trials within a facet and kind of measurement only: two
@@ -100,7 +101,7 @@ def flags(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> list[str]:
         "control, not its protocol (see Congestion response)."
         for stack in flagged_stacks(df[~df["failed"]])
     ]
-    judged = verdict_rows(df, manifests)
+    judged = verdict_rows(df, manifests) if judged is None else judged
     counts = [
         ("failed", df["failed"], pd.Series(True, index=df.index), "excluded from statistics"),
         # Only where a verdict reads them: the rest are listed under Flagged trials.
@@ -119,14 +120,18 @@ def flags(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def finding_rows(df: pd.DataFrame) -> pd.Series:
+    """The rows of the kinds the paper's findings rest on, failed ones included."""
+    if any(d.rests_on is None for d in DIRECTIONS):
+        return pd.Series(True, index=df.index)
+    return df["workload"].isin({kind for d in DIRECTIONS for kind in d.rests_on or ()})
+
+
 def verdict_rows(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> pd.Series:
     """The rows some verdict of the report reads: those of the kinds the paper's findings rest
     on, every row of a run with `expect:` lines, and the rows its `decide:` lines compare. A
     flag elsewhere (a CPU-bound page load no line judges) is listed, not a Summary warning."""
-    kinds = {kind for d in DIRECTIONS for kind in d.rests_on or ()}
-    if any(d.rests_on is None for d in DIRECTIONS):
-        return pd.Series(True, index=df.index)
-    judged = df["workload"].isin(kinds)
+    judged = finding_rows(df)
     for manifest in manifests:
         mine = (
             df["run_id"] == str(manifest.get("run_id")) if "run_id" in df else pd.Series(True, index=df.index)
@@ -153,14 +158,19 @@ def decided_by(df: pd.DataFrame, line: dict[str, Any]) -> pd.Series:
     return df[column].notna() & pd.Series(member, index=df.index)
 
 
-def decide_lines(experiment_text: object, quick: bool) -> list[dict[str, Any]]:
-    """The `decide:` lines of the file a run recorded (its quick: section's, for a quick run)."""
+def recorded_experiment(experiment_text: object) -> dict[str, Any]:
+    """The experiment file a run recorded, as data ({} if it no longer reads as a mapping:
+    it was validated when it ran, so the report judges what it can and loses nothing)."""
     try:
         data = yaml.safe_load(str(experiment_text or ""))
     except yaml.YAMLError:
-        return []
-    if not isinstance(data, dict):
-        return []
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def decide_lines(experiment_text: object, quick: bool) -> list[dict[str, Any]]:
+    """The `decide:` lines of the file a run recorded (its quick: section's, for a quick run)."""
+    data = recorded_experiment(experiment_text)
     overlay = data.get("quick") if quick else None
     lines = overlay.get("decide", data.get("decide")) if isinstance(overlay, dict) else data.get("decide")
     return [x for x in lines if isinstance(x, dict)] if isinstance(lines, list) else []
@@ -233,11 +243,7 @@ def explained(d: Direction, v: Verdict, windows: list[StackWindow]) -> Verdict:
 
 def expect_lines(experiment_text: object) -> list[str]:
     """The `expect:` lines of the experiment file a run recorded (validated when it ran)."""
-    try:
-        data = yaml.safe_load(str(experiment_text or ""))
-    except yaml.YAMLError:
-        return []
-    lines = data.get("expect") if isinstance(data, dict) else None
+    lines = recorded_experiment(experiment_text).get("expect")
     return [str(x) for x in lines] if isinstance(lines, list) else []
 
 
@@ -651,14 +657,16 @@ def matrix_section(
     return Section("Client × server matrix", blocks)
 
 
-def flagged_section(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> Section | None:
+def flagged_section(
+    df: pd.DataFrame, manifests: list[dict[str, Any]], judged: pd.Series | None = None
+) -> Section | None:
     tables = [
         (failures_table(df), "Failed trials (excluded from statistics)"),
         (flag_table(df, "cpu_bound"), "CPU-bound trials (kept, but suspect)"),
         (flag_table(df, "calib_forced"), "Trials on a path whose calibration was forced"),
     ]
     blocks: list[Block] = [Table(t, caption) for t, caption in tables if not t.empty]
-    unjudged = df["cpu_bound"] & ~verdict_rows(df, manifests)
+    unjudged = df["cpu_bound"] & ~(verdict_rows(df, manifests) if judged is None else judged)
     if unjudged.any():
         kinds = ", ".join(f"{k} {n}" for k, n in df[unjudged]["workload"].value_counts().sort_index().items())
         blocks.insert(
@@ -677,11 +685,16 @@ def build_sections(
     figures: list[Figure],
     warnings: list[str],
     windows: list[StackWindow] | None = None,
+    judged: pd.Series | None = None,
 ) -> list[Section]:
     ok = df[~df["failed"]]
     sections = [
         summary_section(df, manifests, warnings),
-        directions_section(ok, quick=any(m.get("quick") for m in manifests), windows=windows),
+        # Only where a finding has rows, failed or not: a run of other questions would open
+        # with fourteen "not enough data" lines above its own verdicts.
+        directions_section(ok, quick=any(m.get("quick") for m in manifests), windows=windows)
+        if finding_rows(df).any()
+        else None,
         expectations_section(ok, manifests),
         decisions_section(manifests),
         congestion_section(ok, manifests, figures),
@@ -689,7 +702,7 @@ def build_sections(
         fairness_section(ok, figures),
         matrix_section(df, figures, windows),
         run_section(df, manifests, windows),
-        flagged_section(df, manifests),
+        flagged_section(df, manifests, judged),
     ]
     return [s for s in sections if s is not None]
 
@@ -705,14 +718,21 @@ def build_report(run_ids: Sequence[str | Path], out_dir: str | Path | None = Non
     runs = [str(r) for r in run_ids]
     df, manifests = load_runs(runs)
     out = Path(out_dir) if out_dir else default_out_dir(runs, manifests)
-    warnings = flags(df, manifests)
+    judged = verdict_rows(df, manifests)
+    warnings = flags(df, manifests, judged)
     try:
-        return write_files(df, manifests, out, warnings), warnings
+        return write_files(df, manifests, out, warnings, judged), warnings
     except OSError as exc:
         raise AnalysisError(f"cannot write the report to {out}: " f"{exc.strerror or exc}") from None
 
 
-def write_files(df: pd.DataFrame, manifests: list[dict[str, Any]], out: Path, warnings: list[str]) -> Path:
+def write_files(
+    df: pd.DataFrame,
+    manifests: list[dict[str, Any]],
+    out: Path,
+    warnings: list[str],
+    judged: pd.Series | None = None,
+) -> Path:
     figure_dir = out / "figures"
     out.mkdir(parents=True, exist_ok=True)
     # Figures of an earlier report of the same runs would linger unreferenced.
@@ -725,7 +745,7 @@ def write_files(df: pd.DataFrame, manifests: list[dict[str, Any]], out: Path, wa
     found = stack_matrix.cells(df)
     if stack_matrix.is_matrix(found):
         figures += stack_matrix_figure(found, figure_dir)
-    sections = build_sections(df, manifests, figures, warnings, measured_windows(ok))
+    sections = build_sections(df, manifests, figures, warnings, measured_windows(ok), judged)
     title = "quicbed report: " + ", ".join(str(m.get("run_id")) for m in manifests)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     (out / "report.md").write_text(render.markdown(title, stamp, sections, out))

@@ -431,3 +431,18 @@ def test_a_decide_line_on_a_browser_makes_its_cpu_bound_loads_a_warning() -> Non
     (warning,) = [f for f in flags(df, [{"run_id": "r1", "experiment_text": text}]) if "CPU-bound" in f]
     assert warning.startswith("1 of 2 trials are CPU-bound")  # every row is one a verdict reads
     assert not [f for f in flags(df, [{"run_id": "r1", "experiment_text": "name: b\n"}]) if "CPU-bound" in f]
+
+
+def test_against_the_paper_is_left_out_where_no_finding_has_rows(full_report) -> None:
+    """A run of other questions (rows of no kind a finding reads) gets no list of fourteen
+    "not enough data" verdicts above its own; a run with the paper's rows keeps the section,
+    and so does one whose such rows all failed (test above)."""
+    from quicbed.analysis.report import build_sections, finding_rows
+
+    df, manifests = load_runs([str(full_report.parent.parent)])
+    titles = [s.title for s in build_sections(df, manifests, [], [])]
+    assert "Against the paper" in titles
+    other = df.assign(workload="cross")  # a kind no finding rests on
+    assert not finding_rows(other).any()
+    titles = [s.title for s in build_sections(other, manifests, [], [])]
+    assert "Against the paper" not in titles and titles[0] == "Summary"
