@@ -10,6 +10,7 @@ import json
 import statistics
 
 import pytest
+from contention import remeasured
 
 from quicbed.analysis.physics import net_connection_rtts, row_connection_within
 from quicbed.clients.tools import tool_argv
@@ -80,13 +81,26 @@ def test_handshakes_cost_their_rtts_and_playout_never_stalls(testbed):
         rtt = check_rtt(tb, 30)
         assert rtt.passed, rtt
         for protocol, (args, expected) in PROTOCOLS.items():
-            rows = _download(tb, hosts, args, reps=3)
-            assert all(r["error"] == "" for r in rows), rows[0]["error"]
-            net = statistics.median(
-                net_connection_rtts(r["connection_time_ms"], r["client_cpu_ms"], rtt.measured) for r in rows
+
+            def handshakes_within(rows: list[dict], protocol: str = protocol, expected: int = expected):
+                assert all(r["error"] == "" for r in rows), rows[0]["error"]
+                net = statistics.median(
+                    net_connection_rtts(r["connection_time_ms"], r["client_cpu_ms"], rtt.measured)
+                    for r in rows
+                )
+                raw = statistics.median(r["connection_time_ms"] for r in rows) / rtt.measured
+                assert row_connection_within(expected, net, rtt.measured), (protocol, net, raw)
+
+            # A handshake's few ms above the RTT are the endpoints' CPU: measured on a busy
+            # host, they are measured again (CI once saw quic-ngtcp2 at 1.043 RTT, unmetered;
+            # 16 loads here: 1.010-1.033, median 1.018).
+            rows = remeasured(
+                f"video_download {protocol}",
+                lambda args=args: _download(tb, hosts, args, reps=3),
+                handshakes_within,
+                lambda rows: any(r.get("cpu_bound") for r in rows),
+                own=[tb.client.container, hosts["nginx"].container],
             )
-            raw = statistics.median(r["connection_time_ms"] for r in rows) / rtt.measured
-            assert row_connection_within(expected, net, rtt.measured), (protocol, net, raw)
             second = [r["second_connection_time_ms"] for r in rows]
             if protocol.startswith("quic"):
                 assert second == [None] * 3  # both streams on the first connection
