@@ -3,9 +3,10 @@ the calibration run that prints it: `quicbed calibrate` and the netem guest shar
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from rich.console import Console
 from rich.measure import Measurement
@@ -71,19 +72,34 @@ def calibrate_path(
 ) -> Calibration:
     """Bring the path up, calibrate it with progress, tear it down, print the table:
     `quicbed calibrate` and the netem guest (topology/guest.py) alike."""
+    with brought_up(cfg, say) as tb:
+        return calibrate_up(
+            tb, rtt_samples=rtt_samples, udp_packets=udp_packets, goodput_seconds=goodput_seconds, say=say
+        )
+
+
+@contextlib.contextmanager
+def brought_up(cfg: net.TestbedConfig, say: Say) -> Iterator[net.Testbed]:
     say(f"bringing up {cfg.profile.name} ({cfg.profile.description})")
     with net.Testbed(cfg) as tb:
         say(
             f"link backend: {tb.backend.name if tb.backend else '?'}; router forwarding RTT "
             f"{tb.forwarding_rtt_ms:.3f} ms (subtracted from the netem delay)"
         )
-        cal = calibrate(
-            tb,
-            rtt_samples=rtt_samples,
-            udp_packets=udp_packets,
-            goodput_seconds=goodput_seconds,
-            progress=lambda m: say(f"measuring {m}"),
-        )
-        remember(tb, cal)
+        yield tb
+
+
+def calibrate_up(
+    tb: net.Testbed, *, rtt_samples: int, udp_packets: int, goodput_seconds: float, say: Say
+) -> Calibration:
+    """Calibrate a path that is up (its profile's link applied), with progress; print the table."""
+    cal = calibrate(
+        tb,
+        rtt_samples=rtt_samples,
+        udp_packets=udp_packets,
+        goodput_seconds=goodput_seconds,
+        progress=lambda m: say(f"measuring {m}"),
+    )
+    remember(tb, cal)
     print_calibration(cal)
     return cal

@@ -17,6 +17,7 @@ guest.log and rc out.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -216,32 +217,40 @@ def _tails(ctl: Path) -> str:
 # -- guest side (run by uml_guest.sh) ---------------------------------------------------------
 def inside(ctl: Path) -> int:
     """Calibrate job.json's jobs with the netem backend and namespace hosts, one after another;
-    0 if every check of every job passed, 3 if one failed (as `quicbed calibrate`)."""
-    from quicbed.topology.calibration_table import calibrate_path, progress_printer
+    0 if every check of every job passed, 3 if one failed (as `quicbed calibrate`). Jobs of one
+    profile in a row share its bring-up (22 s under TCG), each with its own link applied."""
+    from quicbed.topology.calibration_table import brought_up, calibrate_up, progress_printer
     from quicbed.topology.net import HostSpec, TestbedConfig
 
     jobs = [GuestJob(**job) for job in json.loads((ctl / "job.json").read_text())["jobs"]]
     say = progress_printer()
     say(f"guest kernel {os.uname().release}")
     passed = True
-    for index, job in enumerate(jobs):
+    numbered = list(enumerate(jobs))
+    for _, same_profile in itertools.groupby(numbered, key=lambda item: item[1].profile):
+        group = list(same_profile)
         namespace_host = HostSpec(image=None)
+        first = group[0][1]
         cfg = TestbedConfig(
-            profile=load_profile(job.profile, job.overrides),
+            profile=load_profile(first.profile, first.overrides),
             backend="netem",
             client=namespace_host,
             servers=(namespace_host,),
         )
-        say(f"job {index + 1} of {len(jobs)}: {job.profile} {job.overrides}")
-        cal = calibrate_path(
-            cfg,
-            rtt_samples=job.rtt_samples,
-            udp_packets=job.udp_packets,
-            goodput_seconds=job.goodput_seconds,
-            say=say,
-        )
-        (ctl / _result_name(index)).write_text(json.dumps(cal.to_dict(), indent=2))
-        passed = passed and cal.passed
+        with brought_up(cfg, say) as tb:
+            for index, job in group:
+                say(f"job {index + 1} of {len(jobs)}: {job.profile} {job.overrides}")
+                tb.profile = load_profile(job.profile, job.overrides)
+                tb.apply_link(tb.profile.down, tb.profile.up)
+                cal = calibrate_up(
+                    tb,
+                    rtt_samples=job.rtt_samples,
+                    udp_packets=job.udp_packets,
+                    goodput_seconds=job.goodput_seconds,
+                    say=say,
+                )
+                (ctl / _result_name(index)).write_text(json.dumps(cal.to_dict(), indent=2))
+                passed = passed and cal.passed
     return 0 if passed else 3
 
 
