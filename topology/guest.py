@@ -226,8 +226,7 @@ def inside(ctl: Path) -> int:
     say = progress_printer()
     say(f"guest kernel {os.uname().release}")
     passed = True
-    numbered = list(enumerate(jobs))
-    for _, same_profile in itertools.groupby(numbered, key=lambda item: item[1].profile):
+    for _, same_profile in itertools.groupby(enumerate(jobs), key=lambda item: item[1].profile):
         group = list(same_profile)
         namespace_host = HostSpec(image=None)
         first = group[0][1]
@@ -240,8 +239,9 @@ def inside(ctl: Path) -> int:
         with brought_up(cfg, say) as tb:
             for index, job in group:
                 say(f"job {index + 1} of {len(jobs)}: {job.profile} {job.overrides}")
-                tb.profile = load_profile(job.profile, job.overrides)
-                tb.apply_link(tb.profile.down, tb.profile.up)
+                if job is not first:  # the bring-up applied the first job's link
+                    tb.profile = load_profile(job.profile, job.overrides)
+                    tb.apply_link(tb.profile.down, tb.profile.up)
                 cal = calibrate_up(
                     tb,
                     rtt_samples=job.rtt_samples,
