@@ -43,6 +43,7 @@ from quicbed.fields import (
     descriptor_files as _descriptor_files,
 )
 from quicbed.paths import STACKS_DIR, read_versions
+from quicbed.perfargs import contract_argv
 from quicbed.workloads import WORKLOADS
 from quicbed.yamlio import PathKey, Source
 
@@ -131,20 +132,9 @@ class Tool:
         what the workload adds that the tool takes (e.g. the video's duration). A trial is one
         measurement with its CPU samples; a bench or test may ask for several in one process
         (`repetitions`), or none of the samples (`cpu=False`: an untimed warm-up)."""
-        argv = [
-            *(self.command or (self.name,)),
-            "--url",
-            url,
-            "--resolve",
-            resolve,
-            "--cacert",
-            cacert,
-            "-n",
-            str(repetitions),
-            *(["--cpu"] if cpu else []),
-            "--timeout",
-            str(int(timeout_s)),
-        ]
+        argv = contract_argv(
+            self.command or (self.name,), url, resolve, cacert, timeout_s, repetitions=repetitions, cpu=cpu
+        )
         for option, flag in self.flags.items():
             if options.get(option):
                 argv += [flag, self.values.get(option, {}).get(options[option], options[option])]

@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+from quicbed.perfargs import contract_argv
 from quicbed.topology.backends import BackendChoice
 from quicbed.topology.hosts import DockerHost
 from quicbed.topology.net import DEFAULT_IMAGE, DOMAIN, HostSpec, Testbed, TestbedConfig, server_address
@@ -107,28 +108,20 @@ def warm_up(tb: Testbed, host: DockerHost, name: str) -> None:
     for node in (tb.router, tb.client):
         with contextlib.suppress(subprocess.SubprocessError, OSError):
             node.run(["ping", "-n", "-q", "-c", "1", "-W", "5", address], timeout=10, check=False)
-    resolve = f"{SERVER_NAME}:443:{address}"
     spec = get_server(name)
     tools = [
         tool
         for tool, http in (("tls_perf", TCP_HTTP), ("quic_perf", QUIC_HTTP))
         if any(h in spec.http_versions for h in http)
     ]
-    # Spelled here, not by clients.tools.tool_argv: the clients' layer is above this one
-    # (tests/base/test_layers.py). The contract's arguments with no --cpu: untimed.
     for tool in tools:
-        argv = [
-            tool,
-            "--url",
-            WARM_UP_URL,
-            "--resolve",
-            resolve,
-            "--cacert",
-            f"{CLIENT_PKI}/ca.pem",
-            "-n",
-            "1",
-            "--timeout",
-            str(WARM_UP_TIMEOUT_S),
-        ]
+        argv = warm_up_argv(tool, address)
         with contextlib.suppress(subprocess.SubprocessError, OSError):
             tb.client.exec(argv, timeout=WARM_UP_TIMEOUT_S + 5)
+
+
+def warm_up_argv(tool: str, address: str) -> list[str]:
+    """The warm-up's fetch: the contract's arguments alone (quicbed.perfargs; clients.tools is a
+    layer above this one), with no --cpu: untimed."""
+    resolve = f"{SERVER_NAME}:443:{address}"
+    return contract_argv((tool,), WARM_UP_URL, resolve, f"{CLIENT_PKI}/ca.pem", WARM_UP_TIMEOUT_S, cpu=False)

@@ -89,6 +89,18 @@ def test_shipped_clients_are_the_old_tools() -> None:
     assert all(t.reports == ("tool_version", "library") for t in tools.TOOLS.values())
 
 
+def test_the_servers_warm_up_fetches_as_the_runner_calls_the_tool() -> None:
+    """servers.testbed spells no argv of its own (a layer below clients.tools): its untimed
+    warm-up fetch is the tool's argv with no variant flags and no CPU samples."""
+    from quicbed.servers.testbed import WARM_UP_TIMEOUT_S, WARM_UP_URL, warm_up_argv
+
+    path = WARM_UP_URL.split("/", 3)[3]
+    for tool in ("tls_perf", "quic_perf"):
+        runner = tools.tool_argv(tool, path, "10.0.0.9", timeout_s=WARM_UP_TIMEOUT_S, cpu=False)
+        assert warm_up_argv(tool, "10.0.0.9") == runner
+        assert "--cpu" not in runner and runner[0] == tool
+
+
 def test_quicgo_offers_streams_and_the_matrix_asks_for_it() -> None:
     """quicgo's `streams` option (stacks/quicgo/client.yaml): "1" is the row of before (no
     label suffix), "30" the variant quicgo-s30, which the stack matrix's full run measures
