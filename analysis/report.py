@@ -13,6 +13,7 @@ import pandas as pd
 import yaml
 
 from quicbed import rowschema
+from quicbed.paths import REPO
 from quicbed.workloads import ReportSection, report_sections
 
 from . import decisions, disagreements, render, stack_matrix
@@ -688,15 +689,20 @@ def build_sections(
     judged: pd.Series | None = None,
 ) -> list[Section]:
     ok = df[~df["failed"]]
-    sections = [
-        summary_section(df, manifests, warnings),
-        # Only where a finding has rows, failed or not: a run of other questions would open
-        # with fourteen "not enough data" lines above its own verdicts.
+    # Only where a finding has rows, failed or not: a run of other questions would open with
+    # fourteen "not enough data" lines above its own verdicts.
+    against = (
         directions_section(ok, quick=any(m.get("quick") for m in manifests), windows=windows)
         if finding_rows(df).any()
-        else None,
-        expectations_section(ok, manifests),
-        decisions_section(manifests),
+        else None
+    )
+    own = [expectations_section(ok, manifests), decisions_section(manifests)]
+    # The paper's runs lead with its findings; any other run with the questions it asked, and
+    # the paper's findings its rows reach come after them.
+    verdicts = [against, *own] if of_the_paper(manifests) else [*own, against]
+    sections = [
+        summary_section(df, manifests, warnings),
+        *verdicts,
         congestion_section(ok, manifests, figures),
         *(workload_section(spec, ok, figures) for spec in report_sections()),
         fairness_section(ok, figures),
@@ -705,6 +711,21 @@ def build_sections(
         flagged_section(df, manifests, judged),
     ]
     return [s for s in sections if s is not None]
+
+
+PAPER_EXPERIMENTS = ("experiments", "paper")  # the shipped reproduction's (make reproduce)
+
+
+def of_the_paper(manifests: list[dict[str, Any]]) -> bool:
+    """Whether any run is one of the paper's experiments, by the file it ran (as given to
+    `quicbed run`: relative to where it ran, or absolute)."""
+    for m in manifests:
+        path = Path(str(m.get("file", "")))
+        if path.is_absolute():
+            path = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+        if path.parts[:2] == PAPER_EXPERIMENTS:
+            return True
+    return False
 
 
 def default_out_dir(runs: Sequence[str], manifests: list[dict[str, Any]]) -> Path:

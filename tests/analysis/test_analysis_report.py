@@ -433,6 +433,26 @@ def test_a_decide_line_on_a_browser_makes_its_cpu_bound_loads_a_warning() -> Non
     assert not [f for f in flags(df, [{"run_id": "r1", "experiment_text": "name: b\n"}]) if "CPU-bound" in f]
 
 
+def test_a_run_of_other_questions_leads_with_its_own_expectations(full_report) -> None:
+    """The paper's runs (its files, as given to `quicbed run`, relative or absolute) open with
+    "Against the paper"; any other run with its own expect lines, and the paper's findings
+    that its rows reach come after them."""
+    from quicbed.analysis.report import build_sections
+    from quicbed.paths import REPO
+
+    df, manifests = load_runs([str(full_report.parent.parent)])
+    expect = "expect:\n  - 'quic.connection_time.median / rtt < 2'\n"
+
+    def titles(file: str) -> list[str]:
+        ran = [{**m, "file": file, "experiment_text": expect} for m in manifests]
+        return [s.title for s in build_sections(df, ran, [], [])]
+
+    for paper in ("experiments/paper/web.yaml", str(REPO / "experiments" / "paper" / "web.yaml")):
+        assert titles(paper)[:3] == ["Summary", "Against the paper", "Expectations"], paper
+    for other in ("experiments/neighbours/fast.yaml", "/home/me/paper/web.yaml"):
+        assert titles(other)[:3] == ["Summary", "Expectations", "Against the paper"], other
+
+
 def test_against_the_paper_is_left_out_where_no_finding_has_rows(full_report) -> None:
     """A run of other questions (rows of no kind a finding reads) gets no list of fourteen
     "not enough data" verdicts above its own; a run with the paper's rows keeps the section,
