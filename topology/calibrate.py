@@ -72,6 +72,12 @@ class Calibration:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "passed": self.passed}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Calibration:
+        """What to_dict wrote (its `passed` is derived again from the checks)."""
+        fields = {k: v for k, v in data.items() if k not in ("passed", "checks")}
+        return cls(**fields, checks=[Check(**c) for c in data["checks"]])
+
     def measured(self, metric: str, direction: str = "both") -> float | None:
         for check in self.checks:
             if check.metric == metric and check.direction == direction:

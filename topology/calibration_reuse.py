@@ -18,10 +18,9 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from quicbed.topology import calibrate as cal_mod
-from quicbed.topology.calibrate import Calibration, Check, Progress, calibrate
+from quicbed.topology.calibrate import Calibration, Progress, calibrate
 from quicbed.topology.net import Testbed
 
 REUSE_ENV = "QUICBED_CALIBRATION_REUSE"
@@ -78,10 +77,7 @@ def path_key(tb: Testbed) -> str:
 
 def _load(record: Path) -> Calibration | None:
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-        data: dict[str, Any] = json.loads(record.read_text())
-        data.pop("passed", None)
-        checks = [Check(**c) for c in data.pop("checks")]
-        return Calibration(**data, checks=checks)
+        return Calibration.from_dict(json.loads(record.read_text()))
     return None
 
 

@@ -76,6 +76,9 @@ def test_handout_walks_and_checker_grades(name: str, monkeypatch: pytest.MonkeyP
     args, lines = handout(name)
     # Playbacks of a few seconds show every line works; the handout's 20 s adds nothing here.
     lines = [f"{line} {TEST_PLAY_SECONDS}" if re.fullmatch(r"play \S+", line) else line for line in lines]
+    # A playback line walks once (a browser's start and a playback, 12 s each): its second
+    # time, under loss, is the checker's below, which plays both protocols at 0 and 5 %.
+    lines = [line for i, line in enumerate(lines) if not line.startswith("play ") or line not in lines[:i]]
     # One download of each shows the line works; the checker below measures the handout's three.
     lines = [line.replace(" -n 3 ", " -n 1 ") if name == "cc" else line for line in lines]
     monkeypatch.setattr(exercises, "PLAY_SECONDS", TEST_PLAY_SECONDS)
