@@ -2,8 +2,9 @@
 
 The foundation of issue 50's replay: `load_har(path)` turns a HAR file into a `Page`, its
 `origins` (scheme, host, port) and its `entries` (method, path, status, the response headers
-that matter, body size and recorded body, think time). No workload kind uses it yet: the
-experiment schema still refuses `pages: [har: ...]`, because no replay server exists.
+that matter, body size and recorded body, think time). workloads/replay.py lays a `Page` out
+for stacks/quicgo's replay server. No workload kind uses it yet: the experiment schema still
+refuses `pages: [har: ...]`, until a run can replay one.
 
 What a replay of a `Page` keeps:
 - every origin under its recorded name, each served by its own server inside the emulated

@@ -19,6 +19,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -837,6 +838,13 @@ func openOut(path string, flags int) io.WriteCloser {
 }
 
 func main() {
+	// One binary, two programs: the replay server under its own name (a link) or as a verb.
+	if filepath.Base(os.Args[0]) == "quicgo_replay" {
+		os.Exit(replayMain(os.Args[1:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "replay" {
+		os.Exit(replayMain(os.Args[2:]))
+	}
 	o := parse(os.Args[1:])
 	if why := unsupported(o); why != "" {
 		fmt.Fprintln(os.Stderr, "quicgo_perf: unsupported: "+why)

@@ -1,0 +1,89 @@
+"""The replay plan of a recorded page (workloads/replay.py): every origin its own site and
+address, every response a body file, written the same on every machine."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from quicbed.workloads import replay
+from quicbed.workloads.har import load_har
+from quicbed.workloads.replay import ReplayError, plan_replay, site_address, write_site
+
+PAGES = Path(replay.__file__).resolve().parent / "pages"
+
+
+@pytest.fixture(scope="module")
+def page():
+    return load_har(PAGES / "median-desktop.har")
+
+
+def test_every_origin_is_a_site_of_its_own_address(page) -> None:
+    plan = plan_replay(page)
+    assert [s.name for s in plan.sites] == [o.host for o in page.origins]
+    assert plan.sites[0].name == page.landing.origin.host  # the landing document's first
+    addresses = [s.address for s in plan.sites]
+    assert len(set(addresses)) == len(addresses) == 20
+    assert addresses[0] == site_address(0) == "10.77.2.50"
+    assert plan.hosts() == dict(zip(plan.names, addresses, strict=True))
+
+
+def test_one_host_on_two_ports_is_one_name_and_one_address(page) -> None:
+    other = replace(page.origins[1], port=8443)
+    moved = replace(page.entries[2], origin=other)
+    plan = plan_replay(replace(page, origins=(*page.origins, other), entries=(*page.entries[:2], moved)))
+    (first, second) = [s for s in plan.sites if s.name == other.host]
+    assert first.address == second.address and {first.port, second.port} == {443, 8443}
+    assert plan.responses[2].site == len(page.origins)
+
+
+def test_responses_keep_the_record_and_drop_the_encoding(page) -> None:
+    plan = plan_replay(page)
+    assert len(plan.responses) == len(page.entries) and plan.repeated == ()
+    for response, entry in zip(plan.responses, page.entries, strict=True):
+        assert (response.entry, response.method, response.target) == (entry.index, entry.method, entry.path)
+        assert response.status == entry.status and response.wait_ms == entry.wait_ms
+        assert response.body_bytes == entry.body_bytes
+        assert dict(response.headers) == {k: v for k, v in entry.headers if k != "content-encoding"}
+        assert plan.sites[response.site].name == entry.origin.host
+
+
+def test_a_request_recorded_twice_is_answered_as_first_recorded(page) -> None:
+    again = replace(page.entries[3], index=len(page.entries), status=304)
+    plan = plan_replay(replace(page, entries=(*page.entries, again)))
+    assert plan.repeated == (again.index,)
+    (answer,) = [r for r in plan.responses if r.target == again.path and r.site == plan.responses[3].site]
+    assert answer.status == page.entries[3].status
+
+
+def test_the_site_is_the_same_bytes_on_every_machine(page, tmp_path: Path) -> None:
+    plan = plan_replay(page)
+    one, two = write_site(plan, page, tmp_path / "a"), write_site(plan, page, tmp_path / "b")
+    assert one.read_bytes() == two.read_bytes()
+    manifest = json.loads(one.read_text())
+    assert manifest["format"] == replay.FORMAT and len(manifest["responses"]) == len(page.entries)
+    for response in plan.responses:
+        body = one.parent / replay.BODIES / response.body
+        assert body.read_bytes() == (two.parent / replay.BODIES / response.body).read_bytes()
+        assert body.stat().st_size == response.body_bytes
+    # Written again over itself: nothing changes, and no partial file is left.
+    write_site(plan, page, tmp_path / "a")
+    assert one.read_bytes() == two.read_bytes()
+    assert not [p for p in one.parent.rglob("*") if p.name.startswith(".")]
+
+
+def test_a_recorded_body_is_served_as_recorded(page, tmp_path: Path) -> None:
+    landing = replace(page.entries[0], body=b"<html>recorded</html>", body_bytes=21)
+    recorded = replace(page, entries=(landing, *page.entries[1:]))
+    plan = plan_replay(recorded)
+    write_site(plan, recorded, tmp_path)
+    assert (tmp_path / replay.BODIES / plan.responses[0].body).read_bytes() == b"<html>recorded</html>"
+
+
+def test_more_origins_than_the_lan_has_addresses_are_refused() -> None:
+    assert site_address(replay.LAST_HOST - replay.FIRST_HOST) == "10.77.2.254"
+    with pytest.raises(ReplayError, match="206 origins: the server LAN has addresses for 205"):
+        site_address(replay.LAST_HOST - replay.FIRST_HOST + 1)
