@@ -10,8 +10,10 @@ import base64
 import hashlib
 import ipaddress
 import os
+import re
 import secrets
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,46 +68,22 @@ def _write_private(path: Path, data: bytes) -> None:
     os.chmod(path, 0o600)
 
 
-def generate_pki(out_dir: Path, server_ip: str, server_name: str = "server.quicbed") -> Pki:
-    """Write ca.pem, server.pem and server.key (0600) into out_dir; the CA key is discarded.
+ORIGINS_DIR = "origins"  # a replayed page's certificates, one per origin
+ORIGIN_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")  # workloads/har.py checks more
+_CURVE = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256")
 
-    SANs: server_name, localhost (ngtcp2 and others send SNI "localhost" for IP hosts),
-    server_ip and 127.0.0.1 (checks from inside the server's own namespace, compose ports).
-    """
-    ipaddress.ip_address(server_ip)  # fail early and clearly on a typo
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    ca_key, csr = out_dir / "ca.key", out_dir / "server.csr"
-    ca, cert, key = out_dir / "ca.pem", out_dir / "server.pem", out_dir / "server.key"
-    ext = out_dir / "server.ext"
-    tag = secrets.token_hex(4)  # distinguishes one run's CA from another's in a trust store
-    curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256")
+
+def origin_files(pki_dir: Path, name: str) -> tuple[Path, Path]:
+    """Where an origin's certificate and key are: origins/NAME.pem and origins/NAME.key."""
+    return pki_dir / ORIGINS_DIR / f"{name}.pem", pki_dir / ORIGINS_DIR / f"{name}.key"
+
+
+def _issue(ca: Path, ca_key: Path, name: str, sans: list[str], cert: Path, key: Path) -> None:
+    """A P-256 key (0600) and its certificate for `name` with these SANs, signed by the CA."""
+    csr, ext = cert.with_suffix(".csr"), cert.with_suffix(".ext")
     try:
-        _openssl(
-            "req",
-            "-x509",
-            "-new",
-            *curve,
-            "-nodes",
-            "-keyout",
-            ca_key,
-            "-out",
-            ca,
-            "-days",
-            str(DAYS),
-            "-subj",
-            f"/O=quicbed/CN=quicbed run CA {tag}",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        )
-        os.chmod(ca_key, 0o600)
         _write_private(key, _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"))
-        _openssl("req", "-new", "-key", key, "-subj", f"/O=quicbed/CN={server_name}", "-out", csr)
-        sans = [f"DNS:{server_name}", "DNS:localhost", f"IP:{server_ip}"]
-        if server_ip != "127.0.0.1":
-            sans.append("IP:127.0.0.1")
+        _openssl("req", "-new", "-key", key, "-subj", f"/O=quicbed/CN={name}", "-out", csr)
         ext.write_text(
             "basicConstraints=critical,CA:FALSE\n"
             "keyUsage=critical,digitalSignature\n"
@@ -131,9 +109,65 @@ def generate_pki(out_dir: Path, server_ip: str, server_name: str = "server.quicb
             cert,
         )
     finally:
+        csr.unlink(missing_ok=True)
+        ext.unlink(missing_ok=True)
+
+
+def generate_pki(
+    out_dir: Path, server_ip: str, server_name: str = "server.quicbed", origins: Sequence[str] = ()
+) -> Pki:
+    """Write ca.pem, server.pem and server.key (0600) into out_dir; the CA key is discarded.
+
+    SANs: server_name, localhost (ngtcp2 and others send SNI "localhost" for IP hosts),
+    server_ip and 127.0.0.1 (checks from inside the server's own namespace, compose ports).
+    `origins`: the host names of a replayed page (workloads/replay.py), each with a
+    certificate of its own name only (`origins/NAME.pem`, `origins/NAME.key`), from the same
+    CA in the same pass, so that two origins share a connection only where a client coalesces
+    them as it would on the Internet.
+    """
+    ipaddress.ip_address(server_ip)  # fail early and clearly on a typo
+    for name in origins:
+        if not ORIGIN_NAME.fullmatch(name):
+            raise PkiError(f"not a host name for a certificate: {name!r}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ca_key, ca = out_dir / "ca.key", out_dir / "ca.pem"
+    cert, key = out_dir / "server.pem", out_dir / "server.key"
+    tag = secrets.token_hex(4)  # distinguishes one run's CA from another's in a trust store
+    try:
+        _openssl(
+            "req",
+            "-x509",
+            "-new",
+            *_CURVE,
+            "-nodes",
+            "-keyout",
+            ca_key,
+            "-out",
+            ca,
+            "-days",
+            str(DAYS),
+            "-subj",
+            f"/O=quicbed/CN=quicbed run CA {tag}",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        )
+        os.chmod(ca_key, 0o600)
+        sans = [f"DNS:{server_name}", "DNS:localhost", f"IP:{server_ip}"]
+        if server_ip != "127.0.0.1":
+            sans.append("IP:127.0.0.1")
+        _issue(ca, ca_key, server_name, sans, cert, key)
+        if origins:
+            (out_dir / ORIGINS_DIR).mkdir(exist_ok=True)
+        for name in dict.fromkeys(origins):
+            pem, private = origin_files(out_dir, name)
+            _issue(ca, ca_key, name, [f"DNS:{name}"], pem, private)
+            pem.chmod(0o644)
+    finally:
         # Without the CA key nobody, not even a later run, can mint certs this run's clients trust.
-        for tmp in (ca_key, csr, ext):
-            tmp.unlink(missing_ok=True)
+        ca_key.unlink(missing_ok=True)
     # Containers read the public parts as other users (nginx workers); the key stays 0600.
     ca.chmod(0o644)
     cert.chmod(0o644)

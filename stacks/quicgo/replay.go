@@ -143,7 +143,8 @@ func (s *replayServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	route := s.routes[routeKey{requestHost(r), r.Method, r.URL.RequestURI()}]
+	// The request-target as it arrived (:path), as the HAR recorded it: no re-encoding.
+	route := s.routes[routeKey{requestHost(r), r.Method, r.RequestURI}]
 	status, sent, entry, wait := http.StatusNotFound, int64(0), -1, 0.0
 	if route != nil {
 		entry, wait = route.Entry, route.WaitMs

@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ var origins = []string{"www.page.example", "cdn.assets.example"}
 const thinkMs = 60
 
 // writeCA: a CA and one certificate per origin in dir (NAME.pem, NAME.key); the CA's pool.
-func writeCA(t *testing.T, dir string) *x509.CertPool {
+func writeCA(t testing.TB, dir string) *x509.CertPool {
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caTmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true,
@@ -69,7 +70,7 @@ func writeCA(t *testing.T, dir string) *x509.CertPool {
 	return pool
 }
 
-func write(t *testing.T, path string, data []byte) {
+func write(t testing.TB, path string, data []byte) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func write(t *testing.T, path string, data []byte) {
 }
 
 // writeSite: replay.json and bodies/ as workloads/replay.py writes them.
-func writeSite(t *testing.T, dir string, body []byte) {
+func writeSite(t testing.TB, dir string, body []byte) {
 	sum := sha256.Sum256(body)
 	name := hex.EncodeToString(sum[:])
 	write(t, filepath.Join(dir, "bodies", name), body)
@@ -96,7 +97,7 @@ func writeSite(t *testing.T, dir string, body []byte) {
 	write(t, filepath.Join(dir, "replay.json"), data)
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +113,7 @@ type served struct {
 	body []byte
 }
 
-func startReplay(t *testing.T) served {
+func startReplay(t testing.TB) served {
 	dir := t.TempDir()
 	pool := writeCA(t, filepath.Join(dir, "certs"))
 	body := bytes.Repeat([]byte("recorded "), 20000)
@@ -215,6 +216,35 @@ func TestASiteNamingAPathOutsideItsBodiesIsRefused(t *testing.T) {
 		write(t, filepath.Join(dir, "replay.json"), data)
 		if _, err := loadSite(dir); err == nil {
 			t.Fatalf("%s: accepted", name)
+		}
+	}
+}
+
+// BenchmarkThinkTime: the replay server's own time beside a recorded think time, per
+// protocol, on one kept connection over loopback (bench/replay_bench.py prints the table):
+// ms-over-wait is a request's time less the think time, the loopback round trip included.
+func BenchmarkThinkTime(b *testing.B) {
+	s := startReplay(b)
+	for _, proto := range []string{"h2", "h3"} {
+		c := clients(s)[proto]
+		for _, target := range []string{"https://www.page.example/", "https://cdn.assets.example/app.js?v=2"} {
+			wait := map[bool]float64{true: thinkMs, false: 0}[strings.Contains(target, "app.js")]
+			b.Run(fmt.Sprintf("%s/wait=%gms", proto, wait), func(b *testing.B) {
+				over := make([]float64, 0, b.N)
+				for i := 0; i < b.N; i++ {
+					start := time.Now()
+					resp, err := c.Get(target)
+					if err != nil {
+						b.Fatal(err)
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					over = append(over, float64(time.Since(start).Microseconds())/1000-wait)
+				}
+				sort.Float64s(over)
+				b.ReportMetric(over[len(over)/2], "ms-over-wait-p50")
+				b.ReportMetric(over[len(over)*95/100], "ms-over-wait-p95")
+			})
 		}
 	}
 }
