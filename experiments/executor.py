@@ -57,6 +57,11 @@ _HTTP_VERSIONS = {
     "HTTP/3": 3.0,
 }
 SERVER_LOG_WAIT_S = 1.0
+# A server idle for longer than this answers its next handshake late: in interleaved order on
+# india, the first QUIC trial of a server's turn was 1.5-4 ms later than the fresh one right
+# after it for Caddy, up to 1.2 ms for nginx and HAProxy (capture: the server's first flight
+# late, not the path). After the warm-up at its start (servers/testbed.py) the same holds.
+REWARM_AFTER_IDLE_S = 1.0
 CPU_BOUND_PCT = 90.0  # of one core: the host, not the network, may have set the pace
 
 
@@ -101,6 +106,7 @@ class TestbedExecutor:
         self.tb: Testbed | None = None
         self.hosts: dict[str, DockerHost] = {}
         self.started: set[str] = set()
+        self.last_served: dict[str, float] = {}  # server -> when its last trial ended (monotonic)
         self.log_root = run_dir / rowschema.LOGS_DIR
         self.log_offsets: dict[str, int] = {}  # server -> access-log bytes already read
         self.sidecar: SideContainer | None = None  # the cross flows' curl, per condition
@@ -174,7 +180,7 @@ class TestbedExecutor:
             client_mounts=((trials_dir, CLIENT_TRIALS),) if self.exp.capture else (),
         ) as (tb, hosts):
             timing["bringup_s"], clock = time.monotonic() - clock, time.monotonic()
-            self.tb, self.hosts, self.started = tb, hosts, set()
+            self.tb, self.hosts, self.started, self.last_served = tb, hosts, set(), {}
             assert tb.backend  # up once served_testbed has yielded
             self.console.print(f"{cond.id}: calibrating {cond.label} via {tb.backend.name}")
             cal = calibrate_or_reuse(tb)
@@ -220,11 +226,13 @@ class TestbedExecutor:
         self.started.add(name)
         assert self.tb
         warm_up(self.tb, host, name)
+        self.last_served[name] = time.monotonic()
 
     def run_trial(self, trial: Trial) -> dict[str, Any]:
         assert self.tb
         host = self.hosts[trial.server]
         argv = self._tool_argv(trial, server_address(self.tb.servers.index(host)))
+        self._rewarm(trial.server, host)
         self._server_log(trial.server)  # skip what earlier trials (or a restart) logged
         capture = self._capture(trial)
         client = self._client_of(trial)
@@ -243,6 +251,7 @@ class TestbedExecutor:
             if cross:
                 cross.wait()  # its flows end before the next trial begins
         finally:
+            self.last_served[trial.server] = time.monotonic()
             if cross:
                 cross.stop()
             if capture:
@@ -288,6 +297,12 @@ class TestbedExecutor:
         return row
 
     # -- helpers -------------------------------------------------------------------------
+    def _rewarm(self, name: str, host: DockerHost) -> None:
+        """A server idle since its last trial for over REWARM_AFTER_IDLE_S is warmed again
+        before this one's handshake is measured (servers.rewarm: loopback, in its container)."""
+        if time.monotonic() - self.last_served.get(name, 0.0) > REWARM_AFTER_IDLE_S:
+            servers.rewarm(host.container, name)
+
     def _client_of(self, trial: Trial) -> DockerHost | SideContainer:
         """The container the trial's tool runs in: the client's, or its image's side one."""
         assert self.tb

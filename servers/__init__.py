@@ -5,7 +5,7 @@ check, version parser, access-log format, QUIC facts; see servers/README.md), pl
 a config. Descriptors in the directories of $QUICBED_SERVER_DIRS join the shipped ones.
 
     descriptors.py   reading and checking descriptors; the registry (SERVERS, get_server)
-    lifecycle.py     container_options, docker_run_args, start_server, stop_server
+    lifecycle.py     container_options, docker_run_args, start_server, stop_server, rewarm
     probe.py         server_version, server_settings
     accesslog.py     access-log formats, read_access_log, access_log_since
     versionparse.py  the version parsers a descriptor names
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .accesslog import access_log_since, read_access_log
 from .descriptors import SERVERS, get_server
-from .lifecycle import docker_run_args, start_server, stop_server
+from .lifecycle import docker_run_args, rewarm, start_server, stop_server
 from .probe import server_settings, server_version
 from .spec import (
     ACCESS_LOG,
@@ -54,6 +54,7 @@ __all__ = [
     "read_access_log",
     "server_settings",
     "server_version",
+    "rewarm",
     "start_server",
     "stop_server",
 ]

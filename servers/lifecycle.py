@@ -103,6 +103,21 @@ def _probe(container: str, spec: ServerSpec, protocol: str, timeout: float) -> t
     return proc.returncode == 0 and proc.stdout.strip() == want, (proc.stdout + proc.stderr).strip()
 
 
+def rewarm(container: str, name: str, timeout: float = 3.0) -> bool:
+    """One health request over each protocol of the server's health check, from inside its
+    container over loopback, in one exec: its handshake code, threads and buffers in use
+    again after it sat idle, with nothing on the emulated link. Whether every one answered
+    (a server that did not is left to the trial, which records its own failure)."""
+    spec = get_server(name)
+    url = f"https://server.quicbed:{SERVER_PORT}{spec.health.path}"
+    cmd: list[str] = ["curl", "-sS", "--fail", "--max-time", f"{timeout:.1f}"]
+    for i, protocol in enumerate(spec.health.protocols):
+        flags, _ = _CURL[protocol]
+        cmd += [*(["--next"] if i else []), *flags, "-o", "/dev/null", "--cacert", f"{PKI_MOUNT}/ca.pem"]
+        cmd += ["--resolve", f"server.quicbed:{SERVER_PORT}:127.0.0.1", url]
+    return exec_in(container, *cmd, timeout=timeout * len(spec.health.protocols) + 3).returncode == 0
+
+
 def _failure(container: str, spec: ServerSpec, why: str) -> ServerError:
     return ServerError(
         f"{spec.name} in container {container}: {why}\n"

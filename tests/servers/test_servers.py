@@ -109,6 +109,27 @@ def test_pki_sans_and_chain(tmp_path: Path) -> None:
     subprocess.run(["openssl", "verify", "-CAfile", p.ca, p.cert], check=True, capture_output=True)
 
 
+def test_each_origin_of_a_replayed_page_gets_a_certificate_of_its_own(tmp_path: Path) -> None:
+    """The run's CA signs one certificate per origin (workloads/replay.py's names), each for
+    its own name only, in the same pass: the CA key is gone afterwards all the same."""
+    names = ["www.page.example", "cdn.assets.example"]
+    p = pki.generate_pki(tmp_path, "10.0.0.2", origins=[*names, names[0]])
+    assert sorted(os.listdir(p.dir)) == ["ca.pem", "origins", "server.key", "server.pem"]
+    assert sorted(os.listdir(p.dir / pki.ORIGINS_DIR)) == sorted(
+        f"{n}.{x}" for n in names for x in ("key", "pem")
+    )
+    for name, other in zip(names, reversed(names), strict=True):
+        cert, key = pki.origin_files(p.dir, name)
+        assert key.stat().st_mode & 0o777 == 0o600
+        verify = ["openssl", "verify", "-CAfile", str(p.ca), "-verify_hostname"]
+        assert subprocess.run([*verify, name, str(cert)], capture_output=True).returncode == 0
+        assert subprocess.run([*verify, other, str(cert)], capture_output=True).returncode != 0
+    for bad in ("../etc", "a/b", "", "UPPER.example"):
+        with pytest.raises(pki.PkiError, match="not a host name"):
+            pki.generate_pki(tmp_path / "bad", "10.0.0.2", origins=[bad])
+    assert not (tmp_path / "bad").exists()
+
+
 def test_spki_hash_matches_openssl(tmp_path: Path) -> None:
     p = pki.generate_pki(tmp_path, "10.0.0.2")
     # The pipeline from Chromium's documentation, one stage at a time.
@@ -323,6 +344,21 @@ def test_fetch_and_access_log(box: ServerBox, content_root: Path, mode: str, tmp
         e = entries["/" + path]
         assert (e["proto"], e["tls"], e["status"]) == (proto, tls, 200), e
         assert e["bytes"] == files[path]["size"]
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("box", ["caddy", "aioquic"], indirect=True)
+def test_rewarm_answers_over_each_health_protocol_and_logs_no_trial_request(box: ServerBox) -> None:
+    """servers.rewarm, which the runner calls before a trial on a server idle for a second:
+    every protocol of the health check answers over loopback in the server's container, and
+    nothing of it is a request the trials' access-log reading sees. A stopped server: False."""
+    spec = servers.get_server(box.server)
+    before = servers.read_access_log(box.logs, spec)
+    assert servers.rewarm(box.name, box.server), (box.logs / f"{box.server}.log").read_text()[-2000:]
+    after = servers.read_access_log(box.logs, spec)
+    assert after == before, after[len(before) :]
+    servers.stop_server(box.name, box.server)
+    assert not servers.rewarm(box.name, box.server, timeout=1.0)
 
 
 SPLIT_FIN_GET = Path(__file__).with_name("split_fin_get.py")
