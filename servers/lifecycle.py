@@ -110,11 +110,12 @@ def rewarm(container: str, name: str, timeout: float = 3.0) -> bool:
     (a server that did not is left to the trial, which records its own failure)."""
     spec = get_server(name)
     url = f"https://server.quicbed:{SERVER_PORT}{spec.health.path}"
-    cmd: list[str] = ["curl", "-sS", "--fail", "--max-time", f"{timeout:.1f}"]
+    each = ["--fail", "--max-time", f"{timeout:.1f}", "-o", "/dev/null", "--cacert", f"{PKI_MOUNT}/ca.pem"]
+    each += ["--resolve", f"server.quicbed:{SERVER_PORT}:127.0.0.1"]
+    cmd: list[str] = ["curl", "-sS"]
     for i, protocol in enumerate(spec.health.protocols):
-        flags, _ = _CURL[protocol]
-        cmd += [*(["--next"] if i else []), *flags, "-o", "/dev/null", "--cacert", f"{PKI_MOUNT}/ca.pem"]
-        cmd += ["--resolve", f"server.quicbed:{SERVER_PORT}:127.0.0.1", url]
+        # --next starts a transfer afresh: each one carries all of its options.
+        cmd += [*(["--next"] if i else []), *_CURL[protocol][0], *each, url]
     return exec_in(container, *cmd, timeout=timeout * len(spec.health.protocols) + 3).returncode == 0
 
 

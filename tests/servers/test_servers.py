@@ -351,14 +351,18 @@ def test_fetch_and_access_log(box: ServerBox, content_root: Path, mode: str, tmp
 def test_rewarm_answers_over_each_health_protocol_and_logs_no_trial_request(box: ServerBox) -> None:
     """servers.rewarm, which the runner calls before a trial on a server idle for a second:
     every protocol of the health check answers over loopback in the server's container, and
-    nothing of it is a request the trials' access-log reading sees. A stopped server: False."""
+    nothing of it is a request the trials' access-log reading sees. A stopped server: False
+    (and started again for the module's later tests)."""
     spec = servers.get_server(box.server)
     before = servers.read_access_log(box.logs, spec)
     assert servers.rewarm(box.name, box.server), (box.logs / f"{box.server}.log").read_text()[-2000:]
     after = servers.read_access_log(box.logs, spec)
     assert after == before, after[len(before) :]
     servers.stop_server(box.name, box.server)
-    assert not servers.rewarm(box.name, box.server, timeout=1.0)
+    try:
+        assert not servers.rewarm(box.name, box.server, timeout=1.0)
+    finally:  # the box is the module's: the tests after this one use it running
+        servers.start_server(box.name, box.server, timeout=20)
 
 
 SPLIT_FIN_GET = Path(__file__).with_name("split_fin_get.py")
