@@ -12,6 +12,7 @@ import statistics
 import pytest
 from contention import remeasured
 
+from quicbed import servers
 from quicbed.analysis.physics import net_connection_rtts, row_connection_within
 from quicbed.clients.tools import tool_argv
 from quicbed.paths import CACHE
@@ -60,6 +61,9 @@ def testbed(tmp_path_factory, clean_slate):
 
 def _download(tb, hosts, args: list[str], reps: int, duration: float = MEDIA_S) -> list[dict]:
     address = server_address(tb.servers.index(hosts["nginx"]))
+    # Idle since the last download: warmed over loopback first, as the runner does
+    # (experiments/executor.py _rewarm): an idle server's next handshake ran 1-4 ms late.
+    servers.rewarm(hosts["nginx"].container, "nginx")
     # The libcurl QUIC transport is no value of the descriptor's protocol: the flags as given.
     argv = tool_argv(
         "video_download",

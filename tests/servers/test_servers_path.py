@@ -106,6 +106,9 @@ def test_server_serves_each_protocol_over_the_path(served, server: str, mode: st
     address = server_address(tb.servers.index(hosts[server]))
 
     def fetch() -> list[dict]:
+        # Idle through the other servers' turns: warmed first over loopback, as the runner
+        # warms a server idle before a trial (experiments/executor.py _rewarm).
+        servers.rewarm(hosts[server].container, server)
         argvs = [tool_argv(tool, rel, address, options=options, cpu=False) + ["--sha256"] for rel in objects]
         out = [tb.client.exec(argv, timeout=60) for argv in argvs]
         return [json.loads(proc.stdout.splitlines()[-1]) for proc in out]
