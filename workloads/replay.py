@@ -4,7 +4,8 @@ file beside a manifest the server reads (`replay.json`).
 
 `plan_replay(page)` is pure: which address each origin takes, which body file each response
 serves, and what of the record a replay changes. `write_site(plan, page, root)` writes the
-site under root: `replay.json` and `bodies/<sha256>` (one file per distinct body).
+site under root: `replay.json` and `bodies/<sha256>` (one file per distinct body: a recorded
+body's sha256, a made-up body's of its generator's name and size).
 
 What the plan changes of the record, besides what `load_har` drops:
 - **bodies are served as they decode**: the HAR holds the decoded body (`content.text`) and
@@ -34,7 +35,7 @@ from pathlib import Path
 from quicbed.topology.net import SERVER_NET
 
 from .har import Entry, Origin, Page
-from .store import rng_bytes, stream, write_atomic
+from .store import rng_bytes, write_atomic
 
 MANIFEST = "replay.json"
 BODIES = "bodies"
@@ -146,14 +147,14 @@ def _made_up_name(entry: Entry) -> str:
 
 
 def _body_name(entry: Entry) -> str:
+    """A recorded body's file is named by its sha256; a made-up one by a sha256 of what makes
+    it (its generator's name and size), so planning never generates a body: write_site does,
+    once (a 256 MB page would otherwise be made up twice)."""
     if entry.body is not None:
         return hashlib.sha256(entry.body).hexdigest() if entry.body else ""
     if entry.body_bytes == 0:
         return ""
-    digest = hashlib.sha256()
-    for chunk in stream(_made_up_name(entry), entry.body_bytes):
-        digest.update(chunk)
-    return digest.hexdigest()
+    return hashlib.sha256(f"made-up\0{_made_up_name(entry)}\0{entry.body_bytes}".encode()).hexdigest()
 
 
 def write_site(plan: ReplayPlan, page: Page, root: Path) -> Path:

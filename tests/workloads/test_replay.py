@@ -3,6 +3,7 @@ address, every response a body file, written the same on every machine."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -81,6 +82,18 @@ def test_a_recorded_body_is_served_as_recorded(page, tmp_path: Path) -> None:
     plan = plan_replay(recorded)
     write_site(plan, recorded, tmp_path)
     assert (tmp_path / replay.BODIES / plan.responses[0].body).read_bytes() == b"<html>recorded</html>"
+
+
+def test_planning_makes_up_no_body(page, monkeypatch) -> None:
+    """Only write_site generates a made-up body: the plan names it by its generator."""
+
+    def refuse(*_args: object) -> bytes:
+        raise AssertionError("a body was made up while planning")
+
+    monkeypatch.setattr(hashlib, "shake_128", refuse)  # what every made-up byte comes from
+    plan = plan_replay(replace(page, entries=(replace(page.entries[1], body=None, body_bytes=256 << 20),)))
+    (response,) = plan.responses
+    assert len(response.body) == 64 and response.body_bytes == 256 << 20
 
 
 def test_more_origins_than_the_lan_has_addresses_are_refused() -> None:
