@@ -79,27 +79,26 @@ def _log_tail(container: str, spec: ServerSpec, lines: int = 30) -> str:
 _CURL = {"h1": (["--http1.1"], "1.1"), "h2": (["--http2"], "2"), "h3": (["--http3-only"], "3")}
 
 
-def _probe(container: str, spec: ServerSpec, protocol: str, timeout: float) -> tuple[bool, str]:
-    """One request from inside the container: TLS handshake and HTTP over TCP or QUIC."""
-    flags, version = _CURL[protocol]
-    cmd = [
-        "curl",
-        "-sS",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_version} %{http_code}",
+def _health_transfer(spec: ServerSpec, protocol: str, timeout: float) -> list[str]:
+    """curl's options and URL of one health request over `protocol`, from inside the server's
+    container over loopback: the probe's and the rewarm's alike."""
+    return [
+        *_CURL[protocol][0],
         "--max-time",
         f"{max(timeout, 0.5):.1f}",
-        *flags,
         "--cacert",
         f"{PKI_MOUNT}/ca.pem",
         "--resolve",
         f"server.quicbed:{SERVER_PORT}:127.0.0.1",
         f"https://server.quicbed:{SERVER_PORT}{spec.health.path}",
     ]
-    proc = exec_in(container, *cmd, timeout=timeout + 3)
-    want = f"{version} {spec.health.status}"
+
+
+def _probe(container: str, spec: ServerSpec, protocol: str, timeout: float) -> tuple[bool, str]:
+    """One request from inside the container: TLS handshake and HTTP over TCP or QUIC."""
+    cmd = ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_version} %{http_code}"]
+    proc = exec_in(container, *cmd, *_health_transfer(spec, protocol, timeout), timeout=timeout + 3)
+    want = f"{_CURL[protocol][1]} {spec.health.status}"
     return proc.returncode == 0 and proc.stdout.strip() == want, (proc.stdout + proc.stderr).strip()
 
 
@@ -109,13 +108,11 @@ def rewarm(container: str, name: str, timeout: float = 3.0) -> bool:
     again after it sat idle, with nothing on the emulated link. Whether every one answered
     (a server that did not is left to the trial, which records its own failure)."""
     spec = get_server(name)
-    url = f"https://server.quicbed:{SERVER_PORT}{spec.health.path}"
-    each = ["--fail", "--max-time", f"{timeout:.1f}", "-o", "/dev/null", "--cacert", f"{PKI_MOUNT}/ca.pem"]
-    each += ["--resolve", f"server.quicbed:{SERVER_PORT}:127.0.0.1"]
     cmd: list[str] = ["curl", "-sS"]
     for i, protocol in enumerate(spec.health.protocols):
         # --next starts a transfer afresh: each one carries all of its options.
-        cmd += [*(["--next"] if i else []), *_CURL[protocol][0], *each, url]
+        cmd += [*(["--next"] if i else []), "--fail", "-o", "/dev/null"]
+        cmd += _health_transfer(spec, protocol, timeout)
     return exec_in(container, *cmd, timeout=timeout * len(spec.health.protocols) + 3).returncode == 0
 
 
