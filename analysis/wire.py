@@ -42,7 +42,7 @@ def packets(pcap: Path) -> list[Packet]:
     """(time, source port, destination port, carries something to answer) of each packet:
     a payload, or a SYN (a bare ACK the kernel sends at once is no server turn)."""
     text = subprocess.run(
-        ["tcpdump", "-r", str(pcap), "-tt", "-n"], capture_output=True, text=True, check=True
+        ["tcpdump", "-r", str(pcap), "-tt", "-n"], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     out: list[Packet] = []
     for m in map(PACKET.match, text.splitlines()):
