@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import re
+import statistics
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .physics import net_connection_rtts
 
 Packet = tuple[float, int, int, bool]  # (time, source port, destination port, to answer)
 
@@ -86,3 +90,31 @@ def quic_split(row: dict[str, Any], at_client: list[Packet], at_server: list[Pac
         "server": s_out[k] - s_in[0],
         "after": row["t_handshake"] - c_in[k],
     }
+
+
+@dataclass(frozen=True)
+class Handshakes:
+    """Fresh connections split from their captures: medians ÷ RTT, the server's turns."""
+
+    raw: float  # connection time ÷ RTT
+    net: float  # less the client's CPU and the server's turns
+    server_ms: list[float]  # each connection's server turns
+    path: float | None  # QUIC's Initial up + the server's flight down ÷ RTT; None for TCP
+
+
+def split_handshakes(
+    rows: list[dict[str, Any]], at_client: list[Packet], at_server: list[Packet], rtt: float, quic: bool
+) -> Handshakes:
+    """The parts the decided criterion judges (analysis/physics.py connection_within and
+    path_within), from the rows' tools and the captures on both ends."""
+    server_ms = [server_turns_s(r, at_server) * 1e3 for r in rows]
+    net = statistics.median(
+        net_connection_rtts(r["connection_time_ms"] - s, r["client_cpu_ms"], rtt)
+        for r, s in zip(rows, server_ms, strict=True)
+    )
+    raw = statistics.median(r["connection_time_ms"] for r in rows) / rtt
+    path = None
+    if quic:
+        splits = [quic_split(r, at_client, at_server) for r in rows]
+        path = statistics.median(s["up"] + s["down"] for s in splits) * 1e3 / rtt
+    return Handshakes(raw, net, server_ms, path)

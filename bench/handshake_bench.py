@@ -43,7 +43,7 @@ from quicbed.analysis.physics import (
     path_within,
     tcp_download_s,
 )
-from quicbed.analysis.wire import capture, packets, quic_split, server_turns_s
+from quicbed.analysis.wire import capture, packets, split_handshakes
 from quicbed.clients.tools import tool_argv
 from quicbed.doctor import require
 from quicbed.paths import CACHE
@@ -129,22 +129,15 @@ def wire_table(tb, server, address: str, rtt: float, reps: int) -> None:
                     r for r in fetch(tb, address, tool, options, "web/index.html", reps) if not r["error"]
                 ]
             at_client, at_server = packets(pcaps[0]), packets(pcaps[1])
-        server_ms = [server_turns_s(r, at_server) * 1e3 for r in rows]
-        net = statistics.median(
-            net_connection_rtts(r["connection_time_ms"] - s, r["client_cpu_ms"], rtt)
-            for r, s in zip(rows, server_ms, strict=True)
-        )
-        conn = statistics.median(r["connection_time_ms"] for r in rows) / rtt
-        verdicts = [f"connection {verdict(connection_within(fresh, net, conn))}"]
+        split = split_handshakes(rows, at_client, at_server, rtt, quic=tool == "quic_perf")
+        verdicts = [f"connection {verdict(connection_within(fresh, split.net, split.raw))}"]
         path_text = "-"
-        if tool == "quic_perf":
-            splits = [quic_split(r, at_client, at_server) for r in rows]
-            path = statistics.median(s["up"] + s["down"] for s in splits) * 1e3 / rtt
-            path_text = f"{path:.3f}"
-            verdicts.append(f"path {verdict(path_within(path))}")
+        if split.path is not None:
+            path_text = f"{split.path:.3f}"
+            verdicts.append(f"path {verdict(path_within(split.path))}")
         print(
-            f"{label:<20}{conn:>9.3f}{median_of(rows, 'client_cpu_ms'):>10.2f}"
-            f"{statistics.median(server_ms):>10.2f}{net:>8.3f}{fresh:>7}{path_text:>9}  "
+            f"{label:<20}{split.raw:>9.3f}{median_of(rows, 'client_cpu_ms'):>10.2f}"
+            f"{statistics.median(split.server_ms):>10.2f}{split.net:>8.3f}{fresh:>7}{path_text:>9}  "
             f"{', '.join(verdicts)}"
         )
     print(

@@ -70,7 +70,7 @@ def _write_private(path: Path, data: bytes) -> None:
 
 ORIGINS_DIR = "origins"  # a replayed page's certificates, one per origin
 ORIGIN_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")  # workloads/har.py checks more
-_CURVE = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256")
+_P256 = ("-pkeyopt", "ec_paramgen_curve:P-256")  # every key of the run: the CA's, the servers'
 
 
 def origin_files(pki_dir: Path, name: str) -> tuple[Path, Path]:
@@ -82,7 +82,7 @@ def _issue(ca: Path, ca_key: Path, name: str, sans: list[str], cert: Path, key: 
     """A P-256 key (0600) and its certificate for `name` with these SANs, signed by the CA."""
     csr, ext = cert.with_suffix(".csr"), cert.with_suffix(".ext")
     try:
-        _write_private(key, _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"))
+        _write_private(key, _openssl("genpkey", "-algorithm", "EC", *_P256))
         _openssl("req", "-new", "-key", key, "-subj", f"/O=quicbed/CN={name}", "-out", csr)
         ext.write_text(
             "basicConstraints=critical,CA:FALSE\n"
@@ -139,7 +139,9 @@ def generate_pki(
             "req",
             "-x509",
             "-new",
-            *_CURVE,
+            "-newkey",
+            "ec",
+            *_P256,
             "-nodes",
             "-keyout",
             ca_key,

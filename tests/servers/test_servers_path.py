@@ -4,7 +4,6 @@ the protocol and TLS version the client asked for."""
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import tempfile
 from pathlib import Path
@@ -19,7 +18,6 @@ from quicbed.analysis.physics import (
     CONNECTION_EXCESS,
     HANDSHAKE_RTTS,
     PATH_TOLERANCE,
-    net_connection_rtts,
     path_within,
 )
 from quicbed.clients.tools import tool_argv
@@ -122,20 +120,12 @@ def test_server_serves_each_protocol_over_the_path(served, server: str, mode: st
         # connection time net of the client's CPU and the server's turns is n RTTs of the 20 ms
         # link (no faster than n - 1 % raw, at most +3 % net); for QUIC the path (Initial up,
         # the server's flight down) is 1 RTT within 1 %. The server's own time is shown beside.
-        server_ms = [wire.server_turns_s(r, at_server) * 1e3 for r in rows]
-        net = [
-            net_connection_rtts(r["connection_time_ms"] - s, r["client_cpu_ms"], rtt)
-            for r, s in zip(rows, server_ms, strict=True)
-        ]
-        raw = [r["connection_time_ms"] / rtt for r in rows]
-        shown = {"net": net, "raw": raw, "server_ms": server_ms, "rtt": rtt}
-        print(f"{server} {mode}: {shown}")
-        assert statistics.median(raw) >= rtts * (1 - PATH_TOLERANCE), shown
-        assert statistics.median(net) <= rtts * (1 + CONNECTION_EXCESS), shown
-        if tool == "quic_perf":
-            splits = [wire.quic_split(r, at_client, at_server) for r in rows]
-            path = statistics.median(x["up"] + x["down"] for x in splits) * 1e3 / rtt
-            assert path_within(path), (path, splits)
+        split = wire.split_handshakes(rows, at_client, at_server, rtt, quic=tool == "quic_perf")
+        print(f"{server} {mode}: {split}")
+        assert split.raw >= rtts * (1 - PATH_TOLERANCE), split
+        assert split.net <= rtts * (1 + CONNECTION_EXCESS), split
+        if split.path is not None:
+            assert path_within(split.path), split
 
     remeasured(
         f"{server} {mode} handshakes", fetch, judge, own=[tb.client.container, hosts[server].container]
