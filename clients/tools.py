@@ -44,7 +44,7 @@ from quicbed.fields import (
 )
 from quicbed.paths import STACKS_DIR, read_versions
 from quicbed.perfargs import contract_argv
-from quicbed.workloads import WORKLOADS
+from quicbed.workloads import ANY_GET, WORKLOADS, one_get_kinds
 from quicbed.yamlio import PathKey, Source
 
 ENV_DIRS = "QUICBED_CLIENT_DIRS"
@@ -65,6 +65,7 @@ class Tool:
     # label/protocol take the variant's resolved options.
     label: str  # str.format template, e.g. "tls{tls}-h{http}"
     protocol: str  # str.format template, e.g. "tls{tls}"
+    # The kinds it runs: its descriptor's `workloads:`, with ANY_GET read as every one-GET kind.
     workloads: tuple[str, ...] = ("web", "cloud")
     # Compact spelling in labels: "1.1" -> "1", so "tls1.2-h1".
     short: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -286,9 +287,7 @@ def load_descriptor(path: Path | str, versions: dict[str, str] | None = None) ->
         defaults=tool["defaults"],
         label=label,
         protocol=protocol,
-        workloads=tuple(
-            check_texts(src, ("workloads",), d.get("workloads", ["web", "cloud"]), tuple(WORKLOADS))
-        ),
+        workloads=_workloads(src, d.get("workloads", [ANY_GET])),
         short=tool["short"],
         flags=tool["flags"],
         values=tool["values"],
@@ -313,6 +312,15 @@ def _flag(src: Source, key: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise src.error((key,), f"true or false, not {value!r}")
     return value
+
+
+def _workloads(src: Source, listed: Any) -> tuple[str, ...]:
+    """The kinds a descriptor's `workloads:` names, in its order, ANY_GET read in its place as
+    every kind whose trial is one GET (workloads/base.py one_get)."""
+    kinds: list[str] = []
+    for name in check_texts(src, ("workloads",), listed, (ANY_GET, *WORKLOADS)):
+        kinds += [kind for kind in (one_get_kinds() if name == ANY_GET else (name,)) if kind not in kinds]
+    return tuple(kinds)
 
 
 def _seconds(src: Source, value: Any) -> float:

@@ -21,6 +21,7 @@ from pathlib import Path
 from quicbed.errors import InputError
 
 from .base import (
+    ANY_GET,
     CONNECTION,
     REGISTRY,
     Metric,
@@ -28,6 +29,7 @@ from .base import (
     Setting,
     TrialPath,
     WorkloadKind,
+    one_get_kinds,
     transfer_kinds,
 )
 from .store import ContentError
@@ -104,6 +106,7 @@ def ensure_content(root: Path, kinds: set[str] | frozenset[str]) -> Path:
 
 
 __all__ = [
+    "ANY_GET",
     "CONNECTION",
     "ENV_MODULES",
     "WORKLOADS",
@@ -117,6 +120,7 @@ __all__ = [
     "derived_kinds",
     "ensure_content",
     "object_bytes",
+    "one_get_kinds",
     "report_sections",
     "transfer_kinds",
 ]

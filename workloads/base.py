@@ -22,10 +22,21 @@ if TYPE_CHECKING:  # the data frames analysis passes in; importing pandas here c
 # the package, and those QUICBED_WORKLOAD_MODULES names).
 REGISTRY: dict[str, WorkloadKind] = {}
 
+# A client descriptor's `workloads:` entry for every kind whose trial is one GET of the object's
+# URL (`WorkloadKind.one_get`): the perf tools name it, so a new kind of that shape is run by
+# them with no line of its own in their descriptors (as a test case of the Interop Runner
+# names what it needs, not who runs it). Never a kind's name.
+ANY_GET = "get"
+
 
 def transfer_kinds() -> tuple[str, ...]:
     """The kinds' own names, in report order: the analysis kinds of the transfer tools' rows."""
     return tuple(REGISTRY)
+
+
+def one_get_kinds() -> tuple[str, ...]:
+    """The kinds a client whose `workloads:` names ANY_GET runs, in report order."""
+    return tuple(name for name, workload in REGISTRY.items() if workload.one_get)
 
 
 @dataclass(frozen=True)
@@ -150,10 +161,17 @@ class WorkloadKind:
     # Cores one trial keeps busy (client + server container), per client tool, for --parallel
     # auto (experiments/plan.py); a tool not listed costs PERF_TOOL_CPU_CORES.
     cpu_cores: ClassVar[dict[str, float]] = {}
+    # Whether a trial is one GET of url_path(name), through the clients' contract
+    # (clients/tools.py) and nothing of the kind's own: then every client naming ANY_GET runs
+    # it. A kind that needs more (a player, a page of several objects) leaves it False and is
+    # named by the clients that run it.
+    one_get: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         if "kind" in cls.__dict__:
+            if cls.kind == ANY_GET:
+                raise TypeError(f"{ANY_GET!r} names the one-GET kinds in client descriptors, not a kind")
             if cls.kind in REGISTRY:
                 raise TypeError(f"workload kind {cls.kind!r} is defined twice ({cls.__module__})")
             REGISTRY[cls.kind] = cls()

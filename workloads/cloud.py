@@ -60,6 +60,7 @@ def ensure_files(root: Path, names: Iterable[str]) -> list[Path]:
 
 class Cloud(WorkloadKind):
     kind, order, list_key, what = "cloud", 2, "files", "file"
+    one_get = True
     # Medians of cpu_client_pct + cpu_server_pct, error-free rows (2-core host, delayline
     # router; 2026-11-25/26: paper-cloud, loss-response).
     cpu_cores = {

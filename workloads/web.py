@@ -288,6 +288,7 @@ def _web_sizes() -> dict[str, int]:
 
 class Web(WorkloadKind):
     kind, order, list_key, what, default = "web", 1, "objects", "object", ("index.html",)
+    one_get = True  # a perf tool's trial: one GET of the object (a browser's page load is its own)
     derived = {PAGELOAD: ("page_load_time_ms",)}
     demand_limited = (PAGELOAD,)
     # The medians of cpu_client_pct + cpu_server_pct over the error-free rows of this host's

@@ -1,8 +1,9 @@
 """A workload kind is one module (issue 47): a stand-in kind, defined in a fixture and in no
-file of the tree (tests/fixtures/workloads/standin.py, with the client that runs it), is picked
-up through QUICBED_WORKLOAD_MODULES by the client descriptors, experiment validation, the dry
-run's plan (its time and CPU), `python -m quicbed.servers.content`, a synthetic run and the
-report, each run as a user runs it."""
+file of the tree (tests/fixtures/workloads/standin.py, one file and no client of its own), is
+picked up through QUICBED_WORKLOAD_MODULES by the shipped perf tools' descriptors (they name
+`get`, every kind whose trial is one GET), experiment validation, the dry run's plan (its time
+and CPU), `python -m quicbed.servers.content`, a synthetic run and the report, each run as a
+user runs it."""
 
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ from cli_process import quicbed
 from quicbed.paths import REPO
 
 FIXTURE = REPO / "tests" / "fixtures" / "workloads"
-HOOKS = {"QUICBED_WORKLOAD_MODULES": str(FIXTURE), "QUICBED_CLIENT_DIRS": str(FIXTURE)}
+HOOKS = {"QUICBED_WORKLOAD_MODULES": str(FIXTURE / "standin.py")}
 EXPERIMENT = """\
 name: standin
 profiles: [india]
 servers: [caddy]
-clients: [standin-get]
+clients: [quic_perf]
 workload: {kind: standin, blobs: [4KB, 3MB]}
 repetitions: 3
 """
@@ -37,9 +38,25 @@ def experiment(tmp_path: Path) -> Path:
 
 
 def test_without_the_hook_the_kind_does_not_exist(experiment: Path) -> None:
-    done = quicbed("run", str(experiment), "--dry-run", env={"QUICBED_CLIENT_DIRS": str(FIXTURE)})
+    done = quicbed("run", str(experiment), "--dry-run")
     assert done.returncode == 2
-    assert "workloads[0]: 'standin' is not one of web, cloud, video" in done.stdout + done.stderr
+    unknown = "standin.yaml:5: workload.kind: unknown workload kind 'standin' (known: web, cloud, video)"
+    assert unknown in done.stdout
+
+
+def test_the_perf_tools_run_it_and_the_players_do_not() -> None:
+    listed = subprocess.run(
+        [sys.executable, "-m", "quicbed.clients", "list", "--json"],
+        env={**os.environ, **HOOKS},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    runs = {tool["name"]: tool["workloads"] for tool in json.loads(listed.stdout)}
+    for perf_tool in ("quic_perf", "tls_perf", "quiche", "quinn", "quicgo", "aioquic"):
+        assert runs[perf_tool] == ["web", "cloud", "standin"], perf_tool
+    assert runs["video_download"] == ["video"] and runs["firefox"] == ["web"]
 
 
 def test_validation_and_the_plan_ask_the_kind(experiment: Path) -> None:

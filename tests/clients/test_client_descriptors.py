@@ -331,7 +331,7 @@ BAD = [
     ("protocol", lambda t: t.replace("protocol: quic", "protocol: quic2"), "protocol", "gives 'quic2'"),
     (
         "workload",
-        lambda t: t.replace("[web, cloud]", "[web, audio]"),
+        lambda t: t.replace("[get]", "[get, audio]"),
         "workloads[1]",
         "'audio' is not one of",
     ),
