@@ -4,15 +4,22 @@ of the servers and of the clients (which join its network namespace: loopback on
 
 from __future__ import annotations
 
+import json
 import subprocess
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from quicbed import servers
+from quicbed.clients.tools import TOOLS
 from quicbed.servers import pki
 from quicbed.workloads import ensure_content, store
+
+H3_SETTINGS = Path(__file__).resolve().parent / "servers" / "h3_settings.py"
+# RFC 9204 5: the SETTINGS by which a server lets a request's headers wait on its encoder stream.
+QPACK_MAX_TABLE_CAPACITY, QPACK_BLOCKED_STREAMS = "1", "7"
 
 
 def docker_text(*args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
@@ -36,14 +43,15 @@ def shared_content() -> Path:
 
 
 class ServerBox:
-    """A --network none server container set up the way the topology does it."""
+    """A --network none server container set up the way the topology does it; `root` is what
+    it serves (the content store, or a replay site with its `origins`' certificates)."""
 
-    def __init__(self, name: str, root: Path, tmp: Path):
+    def __init__(self, name: str, root: Path, tmp: Path, origins: Sequence[str] = ()):
         spec = servers.get_server(name)
         if not have_image(spec.image):
             pytest.fail(f"{spec.image} not built (images/build.sh {name})")
         self.server, self.image = name, spec.image
-        self.pki = pki.generate_pki(tmp / "pki", "127.0.0.1")
+        self.pki = pki.generate_pki(tmp / "pki", "127.0.0.1", origins=origins)
         self.logs = tmp / "logs"
         self.logs.mkdir()
         self.name = f"dev-srv-test-{name}-{uuid.uuid4().hex[:6]}"
@@ -87,3 +95,20 @@ class ServerBox:
 
     def close(self) -> None:
         docker_text("rm", "-f", self.name, check=False)
+
+
+def qpack_blocking(box: ServerBox, server_name: str) -> tuple[int, int]:
+    """The QPACK table capacity and blocked streams the box's server offers in its HTTP/3
+    SETTINGS (tests/servers/h3_settings.py, in the aioquic client's image)."""
+    image = TOOLS["aioquic"].image
+    if not have_image(image):
+        pytest.fail(f"{image} not built (images/build.sh aioquic)")
+    proc = docker_text(
+        "run", "--rm", "--network", f"container:{box.name}", "-v", f"{box.pki.dir}:/pki:ro",
+        "-v", f"{H3_SETTINGS}:/h3_settings.py:ro", "--entrypoint", "/opt/aioquic/bin/python3", image,
+        "/h3_settings.py", "127.0.0.1", server_name, "/pki/ca.pem",
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-600:]
+    settings = json.loads(proc.stdout)
+    return settings.get(QPACK_MAX_TABLE_CAPACITY, 0), settings.get(QPACK_BLOCKED_STREAMS, 0)

@@ -34,7 +34,7 @@ from urllib.parse import unquote
 
 from aioquic import __version__ as AIOQUIC_VERSION
 from aioquic.asyncio import QuicConnectionProtocol, serve
-from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.connection import H3_ALPN, H3Connection, Setting
 from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted, ProtocolNegotiated, QuicEvent
@@ -47,6 +47,22 @@ CHUNK = 64 * 1024
 # It must exceed what can be in flight (the path's bandwidth-delay product; 4 MB is 200 Mbit/s
 # at 160 ms), or the buffer, not the congestion window, would cap the transfer.
 HIGH_WATER = 4 * 1024 * 1024
+
+
+class StaticTableH3(H3Connection):
+    """HTTP/3 whose SETTINGS offer no QPACK dynamic table, as Caddy's, HAProxy's, quiche's and
+    quinn's do. Why: Debian's curl 8.14.1 (OpenSSL 3.5's QUIC, the servers' health probe and
+    the libcurl perf tool) sometimes never sends its control and QPACK encoder streams, and a
+    request whose headers refer to table entries it never inserted waits for them for ever
+    (RFC 9204 2.1.2): 12 of 300 fetches over loopback, each a 10 s timeout, none once the
+    table is off (stacks/aioquic/README.md)."""
+
+    def _get_local_settings(self) -> dict[int, int]:
+        # aioquic's own hook for the SETTINGS it sends (pinned: AIOQUIC_VERSION).
+        settings = super()._get_local_settings()
+        settings[Setting.QPACK_MAX_TABLE_CAPACITY] = 0
+        settings[Setting.QPACK_BLOCKED_STREAMS] = 0
+        return settings
 
 
 def log(msg: str) -> None:
@@ -154,7 +170,7 @@ class H3Server(QuicConnectionProtocol):
             self.progress.set()
             self.handshake_done.set()
         if self.h3 is None and self.alpn in H3_ALPN:
-            self.h3 = H3Connection(self._quic)
+            self.h3 = StaticTableH3(self._quic)
         if self.h3 is not None:
             for h3_event in self.h3.handle_event(event):
                 self.h3_event_received(h3_event)
