@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quicbed import limits, rowschema
+from quicbed import limits, rowschema, servers
 from quicbed.analysis.decisions import (
     DEFAULT_ALPHA,
     PER,
@@ -456,7 +456,16 @@ def _check_sweep_overlap(src: Source, axes: list[str]) -> None:
 
 
 def _server(src: Source, path: PathKey, value: Any) -> str:
-    return check_choice(src, path, value, SERVERS, "server")
+    name = check_choice(src, path, value, SERVERS, "server")
+    if servers.get_server(name).serves == "replay":
+        # Nothing is accepted that cannot run: a replay server serves one recorded page, and
+        # no workload here lays a page out for it yet.
+        raise src.error(
+            path,
+            f"{name} serves a recorded page (serves: replay), not the testbed's content, and "
+            "replaying a page (workload: {kind: web, pages: [har: ...]}) does not run yet",
+        )
+    return name
 
 
 def _clients(src: Source, value: Any, kind: str) -> list[tuple[int, ClientVariant]]:

@@ -133,9 +133,12 @@ class Containernet:
             raise InputError("addLink(client, server, ...) first", field="start")
         client = next(n for n in self.nodes.values() if n.role == "client")
         server = next(n for n in self.nodes.values() if n.role == "server")
-        # A server image with or without its pinned tag ("quicbed/nginx" or ":1.26.3").
-        names = {spec.image.split(":")[0]: name for name, spec in SERVERS.items()}
-        names |= {spec.image: name for name, spec in SERVERS.items()}
+        # A server image with or without its pinned tag ("quicbed/nginx" or ":1.26.3"); of
+        # the servers that serve the testbed's content (not a replay server, whose image may
+        # be a client's too).
+        content = {name: spec for name, spec in SERVERS.items() if spec.serves == "content"}
+        names = {spec.image.split(":")[0]: name for name, spec in content.items()}
+        names |= {spec.image: name for name, spec in content.items()}
         server_name = names.get(
             server.dimage or "", DEFAULT_SERVER if server.dimage in (None, DEFAULT_IMAGE) else None
         )

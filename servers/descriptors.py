@@ -33,7 +33,7 @@ from quicbed.paths import STACKS_DIR, read_versions
 from quicbed.yamlio import Source
 
 from .accesslog import FORMATS
-from .spec import LOG_MOUNT, Health, ServerSpec, UnknownServer
+from .spec import LOG_MOUNT, SERVES, Health, ServerSpec, UnknownServer
 from .versionparse import PARSERS
 
 ENV_DIRS = "QUICBED_SERVER_DIRS"
@@ -49,6 +49,7 @@ _OPTIONAL = (
     "build_info_facts",
     "compose_port",
     "qlog",
+    "serves",
 )
 _TLS = ("TLSv1.0", "TLSv1.1", "TLSv1.2", "TLSv1.3")
 _HTTP = ("HTTP/1.1", "HTTP/2.0", "HTTP/3.0")
@@ -112,6 +113,10 @@ def load_descriptor(
     if access_log not in FORMATS:
         raise src.error(("access_log",), f"unknown format {access_log!r}; known: {', '.join(FORMATS)}")
 
+    serves = check_text(src, ("serves",), d.get("serves", "content"))
+    if serves not in SERVES:
+        raise src.error(("serves",), f"{serves!r} is not one of {', '.join(SERVES)}")
+
     quic = check_text_map(src, ("quic",), d.get("quic", {}))
     bi_command: list[str] = []
     bi_facts: dict[str, str] = {}
@@ -145,6 +150,7 @@ def load_descriptor(
         http_versions=http,
         health=health,
         access_log=access_log,
+        serves=serves,
         build_info_command=bi_command,
         build_info_facts=bi_facts,
         compose_port=compose_port,

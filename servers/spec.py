@@ -21,6 +21,10 @@ RUN_DIR = "/run/quicbed"
 # quic-go asks for 7 MiB UDP buffers and warns below; nginx is configured to ask the same.
 UDP_BUFFER = 7 * 1024 * 1024
 KEEP_ALIVE = ["sleep", "infinity"]
+# What a server serves from CONTENT_MOUNT (its descriptor's `serves:`): the content store's
+# files (workloads/store.py), or one recorded page laid out by workloads/replay.py (replay.json,
+# bodies/), each origin under its own name with its own certificate (PKI_MOUNT/origins/).
+SERVES = ("content", "replay")
 
 
 class UnknownServer(KeyError):
@@ -59,6 +63,7 @@ class ServerSpec:
     http_versions: list[str] = field(default_factory=lambda: ["HTTP/1.1", "HTTP/2.0", "HTTP/3.0"])
     health: Health = field(default_factory=Health)
     access_log: str = "caddy-json"  # a format of accesslog.FORMATS
+    serves: str = "content"  # one of SERVES
     # Extra QUIC facts read from the binary's Go build info: command, and fact -> module.
     build_info_command: list[str] = field(default_factory=list)
     build_info_facts: dict[str, str] = field(default_factory=dict)

@@ -7,7 +7,9 @@
 // query) alone; the recorded status, headers and body answer it no sooner than the record's
 // think time (wait_ms) after the request arrived. Every origin's certificate is chosen by
 // the ClientHello's server name from --certs (NAME.pem and NAME.key, signed by the run's
-// CA). One JSON line per request on --log, in the fields of nginx's log_format quicbed
+// CA); any other name gets --cert/--key, the testbed's own server certificate (the health
+// probe asks for server.quicbed), so a browser asking for a name the page never had fails
+// to verify it. One JSON line per request on --log, in the fields of nginx's log_format quicbed
 // (servers/nginx/nginx.conf), plus the entry answered and the think time kept.
 package main
 
@@ -59,6 +61,8 @@ type replayResponse struct {
 	BodyBytes int64       `json:"body_bytes"`
 	WaitMs    float64     `json:"wait_ms"`
 	Body      string      `json:"body"`
+	// What the HAR recorded on the wire (null: not recorded): for the rows, not served.
+	TransferBytes *int64 `json:"transfer_bytes"`
 }
 
 type replayManifest struct {
@@ -243,8 +247,9 @@ func tlsVersion(v uint16) string {
 	return fmt.Sprintf("0x%04x", v)
 }
 
-// certificates: NAME.pem and NAME.key of every site name, chosen by the server name asked for.
-func certificates(dir string, m *replayManifest) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
+// certificates: NAME.pem and NAME.key of every site name, chosen by the server name asked
+// for; fallback (nil: none) answers every other name.
+func certificates(dir string, m *replayManifest, fallback *tls.Certificate) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
 	certs := map[string]*tls.Certificate{}
 	for _, site := range m.Sites {
 		if certs[site.Name] != nil {
@@ -260,13 +265,16 @@ func certificates(dir string, m *replayManifest) (func(*tls.ClientHelloInfo) (*t
 		if cert := certs[strings.ToLower(hello.ServerName)]; cert != nil {
 			return cert, nil
 		}
+		if fallback != nil {
+			return fallback, nil
+		}
 		return nil, fmt.Errorf("no origin %q in the recorded page", hello.ServerName)
 	}, nil
 }
 
 type replayOptions struct {
-	site, certs, log, listen string
-	version                  bool
+	site, certs, cert, key, log, listen string
+	version                             bool
 }
 
 func parseReplay(args []string) (replayOptions, error) {
@@ -275,6 +283,8 @@ func parseReplay(args []string) (replayOptions, error) {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.site, "site", "", "")
 	fs.StringVar(&o.certs, "certs", "", "")
+	fs.StringVar(&o.cert, "cert", "", "")
+	fs.StringVar(&o.key, "key", "", "")
 	fs.StringVar(&o.log, "log", "", "")
 	fs.StringVar(&o.listen, "listen", ":443", "")
 	fs.BoolVar(&o.version, "version", false, "")
@@ -284,13 +294,16 @@ func parseReplay(args []string) (replayOptions, error) {
 	if !o.version && (o.site == "" || o.certs == "" || fs.NArg() > 0) {
 		return o, errors.New("--site DIR and --certs DIR are required")
 	}
+	if (o.cert == "") != (o.key == "") {
+		return o, errors.New("--cert FILE and --key FILE go together")
+	}
 	return o, nil
 }
 
 func replayMain(args []string) int {
 	o, err := parseReplay(args)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "usage: quicgo_replay --site DIR --certs DIR [--log FILE] [--listen ADDR] (%v)\n", err)
+		fmt.Fprintf(os.Stderr, "usage: quicgo_replay --site DIR --certs DIR [--cert FILE --key FILE] [--log FILE] [--listen ADDR] (%v)\n", err)
 		return 2
 	}
 	if o.version {
@@ -309,7 +322,15 @@ func serveReplay(o replayOptions) error {
 	if err != nil {
 		return err
 	}
-	getCert, err := certificates(o.certs, m)
+	var fallback *tls.Certificate
+	if o.cert != "" {
+		cert, err := tls.LoadX509KeyPair(o.cert, o.key)
+		if err != nil {
+			return fmt.Errorf("--cert/--key: %w", err)
+		}
+		fallback = &cert
+	}
+	getCert, err := certificates(o.certs, m, fallback)
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,12 @@ var origins = []string{"www.page.example", "cdn.assets.example"}
 
 const thinkMs = 60
 
-// writeCA: a CA and one certificate per origin in dir (NAME.pem, NAME.key); the CA's pool.
+// The testbed's own server name, whose certificate (--cert/--key) answers every name that is
+// not an origin's.
+const testbedName = "server.quicbed"
+
+// writeCA: a CA and one certificate per origin, and one for the testbed's own name, in dir
+// (NAME.pem, NAME.key); the CA's pool.
 func writeCA(t testing.TB, dir string) *x509.CertPool {
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caTmpl := &x509.Certificate{
@@ -52,7 +57,7 @@ func writeCA(t testing.TB, dir string) *x509.CertPool {
 	ca, _ := x509.ParseCertificate(caDER)
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	for i, name := range origins {
+	for i, name := range append([]string{testbedName}, origins...) {
 		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		tmpl := &x509.Certificate{
 			SerialNumber: big.NewInt(int64(i + 2)), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
@@ -119,7 +124,11 @@ func startReplay(t testing.TB) served {
 	body := bytes.Repeat([]byte("recorded "), 20000)
 	writeSite(t, filepath.Join(dir, "site"), body)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	o := replayOptions{site: filepath.Join(dir, "site"), certs: filepath.Join(dir, "certs"), log: filepath.Join(dir, "access.log"), listen: addr}
+	certs := filepath.Join(dir, "certs")
+	o := replayOptions{
+		site: filepath.Join(dir, "site"), certs: certs, log: filepath.Join(dir, "access.log"), listen: addr,
+		cert: filepath.Join(certs, testbedName+".pem"), key: filepath.Join(certs, testbedName+".key"),
+	}
 	go func() { _ = serveReplay(o) }()
 	time.Sleep(300 * time.Millisecond)
 	return served{addr, pool, o.log, body}
@@ -196,6 +205,35 @@ func TestBothProtocolsServeEachOriginAsRecorded(t *testing.T) {
 	}
 	if len(lines) != 8 || first.Entry != 1 || first.Host != "cdn.assets.example" || first.WaitMs != thinkMs || first.TLS != "TLSv1.3" {
 		t.Fatalf("log: %d lines, first %+v", len(lines), first)
+	}
+}
+
+func TestAnyOtherNameGetsTheTestbedsOwnCertificate(t *testing.T) {
+	s := startReplay(t)
+	for proto, c := range clients(s) {
+		resp, err := c.Get("https://" + testbedName + healthPath)
+		if err != nil {
+			t.Fatalf("%s: %v", proto, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent || resp.TLS.PeerCertificates[0].DNSNames[0] != testbedName {
+			t.Fatalf("%s: status %d from %v", proto, resp.StatusCode, resp.TLS.PeerCertificates[0].DNSNames)
+		}
+		// A name the page never had is given that certificate too, which does not name it.
+		if _, err := c.Get("https://elsewhere.example/"); err == nil || !strings.Contains(err.Error(), "certificate") {
+			t.Fatalf("%s: a name outside the page verified (%v)", proto, err)
+		}
+	}
+	m := &replayManifest{Sites: []replaySite{}}
+	getCert, err := certificates(t.TempDir(), m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := getCert(&tls.ClientHelloInfo{ServerName: testbedName}); err == nil {
+		t.Fatal("without --cert, a name outside the page got a certificate")
+	}
+	if _, err := parseReplay([]string{"--site", "s", "--certs", "c", "--cert", "x.pem"}); err == nil {
+		t.Fatal("--cert without --key accepted")
 	}
 }
 
