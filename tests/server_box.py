@@ -97,18 +97,24 @@ class ServerBox:
         docker_text("rm", "-f", self.name, check=False)
 
 
-def qpack_blocking(box: ServerBox, server_name: str) -> tuple[int, int]:
-    """The QPACK table capacity and blocked streams the box's server offers in its HTTP/3
-    SETTINGS (tests/servers/h3_settings.py, in the aioquic client's image)."""
+def aioquic_script(box: ServerBox, script: Path, *args: str) -> subprocess.CompletedProcess:
+    """A Python script of the tests run by the aioquic client's image in the box's network
+    namespace, with the box's CA at /pki/ca.pem."""
     image = TOOLS["aioquic"].image
     if not have_image(image):
         pytest.fail(f"{image} not built (images/build.sh aioquic)")
-    proc = docker_text(
+    return docker_text(
         "run", "--rm", "--network", f"container:{box.name}", "-v", f"{box.pki.dir}:/pki:ro",
-        "-v", f"{H3_SETTINGS}:/h3_settings.py:ro", "--entrypoint", "/opt/aioquic/bin/python3", image,
-        "/h3_settings.py", "127.0.0.1", server_name, "/pki/ca.pem",
+        "-v", f"{script}:/{script.name}:ro", "--entrypoint", "/opt/aioquic/bin/python3", image,
+        f"/{script.name}", *args,
         check=False,
     )  # fmt: skip
+
+
+def qpack_blocking(box: ServerBox, server_name: str) -> tuple[int, int]:
+    """The QPACK table capacity and blocked streams the box's server offers in its HTTP/3
+    SETTINGS (tests/servers/h3_settings.py)."""
+    proc = aioquic_script(box, H3_SETTINGS, "127.0.0.1", server_name, "/pki/ca.pem")
     assert proc.returncode == 0, proc.stderr[-600:]
     settings = json.loads(proc.stdout)
     return settings.get(QPACK_MAX_TABLE_CAPACITY, 0), settings.get(QPACK_BLOCKED_STREAMS, 0)

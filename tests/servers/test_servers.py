@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from server_box import ServerBox, docker_text, have_image, qpack_blocking, shared_content
+from server_box import ServerBox, aioquic_script, docker_text, qpack_blocking, shared_content
 
 from quicbed import servers
-from quicbed.clients.tools import TOOLS
 from quicbed.servers import pki
 from quicbed.workloads import cloud, ensure_content, store, video
 
@@ -380,15 +379,7 @@ def test_an_http3_get_that_ends_after_its_headers_is_served(box: ServerBox) -> N
     does so now and then: HAProxy passed such a GET to its origin chunked, and lighttpd
     answered 400 (2 % of quic-go's requests). Sent so every time here (aioquic, in the aioquic
     client's image), every server answers 200."""
-    image = TOOLS["aioquic"].image
-    if not have_image(image):
-        pytest.fail(f"{image} not built (images/build.sh aioquic)")
-    proc = docker_text(
-        "run", "--rm", "--network", f"container:{box.name}", "-v", f"{box.pki.dir}:/pki:ro",
-        "-v", f"{SPLIT_FIN_GET}:/split_fin_get.py:ro", "--entrypoint", "/opt/aioquic/bin/python3", image,
-        "/split_fin_get.py", "127.0.0.1", "server.quicbed", "/pki/ca.pem", "/cloud/1MB",
-        check=False,
-    )  # fmt: skip
+    proc = aioquic_script(box, SPLIT_FIN_GET, "127.0.0.1", "server.quicbed", "/pki/ca.pem", "/cloud/1MB")
     assert (proc.returncode, proc.stdout.strip()) == (0, "200"), proc.stderr[-600:]
 
 
