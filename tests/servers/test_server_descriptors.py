@@ -470,6 +470,7 @@ BAD = [
         "'h4' is not one of h1, h2, h3",
     ),
     ("bad-port", lambda t: t + "compose_port: 70000\n", "compose_port", "from 1 to 65535"),
+    ("bad-serves", lambda t: t + "serves: pages\n", "serves", "'pages' is not one of content, replay"),
     (
         "no-dockerfile",
         lambda t: t + "dockerfile: images/nope/Dockerfile\n",
