@@ -18,6 +18,7 @@ matplotlib.use("Agg")  # headless: reports are built on servers and in CI
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from quicbed import limits
 from quicbed.workloads import ReportSection, report_sections, transfer_kinds
@@ -38,6 +39,7 @@ from .model import (
     ordered_protocols,
     protocol_color,
     protocol_label,
+    recorded_page_loads,
     size_label,
 )
 from .stats import median_ci
@@ -726,6 +728,49 @@ def pageload_vs_download(df: pd.DataFrame, out_dir: Path, section: str) -> list[
     ]
 
 
+def pageload_vs_origins(df: pd.DataFrame, out_dir: Path, section: str) -> list[Figure]:
+    """Per browser (facet): the median page load of each recorded page against its origins,
+    one line per protocol, with 95% bootstrap CIs."""
+    pages = recorded_page_loads(df)
+    if pages.empty:
+        return []
+    facets = ordered_unique(pages["facet"])
+    fig, axes = panel_grid(len(facets))
+    for ax, facet in zip(axes, facets, strict=True):
+        mine = pages[pages["facet"] == facet]
+        for protocol in ordered_protocols(mine["protocol"]):
+            rows = mine[mine["protocol"] == protocol]
+            points = sorted(
+                (int(origins), median_ci(group["page_load_time_ms"]))
+                for origins, group in rows.groupby("page_origins")
+            )
+            xs = [x for x, _ in points]
+            ys = [est.value for _, est in points]
+            err = np.nan_to_num([[e.value - e.lo for _, e in points], [e.hi - e.value for _, e in points]])
+            ax.errorbar(
+                xs,
+                ys,
+                yerr=err,
+                color=protocol_color(protocol),
+                marker="o",
+                capsize=3,
+                label=protocol_label(protocol),
+            )
+        ax.set_title(str(facet), fontsize=10)
+        ax.set_xlabel("origins of the page")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel("page load time (ms)")
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.1)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left")
+    caption = (
+        "Median page load time of each recorded page against its number of origins, per "
+        "protocol, with 95% bootstrap CIs: each added origin costs a connection and its "
+        "handshake, where QUIC saves a round trip."
+    )
+    return [save(fig, out_dir, f"{section}_pageload", section, "Page load against origins", caption)]
+
+
 # Figures of their own that a workload's report section names (workloads/<kind>.py).
 # Each takes the section's own rows (ReportSection.own_rows), the output folder and the
 # section's figures name, which its files' names begin with.
@@ -738,6 +783,7 @@ PLOTS: dict[str, Callable[[pd.DataFrame, Path, str], list[Figure]]] = {
     "streaming_example_traces": streaming_example_traces,
     "video_against_loss": video_against_loss,
     "pageload_vs_download": pageload_vs_download,
+    "pageload_vs_origins": pageload_vs_origins,
 }
 
 

@@ -123,3 +123,10 @@ def size_label(size: float) -> str:
 def near(sizes: pd.Series, size: float, tolerance: float = 0.05) -> pd.Series:
     """Sizes within 5% of `size`: "200 MB" matches 200 MiB and 200·10⁶ bytes alike."""
     return (sizes / size - 1).abs() <= tolerance
+
+
+def recorded_page_loads(df: pd.DataFrame) -> pd.DataFrame:
+    """The page loads of recorded pages (their rows carry `page_origins`: workloads/recorded.py)."""
+    if "page_origins" not in df:
+        return df.iloc[0:0]
+    return df[(df["workload"] == PAGELOAD) & df["page_origins"].notna()]

@@ -58,6 +58,7 @@ from .tables import (
     flag_table,
     flagged_stacks,
     fmt,
+    pageload_by_origins_table,
     pageload_vs_download_table,
     streaming_table,
     summary_table,
@@ -330,6 +331,7 @@ def decisions_section(manifests: list[dict[str, Any]]) -> Section | None:
 TABLES: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {
     "streaming": streaming_table,
     "pageload_vs_download": pageload_vs_download_table,
+    "pageload_by_origins": pageload_by_origins_table,
 }
 
 
@@ -357,6 +359,8 @@ def workload_section(spec: ReportSection, ok: pd.DataFrame, figures: list[Figure
             )
     if spec.table:
         table = TABLES[spec.table](spec.own_rows(ok))
+        if table.empty and not spec.metrics:
+            return None  # a section of its own table alone, and no row for it
         if not table.empty:
             blocks.append(Table(table, spec.table_caption))
             if spec.table == "pageload_vs_download":

@@ -17,9 +17,10 @@ from .model import (
     listed,
     ordered_protocols,
     protocol_label,
+    recorded_page_loads,
     size_label,
 )
-from .stats import ALPHA, MIN_N, Comparison, Estimate, compare, median_ci
+from .stats import ALPHA, MIN_N, Comparison, Estimate, compare, gain_difference_ci, median_ci, median_diff_ci
 
 BASELINES = ("tls1.2", "tls1.3")
 NUMERIC_KEYS = {"object_bytes", "loss_pct"}
@@ -265,6 +266,47 @@ def pageload_vs_download_table(df: pd.DataFrame) -> pd.DataFrame:
                 "CPU-bound share": f"{cpu_bound_share(group):.0%}",
             }
         )
+    return pd.DataFrame(lines)
+
+
+def pageload_by_origins_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Per browser (facet) and recorded page: its origins, the page load over QUIC and over
+    TLS 1.3, QUIC's gain (TLS 1.3's median − QUIC's) and, against the page of fewest origins
+    of the same browser, how much more QUIC gains per added origin, each with its 95 % CI
+    (analysis/stats.py gain_difference_ci). Rows: recorded pages' page loads
+    (`page_origins`, workloads/recorded.py)."""
+    pages = recorded_page_loads(df)
+    lines = []
+    for (facet,), rows in group_frames(pages, ["facet"]):
+        by_page = {obj: group for (obj,), group in group_frames(rows, ["object"])}
+        origins = {obj: int(group["page_origins"].iloc[0]) for obj, group in by_page.items()}
+        base = min(by_page, key=lambda obj: (origins[obj], obj))
+
+        loads = {
+            obj: tuple(group[group["protocol"] == p]["page_load_time_ms"] for p in ("tls1.3", "quic"))
+            for obj, group in by_page.items()
+        }
+        for obj, group in sorted(by_page.items(), key=lambda kv: (origins[kv[0]], kv[0])):
+            tls, quic = loads[obj]
+            gain = median_diff_ci(tls, quic)
+            added = origins[obj] - origins[base]
+            per_origin = gain_difference_ci(loads[obj], loads[base]) if added > 0 else None
+            connections = pd.to_numeric(group["connections"], errors="coerce")
+            lines.append(
+                {
+                    "condition": str(facet),
+                    "page": obj,
+                    "origins": str(origins[obj]),
+                    "connections (median)": fmt(connections.median()),
+                    "QUIC load (ms) [95% CI]": fmt_est(median_ci(quic)),
+                    "TLS 1.3 load (ms) [95% CI]": fmt_est(median_ci(tls)),
+                    "QUIC's gain (ms) [95% CI]": fmt_est(gain),
+                    f"more gain per added origin (ms), against {origins[base]}": (
+                        fmt_est(per_origin.scaled(1 / added)) if per_origin else "–"
+                    ),
+                    "CPU-bound share": f"{cpu_bound_share(group):.0%}",
+                }
+            )
     return pd.DataFrame(lines)
 
 

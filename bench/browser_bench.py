@@ -9,10 +9,12 @@ against theory (QUIC 1, TLS 1.3 2, TLS 1.2 2: Chromium always uses False Start),
 own time in the handshake (connection time − n·RTT), client CPU per load and how many loads
 were CPU-bound (browser_perf's flag: the allowed CPUs < 10 % idle, a thread busy >= 90 % of
 the load, or a throttling quota), and the network behaviour both browsers must share: the
-protocol of every resource, connections per load, the TLS group and the page's bytes. Then,
-from captures on the client's emulated interface (decrypted with the browser's key log, checked
-by wirecheck.py), the same endpoint time from the wire: handshake done − the first packet − n ×
-the first RTT on the wire, and the browser's time from connectStart to its first packet.
+protocol of every resource, connections per load, the TLS group and the page's bytes; and where
+each load's CPU went, by process kind and busiest thread (the rows' cpu_by_process and
+cpu_top_threads). Then, from captures on the client's emulated interface (decrypted with the
+browser's key log, checked by wirecheck.py), the same endpoint time from the wire: handshake
+done − the first packet − n × the first RTT on the wire, and the browser's time from
+connectStart to its first packet.
 Markdown tables on stdout. `--browsers ... firefox` adds Debian's firefox-esr (the tool
 `firefox`, clients/firefox/README.md): its TLS 1.2 theory is 3 RTT (no False Start), and BiDi
 gives it no TLS group (empty) and no connection ids (sockets at the load event).
@@ -193,7 +195,32 @@ def main() -> int:
         print("|---|---|---|---|---|---|---|")
         for (browser, protocol), (rows, _) in sorted(results.items(), key=lambda kv: kv[0][1]):
             print(f"| {protocol} | {browser} | " + " | ".join(network_signature(rows, rtt)) + " |")
+        print(
+            "\nWhere a load's CPU went (ms on a CPU over the load, by the threads' schedstat; the "
+            "median over loads, a kind or thread absent from a load counting 0):\n"
+        )
+        print("| browser | protocol | by process kind | busiest threads (thread @ process) |")
+        print("|---|---|---|---|")
+        for (browser, protocol), (rows, _) in results.items():
+            print(f"| {browser} | {protocol} | {cpu_by_kind(rows)} | {busiest_threads(rows)} |")
     return 0
+
+
+def cpu_by_kind(rows: list[dict], top: int = 5) -> str:
+    kinds = {k for r in rows for k in r.get("cpu_by_process") or {}}
+    medians = {k: statistics.median((r.get("cpu_by_process") or {}).get(k, 0.0) for r in rows) for k in kinds}
+    ordered = sorted(medians.items(), key=lambda kv: -kv[1])[:top]
+    return ", ".join(f"{k} {v:.0f}" for k, v in ordered) or "-"
+
+
+def busiest_threads(rows: list[dict], top: int = 5) -> str:
+    times: dict[str, list[float]] = {}
+    for r in rows:
+        for name, kind, ms in r.get("cpu_top_threads") or []:
+            times.setdefault(f"{name} @ {kind}", []).append(ms)
+    medians = {k: statistics.median(v + [0.0] * (len(rows) - len(v))) for k, v in times.items()}
+    ordered = sorted(medians.items(), key=lambda kv: -kv[1])[:top]
+    return ", ".join(f"{k} {v:.0f}" for k, v in ordered) or "-"
 
 
 def network_signature(rows: list[dict], rtt: float) -> list[str]:

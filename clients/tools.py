@@ -66,7 +66,7 @@ class Tool:
     label: str  # str.format template, e.g. "tls{tls}-h{http}"
     protocol: str  # str.format template, e.g. "tls{tls}"
     # The kinds it runs: its descriptor's `workloads:`, with ANY_GET read as every one-GET kind.
-    workloads: tuple[str, ...] = ("web", "cloud")
+    workloads: tuple[str, ...] = field(default_factory=one_get_kinds)
     # Compact spelling in labels: "1.1" -> "1", so "tls1.2-h1".
     short: dict[str, dict[str, str]] = field(default_factory=dict)
     # option -> the tool's flag, in argv order; options without one only label the variant.
@@ -378,3 +378,24 @@ def tool_argv(
         repetitions=repetitions,
         cpu=cpu,
     )
+
+
+def page_argv(
+    tool: str,
+    url: str,
+    resolves: list[str],
+    *,
+    options: dict[str, str] | None = None,
+    timeout_s: float = 30,
+    workload_args: dict[str, str] | None = None,
+) -> list[str]:
+    """The tool's argv for a recorded page's landing document at `url` (workloads/replay.py):
+    the contract's, with the landing origin's --resolve; a browser's then one --resolve per
+    other origin of the page, each name it meets so mapped. A perf tool GETs the document
+    alone, from the first."""
+    from quicbed.servers.testbed import CLIENT_PKI
+
+    spec = get_tool(tool)
+    first, *others = resolves
+    argv = spec.argv(url, first, f"{CLIENT_PKI}/ca.pem", timeout_s, options or {}, workload_args)
+    return argv + [arg for resolve in others for arg in ("--resolve", resolve)] if spec.browser else argv

@@ -8,6 +8,7 @@ and the manifest say so.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -21,12 +22,19 @@ from typing import Any
 from rich.console import Console
 
 from quicbed import hostload, limits, rowschema, servers
-from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT, Tool, tool_argv
+from quicbed.clients.tools import TOOLS, UNSUPPORTED_EXIT, Tool, page_argv, tool_argv
 from quicbed.dockercli import docker
 from quicbed.errors import HostProblem, PathMismatch
 from quicbed.paths import CACHE, REPO, STATE
 from quicbed.servers import pki
-from quicbed.servers.testbed import CLIENT_PKI, SERVER_NAME, ensure_pki, served_testbed, warm_up
+from quicbed.servers.testbed import (
+    CLIENT_PKI,
+    SERVER_NAME,
+    ReplaySite,
+    ensure_pki,
+    served_testbed,
+    warm_up,
+)
 from quicbed.topology.backends import BackendChoice, check_links, choose_backend, proofs
 from quicbed.topology.calibration_reuse import calibrate_or_reuse
 from quicbed.topology.calibration_table import print_calibration
@@ -37,8 +45,9 @@ from quicbed.topology.net import (
     Testbed,
     server_address,
 )
-from quicbed.workloads import WORKLOADS
+from quicbed.workloads import WORKLOADS, recorded
 from quicbed.workloads.cloud import ensure_files
+from quicbed.workloads.replay import ReplayPlan, plan_pages, write_site
 
 from . import cross as crossflows
 from .capture import CLIENT_TRIALS, TrialCapture, path_interface
@@ -113,12 +122,30 @@ class TestbedExecutor:
         self.cross_file: str | None = None  # the file they download, per condition
         self.log_name: str | None = None  # logs/<this>/: the condition's id unless set
         self.images_ready = False  # the on-demand images this run needs are built
+        self.replay: tuple[ReplaySite, ReplayPlan] | None = None  # the recorded page's site
+
+    def _replayed(self) -> tuple[ReplaySite, ReplayPlan] | None:
+        """The workload's recorded pages laid out for their replay server, served at once
+        (workloads/replay.py plan_pages), once per run, under the cache by the pages' names
+        (each the digest of its HAR); None for the testbed's content."""
+        pages = self.exp.workload.pages
+        if not pages:
+            return None
+        if self.replay is None:
+            read = [recorded.page_of(page) for page in pages]  # refused if a file changed
+            plan = plan_pages(read)
+            key = hashlib.sha256("\0".join(page.name for page in pages).encode()).hexdigest()
+            root = CACHE / "replay" / key[:16]
+            write_site(plan, read, root)
+            self.replay = (ReplaySite(root, plan.hosts()), plan)
+        return self.replay
 
     def prepare(self) -> None:
         """What every path of the run shares (keys, content), made once before --parallel's
         paths come up side by side: two making it at once would race."""
-        ensure_pki(self.pki_dir)
         self._prepare_content()
+        replayed = self._replayed()
+        ensure_pki(self.pki_dir, replayed[1].names if replayed else ())
         self._ensure_images()
 
     def set_log_name(self, name: str) -> None:
@@ -167,12 +194,14 @@ class TestbedExecutor:
         trials_dir = self.run_dir / rowschema.TRIALS_DIR
         if self.exp.capture:
             trials_dir.mkdir(parents=True, exist_ok=True)
+        replayed = self._replayed()
         with served_testbed(
             cond.link,
             names,
             log_root=self.log_root,
             pki_dir=self.pki_dir,
             content_dir=self.content_dir,
+            replay=replayed[0] if replayed else None,
             backend=self.choices[cond.id],
             client_image=self.client_image,
             tcp_cc=str(cond.params.get("server.tcp_cc", "cubic")),
@@ -231,7 +260,9 @@ class TestbedExecutor:
     def run_trial(self, trial: Trial) -> dict[str, Any]:
         assert self.tb
         host = self.hosts[trial.server]
-        argv = self._tool_argv(trial, server_address(self.tb.servers.index(host)))
+        replayed = self._replayed()
+        resolves = tuple(replayed[1].resolves()) if replayed else ()
+        argv = self._tool_argv(trial, server_address(self.tb.servers.index(host)), resolves)
         self._rewarm(trial.server, host)
         self._server_log(trial.server)  # skip what earlier trials (or a restart) logged
         capture = self._capture(trial)
@@ -292,6 +323,9 @@ class TestbedExecutor:
         if capture:  # after _server_saw: the server has logged, and closed, the trial's connections
             row.update(capture.finish())
         row["cpu_bound"] = trial_cpu_bound(row, work.own_pct, client.container)
+        page = trial.workload.page(trial.object)
+        if page:  # the page as recorded, beside what the tool saw
+            row.update(page_origins=page.origins, page_requests=page.requests, page_bytes=page.body_bytes)
         if row.get("error"):
             raise TrialError(row["error"], row)
         return row
@@ -445,15 +479,28 @@ class TestbedExecutor:
         return _runs_in(host.container_pid, Path(servers.get_server(name).command[0]).name)
 
     @staticmethod
-    def _tool_argv(trial: Trial, address: str) -> list[str]:
+    def _tool_argv(trial: Trial, address: str, page_resolves: tuple[str, ...] = ()) -> list[str]:
+        """The trial's argv: a GET of its object from the server at `address`, or a recorded
+        page's landing document with its origins' `page_resolves` (ReplayPlan.resolves)."""
         workload = WORKLOADS[trial.workload.kind]
+        workload_args = workload.tool_args(trial.workload.duration_s, dict(trial.workload.settings))
+        page = trial.workload.page(trial.object)
+        if page:
+            return page_argv(
+                trial.client.tool,
+                page.landing_url,
+                list(page_resolves),
+                options=trial.client.options,
+                timeout_s=trial.timeout_s,
+                workload_args=workload_args,
+            )
         return tool_argv(
             trial.client.tool,
             workload.url_path(trial.object),
             address,
             options=trial.client.options,
             timeout_s=trial.timeout_s,
-            workload_args=workload.tool_args(trial.workload.duration_s, dict(trial.workload.settings)),
+            workload_args=workload_args,
         )
 
 

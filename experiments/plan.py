@@ -163,6 +163,14 @@ def dry_run(exp: Experiment) -> str:
         f"clients: {', '.join(c.label for c in exp.clients)}",
         f"workload: {w.kind}: {', '.join(w.objects)}"
         + (f" ({w.duration_s:g} s each)" if w.duration_s else ""),
+        *(
+            f"  {page.name}: {page.file}, {page.requests} requests from {page.origins} "
+            f"origin{'s' if page.origins != 1 else ''}"
+            + (" (its one-origin twin)" if page.one_origin else "")
+            + f", "
+            f"{page.body_bytes / 1e6:.2f} MB of bodies; a trial fetches {page.landing_url}"
+            for page in w.pages
+        ),
         f"per condition: {len(exp.servers) * len(exp.clients) - len(unspoken)} server x client pairs "
         f"({len(exp.servers)} servers x {len(exp.clients)} clients, {len(unspoken)} not spoken) x "
         f"{len(w.objects)} objects x {repetitions_text(exp)} = {per} trials"

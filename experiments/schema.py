@@ -39,7 +39,8 @@ from quicbed.fields import (
 )
 from quicbed.rowschema import CAPTURE_KINDS
 from quicbed.servers import pairing
-from quicbed.workloads import WORKLOADS, Setting
+from quicbed.workloads import WORKLOADS, Setting, recorded, replay
+from quicbed.workloads.har import HarError
 from quicbed.yamlio import LocatedError as ExperimentError
 from quicbed.yamlio import PathKey, Source, load_source, parse_source
 
@@ -89,6 +90,13 @@ class Workload:
     duration_s: float | None = None  # video only
     # The workload's client settings (video: the player's), (name, value) pairs in file order.
     settings: tuple[tuple[str, Any], ...] = ()
+    # Recorded pages replayed (`pages: [{har: FILE}]`); then `objects` are their names.
+    pages: tuple[recorded.RecordedPage, ...] = ()
+
+    def page(self, name: str) -> recorded.RecordedPage | None:
+        """The recorded page an object names (None for the testbed's content). From the
+        experiment itself, not the process's registry: a cluster's worker gets it pickled."""
+        return next((page for page in self.pages if page.name == name), None)
 
 
 @dataclass
@@ -129,6 +137,8 @@ class Experiment:
         for key in ("decide", "auto"):
             if not parts[key]:
                 del parts[key]
+        if not parts["workload"]["pages"]:
+            del parts["workload"]["pages"]
         blob = json.dumps(parts, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -172,7 +182,8 @@ def _build(src: Source, text: str) -> Experiment:
     indexed = _clients(src, d["clients"], workload.kind)
     clients = [v for _, v in indexed]
     _check_settings_are_taken(src, workload, clients)
-    server_names = check_list(src, ("servers",), d["servers"], lambda p, v: _server(src, p, v))
+    server_names = check_list(src, ("servers",), d["servers"], lambda p, v: _server(src, p, v, workload))
+    _check_one_site(src, server_names, workload)
     _check_spoken(src, server_names, indexed)
     exp = Experiment(
         name=name,
@@ -455,17 +466,77 @@ def _check_sweep_overlap(src: Source, axes: list[str]) -> None:
             owner[direction, param] = axis
 
 
-def _server(src: Source, path: PathKey, value: Any) -> str:
+def _server(src: Source, path: PathKey, value: Any, workload: Workload) -> str:
     name = check_choice(src, path, value, SERVERS, "server")
-    if servers.get_server(name).serves == "replay":
-        # Nothing is accepted that cannot run: a replay server serves one recorded page, and
-        # no workload here lays a page out for it yet.
+    replays = servers.get_server(name).serves == "replay"
+    # Nothing is accepted that cannot run: a replay server serves a recorded page and nothing
+    # of the testbed's content, and the content servers serve no recorded page.
+    if replays and not workload.pages:
         raise src.error(
             path,
-            f"{name} serves a recorded page (serves: replay), not the testbed's content, and "
-            "replaying a page (workload: {kind: web, pages: [har: ...]}) does not run yet",
+            f"{name} serves a recorded page (serves: replay), not the testbed's content: give "
+            "the workload one (workload: {kind: web, pages: [{har: FILE}]})",
+        )
+    if workload.pages and not replays:
+        replayers = ", ".join(servers.servers_serving("replay"))
+        raise src.error(
+            path,
+            f"{name} serves the testbed's content, not a recorded page; the workload's pages "
+            f"are replayed by: {replayers}",
         )
     return name
+
+
+def _check_one_site(src: Source, names: list[str], workload: Workload) -> None:
+    """A page's origins take their addresses on the server LAN once: one server replays it."""
+    if workload.pages and len(names) > 1:
+        raise src.error(
+            ("servers", 1),
+            "a recorded page is replayed by one server (its origins' addresses are that "
+            "server's): run each replay server in an experiment of its own",
+        )
+
+
+def _recorded_pages(src: Source, path: PathKey, value: Any) -> tuple[recorded.RecordedPage, ...]:
+    """Each `{har: FILE}` (or its one-origin twin, `one_origin: true`) read and validated now
+    (a refused HAR names its entry); FILE is relative to the experiment's folder. The pages
+    are served at once: no two share a host, and their hosts fit the server LAN."""
+    folder = Path(src.file).parent if not src.file.startswith("<") else Path.cwd()
+
+    def one(at: PathKey, entry: Any) -> recorded.RecordedPage:
+        check_mapping(src, at, entry, {"har", "one_origin"}, {"har"})
+        given = check_str(src, (*at, "har"), entry["har"])
+        twin = entry.get("one_origin", False)
+        if not isinstance(twin, bool):
+            raise src.error((*at, "one_origin"), f"expected true or false, got {twin!r}")
+        try:
+            return recorded.load_recorded(folder / given, twin)
+        except HarError as exc:
+            raise src.error((*at, "har"), str(exc)) from None
+
+    pages = tuple(check_list(src, path, value, one))
+    if len(pages) > recorded.MAX_PAGES:
+        raise src.error(
+            (*path, recorded.MAX_PAGES),
+            f"at most {recorded.MAX_PAGES} recorded pages per experiment (they are served at once)",
+        )
+    owner: dict[str, int] = {}
+    for i, page in enumerate(pages):
+        for host in page.hosts:
+            first = owner.setdefault(host, i)
+            if first != i:
+                raise src.error(
+                    (*path, i),
+                    f"{host} is an origin of pages[{first}] too: a name answers one page's "
+                    "responses (the pages are served at once)",
+                )
+    if len(owner) > replay.LAST_HOST - replay.FIRST_HOST + 1:
+        raise src.error(
+            path,
+            f"{len(owner)} origins in all: the server LAN has addresses for "
+            f"{replay.LAST_HOST - replay.FIRST_HOST + 1}",
+        )
+    return pages
 
 
 def _clients(src: Source, value: Any, kind: str) -> list[tuple[int, ClientVariant]]:
@@ -529,13 +600,26 @@ def _workload(src: Source, value: Any) -> Workload:
     if kind.unavailable:
         raise src.error((*path, "kind"), f"workload kind '{name}' is {kind.unavailable}")
     keys = {"kind", kind.list_key, *kind.extra_keys, *([kind.settings_key] * bool(kind.settings))}
-    check_mapping(src, path, value, keys, set() if kind.default else {kind.list_key})
-    objects = check_list(
-        src,
-        (*path, kind.list_key),
-        value.get(kind.list_key, list(kind.default)),
-        lambda p, v: check_choice(src, p, v, kind.choices(), kind.what),
-    )
+    keys |= {kind.recorded_key} - {""}
+    pages: tuple[recorded.RecordedPage, ...] = ()
+    if kind.recorded_key and kind.recorded_key in value:
+        check_mapping(src, path, value, keys, set())
+        if kind.list_key in value:
+            raise src.error(
+                (*path, kind.recorded_key),
+                f"recorded pages beside {kind.list_key}: a run replays pages or fetches the "
+                f"testbed's own {kind.what}s, not both",
+            )
+        pages = _recorded_pages(src, (*path, kind.recorded_key), value[kind.recorded_key])
+        objects = [page.name for page in pages]
+    else:
+        check_mapping(src, path, value, keys, set() if kind.default else {kind.list_key})
+        objects = check_list(
+            src,
+            (*path, kind.list_key),
+            value.get(kind.list_key, list(kind.default)),
+            lambda p, v: check_choice(src, p, v, kind.choices(), kind.what),
+        )
     extra = {
         key: check_number(src, (*path, key), value.get(key, default), low, high)
         for key, (default, low, high) in kind.extra_keys.items()
@@ -545,7 +629,7 @@ def _workload(src: Source, value: Any) -> Workload:
         if kind.settings_key in value
         else ()
     )
-    return Workload(name, tuple(objects), extra.get("duration_s"), settings)
+    return Workload(name, tuple(objects), extra.get("duration_s"), settings, pages)
 
 
 def _check_settings_are_taken(src: Source, workload: Workload, clients: list[ClientVariant]) -> None:

@@ -126,7 +126,7 @@ class Containernet:
 
     # -- running -------------------------------------------------------------------------
     def start(self) -> None:
-        from quicbed.servers.descriptors import SERVERS
+        from quicbed.servers.descriptors import servers_serving
         from quicbed.topology.profiles import apply_overrides, load_profile
 
         if not self.link:
@@ -136,7 +136,7 @@ class Containernet:
         # A server image with or without its pinned tag ("quicbed/nginx" or ":1.26.3"); of
         # the servers that serve the testbed's content (not a replay server, whose image may
         # be a client's too).
-        content = {name: spec for name, spec in SERVERS.items() if spec.serves == "content"}
+        content = servers_serving("content")
         names = {spec.image.split(":")[0]: name for name, spec in content.items()}
         names |= {spec.image: name for name, spec in content.items()}
         server_name = names.get(

@@ -125,6 +125,10 @@ EXECUTOR = _columns(
     ("server_http", "", "lowest HTTP version in the server's access log for the trial (3, 2, 1.1)"),
     ("server_requests", "", "requests the server logged during the trial"),
     ("server_tcp_retrans", "", "TCP segments the server retransmitted during the trial"),
+    # A recorded page's trial (workloads/recorded.py): the page as its HAR records it.
+    ("page_origins", "", "a recorded page's origins (hosts), as its HAR records them"),
+    ("page_requests", "", "the requests of the recorded page a replay serves"),
+    ("page_bytes", "B", "the recorded page's bodies, decoded, all of them"),
 )
 # The runner's bookkeeping and the condition's calibration.
 RUNNER = _columns(
@@ -153,6 +157,8 @@ BROWSER = _columns(
     ("resources", "", "subresources fetched (the document not counted)"),
     ("resource_protocols", "", "nextHopProtocol -> resources, the document included"),
     ("connections", "", "connections the client opened"),
+    ("origins", "", "distinct hosts the document and its subresources came from"),
+    ("origin_connections", "", "host -> connections its responses came over (coalesced: each)"),
     ("browser_cpu_ms", "ms", "CPU time of the browser's processes, navigation to load end"),
     ("browser_cpu_pct", "%", "browser_cpu_ms over the page load or download, of one core"),
     ("browser", "", "headless-shell (Debian's chromium-headless-shell), chromium-full or firefox"),
@@ -161,6 +167,8 @@ BROWSER = _columns(
     ("busiest_thread", "", "that thread's name"),
     ("cpu_wait_ms", "ms", "run-queue wait of all browser threads over the load (schedstat)"),
     ("cpu_throttled_ms", "ms", "the client container's CPU-quota throttled time over the load"),
+    ("cpu_by_process", "", "process kind -> ms on a CPU over the load (browser, renderer, gpu-process...)"),
+    ("cpu_top_threads", "", "the busiest threads over the load: [thread, process kind, ms]"),
 )
 # What a client with a `streams` option adds with --streams N > 1 (stacks/quicgo): its TOOL
 # columns are then all the streams' (bytes, t_done, download_time_ms).

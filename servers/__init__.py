@@ -4,7 +4,8 @@ A server is data: servers/<name>/server.yaml (its image, version key, command, c
 check, version parser, access-log format, QUIC facts; see servers/README.md), plus an image and
 a config. Descriptors in the directories of $QUICBED_SERVER_DIRS join the shipped ones.
 
-    descriptors.py   reading and checking descriptors; the registry (SERVERS, get_server)
+    descriptors.py   reading and checking descriptors; the registry (SERVERS, get_server,
+                     servers_serving)
     lifecycle.py     container_options, docker_run_args, start_server, stop_server, rewarm
     probe.py         server_version, server_settings
     accesslog.py     access-log formats, read_access_log, access_log_since
@@ -18,7 +19,7 @@ The container contract (mounts, start, health check) is lifecycle.py's docstring
 from __future__ import annotations
 
 from .accesslog import access_log_since, read_access_log
-from .descriptors import SERVERS, get_server
+from .descriptors import SERVERS, get_server, servers_serving
 from .lifecycle import docker_run_args, rewarm, start_server, stop_server
 from .probe import server_settings, server_version
 from .spec import (
@@ -54,6 +55,7 @@ __all__ = [
     "read_access_log",
     "server_settings",
     "server_version",
+    "servers_serving",
     "rewarm",
     "start_server",
     "stop_server",

@@ -69,6 +69,23 @@ def _quicbed_json(entry: dict) -> dict | None:
     }
 
 
+def _replay_json(entry: dict) -> dict | None:
+    """stacks/quicgo's quicgo_replay: the quicbed-json fields, plus the origin asked for
+    (`host`), the HAR entry that answered (`entry`, -1 for none) and the think time kept
+    (`wait_ms`); its `conn` is one serial per connection over HTTP/2 and HTTP/3 alike."""
+    base = _quicbed_json(entry)
+    if base is None or "entry" not in entry:
+        return None
+    return {
+        **base,
+        "server": "quicgo_replay",
+        "host": entry.get("host"),
+        "entry": entry["entry"],
+        "wait_ms": entry.get("wait_ms"),
+        "connection": str(entry["conn"]) if entry.get("conn") else None,
+    }
+
+
 def _haproxy_json(entry: dict) -> dict | None:
     """The JSON line of HAProxy's log-format (servers/haproxy/haproxy.cfg): bytes is the
     response's Content-Length ("" when it had none), total_ms HAProxy's %Ta."""
@@ -99,6 +116,7 @@ def _haproxy_json(entry: dict) -> dict | None:
 # this order when no spec is given.
 FORMATS: dict[str, Callable[[dict], dict | None]] = {
     "caddy-json": _caddy_json,
+    "replay-json": _replay_json,  # before quicbed-json, whose fields it has
     "quicbed-json": _quicbed_json,
     "haproxy-json": _haproxy_json,
 }

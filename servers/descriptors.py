@@ -207,6 +207,11 @@ def load_servers(dirs: str | None = None, versions: dict[str, str] | None = None
 SERVERS: dict[str, ServerSpec] = load_servers()
 
 
+def servers_serving(serves: str) -> dict[str, ServerSpec]:
+    """The registry's servers whose descriptors say `serves: <serves>` (spec.SERVES), in order."""
+    return {name: spec for name, spec in SERVERS.items() if spec.serves == serves}
+
+
 def get_server(name: str) -> ServerSpec:
     try:
         return SERVERS[name]

@@ -1,13 +1,19 @@
 """The emulated path with the servers behind it: one container per named server (content,
 per-run PKI and logs mounted) and the client with the CA. Used by the experiment executor, the
 benches and the path tests; below experiments, above topology and the server lifecycle.
+
+A replayed page (workloads/replay.py) is served by the one named server whose descriptor says
+`serves: replay`: its site is that server's content, each origin's address is added to that
+server's LAN interface, each origin has a certificate of its own from the run's CA, and the
+client's hosts file names every origin (no name leaves the testbed: topology/net.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from quicbed.perfargs import contract_argv
@@ -20,16 +26,35 @@ from . import pki
 from .descriptors import get_server
 from .lifecycle import container_options, start_server
 from .pairing import QUIC_HTTP, TCP_HTTP
+from .spec import ServerError
 
 SERVER_NAME = f"server.{DOMAIN}"  # in every container's hosts file (topology.net)
 CLIENT_PKI = "/etc/quicbed/pki"  # where the client container sees the run's CA
 
 
-def ensure_pki(pki_dir: Path) -> None:
-    """One private CA and server certificate per run, kept across its conditions and resumes."""
+@dataclass(frozen=True)
+class ReplaySite:
+    """A replayed page as workloads/replay.py wrote it (`write_site`): the site's directory and
+    each origin's name -> its address on the server LAN (`ReplayPlan.hosts()`)."""
+
+    root: Path
+    hosts: Mapping[str, str] = field(default_factory=dict)
+
+
+def ensure_pki(pki_dir: Path, origins: tuple[str, ...] = ()) -> None:
+    """One private CA and server certificate per run, kept across its conditions and resumes;
+    with a replayed page's `origins`, a certificate for each, made in the same pass (the CA's
+    key is discarded after it, so origins cannot be added to a PKI made without them)."""
     if not (pki_dir / "server.pem").exists():
         # Every server host presents the same certificate; clients connect by name.
-        pki.generate_pki(pki_dir, server_address(0), SERVER_NAME)
+        pki.generate_pki(pki_dir, server_address(0), SERVER_NAME, origins)
+        return
+    missing = [name for name in origins if not pki.origin_files(pki_dir, name)[0].is_file()]
+    if missing:
+        raise ServerError(
+            f"{pki_dir} was made without a certificate for {missing[0]} (+{len(missing) - 1} more "
+            "origins): a run's CA signs only in the pass that makes it; start the run afresh"
+        )
 
 
 @contextlib.contextmanager
@@ -46,33 +71,63 @@ def served_testbed(
     start: bool = False,
     run_id: str | None = None,
     client_mounts: tuple[tuple[Path, str], ...] = (),
+    replay: ReplaySite | None = None,
 ) -> Iterator[tuple[Testbed, dict[str, DockerHost]]]:
     """The path with one container per named server (content, PKI and logs mounted) and the
     client with the CA. With `start`, every server is started and ready; otherwise the caller
     starts them (the runner does, once per condition, after calibration). `run_id` names the
     testbed's containers and state (a lab's id); default a fresh one. `client_mounts`:
-    (host directory, path in the client) pairs, writable (a run's capture files)."""
-    ensure_pki(pki_dir)
+    (host directory, path in the client) pairs, writable (a run's capture files). `replay`:
+    the page the one `serves: replay` server among `names` serves (the module's text)."""
+    replayer = _replay_server(names, replay)
+    ensure_pki(pki_dir, tuple(replay.hosts) if replay else ())
     specs = []
     for name in names:
         log_dir = log_root / name
         log_dir.mkdir(parents=True, exist_ok=True)
-        options = container_options(name, content_dir, pki_dir, log_dir)
+        content = replay.root if replay and name == replayer else content_dir
+        options = container_options(name, content, pki_dir, log_dir)
         specs.append(HostSpec(image=get_server(name).image, docker_args=tuple(options)))
+    origins = tuple(
+        a for n, addr in (replay.hosts.items() if replay else ()) for a in ("--add-host", f"{n}:{addr}")
+    )
     cfg = TestbedConfig(
         profile=profile,
         backend=backend,
         tcp_cc=tcp_cc,
-        client=HostSpec(client_image, client_docker_args(pki_dir, client_mounts)),
+        client=HostSpec(client_image, (*client_docker_args(pki_dir, client_mounts), *origins)),
         servers=tuple(specs),
         **({"run_id": run_id} if run_id else {}),
     )
     with Testbed(cfg) as tb:
         hosts = dict(zip(names, tb.servers, strict=True))
+        if replay and replayer:
+            add_origin_addresses(hosts[replayer], replay.hosts.values())
         for name, host in hosts.items() if start else ():
             start_server(host.container, name, timeout=30)
             warm_up(tb, host, name)
         yield tb, hosts
+
+
+def _replay_server(names: list[str], replay: ReplaySite | None) -> str:
+    """The one named server that serves `replay` ("" without one); a replay server without a
+    page, or a page without (or with two) replay servers, is refused: it could not run."""
+    replayers = [name for name in names if get_server(name).serves == "replay"]
+    if replay is None:
+        if replayers:
+            raise ServerError(f"{replayers[0]} serves a recorded page (serves: replay), and none was given")
+        return ""
+    if len(replayers) != 1:
+        raise ServerError(f"a replayed page needs one replay server among {names}, got {len(replayers)}")
+    return replayers[0]
+
+
+def add_origin_addresses(host: DockerHost, addresses: Iterable[str]) -> None:
+    """Every origin's own address on the replay server's LAN interface (a /24 like its first:
+    the router reaches each by ARP on the server LAN, no route to add)."""
+    intf = host.defaultIntf().name
+    for address in dict.fromkeys(addresses):
+        host.run(["ip", "addr", "add", f"{address}/24", "dev", intf])
 
 
 def client_docker_args(pki_dir: Path, mounts: tuple[tuple[Path, str], ...] = ()) -> tuple[str, ...]:

@@ -65,8 +65,17 @@ class ServerBox:
             *servers.docker_run_args(name, root, self.pki.dir, self.logs),
         )
 
-    def fetch(self, flags: list[str], paths: list[str], out: Path) -> subprocess.CompletedProcess:
-        """One curl, one connection, all paths, from a second container in the same netns."""
+    def fetch(
+        self,
+        flags: list[str],
+        paths: list[str],
+        out: Path,
+        *,
+        host: str = "server.quicbed",
+        fail: bool = True,
+    ) -> subprocess.CompletedProcess:
+        """One curl, one connection, all paths of https://HOST/, from a second container in the
+        same netns; each body to out/<index>. `fail`: a status >= 400 is curl's error too."""
         out.mkdir(parents=True, exist_ok=True)
         cmd = [
             "run",
@@ -80,17 +89,17 @@ class ServerBox:
             self.image,
             "curl",
             "-sS",
-            "--fail",
+            *(["--fail"] if fail else []),
             "--max-time",
             "30",
             *flags,
             "--cacert",
             "/pki/ca.pem",
             "--resolve",
-            "server.quicbed:443:127.0.0.1",
+            f"{host}:443:127.0.0.1",
         ]
         for i, path in enumerate(paths):
-            cmd += ["-o", f"/out/{i}", f"https://server.quicbed/{path}"]
+            cmd += ["-o", f"/out/{i}", f"https://{host}/{path.lstrip('/')}"]
         return docker_text(*cmd, check=False)
 
     def close(self) -> None:

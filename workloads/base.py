@@ -144,6 +144,9 @@ class WorkloadKind:
     list_key: ClassVar[str] = ""  # the workload section's key listing what to fetch
     what: ClassVar[str] = ""  # what one entry is called in messages
     default: ClassVar[tuple[str, ...]] = ()  # when the list is left out (empty: required)
+    # The workload section's key listing recorded pages to replay instead (`pages: [{har:
+    # FILE}]`: workloads/recorded.py), "" where the kind replays none.
+    recorded_key: ClassVar[str] = ""
     extra_keys: ClassVar[dict[str, tuple[float, float, float]]] = {}  # key -> (default, low, high)
     # A mapping of named settings for the client that plays the workload (the video player's
     # buffer and ABR): its key in the workload section, and what each setting takes.

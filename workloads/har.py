@@ -3,15 +3,16 @@
 The foundation of issue 50's replay: `load_har(path)` turns a HAR file into a `Page`, its
 `origins` (scheme, host, port) and its `entries` (method, path, status, the response headers
 that matter, body size and recorded body, think time). workloads/replay.py lays a `Page` out
-for stacks/quicgo's replay server. No workload kind uses it yet: the experiment schema still
-refuses `pages: [har: ...]`, until a run can replay one.
+for stacks/quicgo's replay server; workloads/recorded.py is how an experiment names one
+(`workload: {kind: web, pages: [{har: FILE}]}`).
 
 What a replay of a `Page` keeps:
 - every origin under its recorded name, each served by its own server inside the emulated
   network only (so a name must be a valid DNS name, and an IP literal is refused: its address
   is one the testbed cannot take);
 - per response: status, the headers in `KEPT_HEADERS` (content type and encoding, cache
-  validators, `alt-svc`, `location` of a redirect, the CORS header cross-origin fonts need),
+  validators, `alt-svc`, `location` of a redirect, the CORS header cross-origin fonts need,
+  `timing-allow-origin`),
   the body where the HAR recorded one (`content.text`, plain or base64), else its size
   (`content.size`), for the server to make up deterministically;
 - the server's think time, `timings.wait` (ms), for the replay to answer within it;
@@ -39,7 +40,7 @@ import ipaddress
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -80,6 +81,7 @@ KEPT_HEADERS = (
     "alt-svc",
     "location",
     "access-control-allow-origin",
+    "timing-allow-origin",
 )
 _METHODS = ", ".join(sorted(METHODS))
 DROPPED_STATUSES = {0: "no response was recorded (status 0)", 101: "a websocket (status 101) is not replayed"}
@@ -151,6 +153,11 @@ class Page:
 
 def load_har(path: Path | str) -> Page:
     """The page a HAR file records, or HarError naming the file and the entry at fault."""
+    return read_har(path)[1]
+
+
+def read_har(path: Path | str) -> tuple[bytes, Page]:
+    """The HAR file's bytes (bounded before they are read) and the page they record."""
     file = str(path)
     try:
         data = read_bounded(path, MAX_FILE_BYTES)
@@ -158,7 +165,7 @@ def load_har(path: Path | str) -> Page:
         raise HarError(f"{exc} (the limit for a HAR file)", file, field="file") from None
     except OSError as exc:
         raise HarError(f"cannot read: {exc.strerror or exc}", file, field="file") from None
-    return parse_har(data, file)
+    return data, parse_har(data, file)
 
 
 def parse_har(data: bytes, file: str = "<har>") -> Page:
@@ -439,3 +446,48 @@ def _number(value: Any, where: PathKey) -> float:
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
         raise _Refused(where, f"expected a number, found {_type(value)}")
     return float(value)
+
+
+# --- a page's twin ------------------------------------------------------------------------------
+ONE_ORIGIN_PREFIX = "/_origin/"  # one_origin(): where another origin's paths go
+REWRITTEN_TYPES = ("text/html", "text/css")  # bodies whose URLs one_origin() rewrites
+
+
+def one_origin(page: Page, host: str | None = None) -> Page:
+    """The same page from its landing origin alone: what a page of the same resources costs
+    without its other origins' names, connections and handshakes (the baseline a many-origin
+    page's gain is set beside). Another origin's entry keeps its response under
+    /_origin/<host><target>; a recorded HTML or CSS body has every other origin's URLs
+    rewritten so (its size changes by those URLs' lengths); any other body is unchanged. With
+    `host`, the landing origin is that name (its own URLs rewritten too): the twin can then be
+    served beside the page itself (plan_pages)."""
+    landing = page.landing.origin
+    target = replace(landing, host=host) if host else landing
+    moved = {o: f"{target}{ONE_ORIGIN_PREFIX}{o.host}" for o in page.origins if o != landing}
+    if target != landing:
+        moved[landing] = str(target)
+
+    def rewritten(entry: Entry) -> Entry:
+        body = entry.body
+        content_type = (entry.header("content-type") or "").split(";")[0].strip()
+        if body is not None and content_type in REWRITTEN_TYPES:
+            text = body.decode("utf-8", errors="surrogateescape")
+            for origin, prefix in moved.items():
+                text = text.replace(f"{origin}/", f"{prefix}/")
+            body = text.encode("utf-8", errors="surrogateescape")
+        if entry.origin == landing:
+            return replace(
+                entry,
+                origin=target,
+                body=body,
+                body_bytes=len(body) if body is not None else entry.body_bytes,
+            )
+        return replace(
+            entry,
+            origin=target,
+            path=f"{ONE_ORIGIN_PREFIX}{entry.origin.host}{entry.path}",
+            body=body,
+            body_bytes=len(body) if body is not None else entry.body_bytes,
+        )
+
+    return replace(page, origins=(target,), entries=tuple(rewritten(e) for e in page.entries))

@@ -16,9 +16,21 @@ What the plan changes of the record, besides what `load_har` drops:
   what the record says the wire carried, for the report to set beside it.
 - **a body the HAR does not hold is made up** to its size from SHAKE-128 of the response's
   origin, target and entry index (workloads/store.py's `stream`): the same bytes on every
-  machine, and incompressible.
+  machine, and incompressible. A raster image's (`image/*` but SVG) is a valid PNG of exactly
+  that size (a 1x1 picture and a private chunk of those bytes): a browser stops reading an
+  image it cannot decode (Firefox cancels it, NS_BINDING_ABORTED), and the page would not
+  load what was recorded. Browsers sniff an image's format, so a PNG under a recorded
+  `image/webp` is decoded all the same. A stylesheet, script or JSON body is the testbed's
+  own synthetic text of that type and size (workloads/web.py's makers): a browser parses it
+  as it would a real one, where random bytes would stop its parser at the first byte and
+  cost the page's CPU nothing.
 - **a request recorded twice** (method, origin and target alike) is answered as first
   recorded: a server matches a request by those alone.
+- **every response allows its timing to be read** (`timing-allow-origin: *`, unless the record
+  has its own): a browser hides a cross-origin resource's Resource Timing without it, its
+  `nextHopProtocol` among it, and that is how every resource's protocol is proven
+  (clients/browser page_row.judge; Firefox's BiDi names no protocol of its own). A header of
+  some 25 bytes, and nothing a load waits on.
 
 The server answers each response no sooner than its think time (`wait_ms`) after the request
 arrived; the replay server's own time beside it is what its bench measures.
@@ -29,11 +41,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import struct
+import zlib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from quicbed.topology.net import SERVER_NET
 
+from . import web
 from .har import Entry, Origin, Page
 from .store import rng_bytes, write_atomic
 
@@ -45,6 +61,8 @@ FORMAT = 1  # of replay.json: a server refuses another
 FIRST_HOST = 50
 LAST_HOST = 254
 DROPPED_HEADERS = ("content-encoding",)
+ENTRY_STRIDE = 10_000  # plan_pages: the k-th page's entries from k x this (above har.MAX_ENTRIES)
+ADDED_HEADERS = (("timing-allow-origin", "*"),)  # the module's text: what a replay adds
 
 
 class ReplayError(ValueError):
@@ -88,6 +106,10 @@ class ReplayPlan:
         """Name -> address, for the client's resolver (no name leaves the testbed)."""
         return {site.name: site.address for site in self.sites}
 
+    def resolves(self, port: int = 443) -> list[str]:
+        """The clients' --resolve NAME:PORT:ADDRESS of every origin, the landing one's first."""
+        return [f"{name}:{port}:{address}" for name, address in self.hosts().items()]
+
 
 def site_address(index: int) -> str:
     if FIRST_HOST + index > LAST_HOST:
@@ -99,9 +121,26 @@ def site_address(index: int) -> str:
 
 def plan_replay(page: Page) -> ReplayPlan:
     """The sites and responses a replay of `page` serves (see the module's text)."""
+    return plan_pages([page])
+
+
+def plan_pages(pages: Sequence[Page]) -> ReplayPlan:
+    """One site of several pages, served at once: each page's origins take the next addresses,
+    and the k-th page's entries are numbered from k x ENTRY_STRIDE (the access log's `entry`
+    names the page and its entry). Two pages may not share a host: each name answers one
+    page's responses, and a recorded response is not another page's."""
+    owner: dict[str, int] = {}
+    for k, page in enumerate(pages):
+        for host in dict.fromkeys(origin.host for origin in page.origins):
+            first = owner.setdefault(host, k)
+            if first != k:
+                raise ReplayError(
+                    f"{host} is an origin of both pages {first} and {k} ({pages[first].file}, {page.file})"
+                )
     sites: dict[Origin, int] = {}
-    for origin in page.origins:
-        sites[origin] = len(sites)
+    for page in pages:
+        for origin in page.origins:
+            sites[origin] = len(sites)
     # http and https of one host, or two ports of it: one name, one address, as on the
     # Internet, where a name resolves the same whatever the scheme.
     addresses: dict[str, str] = {}
@@ -110,20 +149,23 @@ def plan_replay(page: Page) -> ReplayPlan:
             addresses[origin.host] = site_address(len(addresses))
     site_list = [Site(o.host, o.port, o.scheme, addresses[o.host]) for o in sites]
     responses, repeated, seen = [], [], set()
-    for entry in page.entries:
-        key = (entry.method, entry.origin, entry.path)
-        if key in seen:
-            repeated.append(entry.index)
-            continue
-        seen.add(key)
-        responses.append(_response(entry, sites[entry.origin]))
-    return ReplayPlan(page.file, tuple(site_list), tuple(responses), tuple(repeated))
+    for k, page in enumerate(pages):
+        for entry in page.entries:
+            key = (entry.method, entry.origin, entry.path)
+            if key in seen:
+                repeated.append(k * ENTRY_STRIDE + entry.index)
+                continue
+            seen.add(key)
+            responses.append(_response(entry, sites[entry.origin], k * ENTRY_STRIDE))
+    files = ", ".join(page.file for page in pages)
+    return ReplayPlan(files, tuple(site_list), tuple(responses), tuple(repeated))
 
 
-def _response(entry: Entry, site: int) -> Response:
+def _response(entry: Entry, site: int, entry_offset: int = 0) -> Response:
     headers = tuple((k, v) for k, v in entry.headers if k not in DROPPED_HEADERS)
+    headers += tuple((k, v) for k, v in ADDED_HEADERS if entry.header(k) is None)
     return Response(
-        entry=entry.index,
+        entry=entry_offset + entry.index,
         site=site,
         method=entry.method,
         target=entry.path,
@@ -136,10 +178,62 @@ def _response(entry: Entry, site: int) -> Response:
     )
 
 
+# A made-up text body's maker by its content type (workloads/web.py: exactly the size asked).
+TEXT_MAKERS = {
+    "text/css": web.make_css,
+    "application/javascript": web.make_js,
+    "text/javascript": web.make_js,
+    "application/json": web.make_json,
+}
+
+
 def _body(entry: Entry) -> bytes:
     if entry.body is not None:
         return entry.body
-    return rng_bytes(_made_up_name(entry), entry.body_bytes)
+    name, generator = _made_up_name(entry), _generator(entry)
+    if generator == "png":
+        return made_up_png(name, entry.body_bytes) or b""
+    if generator in TEXT_MAKERS:
+        text = TEXT_MAKERS[generator](name, entry.body_bytes)
+        if len(text) == entry.body_bytes:  # a JSON body of 1-3 bytes cannot hold its brackets
+            return text
+    return rng_bytes(name, entry.body_bytes)
+
+
+def _generator(entry: Entry) -> str:
+    """What makes up a body the HAR does not hold: "png" for a raster image that fits one, a
+    TEXT_MAKERS content type for text of that type, else "bytes"."""
+    content_type = (entry.header("content-type") or "").split(";")[0].strip().lower()
+    if content_type in TEXT_MAKERS:
+        return content_type
+    raster = content_type.startswith("image/") and content_type != "image/svg+xml"
+    return "png" if raster and entry.body_bytes >= MIN_PNG_BYTES else "bytes"
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PADDING_CHUNK = b"qbPd"  # ancillary, private, safe to copy: every decoder skips it
+MIN_PNG_BYTES = 81  # made_up_png's smallest: signature, IHDR, IDAT, an empty padding chunk, IEND
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return (
+        struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    )
+
+
+def made_up_png(name: str, size: int) -> bytes | None:
+    """A valid PNG of exactly `size` bytes: one white pixel, then a private chunk of SHAKE-128
+    bytes (incompressible, as a photo's). None when `size` cannot hold the smallest one."""
+    head = (
+        PNG_SIGNATURE
+        + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
+        + _png_chunk(b"IDAT", zlib.compress(b"\x00\xff\xff\xff", 9))
+    )
+    tail = _png_chunk(b"IEND", b"")
+    room = size - len(head) - len(tail) - 12  # the padding chunk's length, type and CRC
+    if room < 0:
+        return None
+    return head + _png_chunk(PADDING_CHUNK, rng_bytes(name, room)) + tail
 
 
 def _made_up_name(entry: Entry) -> str:
@@ -154,14 +248,17 @@ def _body_name(entry: Entry) -> str:
         return hashlib.sha256(entry.body).hexdigest() if entry.body else ""
     if entry.body_bytes == 0:
         return ""
-    return hashlib.sha256(f"made-up\0{_made_up_name(entry)}\0{entry.body_bytes}".encode()).hexdigest()
+    made = f"made-up\0{_made_up_name(entry)}\0{entry.body_bytes}\0{_generator(entry)}"
+    return hashlib.sha256(made.encode()).hexdigest()
 
 
-def write_site(plan: ReplayPlan, page: Page, root: Path) -> Path:
-    """root/replay.json and root/bodies/: what a replay server of `plan` serves. Bodies are
-    written once each, atomically; the manifest last, so a site with a manifest is whole."""
+def write_site(plan: ReplayPlan, pages: Page | Sequence[Page], root: Path) -> Path:
+    """root/replay.json and root/bodies/: what a replay server of `plan` (of these pages, in
+    its order) serves. Bodies are written once each, atomically; the manifest last, so a site
+    with a manifest is whole."""
     root.mkdir(parents=True, exist_ok=True)
-    entries = {entry.index: entry for entry in page.entries}
+    listed = [pages] if isinstance(pages, Page) else list(pages)
+    entries = {k * ENTRY_STRIDE + e.index: e for k, page in enumerate(listed) for e in page.entries}
     for response in plan.responses:
         if response.body and not (root / BODIES / response.body).is_file():
             write_atomic(root, f"{BODIES}/{response.body}", [_body(entries[response.entry])])

@@ -17,7 +17,8 @@ import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .base import CONNECTION, Metric, ReportSection, WorkloadKind
+from . import recorded
+from .base import CONNECTION, Metric, ReportSection, TrialPath, WorkloadKind
 from .store import KiB, is_current, locked, rng_bytes, write_atomic
 
 PAGELOAD = "pageload"  # a web page loaded by a browser (clients/browser)
@@ -288,6 +289,7 @@ def _web_sizes() -> dict[str, int]:
 
 class Web(WorkloadKind):
     kind, order, list_key, what, default = "web", 1, "objects", "object", ("index.html",)
+    recorded_key = "pages"  # recorded pages replayed instead: [{har: FILE}] (workloads/recorded.py)
     one_get = True  # a perf tool's trial: one GET of the object (a browser's page load is its own)
     derived = {PAGELOAD: ("page_load_time_ms",)}
     demand_limited = (PAGELOAD,)
@@ -327,6 +329,21 @@ class Web(WorkloadKind):
             beside=("web",),
             table_caption="Browser page load beside the perf tools' download of its HTML",
         ),
+        ReportSection(
+            "Recorded pages: page load against origins",
+            (PAGELOAD,),
+            "Recorded pages replayed from each of their origins (workload pages: [{har: ...}]; "
+            "a one-origin twin serves the same responses from its landing origin alone). Every "
+            "new origin costs the browser a connection and its handshake: QUIC's gain over "
+            "TLS 1.3 (TLS 1.3's median page load − QUIC's) should grow with the origins, by "
+            "about one RTT per origin on the critical path. Set beside the page of fewest "
+            "origins, per browser; a CPU-bound share above 10 % means the loads measure the "
+            "CPU as much as the path.",
+            figures="origins",
+            plots=("pageload_vs_origins",),
+            table="pageload_by_origins",
+            table_caption="Page load per recorded page and protocol, QUIC's gain, and per added origin",
+        ),
     )
 
     def choices(self) -> tuple[str, ...]:
@@ -342,8 +359,16 @@ class Web(WorkloadKind):
         return f"web/{name}/index.html" if name.startswith("pages/") else f"web/{name}"
 
     def object_bytes(self, name: str) -> int:
+        if recorded.is_recorded(name):
+            return recorded.recorded(name).body_bytes
         sizes = _web_sizes()
         return sizes.get(name) or sum(v for k, v in sizes.items() if k.startswith(f"{name}/"))
+
+    def trial_seconds(self, name: str, duration_s: float | None, path: TrialPath) -> float:
+        """A recorded page: its bytes at the path's rate, and a round trip more than one GET for
+        the document's subresources (their origins' handshakes overlap)."""
+        seconds = super().trial_seconds(name, duration_s, path)
+        return seconds + path.rtt_s if recorded.is_recorded(name) else seconds
 
     def make_content(self, root: Path) -> None:
         ensure_web(root)

@@ -72,9 +72,10 @@ from proc_watch import (  # noqa: F401
     children_of,
     cpu_limits,
     kill_marked,
+    process_kind,
 )
 
-VERSION = "1.2"
+VERSION = "1.3"
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNSUPPORTED = 0, 1, 2, 3
 # --browser -> the driver module that loads a page in it: each has BROWSERS (name ->
 # executable), CANNOT_PIN, versions(browser), version_line() and new_load(args, rep, vers).
@@ -174,6 +175,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="loads, each in a new browser process with a new profile",
     )
     p.add_argument("--pause", type=_non_negative_int, default=0, metavar="MS", help="pause between loads")
+    p.add_argument(
+        "--settle",
+        type=_non_negative_int,
+        default=0,
+        metavar="MS",
+        help="wait MS after the browser starts before navigating: its start-up work (a spare "
+        "renderer, its own services) out of the timed window (Chromium)",
+    )
     p.add_argument("--cpu", action="store_true", help="accepted for the contract: CPU is always measured")
     p.add_argument(
         "--timeout",

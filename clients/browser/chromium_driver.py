@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cloud_fetch import BLANK_HTML, FETCH_JS, blank_url, build_cloud_row, cloud_error, file_only
-from load_common import _PAGE_TIMINGS_JS, _QOE_DONE_JS, BrowserLoad, browser_env
+from load_common import _PAGE_TIMINGS_JS, _QOE_DONE_JS, BrowserLoad, browser_env, page_origins
 from page_row import (
     LoadError,
     _short,
@@ -99,7 +99,10 @@ def chromium_args(args: argparse.Namespace) -> list[str]:
         "--metrics-recording-only",
     ]
     if args.protocol == "quic":
-        flags += ["--enable-quic", f"--origin-to-force-quic-on={url.hostname}:{port}"]
+        # Every origin's first request over QUIC, as if each had announced h3 (a replayed page's
+        # origins: one entry each, comma-separated).
+        forced = ",".join(f"{host}:{port}" for host in page_origins(args))
+        flags += ["--enable-quic", f"--origin-to-force-quic-on={forced}"]
     else:
         flags.append("--disable-quic")
         flags.append("--ssl-version-min=tls1.3" if args.protocol == "tls1.3" else "--ssl-version-max=tls1.2")
@@ -212,6 +215,8 @@ class Load(BrowserLoad):
                 if getattr(args, "workload", "web") == "cloud":
                     self.fetch_file(page)
                     return self.row
+                if getattr(args, "settle", 0):  # the browser's start-up work before the timed window
+                    page.wait_for_timeout(args.settle)
                 pids = marked_pids(self.token)
                 cpu0, snap0 = process_cpu_s(pids), cpu_snapshot(pids)
                 sampler.start()
@@ -251,7 +256,7 @@ class Load(BrowserLoad):
                     error = f"http: status {status} for the document"
                 error = (
                     error
-                    or judge(args.protocol, self.page_url(), perf, self.net)
+                    or judge(args.protocol, self.page_url(), perf, self.net, frozenset(page_origins(args)))
                     or http_problems(perf, self.net, self.page_url())
                 )
                 if args.duration is not None:

@@ -5,9 +5,11 @@ Selenium or Playwright. The same row and error rows as Chromium's (page_row.py);
 has no equivalent of a Chromium column, the row says so (clients/firefox/README.md).
 
 Contract, as Chromium's: a fresh profile per load whose NSS database trusts the run's CA;
-QUIC forced for the origin (network.http.http3.alt-svc-mapping-for-testing), or TCP with the
-TLS version pinned (security.tls.version.min = max); every name resolves to --resolve's
-address without DNS (network.dns.forceResolve, TRR off); nothing leaves the testbed (PREFS).
+QUIC forced for every origin (network.http.http3.alt-svc-mapping-for-testing), or TCP with
+the TLS version pinned (security.tls.version.min = max); every name resolves to --resolve's
+address without DNS (network.dns.forceResolve, TRR off), or, for a replayed page's several
+addresses, from the container's hosts file, which must agree with --resolve; nothing leaves
+the testbed (PREFS).
 """
 
 from __future__ import annotations
@@ -17,15 +19,17 @@ import contextlib
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from bidi_client import BidiClosed, BidiError, BidiSession
-from load_common import _PAGE_TIMINGS_JS, BrowserLoad, browser_env
+from load_common import _PAGE_TIMINGS_JS, BrowserLoad, browser_env, page_origins
 from page_row import LoadError, add_cpu, build_row, drop_favicon, empty_row, http_problems, judge, one_line
 from proc_watch import cpu_limits, cpu_snapshot, local_endpoints, marked_pids, process_cpu_s
 
@@ -115,27 +119,51 @@ def unsupported(args: argparse.Namespace) -> str:
         return "--browser firefox: page loads only (the dash.js playback runs in Chromium)"
     if getattr(args, "workload", "web") == "cloud":
         return "--browser firefox: page loads only (the cloud download runs in Chromium)"
-    url = urlsplit(args.url)
-    port = url.port or 443
-    addresses = {r.address for r in args.resolve if r.port == port}
-    if len(addresses) > 1:  # network.dns.forceResolve takes one address for every name
-        return f"--browser firefox: one --resolve address only, got {sorted(addresses)}"
+    wrong = [r for r in _resolves(args) if _hosts_file_address(r.host) != r.address]
+    if len(_addresses(args)) > 1 and wrong:
+        # network.dns.forceResolve takes one address for every name; several come from the
+        # container's hosts file (the testbed writes a replayed page's origins there).
+        r = wrong[0]
+        return (
+            f"--browser firefox: several --resolve addresses need each name in the hosts file, "
+            f"and {r.host} resolves to {_hosts_file_address(r.host) or 'nothing'}, not {r.address}"
+        )
     return ""
+
+
+def _resolves(args: argparse.Namespace) -> list[Any]:
+    port = urlsplit(args.url).port or 443
+    return [r for r in args.resolve if r.port == port]
+
+
+def _addresses(args: argparse.Namespace) -> set[str]:
+    return {r.address for r in _resolves(args)}
+
+
+def _hosts_file_address(name: str) -> str:
+    """The address the system resolver gives `name` (the container's hosts file: its resolver
+    is a loopback address where nothing listens, topology/net.py NO_RESOLVER); "" for none."""
+    try:
+        infos = socket.getaddrinfo(name, 443, socket.AF_INET, socket.SOCK_STREAM)
+    except OSError:
+        return ""
+    return str(infos[0][4][0]) if infos else ""
 
 
 def firefox_prefs(args: argparse.Namespace) -> dict[str, Any]:
     """The fresh profile's prefs (user.js): the protocol, name resolution, nothing outside."""
     url = urlsplit(args.url)
     port = url.port or 443
-    address = next(
-        r.address for r in args.resolve if r.host == (url.hostname or "").lower() and r.port == port
-    )
     prefs = dict(PREFS)
-    prefs["network.dns.forceResolve"] = address  # every name, no DNS query
+    addresses = _addresses(args)
+    if len(addresses) == 1:
+        prefs["network.dns.forceResolve"] = next(iter(addresses))  # every name, no DNS query
     if args.protocol == "quic":
         prefs["network.http.http3.enable"] = True
-        # As if the origin had announced h3 on its port: the first request goes over QUIC.
-        prefs["network.http.http3.alt-svc-mapping-for-testing"] = f"{url.hostname};h3=:{port}"
+        # As if every origin had announced h3 on its port: each first request goes over QUIC.
+        prefs["network.http.http3.alt-svc-mapping-for-testing"] = ",".join(
+            f"{host};h3=:{port}" for host in page_origins(args)
+        )
     else:
         prefs["network.http.http3.enable"] = False
         prefs["security.tls.version.min"] = TLS_PREF[args.protocol]
@@ -363,6 +391,8 @@ class FirefoxLoad(BrowserLoad):
             "session.subscribe",
             {"events": ["network.beforeRequestSent", "network.responseCompleted", "network.fetchError"]},
         )
+        if getattr(args, "settle", 0):  # the browser's start-up work before the timed window
+            time.sleep(args.settle / 1000.0)
         pids = marked_pids(self.token)
         cpu0, snap0 = process_cpu_s(pids), cpu_snapshot(pids)
         threading.Thread(target=self.sample_cpu, daemon=True).start()
@@ -387,10 +417,14 @@ class FirefoxLoad(BrowserLoad):
             self.row["cpu"] = self.cpu_samples
         url = urlsplit(args.url)
         port = url.port or 443
-        address = next(r.address for r in args.resolve if r.port == port)
-        ends = local_endpoints(
-            marked_pids(self.token), address, port, unconnected_udp=args.protocol == "quic"
-        )
+        own = (url.hostname or "").lower()
+        address = next(r.address for r in _resolves(args) if r.host == own)
+        pids = marked_pids(self.token)
+        ends = local_endpoints(pids, address, port, unconnected_udp=args.protocol == "quic")
+        # Each origin's own sockets (connected ones: an unconnected QUIC socket names no
+        # address, so it is counted once, in connections, and under no origin).
+        ends_to = {a: local_endpoints(pids, a, port) for a in sorted(_addresses(args))}
+        unattributed = set(ends) - set(ends_to[address])
         self.row.update(remote_ip=address, remote_port=port)
         if len(ends) == 1:
             self.row["local_ip"], self.row["local_port"] = ends[0]
@@ -399,15 +433,35 @@ class FirefoxLoad(BrowserLoad):
         if args.verbose:
             print(f"browser_perf: endpoints {ends}; net {json.dumps(self.net)}", file=sys.stderr)
         build_row(self.row, perf, self.net)
-        self.row.update(self.tls_columns(), connections=len(ends))
+        # BiDi names no connection: count the browser's sockets to each origin's address.
+        self.row.update(
+            self.tls_columns(),
+            connections=sum(len(e) for e in ends_to.values()) + len(unattributed),
+            origin_connections=self.origin_connections(ends_to, unattributed, own, len(ends)),
+        )
         add_cpu(self.row, (cpu1 - cpu0) * 1000.0)
         self.row.update(cpu_limits(snap0, snap1))
         status = self.row["http_status"]
         error = f"http: status {status} for the document" if status >= 400 or status == 0 else ""
         self.row["error"] = (
-            error or judge(args.protocol, args.url, perf, self.net) or http_problems(perf, self.net, args.url)
+            error
+            or judge(args.protocol, args.url, perf, self.net, frozenset(page_origins(args)))
+            or http_problems(perf, self.net, args.url)
         )
         return self.row
+
+    def origin_connections(
+        self, ends_to: dict[str, list[Any]], unattributed: set[Any], own: str, own_count: int
+    ) -> dict[str, int]:
+        """Host -> the browser's sockets to its address at load end; {} (unknown) when a socket
+        names no address: neqo's QUIC sockets are not connect()ed, so over QUIC a replayed
+        page's connections are counted in `connections` but under no origin (the server's
+        access log counts them per origin)."""
+        if len(ends_to) == 1:
+            return {own: own_count}
+        if unattributed:
+            return {}
+        return {r.host: len(ends_to[r.address]) for r in sorted(_resolves(self.args), key=lambda r: r.host)}
 
     def tls_columns(self) -> dict[str, str]:
         """BiDi reports no TLS details (Chromium's come from DevTools' securityDetails): the

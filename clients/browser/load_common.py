@@ -30,6 +30,15 @@ from proc_watch import (
 )
 
 
+def page_origins(args: argparse.Namespace) -> tuple[str, ...]:
+    """The names a load may fetch from: every --resolve'd host at the page's port, the page's
+    own first (a replayed page's origins; today's pages have one)."""
+    url = urlsplit(args.url)
+    port = url.port or 443
+    own = (url.hostname or "").lower()
+    return tuple(dict.fromkeys([own, *(r.host for r in args.resolve if r.port == port)]))
+
+
 def browser_env(home: str, tmpdir: str, token: str, keylog: str | None, **extra: str) -> dict[str, str]:
     """A fresh browser's whole environment: nothing of the caller's leaks in, its HOME and
     caches are the load's own, and the marker lets the process watch find its processes."""

@@ -55,6 +55,8 @@ ROW_KEYS = (
     "resources",
     "resource_protocols",
     "connections",
+    "origins",
+    "origin_connections",
     "browser_cpu_ms",
     "browser_cpu_pct",
     "browser",
@@ -64,6 +66,8 @@ ROW_KEYS = (
     "cpu_wait_ms",
     "cpu_throttled_ms",
     "cpu_bound",
+    "cpu_by_process",
+    "cpu_top_threads",
 )
 # With --duration: the playback's QoE (qoe.summarize) and its per-second trace instead of the
 # page-load columns (the player page's own load is not what a playback row measures).
@@ -155,7 +159,11 @@ def empty_row(protocol: str, url: str, rep: int) -> dict[str, Any]:
         resources=0,
         resource_protocols={},
         connections=0,
+        origins=0,
+        origin_connections={},
         cpu_bound=False,
+        cpu_by_process={},
+        cpu_top_threads=[],
     )
     return row
 
@@ -210,8 +218,21 @@ def build_row(row: dict[str, Any], perf: dict[str, Any], net: dict[str, Any]) ->
             collections.Counter(e.get("nextHopProtocol") or "" for e in [nav, *resources])
         ),
         connections=len({r["connectionId"] for r in net.get("responses", []) if r.get("connectionId")}),
+        origins=len({urlsplit(e.get("name", "")).hostname for e in [nav, *resources] if e.get("name")}),
+        origin_connections=origin_connections(net.get("responses", [])),
     )
     return row
+
+
+def origin_connections(responses: list[dict[str, Any]]) -> dict[str, int]:
+    """Host -> the distinct connections its responses came over (DevTools connectionId). A
+    connection coalesced across origins counts once under each origin it served."""
+    by_host: dict[str, set[Any]] = collections.defaultdict(set)
+    for r in responses:
+        host = urlsplit(r.get("url", "")).hostname
+        if host and r.get("connectionId"):
+            by_host[host].add(r["connectionId"])
+    return {host: len(ids) for host, ids in sorted(by_host.items())}
 
 
 def _short(url: str, page: str) -> str:
@@ -219,20 +240,28 @@ def _short(url: str, page: str) -> str:
     return url[len(base) :] if url.startswith(base) else url
 
 
-def judge(protocol: str, page_url: str, perf: dict[str, Any], net: dict[str, Any]) -> str:
+def judge(
+    protocol: str,
+    page_url: str,
+    perf: dict[str, Any],
+    net: dict[str, Any],
+    hosts: frozenset[str] = frozenset(),
+) -> str:
     """The protocol proof: "" when the document and every subresource came from the page's
-    host over the requested protocol (Resource Timing's nextHopProtocol and DevTools' response
-    protocol and TLS version agree), else a `protocol: ...` error."""
+    host or one of `hosts` (a replayed page's other origins, each --resolve'd) at its scheme
+    and port, over the requested protocol (Resource Timing's nextHopProtocol and DevTools'
+    response protocol and TLS version agree), else a `protocol: ...` error."""
     want_hop, want_security = EXPECTED[protocol]
     page = urlsplit(page_url)
-    origin = (page.scheme, page.hostname, page.port or 443)
+    allowed = {page.hostname, *hosts}
+    names = " or ".join(sorted(h for h in allowed if h)) if len(allowed) <= 3 else "the page's origins"
     problems: list[str] = []
     for url in [*net.get("requests", []), *(e.get("name", "") for e in perf.get("resources", []))]:
         if url.startswith(NO_NETWORK_SCHEMES):
             continue
         u = urlsplit(url)
-        if (u.scheme, u.hostname, u.port or 443) != origin:
-            problems.append(f"{url} is not from {page.hostname}")
+        if (u.scheme, u.port or 443) != (page.scheme, page.port or 443) or u.hostname not in allowed:
+            problems.append(f"{url} is not from {names}")
     entries = [
         ("document", perf.get("navigation") or {}),
         *((_short(e.get("name", ""), page_url), e) for e in perf.get("resources", [])),

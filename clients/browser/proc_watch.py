@@ -9,7 +9,7 @@ import contextlib
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 TMP_PREFIX = "quicbed-browser-"
@@ -34,6 +34,7 @@ class CpuSnapshot:
     cpu_jiffies: tuple[int, int]
     threads: dict[tuple[int, int], tuple[str, int, int]]  # (pid, tid) -> (name, run ns, wait ns)
     throttled_ns: int | None
+    kinds: dict[int, str] = field(default_factory=dict)  # pid -> its process kind (process_kind)
 
 
 def cpu_limits(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, Any]:
@@ -54,6 +55,7 @@ def cpu_limits(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, Any]:
     if after.throttled_ns is not None and before.throttled_ns is not None:
         throttled_ms = round((after.throttled_ns - before.throttled_ns) / 1e6, 1)
     busiest_pct = round(100.0 * busiest_ns / 1e6 / wall_ms, 1)
+    by_process, by_thread = cpu_breakdown(before, after)
     bound = (
         (idle_pct is not None and idle_pct < HOST_IDLE_MIN_PCT)
         or busiest_pct >= THREAD_BUSY_MAX_PCT
@@ -66,7 +68,47 @@ def cpu_limits(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, Any]:
         "cpu_wait_ms": round(wait_ns / 1e6, 1),
         "cpu_throttled_ms": throttled_ms,
         "cpu_bound": bool(bound),
+        "cpu_by_process": by_process,
+        "cpu_top_threads": by_thread,
     }
+
+
+TOP_THREADS = 6
+
+
+def cpu_breakdown(before: CpuSnapshot, after: CpuSnapshot) -> tuple[dict[str, float], list[list[Any]]]:
+    """Where the load's CPU went: ms on a CPU per process kind (process_kind: Chromium's
+    browser, renderer, GPU and network-service processes; Firefox's by name), most first, and
+    the TOP_THREADS busiest threads as [thread name, process kind, ms]. Threads born in the load
+    count whole; threads gone before its end are not seen (their time is in browser_cpu_ms)."""
+    by_process: dict[str, float] = {}
+    threads: list[list[Any]] = []
+    for key, (name, run_ns, _) in after.threads.items():
+        ms = max(0, run_ns - before.threads.get(key, (name, 0, 0))[1]) / 1e6
+        kind = after.kinds.get(key[0], "?")
+        by_process[kind] = by_process.get(kind, 0.0) + ms
+        threads.append([name, kind, ms])
+    ordered = dict(sorted(((k, round(v, 1)) for k, v in by_process.items()), key=lambda kv: -kv[1]))
+    top = sorted(threads, key=lambda t: -t[2])[:TOP_THREADS]
+    return ordered, [[name, kind, round(ms, 1)] for name, kind, ms in top if ms > 0]
+
+
+def process_kind(cmdline: list[str], comm: str) -> str:
+    """A browser process's kind: Chromium's `--type` (`browser` without one), a utility's
+    service by its sub-type (`utility:network` for network.mojom.NetworkService), else its name
+    (Firefox's "Web Content", "Socket Process", "firefox-esr"...). Chromium's children set
+    their title (setproctitle): the whole command line in one NUL-free string."""
+    if len(cmdline) == 1:
+        cmdline = cmdline[0].split(" ")
+    args = dict(a[2:].split("=", 1) for a in cmdline[1:] if a.startswith("--") and "=" in a)
+    kind = args.get("type")
+    if kind is None:
+        chromium = any(a.startswith("--user-data-dir") for a in cmdline) or "chrom" in comm
+        return "browser" if chromium else comm
+    if kind == "utility" and "utility-sub-type" in args:
+        service = args["utility-sub-type"].split(".")[0]
+        return f"utility:{service}"
+    return kind
 
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
@@ -169,10 +211,22 @@ def _throttled_ns() -> int | None:
     return None
 
 
+def _process_kinds(pids: list[int]) -> dict[int, str]:
+    kinds = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+            with open(f"/proc/{pid}/comm") as f:
+                kinds[pid] = process_kind(cmdline, f.read().strip())
+    return kinds
+
+
 def cpu_snapshot(pids: list[int]) -> CpuSnapshot:
     with open("/proc/stat") as f:
         jiffies = allowed_cpu_jiffies(f.read(), os.sched_getaffinity(0))
-    return CpuSnapshot(time.monotonic(), jiffies, _thread_times(pids), _throttled_ns())
+    threads = _thread_times(pids)
+    return CpuSnapshot(time.monotonic(), jiffies, threads, _throttled_ns(), _process_kinds(pids))
 
 
 def _system_jiffies() -> tuple[int, int]:

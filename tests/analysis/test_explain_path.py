@@ -10,9 +10,10 @@ find the servers' first flights: Linux TCP's 10 segments, nginx QUIC's 128 KiB.
 from __future__ import annotations
 
 import pytest
+from contention import remeasured
 from trial_capture import capture_trial
 
-from quicbed.analysis.explain import evidence
+from quicbed.analysis.explain import evidence, find_row
 from quicbed.cli import main
 from quicbed.paths import CACHE
 from quicbed.servers.testbed import served_testbed
@@ -46,7 +47,14 @@ def run_dir(tmp_path_factory, clean_slate):
         rtt = check_rtt(tb, 20)
         assert rtt.passed, rtt
         for client in EXPECTED:
-            capture_trial(tb, hosts, run, "nginx", client, OBJECT, rtt.measured, "0")
+            # A trial captured on a contended host is captured again (its row supersedes the
+            # first, its files overwrite them); the tests judge the last one.
+            remeasured(
+                f"explain trial {client}",
+                lambda c=client: capture_trial(tb, hosts, run, "nginx", c, OBJECT, rtt.measured, "0"),
+                judge=lambda _row: None,
+                own=[tb.client.container],
+            )
     return run
 
 
@@ -68,5 +76,12 @@ def test_explain_counts_the_handshake_and_the_first_flight(run_dir, client: str,
     # never shorter than the wire's (clock slack aside); a busy host makes it longer (3.2 ms
     # seen once), wirecheck holds the tight bound.
     late_ms = ev["row"]["ttfb_ms"] - ev["first_byte_ms"]
-    assert -0.25 <= late_ms <= 0.1 * ev["calib_rtt_ms"], late_ms
+    row = find_row(run_dir, trial)
+    # Which end moved, on the capture's clock: the tool's zero after its SYN/Initial left, or
+    # its first byte before the wire's.
+    zero_after_wire_ms = (row["t_start"] - ev["t0"]) * 1e3
+    first_byte_early_ms = (ev["t0"] + ev["first_byte_ms"] / 1e3 - row["t_first_byte"]) * 1e3
+    why = f"late {late_ms:.3f} ms; zero after the wire's by {zero_after_wire_ms:.3f} ms, "
+    why += f"first byte before the wire's by {first_byte_early_ms:.3f} ms"
+    assert -0.25 <= late_ms <= 0.1 * ev["calib_rtt_ms"], why
     assert rtts + 1 <= ev["first_byte_rtts"] < rtts + 1.15

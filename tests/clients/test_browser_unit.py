@@ -103,6 +103,14 @@ def test_chromium_flags_pin_the_protocol(
     assert {"--disable-background-networking", "--disable-component-update"} <= set(flags)
 
 
+def test_a_replayed_page_forces_quic_and_resolves_every_origin(ca: str) -> None:
+    cdn = ("--resolve", "cdn.page.example:443:10.0.2.51")
+    flags = bp.chromium_args(bp.parse_args(_argv(ca, "--protocol", "quic", *cdn)))
+    assert "--origin-to-force-quic-on=server.quicbed:443,cdn.page.example:443" in flags
+    rules = "MAP server.quicbed 10.0.2.10, MAP cdn.page.example 10.0.2.51, MAP * ~NOTFOUND"
+    assert f"--host-resolver-rules={rules}" in flags
+
+
 # ------------------------------------------------------------------------------ the row
 
 
@@ -182,6 +190,7 @@ def test_row_from_the_browser_timings() -> None:
     assert row["t_done"] == 1_700_000_000.4005  # loadEventEnd
     assert row["bytes"] == 8192 + 4096 + 3072 + 2763  # encodedBodySize, document included
     assert (row["resources"], row["resource_protocols"], row["connections"]) == (3, {"h2": 4}, 1)
+    assert (row["origins"], row["origin_connections"]) == (1, {"server.quicbed": 1})
     assert (row["http_version"], row["tls_version"], row["http_status"]) == ("2", "TLSv1.3", 200)
     assert (row["cipher"], row["tls_group"]) == ("AES_128_GCM", "X25519MLKEM768")
     assert (row["client_cpu_ms"], row["throughput_mbps"], row["resumed"]) == (None, None, False)
@@ -250,6 +259,62 @@ def test_cpu_bound_means_a_cpu_limited_the_load(idle_after, main_ns, throttled_n
     assert limits["busiest_thread"] == "CrBrowserMain"
 
 
+def test_the_load_cpu_is_broken_down_by_process_kind_and_thread() -> None:
+    """Where a load's CPU went: per process kind (from each process's command line) and the
+    busiest threads; a thread born in the load counts whole, one that ran nothing is left out."""
+    before = _snap(0.0, (0, 0), {(1, 1): ("CrBrowserMain", 40_000_000, 0), (3, 4): ("ThreadPool", 0, 0)})
+    threads = {
+        (1, 1): ("CrBrowserMain", 100_000_000, 0),  # 60 ms in the load
+        (1, 2): ("Chrome_IOThread", 25_000_000, 0),  # born in it: 25 ms
+        (2, 9): ("CrRendererMain", 80_000_000, 0),
+        (2, 10): ("Compositor", 5_500_000, 0),
+        (3, 4): ("ThreadPool", 0, 0),
+    }
+    kinds = {1: "browser", 2: "renderer", 3: "utility:network"}
+    after = bp.CpuSnapshot(0.2, (100, 50), threads, None, kinds)
+    limits = bp.cpu_limits(before, after)
+    assert limits["cpu_by_process"] == {"renderer": 85.5, "browser": 85.0, "utility:network": 0.0}
+    assert list(limits["cpu_by_process"]) == ["renderer", "browser", "utility:network"]
+    assert limits["cpu_top_threads"] == [
+        ["CrRendererMain", "renderer", 80.0],
+        ["CrBrowserMain", "browser", 60.0],
+        ["Chrome_IOThread", "browser", 25.0],
+        ["Compositor", "renderer", 5.5],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "comm", "kind"),
+    [
+        (
+            ["/usr/lib/chromium/chromium", "--user-data-dir=/tmp/x/profile", "--headless"],
+            "chromium",
+            "browser",
+        ),
+        (["/usr/lib/chromium/chromium", "--type=renderer", "--lang=en"], "chromium", "renderer"),
+        (["/usr/lib/chromium/chromium", "--type=gpu-process"], "chromium", "gpu-process"),
+        (["/usr/lib/chromium/chromium --type=renderer --enable-quic --lang=en-US"], "chromium", "renderer"),
+        (
+            [
+                "/usr/lib/chromium/chromium",
+                "--type=utility",
+                "--utility-sub-type=network.mojom.NetworkService",
+            ],
+            "chromium",
+            "utility:network",
+        ),
+        (["/usr/lib/firefox-esr/firefox-esr", "-contentproc", "-isForBrowser"], "Web Content", "Web Content"),
+        (
+            ["/usr/lib/firefox-esr/firefox-esr", "--headless", "--profile", "/tmp/p"],
+            "firefox-esr",
+            "firefox-esr",
+        ),
+    ],
+)
+def test_process_kinds_from_the_command_line(cmdline: list[str], comm: str, kind: str) -> None:
+    assert bp.process_kind(cmdline, comm) == kind
+
+
 def test_no_throttling_figure_without_a_cgroup() -> None:
     limits = bp.cpu_limits(_snap(0.0, (0, 0), {}, None), _snap(0.5, (100, 50), {}, None))
     assert (limits["cpu_throttled_ms"], limits["host_idle_pct"], limits["cpu_bound"]) == (None, 50.0, False)
@@ -280,6 +345,24 @@ def test_a_resource_from_another_host_is_an_error() -> None:
     assert error.startswith("protocol:") and "not from server.quicbed" in error
     net["requests"][-1] = "data:image/png;base64,AAAA"  # no network: fine
     assert bp.judge("quic", URL, perf, net) == ""
+
+
+def test_a_replayed_page_may_fetch_from_its_resolved_origins_only() -> None:
+    """A replayed page's resources come from its other origins, each --resolve'd; one from a
+    name the load was not given is still an error. Each origin counts its own connections."""
+    perf, net = _perf("h3"), _net("h3", "QUIC")
+    cdn = "https://cdn.page.example/lib.js"
+    perf["resources"].append(_entry(cdn, "h3"))
+    net["requests"].append(cdn)
+    net["responses"].append({**net["responses"][-1], "url": cdn, "connectionId": 41})
+    assert "not from server.quicbed" in bp.judge("quic", URL, perf, net)
+    assert bp.judge("quic", URL, perf, net, frozenset({"server.quicbed", "cdn.page.example"})) == ""
+    net["requests"].append("https://ads.elsewhere.example/x.js")
+    error = bp.judge("quic", URL, perf, net, frozenset({"cdn.page.example"}))
+    assert "ads.elsewhere.example/x.js is not from cdn.page.example or server.quicbed" in error
+    row = bp.build_row(bp.empty_row("quic", URL, 0), perf, net)
+    assert (row["origins"], row["connections"]) == (2, 2)
+    assert row["origin_connections"] == {"cdn.page.example": 1, "server.quicbed": 1}
 
 
 def test_the_favicon_is_not_a_resource_of_the_page() -> None:

@@ -103,9 +103,28 @@ def test_firefox_refuses_a_playback_and_two_addresses(ca: str, capsys) -> None:
     argv = _argv(ca, "--browser", "firefox")
     assert bp.main(argv + ["--duration", "5"]) == bp.EXIT_UNSUPPORTED
     assert "page loads only" in capsys.readouterr().err
-    two = argv + ["--resolve", "server.quicbed:443:10.0.2.11"]
+    # Two addresses: each name must resolve to its own through the hosts file, and this
+    # host's file names neither.
+    two = argv + ["--resolve", "cdn.page.example:443:10.0.2.11"]
     assert bp.main(two) == bp.EXIT_UNSUPPORTED
-    assert "one --resolve address" in capsys.readouterr().err
+    assert "several --resolve addresses need each name in the hosts file" in capsys.readouterr().err
+
+
+def test_a_replayed_page_resolves_its_origins_from_the_hosts_file(ca: str, monkeypatch) -> None:
+    """Several origins at several addresses: no forceResolve (one address for every name), the
+    container's hosts file instead, checked against --resolve; QUIC forced for each origin."""
+    names = {"server.quicbed": "10.0.2.10", "cdn.page.example": "10.0.2.51"}
+    monkeypatch.setattr(ff, "_hosts_file_address", lambda name: names.get(name, ""))
+    argv = _argv(ca, "--browser", "firefox", "--resolve", "cdn.page.example:443:10.0.2.51")
+    args = bp.parse_args(argv)
+    prefs = ff.firefox_prefs(args)
+    assert "network.dns.forceResolve" not in prefs
+    assert prefs["network.http.http3.alt-svc-mapping-for-testing"] == (
+        "server.quicbed;h3=:443,cdn.page.example;h3=:443"
+    )
+    names["cdn.page.example"] = "10.0.2.52"  # the hosts file disagrees: refused, not guessed
+    with pytest.raises(bp.Unsupported, match="cdn.page.example resolves to 10.0.2.52, not 10.0.2.51"):
+        bp.parse_args(argv)
 
 
 def test_the_firefox_descriptor_calls_browser_perf_with_firefox() -> None:

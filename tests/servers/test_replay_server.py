@@ -6,13 +6,13 @@ a box, serving a shipped page laid out by workloads/replay.py."""
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from server_box import ServerBox, docker_text, qpack_blocking
+from server_box import ServerBox, qpack_blocking
 
 from quicbed import servers
 from quicbed.gotool import host_go, run_go
@@ -43,8 +43,15 @@ def test_the_replay_server_serves_the_record_over_both_protocols() -> None:
     assert proc.stdout.startswith("ok"), proc.stdout
 
 
+@dataclass(frozen=True)
+class ReplayBox:
+    box: ServerBox
+    plan: ReplayPlan
+    site: Path  # what workloads/replay.py wrote, the box's /srv/content
+
+
 @pytest.fixture(scope="module")
-def replay_box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerBox, ReplayPlan]]:
+def replay_box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplayBox]:
     """The descriptor's replay server (stacks/quicgo/server.yaml) in a --network none box,
     serving the shipped median desktop page as workloads/replay.py lays it out, with a
     certificate per origin from the box's CA; started, and so healthy over h2 and h3."""
@@ -55,39 +62,33 @@ def replay_box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve
     box = ServerBox("quicgo", tmp / "site", tmp, origins=plan.names)
     try:
         servers.start_server(box.name, box.server, timeout=20)
-        yield box, plan
+        yield ReplayBox(box, plan, tmp / "site")
     finally:
         box.close()
 
 
-def _get(box: ServerBox, http: str, host: str, target: str, out: str) -> subprocess.CompletedProcess:
-    """One curl GET of https://HOST/TARGET from inside the box, to the box's loopback."""
-    return docker_text(
-        "exec", box.name, "curl", "-sS", "--max-time", "10", http, "--cacert", "/etc/quicbed/pki/ca.pem",
-        "--resolve", f"{host}:443:127.0.0.1", "-o", f"/tmp/{out}", "-w", "%{http_version} %{http_code}",
-        f"https://{host}{target}",
-        check=False,
-    )  # fmt: skip
-
-
 @pytest.mark.parametrize("http", ["--http2", "--http3-only"])
-def test_the_replay_server_answers_each_origin_as_recorded(replay_box, http: str) -> None:
+def test_the_replay_server_answers_each_origin_as_recorded(
+    replay_box: ReplayBox, http: str, tmp_path: Path
+) -> None:
     """Two origins of the page, each under its own name and certificate: the recorded status
     and a body of the recorded size and bytes, over the protocol asked for; the access log
     reads as the servers' quicbed-json format."""
-    box, plan = replay_box
-    site = box.logs.parent / "site"
+    box, plan, site = replay_box.box, replay_box.plan, replay_box.site
     answered = [r for r in plan.responses if r.status == 200 and r.body]
     first, other = answered[0], next(r for r in answered if r.site != answered[0].site)
+    written = ["-w", "%{http_version} %{http_code}"]
     for i, response in enumerate((first, other)):
         host = plan.sites[response.site].name
-        done = _get(box, http, host, response.target, f"{http[2:]}-{i}")
+        done = box.fetch([http, *written], [response.target], tmp_path / str(i), host=host)
         version = "2" if http == "--http2" else "3"
         assert (done.returncode, done.stdout) == (0, f"{version} 200"), done.stderr
-        body = docker_text("exec", box.name, "sha256sum", f"/tmp/{http[2:]}-{i}").stdout.split()[0]
-        assert body == hashlib.sha256((site / "bodies" / response.body).read_bytes()).hexdigest()
-        assert (site / "bodies" / response.body).stat().st_size == response.body_bytes
-    missing = _get(box, http, plan.sites[0].name, "/not-in-the-page", "missing")
+        body = (tmp_path / str(i) / "0").read_bytes()
+        assert body == (site / "bodies" / response.body).read_bytes()
+        assert len(body) == response.body_bytes
+    missing = box.fetch(
+        [http, *written], ["/not-in-the-page"], tmp_path / "missing", host=plan.sites[0].name, fail=False
+    )
     assert missing.stdout.endswith(" 404"), missing.stdout + missing.stderr
     spec = servers.get_server(box.server)
     logged = [e for e in servers.read_access_log(box.logs, spec) if e["path"] != "/.quicbed-health"]
@@ -99,9 +100,8 @@ def test_the_replay_server_answers_each_origin_as_recorded(replay_box, http: str
     ]
 
 
-def test_no_replayed_request_can_wait_on_the_qpack_encoder_stream(replay_box) -> None:
+def test_no_replayed_request_can_wait_on_the_qpack_encoder_stream(replay_box: ReplayBox) -> None:
     """As every content server (tests/servers/test_servers.py): quic-go keeps no QPACK table,
     so curl's missing encoder stream never blocks a request (stacks/aioquic/README.md)."""
-    box, plan = replay_box
-    table, blocked = qpack_blocking(box, plan.sites[0].name)
+    table, blocked = qpack_blocking(replay_box.box, replay_box.plan.sites[0].name)
     assert table == 0 or blocked == 0, f"QPACK table {table} bytes, {blocked} blocked streams"

@@ -269,7 +269,26 @@ def test_access_log_format_by_server(tmp_path: Path) -> None:
     nginx_spec, debian_spec = servers.get_server("nginx"), servers.get_server("caddy-debian")
     assert [e["path"] for e in servers.read_access_log(tmp_path, nginx_spec)] == ["/b"]
     assert [e["path"] for e in servers.read_access_log(tmp_path, debian_spec)] == ["/a"]
-    assert list(accesslog.FORMATS) == ["caddy-json", "quicbed-json", "haproxy-json"]
+    assert list(accesslog.FORMATS) == ["caddy-json", "replay-json", "quicbed-json", "haproxy-json"]
+
+
+def test_the_replay_log_names_the_origin_the_entry_and_each_connection(tmp_path: Path) -> None:
+    """quicgo_replay's lines (replay-json): nginx's fields plus the origin asked for and the HAR
+    entry that answered; its conn serial is kept over HTTP/3 too (nginx's is one per stream
+    there, so quicbed-json drops it), and a line without `entry` is not one of its lines."""
+    line = {
+        "proto": "HTTP/3.0", "tls": "TLSv1.3", "method": "GET", "host": "cdn.page.example",
+        "path": "/js/1.js", "status": 200, "bytes": 900, "request_time": 0.0031, "conn": "7",
+        "entry": 12, "wait_ms": 3.0,
+    }  # fmt: skip
+    (tmp_path / "access.log").write_text(json.dumps(line) + "\n" + json.dumps({**line, "entry": -1}) + "\n")
+    entries = servers.read_access_log(tmp_path, servers.get_server("quicgo"))
+    assert [(e["host"], e["entry"], e["connection"], e["wait_ms"]) for e in entries] == [
+        ("cdn.page.example", 12, "7", 3.0),
+        ("cdn.page.example", -1, "7", 3.0),
+    ]
+    assert accesslog.FORMATS["quicbed-json"](line)["connection"] is None
+    assert accesslog.FORMATS["replay-json"]({k: v for k, v in line.items() if k != "entry"}) is None
 
 
 # ---------------------------------------------------------------- the fixture: a server as data
@@ -461,7 +480,7 @@ BAD = [
         "bad-format",
         lambda t: t.replace("access_log: caddy-json", "access_log: apache"),
         "access_log",
-        "unknown format 'apache'; known: caddy-json, quicbed-json",
+        "unknown format 'apache'; known: caddy-json, replay-json, quicbed-json",
     ),
     (
         "bad-health",

@@ -289,7 +289,7 @@ _docker = docker_text
 
 # The servers of the content store's files (every box below serves it); the replay server
 # serves a recorded page instead (tests/servers/test_replay_server.py).
-CONTENT_SERVERS = [name for name, spec in servers.SERVERS.items() if spec.serves == "content"]
+CONTENT_SERVERS = list(servers.servers_serving("content"))
 
 
 def _modes(server: str) -> list[str]:

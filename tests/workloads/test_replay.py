@@ -11,8 +11,14 @@ from pathlib import Path
 import pytest
 
 from quicbed.workloads import replay
-from quicbed.workloads.har import load_har
-from quicbed.workloads.replay import ReplayError, plan_replay, site_address, write_site
+from quicbed.workloads.har import load_har, one_origin
+from quicbed.workloads.replay import (
+    ReplayError,
+    plan_pages,
+    plan_replay,
+    site_address,
+    write_site,
+)
 
 PAGES = Path(replay.__file__).resolve().parent / "pages"
 
@@ -30,6 +36,7 @@ def test_every_origin_is_a_site_of_its_own_address(page) -> None:
     assert len(set(addresses)) == len(addresses) == 20
     assert addresses[0] == site_address(0) == "10.77.2.50"
     assert plan.hosts() == dict(zip(plan.names, addresses, strict=True))
+    assert plan.resolves()[0] == f"{plan.names[0]}:443:10.77.2.50" and len(plan.resolves()) == 20
 
 
 def test_one_host_on_two_ports_is_one_name_and_one_address(page) -> None:
@@ -48,7 +55,8 @@ def test_responses_keep_the_record_and_drop_the_encoding(page) -> None:
         assert (response.entry, response.method, response.target) == (entry.index, entry.method, entry.path)
         assert response.status == entry.status and response.wait_ms == entry.wait_ms
         assert response.body_bytes == entry.body_bytes
-        assert dict(response.headers) == {k: v for k, v in entry.headers if k != "content-encoding"}
+        recorded = {k: v for k, v in entry.headers if k != "content-encoding"}
+        assert dict(response.headers) == {**recorded, "timing-allow-origin": "*"}  # its timing readable
         assert plan.sites[response.site].name == entry.origin.host
 
 
@@ -100,3 +108,84 @@ def test_more_origins_than_the_lan_has_addresses_are_refused() -> None:
     assert site_address(replay.LAST_HOST - replay.FIRST_HOST) == "10.77.2.254"
     with pytest.raises(ReplayError, match="206 origins: the server LAN has addresses for 205"):
         site_address(replay.LAST_HOST - replay.FIRST_HOST + 1)
+
+
+def test_one_origin_serves_every_resource_from_the_landing_origin(page) -> None:
+    """The baseline of a many-origin page: the same responses from its landing origin, the
+    document's links to other origins rewritten to where those responses now are."""
+    single = one_origin(page)
+    landing = page.landing.origin
+    assert single.origins == (landing,) and {e.origin for e in single.entries} == {landing}
+    assert [e.index for e in single.entries] == [e.index for e in page.entries]
+    html = single.landing.body.decode()
+    for before, after in zip(page.entries[1:], single.entries[1:], strict=True):
+        if before.origin == landing:
+            assert after.path == before.path
+        else:
+            assert after.path == f"/_origin/{before.origin.host}{before.path}"
+        assert f"{landing}{after.path}" in html  # the document names it where it is served
+        assert after.body == before.body and after.body_bytes == before.body_bytes
+    assert "widgets.social.example/" not in html.replace("/_origin/widgets.social.example/", "")
+    plan = plan_replay(single)
+    assert len(plan.sites) == 1 and len(plan.responses) == len(plan_replay(page).responses)
+
+
+def test_pages_served_at_once_take_addresses_in_turn_and_never_share_a_host(page, tmp_path: Path) -> None:
+    twin = one_origin(page, "one-origin.www.median-desktop.example")
+    plan = plan_pages([page, twin])
+    assert plan.names == (*plan_replay(page).names, "one-origin.www.median-desktop.example")
+    assert plan.hosts()["one-origin.www.median-desktop.example"] == site_address(20)
+    entries = [r.entry for r in plan.responses]
+    assert len(entries) == len(set(entries)) == 2 * len(plan_replay(page).responses)
+    assert {e // replay.ENTRY_STRIDE for e in entries} == {0, 1}
+    manifest = json.loads(write_site(plan, [page, twin], tmp_path / "site").read_text())
+    bodies = {r["body"] for r in manifest["responses"] if r["body"]}
+    assert all((tmp_path / "site" / replay.BODIES / b).is_file() for b in bodies)
+    with pytest.raises(ReplayError, match="is an origin of both"):
+        plan_pages([page, page])
+
+
+def test_a_made_up_image_is_a_png_of_the_recorded_size(page, tmp_path: Path) -> None:
+    """A browser stops reading an image it cannot decode: a made-up raster image is a valid PNG
+    of exactly its recorded size (Pillow-free check: the chunks' lengths and CRCs)."""
+    import struct
+    import zlib
+
+    plan = plan_replay(page)
+    write_site(plan, page, tmp_path)
+    images = [r for r in plan.responses if dict(r.headers).get("content-type", "").startswith("image/webp")]
+    assert len(images) >= 10
+    for response in images:
+        data = (tmp_path / "bodies" / response.body).read_bytes()
+        assert len(data) == response.body_bytes and data.startswith(b"\x89PNG\r\n\x1a\n")
+        at, kinds = 8, []
+        while at < len(data):
+            (length,) = struct.unpack(">I", data[at : at + 4])
+            kind, body = data[at + 4 : at + 8], data[at + 8 : at + 8 + length]
+            (crc,) = struct.unpack(">I", data[at + 8 + length : at + 12 + length])
+            assert crc == zlib.crc32(kind + body) & 0xFFFFFFFF
+            kinds.append(kind)
+            at += 12 + length
+        assert at == len(data) and kinds == [b"IHDR", b"IDAT", b"qbPd", b"IEND"]
+    smallest = replay.MIN_PNG_BYTES
+    assert len(replay.made_up_png("x", smallest)) == smallest
+    assert replay.made_up_png("x", smallest - 1) is None  # made up as plain bytes instead
+
+
+def test_made_up_text_is_text_of_its_type_and_size(page, tmp_path: Path) -> None:
+    """A script, stylesheet or JSON body the HAR does not hold is synthetic text of that type,
+    which a browser parses as it would a real one; exactly its recorded size."""
+    plan = plan_replay(page)
+    write_site(plan, page, tmp_path)
+    seen = set()
+    for response in plan.responses[1:]:
+        kind = dict(response.headers)["content-type"].split(";")[0]
+        data = (tmp_path / "bodies" / response.body).read_bytes()
+        assert len(data) == response.body_bytes
+        if kind in ("application/javascript", "text/css", "application/json"):
+            text = data.decode("ascii")  # text, not random bytes
+            assert {"application/javascript": "function ", "text/css": " { margin: "}.get(
+                kind, '"id": '
+            ) in text
+            seen.add(kind)
+    assert seen == {"application/javascript", "text/css", "application/json"}
