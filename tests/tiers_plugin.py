@@ -17,12 +17,23 @@ then takes the session lock shared (behaviour) or exclusive (timing). A timing t
 the lock holds the turnstile, so the next test of the other worker waits behind it rather than
 overtaking it forever. Set-up and teardown are inside the lock: a module's bring-up is part of
 its first test, its clean-up part of its last.
+
+A host too busy to judge timing fails the session (`TimingLedger`, on the controller). A timing
+check measured on a contended host twice is not judged (tests/contention.py: skipped as "not
+judged: ..."). At the end the session lists its re-measurements, its checks not judged with
+their figures, and the host's steal (of the non-idle CPU time: over the whole session from
+/proc/stat, and the worst attempt's) and worst slow-spell probe. Of M timing tests that ran
+(set-up passed), N not judged: N over 10 % of M fails the session with one line, "host unfit to
+judge timing: N of M timing checks not judged; steal x %, probe y×" (x, y: the worst
+attempt's). Under pytest-xdist the workers append to the session's files in the lock
+directory; the controller counts from the reports.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import tempfile
@@ -32,12 +43,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from contention import REMEASURE_ENV
+from contention import LOADS_ENV, NOT_JUDGED_ENV, REMEASURE_ENV
+
+from quicbed import hostload
 
 TABLE = Path(__file__).resolve().parent / "tiers.yaml"
 KINDS = ("timing", "behaviour")
 TIERS = ("test", "physics")
 LOCK_ENV = "QUICBED_TEST_LOCKS"  # the session's lock directory, shared by its xdist workers
+NOT_JUDGED_LIMIT = 0.10  # of the session's timing checks; beyond it the host is unfit to judge
+NOT_JUDGED = "not judged: "  # the skip reason's prefix (tests/contention.py)
 _LOCKS = pytest.StashKey[str]()
 
 
@@ -96,7 +111,10 @@ def pytest_configure(config: pytest.Config) -> None:
         locks = tempfile.mkdtemp(prefix="quicbed-pytest-locks-")
         os.environ[LOCK_ENV] = locks
         os.environ[REMEASURE_ENV] = os.path.join(locks, "remeasures.txt")
+        os.environ[NOT_JUDGED_ENV] = os.path.join(locks, "not-judged.txt")
+        os.environ[LOADS_ENV] = os.path.join(locks, "loads.jsonl")
         config.stash[_LOCKS] = locks
+        config.pluginmanager.register(TimingLedger(), "quicbed-timing-ledger")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -170,11 +188,93 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         return (yield)
 
 
-def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
-    if hasattr(config, "workerinput"):
-        return
-    log = Path(os.environ.get(REMEASURE_ENV, "/nonexistent"))
-    lines = log.read_text().splitlines() if log.is_file() else []
-    terminalreporter.section(f"re-measurements on a contended host: {len(lines)}")
-    for line in lines:
-        terminalreporter.line(line)
+def unfit(timing: int, not_judged: int) -> bool:
+    """Too many of the session's timing checks not judged for the session to stand."""
+    return not_judged > NOT_JUDGED_LIMIT * timing
+
+
+def unfit_line(timing: int, not_judged: int, steal: float | None, probe: float | None) -> str:
+    figures = f"steal {_pct(steal)}, probe " + ("n/a" if probe is None else f"{probe:.1f}×")
+    return f"host unfit to judge timing: {not_judged} of {timing} timing checks not judged; {figures}"
+
+
+def _lines(env: str) -> list[str]:
+    log = Path(os.environ.get(env, "/nonexistent"))
+    return log.read_text().splitlines() if log.is_file() else []
+
+
+def _attempt_loads() -> list[dict]:
+    """Every attempt's figures that the session's meters logged (a torn line is skipped)."""
+    loads = []
+    for line in _lines(LOADS_ENV):
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if isinstance(entry, dict):
+                loads.append(entry)
+    return loads
+
+
+def _worst(loads: list[dict], field: str) -> float | None:
+    seen = [x[field] for x in loads if isinstance(x.get(field), int | float)]
+    return max(seen) if seen else None
+
+
+class TimingLedger:
+    """The controller's count of timing checks run and not judged, from the reports (under
+    xdist the controller runs no test), and the session's figures of the host."""
+
+    def __init__(self) -> None:
+        self.timing: set[str] = set()  # timing tests whose set-up passed
+        self.not_judged: dict[str, str] = {}  # test id: the skip's reason
+        self.jiffies = hostload.cpu_jiffies()
+        self.verdict: bool = False
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "setup" and report.passed and "timing" in report.keywords:
+            self.timing.add(report.nodeid)
+        if report.skipped and isinstance(report.longrepr, tuple):
+            reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+            if reason.startswith(NOT_JUDGED):
+                self.not_judged.setdefault(report.nodeid, reason)
+
+    def counts(self) -> tuple[int, int]:
+        """(M, N): the timing checks that ran (a check skipped as not judged in its set-up
+        included), and those not judged."""
+        return len(self.timing | set(self.not_judged)), len(self.not_judged)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.verdict = unfit(*self.counts())
+        if self.verdict and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        tr = terminalreporter
+        remeasures = _lines(REMEASURE_ENV)
+        tr.section(f"re-measurements on a contended host: {len(remeasures)}")
+        for line in remeasures:
+            tr.line(line)
+        timing, not_judged = self.counts()
+        if not timing:
+            return
+        tr.section(f"timing checks not judged (host contended in both attempts): {not_judged} of {timing}")
+        for line in _lines(NOT_JUDGED_ENV) or [f"{k}: {v}" for k, v in self.not_judged.items()]:
+            tr.line(line)
+        loads = _attempt_loads()
+        steal, probe = _worst(loads, "steal"), _worst(loads, "slow_ratio")
+        mean = hostload.steal_share(self.jiffies, hostload.cpu_jiffies())
+        tr.line(_host_line(mean, len(loads), steal, probe))
+        if self.verdict:
+            tr.line(unfit_line(timing, not_judged, steal if steal is not None else mean, probe), red=True)
+
+
+def _host_line(mean: float | None, attempts: int, steal: float | None, probe: float | None) -> str:
+    """The host over the session: its steal, and the worst of the measured attempts."""
+    line = "host over the session: steal " + _pct(mean) + " of busy CPU"
+    if attempts:
+        line += f"; of {attempts} measured attempts: steal at most {_pct(steal)}"
+        line += ", slow-spell probe at worst " + ("n/a" if probe is None else f"{probe:.1f}× its best")
+    return line
+
+
+def _pct(share: float | None) -> str:
+    return "n/a" if share is None else f"{share * 100:.1f} %"

@@ -1,36 +1,84 @@
-"""A busy CPU is re-measured, not judged (tests/contention.py).
+"""A busy CPU is re-measured, not judged; a host busy throughout judges nothing
+(tests/contention.py).
 
-The logic on its own (unit), then on the real india path: a CPU hog started beside a timing
-check's first measurement makes the check measure again and pass; a client that costs one
-more round trip (TLS 1.3 with a key share the server sends back: a HelloRetryRequest) fails
-the same check on an idle host.
+The logic on its own (unit: a stand-in meter and waiter fed recorded figures), then on the
+real india path: a CPU hog started beside a timing check's first measurement makes the check
+wait for a calm host, measure again and pass; a client that costs one more round trip (TLS 1.3
+with a key share the server sends back: a HelloRetryRequest) fails the same check on an idle
+host.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from contention import PRESSURE_LIMIT, Load, LoadMeter, remeasured
+from contention import LOADS_ENV, NOT_JUDGED_ENV, PRESSURE_LIMIT, REMEASURE_ENV, Load, LoadMeter, remeasured
 
 from quicbed import hostload
 
 # --- the logic ---------------------------------------------------------------------------
 
+# Recorded figures: a calm host, a steal spell (a fifth of the busy CPU stolen), a slow spell
+# (the probe at 3.4x its best, steal near 0).
+CALM = Load(1.0, steal=0.01, pressure=0.03, slow_ratio=1.1)
+STEAL_SPELL = Load(1.0, steal=0.2, pressure=0.02, slow_ratio=1.2)
+SLOW_SPELL = Load(1.0, steal=0.0, pressure=0.02, slow_ratio=3.4)
+
 
 @pytest.fixture(autouse=True)
 def _unlisted(request, monkeypatch):
-    """The logic's deliberate re-measurements stay out of the session's list of real ones."""
+    """The logic's deliberate re-measurements stay out of the session's lists of real ones."""
     if request.node.get_closest_marker("path") is None:
-        monkeypatch.delenv("QUICBED_REMEASURES", raising=False)
+        for env in (REMEASURE_ENV, NOT_JUDGED_ENV, LOADS_ENV):
+            monkeypatch.delenv(env, raising=False)
 
 
-def test_a_load_is_contended_by_steal_pressure_or_its_own_cpu_bound_flag() -> None:
+class _Recorded:
+    """A stand-in meter: each attempt's load is the next recorded one."""
+
+    def __init__(self, *loads: Load) -> None:
+        self.loads = list(loads)
+
+    def __call__(self, own: object) -> _Recorded:
+        self.load: Load | None = None
+        return self
+
+    def __enter__(self) -> _Recorded:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.load = self.loads.pop(0)
+
+
+class _Host:
+    """Recorded windows for wait_for_calm, on a clock that only they move."""
+
+    def __init__(self, *windows: Load) -> None:
+        self.windows, self.now, self.measured = list(windows), 0.0, 0
+
+    def measure(self, window_s: float) -> Load:
+        self.now += window_s
+        self.measured += 1
+        return self.windows.pop(0) if len(self.windows) > 1 else self.windows[0]
+
+    def waiter(self):
+        return functools.partial(hostload.wait_for_calm, measure_window=self.measure, clock=lambda: self.now)
+
+
+def _never_waits(**_kwargs: object) -> tuple[bool, Load]:
+    raise AssertionError("waited for a calm host after an uncontended attempt")
+
+
+def test_a_load_is_contended_by_steal_pressure_its_own_flag_or_a_slow_spell() -> None:
     assert not Load(1.0, 0.0, 0.0).contended
+    assert not Load(1.0, hostload.STEAL_LIMIT, 0.0).contended
     assert Load(1.0, 0.06, 0.0).contended
     assert Load(1.0, 0.0, PRESSURE_LIMIT + 0.01).contended
     assert Load(1.0, 0.0, 0.0, cpu_bound=True).contended
@@ -39,20 +87,87 @@ def test_a_load_is_contended_by_steal_pressure_or_its_own_cpu_bound_flag() -> No
     assert Load(1.0, 0.0, 0.0, other_pct=hostload.CONTENDED_OTHER_PCT + 1).contended
     assert "other work 51 % of a core" in Load(1.0, 0.0, 0.0, other_pct=51).describe()
     assert "contended" in Load(1.0, 0.0, 0.9).describe() and "90%" in Load(1.0, 0.0, 0.9).describe()
+    # a slow spell: the probe at SLOW_SPELL_LIMIT times its best or more
+    assert not Load(1.0, 0.0, 0.0, slow_ratio=1.9).contended
+    assert Load(1.0, 0.0, 0.0, slow_ratio=hostload.SLOW_SPELL_LIMIT).contended
+    line = SLOW_SPELL.describe()
+    assert line.startswith("contended: ") and "slow-spell probe 3.4× its best (limit 2.0×)" in line, line
+    assert "steal 0.0% of busy CPU (limit 5%)" in line and "cpu-bound no" in line, line
+    assert CALM.describe().startswith("uncontended: ")
+    # the measured work's own pressure (a browser's processes) is reported, not counted
+    own = Load(1.0, 0.0, 0.9, own_pressure=True)
+    assert not own.contended and "90% of 1.0 s (its own work's, not counted)" in own.describe()
+    assert Load(1.0, 0.06, 0.9, own_pressure=True).contended
+    assert STEAL_SPELL.to_dict() == {
+        "seconds": 1.0,
+        "steal": 0.2,
+        "pressure": 0.02,
+        "own_pressure": False,
+        "cpu_bound": False,
+        "other_pct": None,
+        "slow_ratio": 1.2,
+        "contended": True,
+    }
 
 
-def test_a_contended_attempt_is_measured_again_and_only_the_second_is_judged(capsys) -> None:
-    attempts = iter([{"value": 99, "cpu_bound": True}, {"value": 1, "cpu_bound": False}])
+def test_a_spell_during_attempt_1_is_waited_out_and_attempt_2_judged(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    log = tmp_path / "remeasures.txt"
+    monkeypatch.setenv(REMEASURE_ENV, str(log))
+    attempts = iter([99, 1])
     judged = []
 
-    def judge(result: dict) -> None:
-        judged.append(result["value"])
-        assert result["value"] == 1
+    def judge(value: int) -> None:
+        judged.append(value)
+        assert value == 1
 
-    result = remeasured("x", lambda: next(attempts), judge, cpu_bound=lambda r: r["cpu_bound"])
-    assert result["value"] == 1 and judged == [1]
+    host = _Host(STEAL_SPELL, SLOW_SPELL, CALM)  # two contended windows, then a calm one
+    meter = _Recorded(SLOW_SPELL, CALM)
+    result = remeasured("x", lambda: next(attempts), judge, meter=meter, wait=host.waiter())
+    assert result == 1 and judged == [1] and host.measured == 3
     out = capsys.readouterr().out
-    assert "x: attempt 1: contended" in out and "x: attempt 2: uncontended" in out
+    assert "x: attempt 1: contended" in out and "x: attempt 2: uncontended" in out, out
+    assert "x: waiting for a calm host" in out and "x: calm after 6 s" in out, out
+    assert "x: waited 0 s for a calm host, calm" in out, out
+    (line,) = log.read_text().splitlines()
+    assert "x: measured again (waited 0 s for a calm host, calm), attempt 1 was contended" in line, line
+
+
+def test_the_rows_cpu_bound_flag_is_contention_too() -> None:
+    attempts = iter([(99, True), (1, False)])  # (value, the rows' cpu_bound), on a calm host
+    result = remeasured(
+        "x",
+        lambda: next(attempts),
+        lambda r: None if r[0] == 1 else pytest.fail("judged the CPU-bound attempt"),
+        cpu_bound=lambda r: r[1],
+        meter=_Recorded(CALM, CALM),
+        wait=_Host(CALM).waiter(),
+    )
+    assert result == (1, False)
+
+
+def test_a_spell_held_through_both_attempts_is_not_judged(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv(NOT_JUDGED_ENV, str(tmp_path / "not-judged.txt"))
+    monkeypatch.setenv(LOADS_ENV, str(tmp_path / "loads.jsonl"))
+    host = _Host(SLOW_SPELL)  # never calm: the wait ends at its limit
+
+    def judge(_value: int) -> None:
+        raise AssertionError("judged on a contended host")
+
+    pattern = (
+        r"^not judged: x: host contended in both attempts: 1: contended: .*; 2: contended: .*probe 3\.4×"
+    )
+    with pytest.raises(pytest.skip.Exception, match=pattern):
+        remeasured("x", lambda: 5, judge, meter=_Recorded(STEAL_SPELL, SLOW_SPELL), wait=host.waiter())
+    assert host.now >= 120 and "x: still contended after 120 s" in capsys.readouterr().out
+    (line,) = (tmp_path / "not-judged.txt").read_text().splitlines()
+    assert "x: not judged (waited 0 s for a calm host, not calm); 1: contended" in line, line
+    loads = [json.loads(x) for x in (tmp_path / "loads.jsonl").read_text().splitlines()]
+    assert [(x["attempt"], x["steal"], x["slow_ratio"], x["contended"]) for x in loads] == [
+        (1, 0.2, 1.2, True),
+        (2, 0.0, 3.4, True),
+    ]
 
 
 def test_an_uncontended_failure_fails_at_once() -> None:
@@ -66,7 +181,7 @@ def test_an_uncontended_failure_fails_at_once() -> None:
         assert value == 1, "five is not one"
 
     with pytest.raises(AssertionError, match="five is not one"):
-        remeasured("x", measure, judge)
+        remeasured("x", measure, judge, meter=_Recorded(CALM), wait=_never_waits)
     assert len(calls) == 1
 
 
@@ -75,15 +190,19 @@ def test_a_failure_after_a_re_measurement_names_both_attempts() -> None:
         assert value == 1, "five is not one"
 
     with pytest.raises(
-        AssertionError, match=r"(?s)five is not one.*\[judged on a re-measurement; attempts: 1: con"
+        AssertionError,
+        match=r"(?s)five is not one.*\[judged on a re-measurement \(waited 0 s for a calm host, calm\); "
+        r"attempts: 1: contended.*; 2: uncontended",
     ):
-        remeasured("x", lambda: 5, judge, cpu_bound=lambda _: True)
+        remeasured("x", lambda: 5, judge, meter=_Recorded(STEAL_SPELL, CALM), wait=_Host(CALM).waiter())
 
 
-def test_the_meter_sees_more_runnable_tasks_than_cores() -> None:
+def test_the_meter_sees_more_runnable_tasks_than_cores(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("QUICBED_CACHE", str(tmp_path))  # the probe's best stays in the test
     with _hog(), LoadMeter() as busy:
         _spin(1.0)
     assert busy.load is not None and busy.load.contended, busy.load
+    assert busy.load.slow_ratio is not None and busy.load.slow_ratio >= 1.0, busy.load
 
 
 # --- on the path ---------------------------------------------------------------------------

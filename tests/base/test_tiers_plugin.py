@@ -98,3 +98,72 @@ def test_a_path_test_the_table_does_not_place_fails_the_collection(tmp_path: Pat
 def test_a_malformed_table_is_a_usage_error(tmp_path: Path) -> None:
     res = _suite(tmp_path, "- {match: test_t.py, kind: fast}\n", {"test_t.py": _test_file("t1")})
     assert res.returncode == pytest.ExitCode.USAGE_ERROR and "kind one of" in res.stderr, res.stderr
+
+
+# --- a host unfit to judge timing ----------------------------------------------------------
+
+
+def test_more_than_a_tenth_of_the_timing_checks_not_judged_is_an_unfit_host() -> None:
+    assert not tiers_plugin.unfit(10, 1) and tiers_plugin.unfit(10, 2) and tiers_plugin.unfit(2, 1)
+    assert not tiers_plugin.unfit(0, 0) and not tiers_plugin.unfit(40, 4) and tiers_plugin.unfit(40, 5)
+    assert tiers_plugin.unfit_line(2, 1, 0.123, 3.04) == (
+        "host unfit to judge timing: 1 of 2 timing checks not judged; steal 12.3 %, probe 3.0×"
+    )
+    assert tiers_plugin.unfit_line(2, 1, None, None).endswith("; steal n/a, probe n/a")
+
+
+# Timing checks on a stand-in meter: the `spell*` ones see a slow spell in both attempts.
+STAND_IN = """
+import pytest
+from contention import remeasured
+from quicbed.hostload import Load
+
+SPELL = Load(1.0, 0.08, 0.0, slow_ratio=3.0)
+
+
+class Spell:
+    def __init__(self, own):
+        self.load = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.load = SPELL
+
+
+def check():
+    remeasured("a check", lambda: 1, lambda _: None, meter=Spell, wait=lambda say: (False, SPELL))
+"""
+
+
+def _checks(spells: int, calm: int) -> str:
+    body = "".join(f"\n@pytest.mark.path\ndef test_spell{i}():\n    check()\n" for i in range(spells))
+    body += "".join(f"\n@pytest.mark.path\ndef test_calm{i}():\n    pass\n" for i in range(calm))
+    return STAND_IN + body
+
+
+def test_a_session_with_too_many_checks_not_judged_fails_with_one_line(tmp_path: Path) -> None:
+    files = {"test_t.py": _checks(spells=1, calm=1), "test_b.py": _test_file("b1")}
+    res = _suite(tmp_path, "- {match: test_t.py, kind: timing}\n", files, "-n", "2")
+    out = res.stdout
+    assert res.returncode == pytest.ExitCode.TESTS_FAILED, out + res.stderr
+    assert "2 passed, 1 skipped in" in out, out  # b1 is no timing check: 1 of 2, not 1 of 3
+    assert "timing checks not judged (host contended in both attempts): 1 of 2" in out, out
+    listed = [x for x in out.splitlines() if "test_t.py::test_spell0: a check: not judged (waited" in x]
+    assert len(listed) == 1 and "1: contended: " in listed[0] and "2: contended: " in listed[0], out
+    unfit = [x for x in out.splitlines() if x.startswith("host unfit to judge timing")]
+    assert unfit == [
+        "host unfit to judge timing: 1 of 2 timing checks not judged; steal 8.0 %, probe 3.0×"
+    ], out
+    assert "of 2 measured attempts: steal at most 8.0 %, slow-spell probe at worst 3.0× its best" in out, out
+
+
+def test_a_session_with_a_tenth_not_judged_passes_and_lists_them(tmp_path: Path) -> None:
+    files = {"test_t.py": _checks(spells=1, calm=9)}
+    res = _suite(tmp_path, "- {match: test_t.py, kind: timing}\n", files)
+    out = res.stdout
+    assert res.returncode == pytest.ExitCode.OK, out + res.stderr
+    assert "timing checks not judged (host contended in both attempts): 1 of 10" in out, out
+    assert "test_t.py::test_spell0: a check: not judged" in out and "host unfit" not in out, out
+    assert "re-measurements on a contended host: 1" in out, out
