@@ -77,7 +77,7 @@ HOST_COMMANDS: tuple[HostCommand, ...] = (
     HostCommand("git", "git", "core", "the commit recorded in every run's manifest"),
     HostCommand("docker", "docker-cli|docker.io", "core", "container hosts (docker-cli from Debian 13)"),
     HostCommand("dockerd", "docker.io", "core", "the Docker engine (make docker starts it)"),
-    HostCommand("linux.uml", "user-mode-linux", "uml", "the netem router on kernels without it"),
+    HostCommand("linux.uml", "user-mode-linux", "uml", "the UML router (--backend uml) without host netem"),
     HostCommand("insmod", "kmod", "uml", "the UML inits load their kernel modules (qdiscs, veth, bridge)"),
     HostCommand("mount", "mount", "uml", "the UML router's init mounts proc, sys, hostfs"),
     HostCommand("mkfifo", "coreutils", "uml", "the UML router's init waits on a fifo"),
@@ -219,7 +219,8 @@ def check_kernel() -> list[Check]:
             netem,
             "ok: the netem backend"
             if netem
-            else "absent: the vm, uml and delayline backends stand in (their items above)",
+            else "absent: the delay line stands in (auto's choice), the uml and vm routers when "
+            "asked for or an aqm needs vm's kernel (their items below)",
             optional=True,
         ),
     ]

@@ -197,7 +197,7 @@ def test_an_aqm_the_chosen_backend_cannot_run_is_refused_in_one_line(monkeypatch
         check_queues(india.down, india.up, auto, "profile india: ")
     assert str(err.value) == (
         "profile india: aqm: fq_codel needs a backend whose kernel has sch_fq_codel; auto chose "
-        "delayline here, and this host's kernel has none (netem, uml, delayline queue in it); "
+        "delayline here, and this host's kernel has none (netem, delayline, uml queue in it); "
         "backends that run it: vm (not on this host: cannot)"
     )
     # One direction only names it; a backend with its own kernel is offered where it runs.
@@ -207,7 +207,7 @@ def test_an_aqm_the_chosen_backend_cannot_run_is_refused_in_one_line(monkeypatch
         check_queues(up.down, up.up, BackendChoice("netem", "--backend netem; yes"), "")
     assert str(err.value) == (
         "up.aqm: cake needs a backend whose kernel has sch_cake; --backend netem, and this host's "
-        "kernel has none (netem, uml, delayline queue in it); backends that run it: vm; run with --backend vm"
+        "kernel has none (netem, delayline, uml queue in it); backends that run it: vm; run with --backend vm"
     )
     check_queues(up.down, up.up, BackendChoice("vm", "--backend vm; boots"), "")  # runs there
 

@@ -22,8 +22,9 @@ STANDIN_MARK = "quicbed-standin-"
 
 @pytest.fixture
 def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[base.Backend]]:
-    """A backend that runs here, tried after netem and before UML, queueing drop-tail only;
-    the others are proven by stand-ins too (no boot), netem as absent."""
+    """A backend that runs here, tried after netem and before the delay line, queueing
+    drop-tail only; the others are proven by stand-ins too (no boot), netem as absent and the
+    delay line as unable to run, so that UML comes next."""
 
     class StandInBackend(base.TcBackend):
         name = "standin"
@@ -49,6 +50,7 @@ def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[base.Backend]]:
         (backends.NetemBackend, False),
         (backends.UmlBackend, True),
         (backends.VmBackend, False),
+        (backends.DelayLineBackend, False),
     ):
         proof = Proof(backend.name, runs, f"{backend.name} stand-in proof")
         monkeypatch.setattr(backend, "prove", classmethod(lambda cls, fresh=False, p=proof: p))
@@ -60,7 +62,7 @@ def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[base.Backend]]:
 
 def test_it_registers_by_being_defined(standin: type[base.Backend]) -> None:
     assert backends.BACKENDS["standin"] is standin
-    assert [b.name for b in backends.in_auto_order()][:3] == ["netem", "standin", "uml"]
+    assert [b.name for b in backends.in_auto_order()] == ["netem", "standin", "delayline", "uml", "vm"]
 
 
 def test_the_cli_takes_its_name_and_refuses_an_unknown_one(standin: type[base.Backend]) -> None:
@@ -68,7 +70,7 @@ def test_the_cli_takes_its_name_and_refuses_an_unknown_one(standin: type[base.Ba
     with pytest.raises(InputError) as err:
         cli._validate_backend(argparse.Namespace(backend="bogus"))
     assert str(err.value) == (
-        "--backend: unknown link backend 'bogus' (choose from auto, netem, standin, uml, vm, delayline)"
+        "--backend: unknown link backend 'bogus' (choose from auto, netem, standin, delayline, uml, vm)"
     )
     assert cli.main(["calibrate", "india", "--backend", "bogus"]) == 2
 
@@ -93,6 +95,8 @@ def test_doctor_lists_it(standin: type[base.Backend], monkeypatch: pytest.Monkey
         checks["link backend standin"].ok and "the stand-in answers" in checks["link backend standin"].detail
     )
     assert checks["link backend auto"].detail.startswith("standin (")
+    order = checks["link backend order"].detail
+    assert order.startswith("auto tries netem, standin, delayline, uml, vm: the delay line before")
 
 
 def test_clean_finds_what_it_leaves_running(standin: type[base.Backend]) -> None:

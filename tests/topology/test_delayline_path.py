@@ -1,7 +1,7 @@
 """The delay-line backend on a real path: it must give the same calibrated link as netem.
 
-The delay line (topology/delayline) is netem's delay stage in user space, for kernels without
-sch_netem at rates a UML router cannot forward. These tests hold it to the checks every
+The delay line (topology/delayline) is netem's delay stage in user space, auto's backend on
+kernels without sch_netem, at every rate. These tests hold it to the checks every
 backend passes (calibration at 20 and 500 Mbit/s, loss in the binomial CI), plus the parts of
 netem's behaviour that calibration does not see: Gilbert-Elliott loss, jitter distributions.
 """

@@ -1,7 +1,8 @@
 """The QEMU router's pure logic: the initramfs archive (the kernel's `newc` cpio format), the
 QEMU command line, the reason a failed boot gives, and the order in which `auto` tries the
-backends. Booting it is proven on the real path (the probe in doctor, every path test on auto
-where it is chosen, test_path.py's kill -9 case)."""
+backends (netem, delayline, uml, vm) and passes one over for a queue. Booting it is proven on
+the real path (the probe in doctor, every path test on auto where it is chosen, test_path.py's
+kill -9 case)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from quicbed.errors import HostProblem
+from quicbed.errors import HostProblem, InputError
 from quicbed.topology import backends
 from quicbed.topology.backends import base, proof, vmimage
 from quicbed.topology.backends.proof import Proof
-from quicbed.topology.linkspec import Aqm
+from quicbed.topology.backends.vm import TCG_TIMING
+from quicbed.topology.linkspec import Aqm, LinkSpec
 
 
 def _read_newc(data: bytes) -> list[tuple[str, int, bytes]]:
@@ -116,37 +118,54 @@ NO_UML = Proof("uml", False, "uml cannot run on this CPU: ptrace")
 CODEL = Aqm("fq_codel")
 
 
-def test_auto_takes_uml_then_the_qemu_router_then_the_delay_line(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_takes_the_delay_line_before_uml_and_the_qemu_router(monkeypatch: pytest.MonkeyPatch) -> None:
+    """netem, delayline, uml, vm: the delay line runs every rate, so the routers are reached
+    only where it cannot run (or for a queue: below)."""
+    assert [b.name for b in backends.in_auto_order()] == ["netem", "delayline", "uml", "vm"]
     _proofs(monkeypatch, KVM, UML)
+    for rate in (20, 150, 500, 1000):
+        choice = backends.choose_backend("auto", rate)
+        assert choice == backends.BackendChoice("delayline", "no sch_netem in this kernel; runs")
+    _proved(monkeypatch, backends.DelayLineBackend, Proof("delayline", False, "no binary"))
     assert backends.choose_backend("auto", 20).name == "uml"
     assert backends.choose_backend("auto", 150).name == "vm"  # above UML's 100, within KVM's 200
-    fast = backends.choose_backend("auto", 500)
-    assert fast.name == "delayline"
+    with pytest.raises(HostProblem) as err:
+        backends.choose_backend("auto", 500)
     ceiling = backends.VM_MAX_RATE_MBIT["kvm"]
-    assert f"500 Mbit/s is above what the vm router forwards ({ceiling:g})" in fast.reason
+    assert f"500 Mbit/s is above what the vm router forwards ({ceiling:g})" in str(err.value)
     _proofs(monkeypatch, KVM, NO_UML)
+    _proved(monkeypatch, backends.DelayLineBackend, Proof("delayline", False, "no binary"))
     vm = backends.choose_backend("auto", 20)
-    assert vm.name == "vm" and "boots under kvm" in vm.reason
-    _proofs(monkeypatch, Proof("vm", False, "no kernel"), Proof("uml", False, "panics"))
-    assert (
-        backends.choose_backend("auto", 20).reason == "no sch_netem in this kernel; panics; no kernel; runs"
+    assert vm.name == "vm" and vm.reason == (
+        "no sch_netem in this kernel; no binary; uml cannot run on this CPU: ptrace; boots under kvm"
     )
 
 
-def test_a_router_under_tcg_is_taken_only_for_a_queue_the_host_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its emulated CPU bunches packets: the delay line runs what it can, the TCG router
-    what needs its kernel (an AQM this kernel lacks), and anything if the delay line cannot."""
-    _proofs(monkeypatch, TCG, NO_UML)
+def test_a_queue_the_host_lacks_passes_over_to_the_qemu_router(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The delay line and UML queue in this host's kernel: for an aqm it lacks, auto passes
+    them over (saying why) for the QEMU router, whose kernel has it; under TCG the reason
+    carries its caveat. Where the host's kernel has it, or only drop-tail is asked, the delay
+    line; where no backend that runs it runs here, the first that runs (check_queues then
+    refuses the queue in one line)."""
+    _proofs(monkeypatch, TCG, UML)
     monkeypatch.setattr(base, "host_has_qdisc", lambda kind: False)
-    plain = backends.choose_backend("auto", 20, queues=(Aqm(), Aqm()))
-    assert plain.name == "delayline"
-    assert "boots under tcg, but under tcg its emulated CPU passes packets on in bunches" in plain.reason
-    assert backends.choose_backend("auto", 20, queues=(CODEL, Aqm())).name == "vm"
+    assert backends.choose_backend("auto", 20, queues=(Aqm(), Aqm())).name == "delayline"
+    codel = backends.choose_backend("auto", 20, queues=(CODEL, Aqm()))
+    lacks = "but its bottleneck queues in this host's kernel, which has no sch_fq_codel"
+    tcg = f"boots under tcg, though {TCG_TIMING}"
+    reason = f"no sch_netem in this kernel; runs, {lacks}; boots, {lacks}; {tcg}"
+    assert codel == backends.BackendChoice("vm", reason)
+    _proofs(monkeypatch, KVM, UML)
+    kvm = backends.choose_backend("auto", 20, queues=(CODEL, CODEL))
+    assert kvm.name == "vm" and kvm.reason.endswith("; boots under kvm")
     monkeypatch.setattr(base, "host_has_qdisc", lambda kind: True)  # the delay line queues in it
     assert backends.choose_backend("auto", 20, queues=(CODEL, CODEL)).name == "delayline"
-    _proofs(monkeypatch, TCG, NO_UML)
-    _proved(monkeypatch, backends.DelayLineBackend, Proof("delayline", False, "no binary"))
-    assert backends.choose_backend("auto", 20).name == "vm"
+    monkeypatch.setattr(base, "host_has_qdisc", lambda kind: False)
+    _proofs(monkeypatch, Proof("vm", False, "no kernel"), UML)
+    fallback = backends.choose_backend("auto", 20, queues=(CODEL, CODEL))
+    assert fallback == backends.BackendChoice("delayline", "no sch_netem in this kernel; runs")
+    with pytest.raises(InputError, match=r"backends that run it: vm \(not on this host: no kernel\)"):
+        backends.check_queues(*(LinkSpec(rate_mbit=20, delay_ms=40, aqm=CODEL),) * 2, fallback)
 
 
 @pytest.mark.parametrize("compress", [lzma.compress, gzip.compress])

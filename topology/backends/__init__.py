@@ -1,26 +1,33 @@
 """Where the emulated link's netem stage (delay, jitter, loss) runs.
 
 Which one runs on this host is proven, not assumed (proof.py): a netem qdisc in a scratch
-namespace, a boot of the UML kernel, a run of the delay line.
+namespace, a run of the delay line, a boot of the UML kernel or of the QEMU guest.
+
+auto tries them in this order (`auto_rank`): netem, delayline, uml, vm.
 
 - `netem` (netem.py): the router namespace forwards, and the host kernel's netem shapes its
   egress.
-- `uml` (uml.py): the host kernel has no sch_netem (this machine, CI, WSL2). A User-Mode Linux
-  kernel, whose modules include sch_netem, is the router: its two vector interfaces sit on veths
-  in the router namespace, and the same tc commands run inside it.
+- `delayline` (delayline.py): the host kernel has no sch_netem (this machine, CI, WSL2). The
+  router namespace routes; between its interfaces and the LAN bridges, a C delay line
+  (topology/delayline) applies netem's algorithms to the router's egress in user space. auto's
+  choice there: it carries every LinkSpec feature (traces too), runs on every CPU, reaches
+  1 Gbit/s, and a pause of its process (a hypervisor's steal) makes a packet late, never
+  early: under steal, the UML router's calibrated india RTT came out short (77.85 and 79.2 ms
+  against 80.08 ± 0.8).
+- `uml` (uml.py): no sch_netem either. A User-Mode Linux kernel, whose modules include
+  sch_netem, is the router: its two vector interfaces sit on veths in the router namespace,
+  and the same tc commands run inside it. Taken when asked for (`--backend uml`); proven and
+  calibrated in `make test-physics` where it boots.
 - `vm` (vm.py): no sch_netem either. Debian's kernel in a QEMU guest (KVM where it boots, else
   TCG) is the router: its two virtio NICs sit on taps in the router namespace, and the same tc
-  commands run inside it. Under TCG, auto takes it only for a queue the host kernel lacks.
-- `delayline` (delayline.py): no sch_netem either, at rates the UML and QEMU routers cannot
-  forward (> 100 Mbit/s here), or where the only kernel router is emulated (TCG). The router
-  namespace routes; between its interfaces and the LAN bridges, a C delay line
-  (topology/delayline) applies netem's algorithms to the router's egress in user space.
+  commands run inside it. auto takes it where a path's `aqm` needs its kernel (this host's
+  lacks the qdisc), or where nothing before it runs.
 
 All present the same interface (base.py): `forward(...)` makes the router route between the
 client LAN and the server LAN, `impair(...)` sets the netem stage of both directions,
 `counters()` reads the egress devices. The rate stage (htb) is the host kernel's in every
-backend (net.py). This module chooses one and makes it; the names other modules use are
-re-exported here, so they import from `quicbed.topology.backends` alone.
+backend but vm (net.py). This module chooses one and makes it; the names other modules use
+are re-exported here, so they import from `quicbed.topology.backends` alone.
 """
 
 from __future__ import annotations
@@ -73,6 +80,7 @@ from quicbed.topology.hosts import NsHost
 from quicbed.topology.linkspec import AQM_KINDS, Aqm, LinkSpec
 
 __all__ = [
+    "AUTO_ORDER_WHY",
     "BACKENDS",
     "DELAYLINE_BINARY",
     "DELAYLINE_DIR",
@@ -120,6 +128,14 @@ for _module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{_module.name}")
 BACKENDS: dict[str, type[Backend]] = REGISTRY
 _announced: set[BackendChoice] = set()
+# Why auto's order is what it is (auto_rank): doctor and the README say it.
+AUTO_ORDER_WHY = (
+    "the delay line before the UML and QEMU routers, as it carries every link feature, runs on "
+    "every CPU, reaches 1 Gbit/s, and a pause of its process (a hypervisor's steal) makes a "
+    "packet late, never early (under steal, the UML router's calibrated india RTT came out "
+    "short: 77.85 and 79.2 ms against 80.08 ± 0.8); uml when asked for (--backend uml), vm "
+    "where an aqm needs its kernel"
+)
 
 
 def in_auto_order() -> list[type[Backend]]:
@@ -142,30 +158,21 @@ def choose_backend(
     requested: str | None, max_rate_mbit: float = 0.0, trace: bool = False, queues: Sequence[Aqm] = ()
 ) -> BackendChoice:
     """The backend named by the user, once it has proven that it runs here (HostProblem if not);
-    on auto, the first in auto's order (in_auto_order: the host's netem, a UML router, a QEMU
-    router with Debian's kernel, the delay line) that runs here and forwards the profile's
-    rate. One whose timing is coarse (timing_caveat: a QEMU router under TCG) comes after the
-    later ones unless the path's `queues` need its kernel. A trace-driven link (`trace`) goes
-    to a backend that replays traces exactly (the delay line)."""
+    on auto, the first in auto's order (in_auto_order: the host's netem, the delay line, a UML
+    router, a QEMU router with Debian's kernel) that runs here and forwards the profile's rate.
+    One whose bottleneck cannot run the path's `queues` (an `aqm` this host's kernel lacks) is
+    passed over for a later one that can (the QEMU router, whose kernel has them all); if none
+    that can runs here, the first that runs is taken and check_queues refuses the queue in one
+    line. A trace-driven link (`trace`) goes to a backend that replays traces exactly (the
+    delay line). Where auto takes a backend with a timing caveat (a QEMU router under TCG,
+    last in the order, so only for a queue that needs its kernel), its reason says it."""
     if requested and requested != "auto":
-        if requested not in BACKENDS:
-            raise InputError(
-                f"unknown link backend {requested!r} "
-                f"(choose from auto, {', '.join(b.name for b in in_auto_order())})",
-                field="--backend",
-            )
-        proof = BACKENDS[requested].prove()
-        if not proof.runs:
-            raise HostProblem(
-                f"--backend {requested}: {proof.reason}; leave --backend on auto "
-                "(`quicbed doctor` shows which backends run here)"
-            )
-        return BackendChoice(requested, f"--backend {requested}; {proof.reason}")
+        return _requested(requested)
     if trace:
         return _trace_replayer()
     order = in_auto_order()
     passed_over: list[str] = []
-    deferred: BackendChoice | None = None  # coarse timing: taken if nothing later runs
+    fallback: BackendChoice | None = None  # runs, but not the queues: taken if nothing later runs them
     for i, backend in enumerate(order):
         proof = backend.prove()
         if not proof.runs:
@@ -177,17 +184,43 @@ def choose_backend(
                 f"{max_rate_mbit:g} Mbit/s is above what the {backend.name} router forwards ({ceiling:g})"
             )
             continue
-        choice = BackendChoice(backend.name, "; ".join([*passed_over, proof.reason]))
         caveat = backend.timing_caveat(proof)
-        later_runs_queues = any(all(b.runs_queue(q) for q in queues) for b in order[i + 1 :])
-        if caveat and later_runs_queues:
-            passed_over.append(f"{proof.reason}, but {caveat}")
-            deferred = deferred or choice
+        reason = f"{proof.reason}, though {caveat}" if caveat else proof.reason
+        choice = BackendChoice(backend.name, "; ".join([*passed_over, reason]))
+        lacking = _lacking(backend, queues)
+        if lacking and any(not _lacking(later, queues) for later in order[i + 1 :]):
+            passed_over.append(f"{proof.reason}, but {lacking}")
+            fallback = fallback or choice
             continue
         return choice
-    if deferred:
-        return deferred
+    if fallback:
+        return fallback
     raise HostProblem(f"no link backend runs on this host: {'; '.join(passed_over)}")
+
+
+def _requested(name: str) -> BackendChoice:
+    """The backend the user named (--backend), once it has proven that it runs here."""
+    if name not in BACKENDS:
+        raise InputError(
+            f"unknown link backend {name!r} (choose from auto, {', '.join(b.name for b in in_auto_order())})",
+            field="--backend",
+        )
+    proof = BACKENDS[name].prove()
+    if not proof.runs:
+        raise HostProblem(
+            f"--backend {name}: {proof.reason}; leave --backend on auto "
+            "(`quicbed doctor` shows which backends run here)"
+        )
+    return BackendChoice(name, f"--backend {name}; {proof.reason}")
+
+
+def _lacking(backend: type[Backend], queues: Sequence[Aqm]) -> str:
+    """What the backend's bottleneck lacks of the path's queues ('' when it runs them all)."""
+    modules = sorted({aqm.module for aqm in queues if not backend.runs_queue(aqm)})
+    if not modules:
+        return ""
+    kernel = "this host's kernel" if backend.queue_kinds is None else f"{backend.name}'s kernel"
+    return f"its bottleneck queues in {kernel}, which has no {', '.join(modules)}"
 
 
 def _trace_replayer() -> BackendChoice:
@@ -219,7 +252,8 @@ def proofs() -> dict[str, Proof]:
 def backend_checks() -> list[Check]:
     """`quicbed doctor` boots what a run would use: each backend proves that it runs here (the
     QEMU and UML routers afresh), and the choice `auto` makes for a profile at a low rate and
-    at 1000 Mbit/s and with an AQM queue is named with its reason. No backend that can run: doctor fails."""
+    at 1000 Mbit/s and with an AQM queue is named with its reason, after auto's order and why.
+    No backend that can run: doctor fails."""
     out = []
     for backend in in_auto_order():
         proof = backend.prove(fresh=True)
@@ -232,6 +266,8 @@ def backend_checks() -> list[Check]:
             )
         )
     out.append(queue_check())
+    order = ", ".join(backend.name for backend in in_auto_order())
+    out.append(Check("link backend order", True, f"auto tries {order}: {AUTO_ORDER_WHY}", optional=True))
     aqm = Aqm("fq_codel")
     for label, rate, queues in (
         ("link backend auto", 0.0, ()),

@@ -1,7 +1,8 @@
-"""`delayline`: no sch_netem either, at rates one UML vCPU cannot forward (> 100 Mbit/s here).
-The router namespace routes; between its interfaces and the LAN bridges, a C delay line
-(topology/delayline) applies netem's algorithms to the router's egress in user space. This
-module builds it, wires it, writes its settings from a `LinkSpec`, and stops it."""
+"""`delayline`: the host kernel has no sch_netem (auto's choice there: backends/__init__.py says
+why), at any rate up to 1 Gbit/s. The router namespace routes; between its interfaces and the
+LAN bridges, a C delay line (topology/delayline) applies netem's algorithms to the router's
+egress in user space. This module builds it, wires it, writes its settings from a `LinkSpec`,
+and stops it."""
 
 from __future__ import annotations
 
@@ -40,7 +41,9 @@ class DelayLineBackend(Backend):
     name = "delayline"
     replays_traces = True
     carries_super_frames = True  # delayline.c: whole where only delay applies, else cut
-    auto_rank = 30  # last: it runs everywhere, at any rate, but brings no kernel of its own
+    # Right after the host's netem: it carries every LinkSpec feature, runs on every CPU, up
+    # to 1 Gbit/s, and a pause (steal) makes a packet late, never early (backends/__init__.py).
+    auto_rank = 10
     marks = (DELAYLINE_MARK,)
     down_dev, up_dev = "dlbcx", "dlbsx"
     SIDES = (("down", "c"), ("up", "s"))

@@ -1,5 +1,6 @@
-"""`uml`: the host kernel has no sch_netem (this machine, CI, WSL2). A User-Mode Linux kernel,
-whose modules include sch_netem, is the router: its two vector interfaces sit on veths in the
+"""`uml`: the host kernel has no sch_netem (this machine, CI, WSL2), and a user asks for it
+(`--backend uml`; auto takes the delay line first). A User-Mode Linux kernel, whose modules
+include sch_netem, is the router: its two vector interfaces sit on veths in the
 router namespace, and the same tc commands run inside it (topology/uml_router.sh is its init;
 commands and their results pass through a control directory)."""
 
@@ -35,7 +36,9 @@ UML_MAX_RATE_MBIT = 100.0  # above this, one UML vCPU falls short of the rate (b
 
 class UmlBackend(KernelRouter):
     name = "uml"
-    auto_rank = 10  # before the QEMU router: it boots in a second and bunches no packets
+    # After the delay line (under steal its calibrated RTT came out short), before the QEMU
+    # router: it boots in a second and bunches no packets. In practice a user names it.
+    auto_rank = 20
     marks = (UML_MARK,)
     what = "UML router"
     down_dev, up_dev = "vec0", "vec1"

@@ -28,17 +28,18 @@ from quicbed.topology.linkspec import AQM_KINDS, netem_commands, rate_commands
 
 VM_ROUTER_INIT = REPO / "topology" / "vm_router.sh"
 # What the router forwards on 2 cores (bench/link_bench.py --rates): under TCG 200 Mbit/s at
-# 0.996 of the TCP model with 78 % of a core, 500 at 0.77 (CPU-bound). Above it `auto` takes the
-# delay line. KVM's is not measured (no host of ours boots a guest under KVM), so TCG's stands.
+# 0.996 of the TCP model with 78 % of a core, 500 at 0.77 (CPU-bound). Above it `auto` passes it
+# over. KVM's is not measured (no host of ours boots a guest under KVM), so TCG's stands.
 VM_MAX_RATE_MBIT = {"kvm": 200.0, "tcg": 200.0}
 # Measured on a Xeon whose only kernel router is QEMU under TCG (bench/handshake_bench.py,
 # india): a QUIC handshake's captured path was 0.975 of the calibrated RTT (the delay line's
 # 1.000), and dsl's 10-packet queue dropped paced datagrams, because the emulated vCPU passes
 # packets on in bunches when it waits for the host's CPU. Pings at 50 ms meet an idle guest,
-# so calibration alone does not see it.
+# so calibration alone does not see it. auto's order puts it last, so it reaches it only for a
+# queue that needs its kernel (or where nothing else runs), and then says this in its reason.
 TCG_TIMING = (
     "under tcg its emulated CPU passes packets on in bunches (a handshake's path runs 2.5 % "
-    "short of the RTT), so a path that needs no queue of its kernel goes to the delay line"
+    "short of the RTT)"
 )
 
 
@@ -50,7 +51,9 @@ class VmBackend(KernelRouter):
     # htb and the queue as netem's child, on each egress NIC (linkspec.rate_commands).
     queue_kinds = frozenset(AQM_KINDS)
     owns_bottleneck = True
-    auto_rank = 20
+    # Last: auto reaches it for an `aqm` this host's kernel lacks (choose_backend), or where
+    # nothing before it runs; under TCG its timing is the coarsest (TCG_TIMING).
+    auto_rank = 30
     marks = (VM_MARK,)
     BOOT_TIMEOUT = 30.0
     COMMAND_TIMEOUT = 20.0
