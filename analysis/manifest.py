@@ -265,6 +265,8 @@ def runner_entry(
         "backend_reason": full.get("backend_reason"),
         "delayline_priority": (full.get("link") or {}).get("delayline_priority"),
         "uml_priority": (full.get("link") or {}).get("uml_priority"),
+        # The host's contention while each calibration attempt measured (topology/proven.py).
+        "host_load": [x for x in full.get("host_load") or [] if isinstance(x, dict)],
         "failed_checks": [
             f"{c.get('metric')} {c.get('direction')}: {c.get('measured')} "
             f"(configured {c.get('configured')}, {c.get('tolerance', '')})"

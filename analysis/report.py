@@ -97,6 +97,7 @@ def flags(df: pd.DataFrame, manifests: list[dict[str, Any]], judged: pd.Series |
         if e["calibrated"] and not e.get("passed")
     ]
     out += mixed_hosts(calibration_entries(manifests))
+    out += noisy_host(calibration_entries(manifests))
     out += units_unlike(manifests)
     out += [
         f"Not loss-responsive under loss: {stack}; figures resting on it measure its congestion "
@@ -119,6 +120,25 @@ def flags(df: pd.DataFrame, manifests: list[dict[str, Any]], judged: pd.Series |
         if (flagged & among).any():
             of = f"{int(among.sum())} trials a verdict rests on" if not among.all() else f"{len(df)} trials"
             out.append(f"{int((flagged & among).sum())} of {of} are {name}: {why} (see Flagged trials).")
+    return out
+
+
+def noisy_host(entries: list[dict[str, Any]]) -> list[str]:
+    """A path proven on a noisy host: a calibration measured while the host was contended
+    (steal, a slow spell, CPU pressure), and whether it was measured again on a calm host."""
+    out = []
+    for e in entries:
+        attempts = [x for x in e.get("host_load") or [] if x.get("attempt") in (1, 2)]
+        if not any(x.get("contended") for x in attempts):
+            continue
+        seen = "; ".join(
+            f"attempt {x['attempt']}: steal {100 * float(x.get('steal') or 0):.1f} % of busy CPU"
+            + (f", probe {float(x['slow_ratio']):.1f}x its best" if x.get("slow_ratio") is not None else "")
+            + (" (contended)" if x.get("contended") else " (calm)")
+            for x in attempts
+        )
+        how = "then measured again after a wait for calm" if len(attempts) > 1 else "and passed there"
+        out.append(f"The path of {e['label']} (run {e['run']}) was proven on a noisy host, {how}: {seen}.")
     return out
 
 

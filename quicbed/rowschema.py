@@ -113,6 +113,7 @@ EXECUTOR = _columns(
         "%",
         "host CPU busy during the trial beyond its client and server containers, of one core",
     ),
+    ("host_steal_pct", "%", "CPU time the hypervisor stole during the trial, of the host's busy time"),
     (
         "cpu_bound",
         "",
@@ -374,6 +375,7 @@ RUNNER_DEFAULTS: dict[str, object] = {
     "cpu_client_pct": None,
     "cpu_server_pct": None,
     "host_cpu_other_pct": None,
+    "host_steal_pct": None,
     "cpu_bound": False,
 }
 
@@ -405,6 +407,7 @@ ANALYSIS_DEFAULTS: dict[str, object] = {
     "cpu_client_pct": _NAN,
     "cpu_server_pct": _NAN,
     "host_cpu_other_pct": _NAN,
+    "host_steal_pct": _NAN,
     "cpu_bound": False,
     "calib_rtt_ms": _NAN,
     "calib_passed": True,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from capture_shell import ARRIVING, attempt_line, tool_earlier_than_wire, wirecheck
-from contention import remeasured
+from contention import LoadMeter, remeasured
 from served_india import served_india
 
 from quicbed.analysis.physics import GOODPUT_OF_MODEL, HANDSHAKE_RTTS, tcp_download_s
@@ -210,18 +210,42 @@ def test_a_cloud_download_crosses_the_link_at_its_rate(path: Path_, protocol: st
 def test_fresh_connections_cost_their_rtts(path: Path_, protocol: str) -> None:
     """Three loads, three browsers: three full handshakes of n RTT plus the browser's own time
     (connectStart to connectEnd of the document, as Chromium reports it)."""
-    before = len(_log(path, "nginx"))
-    rows = _load(path, "nginx", protocol, obj="pages/news", reps=3)
     n, rtt = FRESH_RTTS[protocol], path.rtt
-    ratios = [r["connection_time_ms"] / rtt for r in rows]
-    # Whole RTTs apart; one load may wait longer for a CPU (the renderer starts meanwhile).
-    assert all(n - 0.05 <= x <= n + 0.6 for x in ratios), ratios
-    endpoint = statistics.median(r["connection_time_ms"] - n * rtt for r in rows)
-    print(
-        f"{protocol}: connection ÷ RTT {[round(x, 3) for x in ratios]}, "
-        f"browser's endpoint time (median) {endpoint:.1f} ms"
+    before = 0
+
+    def measure() -> list[dict]:
+        nonlocal before
+        before = len(_log(path, "nginx"))  # the judged attempt's log lines only
+        rows = _load(path, "nginx", protocol, obj="pages/news", reps=3)
+        ratios = [r["connection_time_ms"] / rtt for r in rows]
+        # Never shorter than the path's RTTs, whatever the host.
+        assert all(n - 0.05 <= x for x in ratios), ratios
+        return rows
+
+    def judge(rows: list[dict]) -> None:
+        ratios = [r["connection_time_ms"] / rtt for r in rows]
+        # Whole RTTs apart; one load may wait longer for a CPU (the renderer starts meanwhile).
+        assert all(x <= n + 0.6 for x in ratios), ratios
+        endpoint = statistics.median(r["connection_time_ms"] - n * rtt for r in rows)
+        print(
+            f"{protocol}: connection ÷ RTT {[round(x, 3) for x in ratios]}, "
+            f"browser's endpoint time (median) {endpoint:.1f} ms"
+        )
+        assert endpoint < ENDPOINT_MAX_RTT * rtt
+
+    # The browser's endpoint time is its CPU: a slow spell (fresh processes at 3-4x their
+    # cost) or steal makes it long, so such an attempt is measured again on a calm host. Its
+    # own start makes its processes wait for each other (PSI about 42 % of a load): that
+    # pressure is what is measured here, not a neighbour's, so it does not count.
+    hosts = [path.tb.client.container, path.hosts["nginx"].container]
+    rows = remeasured(
+        f"{protocol} fresh loads",
+        measure,
+        judge,
+        own=hosts,
+        meter=lambda own: LoadMeter(own, own_pressure=True),
     )
-    assert endpoint < ENDPOINT_MAX_RTT * rtt
+    assert len(rows) == 3
     # The request follows the handshake: its answer takes at least one more RTT.
     assert all(r["ttfb_ms"] - r["connection_time_ms"] >= 0.95 * rtt for r in rows), rows
     assert [r["rep"] for r in rows] == [0, 1, 2]
