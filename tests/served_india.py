@@ -2,8 +2,9 @@
 (the perf client's or a browser's image), and india's RTT proven before anything is measured.
 
 One helper for test_perf_path, test_browser_path, test_firefox_path and test_contention: the
-RTT check is a timing check like any other, so a contended first measurement is measured
-again (tests/contention.py) instead of being retried blindly or judged.
+RTT check is the path's proof, under a run's calibration rule (tests/contention.py
+path_proof): a refusal on a contended host is measured again after a wait for calm, never
+retried blindly, and the module's first test may be a behaviour test beside another.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from contention import remeasured
+from contention import path_proof
 
 from quicbed.paths import CACHE
 from quicbed.servers.testbed import served_testbed
@@ -48,5 +49,5 @@ def served_india(
         def proven(rtt: Any) -> None:
             assert rtt.passed, rtt
 
-        rtt = remeasured("india's RTT", lambda: check_rtt(tb, rtt_samples), proven)
+        rtt = path_proof("india's RTT", lambda: check_rtt(tb, rtt_samples), proven)
         yield tb, hosts, rtt.measured

@@ -19,7 +19,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from contention import LOADS_ENV, NOT_JUDGED_ENV, PRESSURE_LIMIT, REMEASURE_ENV, Load, LoadMeter, remeasured
+from contention import (
+    LOADS_ENV,
+    NOT_JUDGED_ENV,
+    PRESSURE_LIMIT,
+    REMEASURE_ENV,
+    Load,
+    LoadMeter,
+    path_proof,
+    remeasured,
+)
 
 from quicbed import hostload
 
@@ -195,6 +204,40 @@ def test_a_failure_after_a_re_measurement_names_both_attempts() -> None:
         r"attempts: 1: contended.*; 2: uncontended",
     ):
         remeasured("x", lambda: 5, judge, meter=_Recorded(STEAL_SPELL, CALM), wait=_Host(CALM).waiter())
+
+
+def test_a_path_proof_that_passes_on_a_busy_host_is_taken() -> None:
+    # A busy host makes the delay line's path late, never early: a pass is the path's.
+    assert (
+        path_proof("rtt", lambda: 80.1, lambda _: None, meter=_Recorded(SLOW_SPELL), wait=_never_waits)
+        == 80.1
+    )
+
+
+def test_a_path_proof_refused_on_a_busy_host_is_proven_again_and_judged_whatever() -> None:
+    values = iter([83.0, 80.1])
+
+    def judge(rtt: float) -> None:
+        assert rtt < 81, f"{rtt} ms"
+
+    wait = _Host(SLOW_SPELL, CALM).waiter()
+    assert (
+        path_proof("rtt", lambda: next(values), judge, meter=_Recorded(STEAL_SPELL, SLOW_SPELL), wait=wait)
+        == 80.1
+    )
+    # judged on the second attempt however busy: a path never proven leaves its tests unrun
+    with pytest.raises(AssertionError, match=r"(?s)83.5 ms.*proven again.*1: contended.*2: contended"):
+        path_proof(
+            "rtt", lambda: 83.5, judge, meter=_Recorded(STEAL_SPELL, SLOW_SPELL), wait=_Host(CALM).waiter()
+        )
+
+
+def test_a_path_proof_refused_on_a_calm_host_fails_at_once() -> None:
+    def judge(rtt: float) -> None:
+        assert rtt < 81, f"{rtt} ms"
+
+    with pytest.raises(AssertionError, match="83.0 ms"):
+        path_proof("rtt", lambda: 83.0, judge, meter=_Recorded(CALM), wait=_never_waits)
 
 
 def test_the_meter_sees_more_runnable_tasks_than_cores(tmp_path: Path, monkeypatch) -> None:

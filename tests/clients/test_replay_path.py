@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from contention import remeasured
+from contention import path_proof
 
 from quicbed.clients.tools import TOOLS, page_argv
 from quicbed.paths import REPO
@@ -75,7 +75,7 @@ def _served(tmp: Path, har: Path) -> Iterator[Replayed]:
         def proven(rtt: Any) -> None:
             assert rtt.passed, rtt
 
-        remeasured("india's RTT", lambda: check_rtt(tb, 20), proven)
+        path_proof("india's RTT", lambda: check_rtt(tb, 20), proven)
         yield Replayed(tb, page, plan, tmp / "logs" / SERVER)
 
 
