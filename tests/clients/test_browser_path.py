@@ -479,16 +479,23 @@ def test_the_headless_shell_loads_like_the_full_browser(path: Path_, protocol: s
     cores it is often CPU-bound and stretched by a whole RTT (bench/browser_bench.py)."""
     before = len(_log(path, "nginx"))
     full = _load(path, "nginx", protocol, browser="chromium-full")[0]
-    shell = _load(path, "nginx", protocol, browser=SHELL)[0]
-    assert _network(shell) == _network(full), (shell, full)
-    assert round(shell["connection_time_ms"] / path.rtt) == FRESH_RTTS[protocol], shell
+    # Three fresh loads, their median judged: one load in many (CI, 2026-12-07, a calm host:
+    # no steal, 17 % of a core) took a whole RTT more for its QUIC handshake (171.8 ms at
+    # 80.2). None may take less than the protocol's RTTs.
+    shells = _load(path, "nginx", protocol, browser=SHELL, reps=3)
+    ratios = [r["connection_time_ms"] / path.rtt for r in shells]
+    shell = shells[0]
+    assert all(_network(r) == _network(full) for r in shells), (shells, full)
+    assert all(x >= FRESH_RTTS[protocol] - 0.05 for x in ratios), ratios
+    assert round(statistics.median(ratios)) == FRESH_RTTS[protocol], (ratios, shells)
     assert "chromium-headless-shell" in shell["library"] and shell["tool_version"] == full["tool_version"]
     time.sleep(0.3)  # the access log line of the last response
     logged = _log(path, "nginx")[before:]
     files = [e["path"] for e in logged]
-    assert sorted(files) == sorted(2 * list(_page_files(MEDIA))), files
+    assert sorted(files) == sorted(4 * list(_page_files(MEDIA))), files
     assert {(e["proto"], e["tls"]) for e in logged} == {(PROTO[HOP[protocol]], TLS[protocol])}
-    assert shell["browser_cpu_ms"] < full["browser_cpu_ms"], (shell["browser_cpu_ms"], full["browser_cpu_ms"])
+    shell_cpu = statistics.median(r["browser_cpu_ms"] for r in shells)
+    assert shell_cpu < full["browser_cpu_ms"], (shell_cpu, full["browser_cpu_ms"])
 
 
 def test_the_headless_shell_refuses_tls12_it_cannot_pin(path: Path_) -> None:
