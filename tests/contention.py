@@ -101,10 +101,7 @@ def remeasured(
     if not first.contended:
         judge(result)  # an uncontended failure fails as it is
         return result
-    start = time.monotonic()
-    calm, _window = wait(say=lambda line: print(f"{what}: {line}", flush=True))
-    waited = f"waited {time.monotonic() - start:.0f} s for a calm host, {'calm' if calm else 'not calm'}"
-    print(f"{what}: {waited}")
+    waited = _waited(what, wait)
     _append(REMEASURE_ENV, f"{_test()}: {what}: measured again ({waited}), attempt 1 was {first.describe()}")
     result, second = _attempt(what, 2, measure, cpu_bound, own, meter)
     attempts = f"1: {first.describe()}; 2: {second.describe()}"
@@ -134,6 +131,15 @@ def _attempt(
     print(f"{what}: attempt {attempt}: {load.describe()}", flush=True)
     _append(LOADS_ENV, json.dumps({"test": _test(), "what": what, "attempt": attempt, **load.to_dict()}))
     return result, load
+
+
+def _waited(what: str, wait: Callable[..., tuple[bool, Load]]) -> str:
+    """Wait for a calm host (printed as it goes); how long it took and whether it came."""
+    start = time.monotonic()
+    calm, _window = wait(say=lambda line: print(f"{what}: {line}", flush=True))
+    waited = f"waited {time.monotonic() - start:.0f} s for a calm host, {'calm' if calm else 'not calm'}"
+    print(f"{what}: {waited}")
+    return waited
 
 
 def _test() -> str:
@@ -171,9 +177,7 @@ def path_proof(
     except AssertionError:
         if not first.contended:
             raise  # refused on a calm host: the path is not the profile's
-    start = time.monotonic()
-    calm, _window = wait(say=lambda line: print(f"{what}: {line}", flush=True))
-    waited = f"waited {time.monotonic() - start:.0f} s for a calm host, {'calm' if calm else 'not calm'}"
+    waited = _waited(what, wait)
     _append(REMEASURE_ENV, f"{_test()}: {what}: proven again ({waited}), attempt 1 was {first.describe()}")
     result, second = _attempt(what, 2, measure, lambda _: False, [], meter)
     try:
