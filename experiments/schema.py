@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quicbed import limits, rowschema, servers
+from quicbed import limits, rowschema
 from quicbed.analysis.decisions import (
     DEFAULT_ALPHA,
     PER,
@@ -468,22 +468,9 @@ def _check_sweep_overlap(src: Source, axes: list[str]) -> None:
 
 def _server(src: Source, path: PathKey, value: Any, workload: Workload) -> str:
     name = check_choice(src, path, value, SERVERS, "server")
-    replays = servers.get_server(name).serves == "replay"
-    # Nothing is accepted that cannot run: a replay server serves a recorded page and nothing
-    # of the testbed's content, and the content servers serve no recorded page.
-    if replays and not workload.pages:
-        raise src.error(
-            path,
-            f"{name} serves a recorded page (serves: replay), not the testbed's content: give "
-            "the workload one (workload: {kind: web, pages: [{har: FILE}]})",
-        )
-    if workload.pages and not replays:
-        replayers = ", ".join(servers.servers_serving("replay"))
-        raise src.error(
-            path,
-            f"{name} serves the testbed's content, not a recorded page; the workload's pages "
-            f"are replayed by: {replayers}",
-        )
+    refused = pairing.content_refusal(name, replays_pages=bool(workload.pages))
+    if refused:
+        raise src.error(path, refused)
     return name
 
 

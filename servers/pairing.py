@@ -7,6 +7,8 @@ variant's `http` option (HTTP/1.1 or 2.0), or either of them when the variant ha
 option (a browser negotiates it by ALPN). An experiment's trials run only for the pairs
 spoken (experiments/matrix.py); a variant that no server of the experiment speaks is refused
 at validation (experiments/schema.py); the report's stack matrix marks the rest "not spoken".
+What a server serves pairs too: a replay server (`serves: replay`) only recorded pages, a
+content server only the testbed's content (content_refusal).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from .descriptors import get_server
+from .descriptors import get_server, servers_serving
 
 TCP_HTTP = ("HTTP/1.1", "HTTP/2.0")
 QUIC_HTTP = ("HTTP/3.0",)
@@ -93,3 +95,23 @@ def unserved_message(variant: Variant, servers: Sequence[str]) -> str:
         f"client variant '{variant.label}' needs {need_text(variant)}, which no server of "
         f"this experiment speaks ({'; '.join(speaks_text(s) for s in servers)})"
     )
+
+
+def content_refusal(server: str, replays_pages: bool) -> str | None:
+    """Why `server` cannot serve a workload that replays recorded pages (or, without pages,
+    the testbed's content); None when it can. Nothing is accepted that cannot run: a replay
+    server serves a recorded page and none of the testbed's content, and the content servers
+    serve no recorded page."""
+    replays = get_server(server).serves == "replay"
+    if replays and not replays_pages:
+        return (
+            f"{server} serves a recorded page (serves: replay), not the testbed's content: give "
+            "the workload one (workload: {kind: web, pages: [{har: FILE}]})"
+        )
+    if replays_pages and not replays:
+        replayers = ", ".join(servers_serving("replay"))
+        return (
+            f"{server} serves the testbed's content, not a recorded page; the workload's pages "
+            f"are replayed by: {replayers}"
+        )
+    return None
