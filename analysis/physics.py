@@ -84,3 +84,11 @@ def row_upper_rtts(rtts: int, rtt_ms: float) -> float:
 
 def path_within(path_ratio: float) -> bool:
     return abs(path_ratio - 1) <= PATH_TOLERANCE
+
+
+def wire_within(rtts: int, wire_ratio: float) -> bool:
+    """A handshake judged on the wire (issue 62, decision 6; a row's `wire_rtts`, from
+    analysis/wire.py): the connection less both ends' turns as their captures saw them is
+    the path's n round trips, within 1 % of n RTT. Nothing of an endpoint's own time is left
+    in it, so neither side has an allowance: shorter is a short path, longer a slow one."""
+    return abs(wire_ratio / rtts - 1) <= PATH_TOLERANCE

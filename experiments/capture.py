@@ -24,12 +24,16 @@ import select
 import signal
 import stat
 import subprocess
+import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from quicbed import rowschema, safefs
+from quicbed.analysis import wire
 from quicbed.clients.tools import Tool
 from quicbed.servers.spec import LOG_MOUNT, ServerSpec
 from quicbed.topology.marker import marked_argv
@@ -49,18 +53,36 @@ class CaptureError(RuntimeError):
 
 class PacketCapture:
     """tcpdump on `intf` in the network namespace of `pid`, into `path`: full packets, or
-    the first `snaplen` bytes of each (headers: what cross-traffic accounting reads)."""
+    the first `snaplen` bytes of each (headers: what cross-traffic accounting reads); with
+    `count`, only the first that many packets that match `expression` (a BPF filter)."""
 
-    def __init__(self, pid: int, intf: str, path: Path, snaplen: int = 0, out_fd: int | None = None) -> None:
+    def __init__(
+        self,
+        pid: int,
+        intf: str,
+        path: Path,
+        snaplen: int = 0,
+        out_fd: int | None = None,
+        count: int | None = None,
+        expression: tuple[str, ...] = (),
+    ) -> None:
         self.pid, self.intf, self.path, self.snaplen = pid, intf, path, snaplen
         # Given, tcpdump writes to this descriptor (its stdout) and never opens `path` itself:
         # in a directory a container can write, root's tcpdump would follow a link put there.
         self.out_fd = out_fd
+        self.count, self.expression = count, expression
         self.proc: subprocess.Popen[bytes] | None = None
+        self._said = b""
 
     def start(self) -> None:
         """Returns once tcpdump listens (its "listening on" line), so the tool's first packet
         is in the file; raises CaptureError with tcpdump's words otherwise."""
+        self.launch()
+        self.wait_listening()
+
+    def launch(self) -> None:
+        """tcpdump started, not yet listening: wait_listening() before the tool runs (two
+        captures launched together wait out their start-up once)."""
         # --immediate-mode: packets still in a ring-buffer block at SIGINT would be lost.
         argv = [
             "tcpdump",
@@ -71,8 +93,10 @@ class PacketCapture:
             str(self.snaplen),
             "--immediate-mode",
             "-U",
+            *(["-c", str(self.count)] if self.count else []),
             "-w",
             "-" if self.out_fd is not None else str(self.path),
+            *self.expression,
         ]
         # -n alone enters the netns: nsenter execs tcpdump, so the pid is tcpdump's own.
         try:
@@ -86,16 +110,24 @@ class PacketCapture:
             if self.out_fd is not None:  # tcpdump holds its own copy now (or never started)
                 os.close(self.out_fd)
                 self.out_fd = None
-        assert self.proc.stderr
-        said, deadline = b"", time.monotonic() + LISTEN_TIMEOUT_S
-        while b"listening on" not in said:
+
+    def wait_listening(self) -> None:
+        assert self.proc and self.proc.stderr
+        deadline = time.monotonic() + LISTEN_TIMEOUT_S
+        while b"listening on" not in self._said:
             left = deadline - time.monotonic()
             if left <= 0 or self.proc.poll() is not None:
+                said = self._said.decode(errors="replace").strip()[-200:]
                 self.stop()
-                raise CaptureError(f"tcpdump did not start: {said.decode(errors='replace').strip()[-200:]}")
+                raise CaptureError(f"tcpdump did not start: {said}")
             ready, _, _ = select.select([self.proc.stderr], [], [], left)
             if ready:
-                said += os.read(self.proc.stderr.fileno(), 4096)
+                self._said += os.read(self.proc.stderr.fileno(), 4096)
+
+    def interrupt(self) -> None:
+        """SIGINT without waiting: stop() then reaps it (two captures end together)."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
 
     def stop(self) -> None:
         """SIGINT: tcpdump writes out what it holds and exits."""
@@ -113,12 +145,157 @@ class PacketCapture:
         self.proc = None
 
 
-def path_interface(intf_names: list[str]) -> str:
-    """The client's interface on the emulated path: its only one besides lo."""
+def path_interface(intf_names: list[str], host: str = "client") -> str:
+    """A host's interface on the emulated path: its only one besides lo."""
     names = [n for n in intf_names if n != "lo"]
     if len(names) != 1:
-        raise CaptureError(f"the client has {len(names)} path interfaces ({', '.join(names)})")
+        raise CaptureError(f"the {host} has {len(names)} path interfaces ({', '.join(names)})")
     return names[0]
+
+
+# --- the handshake on the wire (rowschema.WIRE: client_turn_ms, server_turn_ms, wire_rtts) ---
+# Every trial of a tool that opens one connection per GET (the perf tools and the stack
+# clients; not a browser, whose page load opens several) is captured at both ends, whatever
+# its workload and whether the experiment asks for `capture:`: each such row's
+# connection_time_ms is a fresh connection's handshake, which "Handshake arithmetic" judges
+# (analysis/claims.py), so every one of them should carry its turns. Per trial, not per
+# condition: a condition-long capture would take every packet of a cloud transfer (tcpdump's
+# CPU beside the receiver on 2 cores), where a capture of the connection's first
+# HANDSHAKE_PACKETS headers ends by itself (tcpdump -c) before the transfer does. Its cost is
+# the two tcpdumps' start-up, waited out together, and the reading of their headers: capture_s,
+# left out of wall_s as every capture's time is. Measured in the CI handshake run on india
+# (2-core VM, steal 0 %, 2026-12-07): a median of 18-24 ms a trial per client; 47-61 ms when
+# each stop waited for tcpdump's exit, which is now reaped aside (stop()).
+HANDSHAKE_SNAPLEN = 96  # the link, IPv4 and TCP headers with options: all the turns read
+# Packets per end: a TLS 1.2 handshake with its ACKs is about 15 at either end; 64 hold one
+# with retransmissions. A capture that ends before the handshake does is refused, not read.
+HANDSHAKE_PACKETS = 64
+HANDSHAKE_READ_MAX = 1 << 20  # 64 headers are 7 KiB: anything more is not this capture's
+HANDSHAKE_PORT = 443  # every server of the testbed listens there (TCP and UDP)
+
+
+def handshake_tool(tool: Tool) -> bool:
+    """Whether a trial of this tool is captured for its handshake (see above)."""
+    return "cloud" in tool.workloads and not tool.browser
+
+
+def handshake_filter(exclude: range) -> tuple[str, ...]:
+    """The BPF filter of the trial's connection: port 443, less the client ports of `exclude`
+    (the cross flows' own fetches from the same server, which would fill the count)."""
+    return ("port", str(HANDSHAKE_PORT), "and", "not", "portrange", f"{exclude.start}-{exclude.stop - 1}")
+
+
+@dataclass
+class HandshakeCapture:
+    """The first packets' headers of a trial's connection on the client's and the server's
+    path interfaces, for the row's turns and wire RTTs (analysis/wire.py handshake_columns).
+
+    tcpdump writes into an unnamed temporary file of the testbed's (O_TMPFILE, or unlinked
+    as it is made; its descriptor passed as tcpdump's stdout): no path is ever built from a row, a trial id or
+    anything a container can write, and none exists for anyone to replace."""
+
+    ends: dict[str, tuple[int, list[str]]]  # "client"/"server" -> (namespace pid, interfaces)
+    expression: tuple[str, ...]
+    missing: str | None = None  # why the columns are absent
+    spent_s: float = 0.0  # the captures' own time (capture_s)
+    captures: dict[str, PacketCapture] = field(default_factory=dict)
+    files: dict[str, Any] = field(default_factory=dict)  # end -> its temporary file
+    data: dict[str, bytes] = field(default_factory=dict)  # end -> what tcpdump wrote
+
+    def launch(self) -> None:
+        """Both tcpdumps started; wait_listening() before the tool."""
+        with self._timed():
+            try:
+                for end, (pid, intfs) in self.ends.items():
+                    self.files[end] = tempfile.TemporaryFile(prefix="quicbed-handshake-")
+                    self.captures[end] = PacketCapture(
+                        pid, path_interface(intfs, end), Path(f"<{end} handshake headers>"),
+                        HANDSHAKE_SNAPLEN, os.dup(self.files[end].fileno()), HANDSHAKE_PACKETS,
+                        self.expression,
+                    )  # fmt: skip
+                    self.captures[end].launch()
+            except (CaptureError, OSError) as exc:
+                self._fail(f"tcpdump did not start: {exc}")
+
+    def wait_listening(self) -> None:
+        with self._timed():
+            try:
+                for capture in self.captures.values():
+                    capture.wait_listening()
+            except CaptureError as exc:
+                self._fail(str(exc))
+
+    def stop(self) -> None:
+        """Right after the tool: both told to stop and their files read at once (-U wrote each
+        packet as it came, and the handshake's came an RTT or more before the tool's end), and
+        reaped aside: the kernel's close of a packet socket waits out a grace period (~30 ms
+        here, SIGKILL alike) that no trial needs to spend."""
+        with self._timed():
+            for capture in self.captures.values():
+                capture.interrupt()
+            captures, self.captures = list(self.captures.values()), {}
+            threading.Thread(target=_reap, args=(captures,), daemon=True).start()
+            for end, file in self.files.items():
+                file.seek(0)
+                self.data[end] = file.read(HANDSHAKE_READ_MAX)
+                file.close()
+            self.files = {}
+
+    def columns(self, row: dict[str, Any], rtt_ms: float | None) -> dict[str, Any]:
+        """The row's wire columns, or capture_missing's "handshake" reason; and capture_s."""
+        with self._timed():
+            wire_columns = self._read(row, rtt_ms)
+        spent = {"capture_s": round(row.get("capture_s", 0.0) + self.spent_s, 3)}
+        if wire_columns is None:
+            return {
+                **spent,
+                "capture_missing": {**(row.get("capture_missing") or {}), "handshake": self.missing},
+            }
+        return {**spent, **wire_columns}
+
+    def _read(self, row: dict[str, Any], rtt_ms: float | None) -> dict[str, float] | None:
+        if self.missing is None and set(self.data) != set(self.ends):
+            self.missing = "the captures were not read"
+        if self.missing is not None:
+            return None
+        try:
+            seen = {end: wire.read_packets(data) for end, data in self.data.items()}
+            for end, packets in seen.items():
+                _covers_handshake(end, packets, row)
+            return wire.handshake_columns(row, seen["client"], seen["server"], rtt_ms)
+        except wire.WireError as exc:
+            self.missing = str(exc)
+            return None
+
+    def _fail(self, why: str) -> None:
+        self.missing = self.missing or why
+        for capture in self.captures.values():
+            capture.stop()
+        self.captures = {}
+
+    @contextlib.contextmanager
+    def _timed(self) -> Iterator[None]:
+        clock = time.monotonic()
+        try:
+            yield
+        finally:
+            self.spent_s += time.monotonic() - clock
+
+
+def _reap(captures: list[PacketCapture]) -> None:
+    for capture in captures:
+        capture.stop()
+
+
+def _covers_handshake(end: str, packets: list[wire.Packet], row: dict[str, Any]) -> None:
+    """A capture that reached its count before handshake done lacks the end of it."""
+    t_handshake = row.get("t_handshake")
+    if (
+        len(packets) >= HANDSHAKE_PACKETS
+        and isinstance(t_handshake, int | float)
+        and packets[-1][0] < t_handshake
+    ):
+        raise wire.WireError(f"the {end}'s first {HANDSHAKE_PACKETS} packets ended before the handshake did")
 
 
 class ServerQlog:

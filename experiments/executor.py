@@ -53,7 +53,14 @@ from quicbed.workloads.cloud import ensure_files
 from quicbed.workloads.replay import ReplayPlan, plan_pages, write_site
 
 from . import cross as crossflows
-from .capture import CLIENT_TRIALS, TrialCapture, path_interface
+from .capture import (
+    CLIENT_TRIALS,
+    HandshakeCapture,
+    TrialCapture,
+    handshake_filter,
+    handshake_tool,
+    path_interface,
+)
 from .matrix import Condition, Trial, conditions
 from .options import PathOptions
 from .runner import TrialError
@@ -126,6 +133,7 @@ class TestbedExecutor:
         self.log_name: str | None = None  # logs/<this>/: the condition's id unless set
         self.images_ready = False  # the on-demand images this run needs are built
         self.replay: tuple[ReplaySite, ReplayPlan] | None = None  # the recorded page's site
+        self.calib_rtt_ms: float | None = None  # the condition's, for the rows' wire_rtts
 
     def _replayed(self) -> tuple[ReplaySite, ReplayPlan] | None:
         """The workload's recorded pages laid out for their replay server, served at once
@@ -237,6 +245,7 @@ class TestbedExecutor:
                     "(--force measures anyway and marks every row)"
                 )
             cal.forced = not cal.passed
+            self.calib_rtt_ms = cal.measured("rtt_median_ms")
             try:
                 # Servers start here, after calibration, so no trial's wall time holds a start.
                 # One that fails here is tried again by its trials, which record the error.
@@ -278,14 +287,15 @@ class TestbedExecutor:
         replayed = self._replayed()
         resolves = tuple(replayed[1].resolves()) if replayed else ()
         argv = self._tool_argv(trial, server_address(self.tb.servers.index(host)), resolves)
+        client = self._client_of(trial)
         self._rewarm(trial.server, host)
         self._server_log(trial.server)  # skip what earlier trials (or a restart) logged
         capture = self._capture(trial)
-        client = self._client_of(trial)
         if capture:
             argv += capture.tool_args()
             capture.start(client.pid, [i.name for i in client.intfList()])
         cross = self._cross(trial, host)
+        handshake = self._handshake_capture(trial, client, host)  # listening: stopped below
         try:
             # The capture starts before and stops after this: tool_wall_s holds neither.
             retrans = _tcp_retrans(host.container_pid)
@@ -302,6 +312,8 @@ class TestbedExecutor:
                 cross.stop()
             if capture:
                 capture.stop_packets()
+            if handshake:
+                handshake.stop()
         if overflow:
             raise TrialError(f"{trial.client.tool}: {overflow}", capture.finish() if capture else None)
         retrans = _tcp_retrans(host.container_pid) - retrans
@@ -338,6 +350,8 @@ class TestbedExecutor:
         )
         if capture:  # after _server_saw: the server has logged, and closed, the trial's connections
             row.update(capture.finish())
+        if handshake:  # after capture.finish: its capture_s and capture_missing are added to
+            row.update(handshake.columns(row, self.calib_rtt_ms))
         row["cpu_bound"] = trial_cpu_bound(row, work.own_pct, client.container)
         page = trial.workload.page(trial.object)
         if page:  # the page as recorded, beside what the tool saw
@@ -413,6 +427,28 @@ class TestbedExecutor:
             server_log_dir=self.log_root / trial.server,
             client_root=CLIENT_TRIALS if docker_client else str(self.run_dir / rowschema.TRIALS_DIR),
         )
+
+    def _handshake_capture(
+        self, trial: Trial, client: DockerHost | SideContainer, host: DockerHost
+    ) -> HandshakeCapture | None:
+        """The trial's connection captured at both ends (capture.py says which trials, and
+        why per trial), listening; None for a tool that is not captured so."""
+        if not handshake_tool(TOOLS[trial.client.tool]):
+            return None
+        # The cross flows' curl fetches from port 443 too, from client ports of its own.
+        cross_ports = range(
+            crossflows.SIDECAR_PORTS, crossflows.SIDECAR_PORTS + crossflows.PORT_SPAN * crossflows.MAX_FLOWS
+        )
+        handshake = HandshakeCapture(
+            ends={
+                "client": (client.pid, [i.name for i in client.intfList()]),
+                "server": (host.pid, [i.name for i in host.intfList()]),
+            },
+            expression=handshake_filter(cross_ports),
+        )
+        handshake.launch()
+        handshake.wait_listening()
+        return handshake
 
     def _server_log(self, server: str) -> list[dict[str, Any]]:
         """The access-log entries the server wrote since the last call."""
