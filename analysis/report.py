@@ -4,7 +4,9 @@ and report.md, both rendered from the same list of sections."""
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from quicbed import rowschema
 from quicbed.paths import REPO
 from quicbed.workloads import ReportSection, report_sections
 
-from . import decisions, disagreements, render, stack_matrix
+from . import cpu_bound, decisions, disagreements, render, stack_matrix
 from . import loss_response as lr
 from .claims import (
     DIRECTIONS,
@@ -100,6 +102,10 @@ def flags(df: pd.DataFrame, manifests: list[dict[str, Any]], judged: pd.Series |
     out += noisy_host(calibration_entries(manifests))
     out += units_unlike(manifests)
     out += [
+        f"Against the paper: {g.line()}; its figures are shown, flagged, and no finding judges them."
+        for g in left_out_of_findings(df)
+    ]
+    out += [
         f"Not loss-responsive under loss: {stack}; figures resting on it measure its congestion "
         "control, not its protocol (see Congestion response)."
         for stack in flagged_stacks(df[~df["failed"]])
@@ -149,11 +155,17 @@ def finding_rows(df: pd.DataFrame) -> pd.Series:
     return df["workload"].isin({kind for d in DIRECTIONS for kind in d.rests_on or ()})
 
 
+def left_out_of_findings(df: pd.DataFrame) -> list[cpu_bound.LeftOut]:
+    """A browser's loads on a path that the paper's findings leave out (analysis/cpu_bound.py)."""
+    return cpu_bound.left_out(df[~df["failed"] & finding_rows(df)])
+
+
 def verdict_rows(df: pd.DataFrame, manifests: list[dict[str, Any]]) -> pd.Series:
     """The rows some verdict of the report reads: those of the kinds the paper's findings rest
-    on, every row of a run with `expect:` lines, and the rows its `decide:` lines compare. A
-    flag elsewhere (a CPU-bound page load no line judges) is listed, not a Summary warning."""
-    judged = finding_rows(df)
+    on (but a browser's loads on a path they leave out as CPU-bound), every row of a run with
+    `expect:` lines, and the rows its `decide:` lines compare. A flag elsewhere (a CPU-bound
+    page load no line judges) is listed, not a Summary warning."""
+    judged = finding_rows(df) & ~cpu_bound.rows_of(df, left_out_of_findings(df))
     for manifest in manifests:
         mine = (
             df["run_id"] == str(manifest.get("run_id")) if "run_id" in df else pd.Series(True, index=df.index)
@@ -217,29 +229,95 @@ def summary_section(df: pd.DataFrame, manifests: list[dict[str, Any]], warnings:
 
 
 NEEDS_FULL = "needs FULL=1"
+AGAINST = "Against the paper"
+
+
+@dataclass(frozen=True)
+class Tally:
+    """The verdicts of "Against the paper", counted: the quick run's opening line and the
+    last line of `make reproduce` say them."""
+
+    findings: int = 0
+    holds: int = 0
+    fails: int = 0
+    not_decided: int = 0
+    needs_full: int = 0  # a quick run's findings whose rows its slice does not have
+
+    @classmethod
+    def of(cls, verdicts: Sequence[Verdict]) -> Tally:
+        n = Counter(v.status for v in verdicts)
+        return cls(len(verdicts), n[HOLDS], n[FAILS], n[NOT_DECIDED], n[NEEDS_FULL])
+
+    @property
+    def decided(self) -> int:
+        return self.holds + self.fails
+
+    def sentence(self) -> str:
+        """'12 of 14 findings decided (10 hold, 2 do not hold), 2 not decided'."""
+        if not self.findings:
+            return "no finding of the paper judged (no rows they rest on)"
+        parts = [
+            f"{self.decided} of {self.findings} findings decided "
+            f"({self.holds} hold, {self.fails} do not hold)"
+        ]
+        if self.not_decided:
+            parts.append(f"{self.not_decided} {NOT_DECIDED}")
+        if self.needs_full:
+            parts.append(f"{self.needs_full} need FULL=1 (the quick slice lacks their rows)")
+        unjudged = self.findings - self.decided - self.not_decided - self.needs_full
+        if unjudged:
+            parts.append(f"{unjudged} without the data to judge")
+        return ", ".join(parts)
+
+
+def tally(sections: Sequence[Section]) -> Tally:
+    """The verdicts of the report's "Against the paper" section (none: an empty tally)."""
+    return Tally.of(
+        [
+            v
+            for s in sections
+            if s.title == AGAINST
+            for b in s.blocks
+            if isinstance(b, VerdictList)
+            for _, v in b.items
+        ]
+    )
+
+
+def quick_intro(counted: Tally) -> str:
+    """A quick run's first line: what it decided, what it left open and why (a finding is
+    "needs FULL=1" only where its verdict says the slice lacks its rows)."""
+    text = f"A quick run: {counted.decided} of {counted.findings} findings decided"
+    if counted.not_decided:
+        text += f", {counted.not_decided} {NOT_DECIDED} (each says the pairs a decision would need)"
+    if counted.needs_full:
+        text += (
+            f", {counted.needs_full} marked '{NEEDS_FULL}': the quick slice lacks the rows they "
+            "need, which the paper's repetitions have (`make reproduce FULL=1`)"
+        )
+    return text + "."
+
+
+def lacks_rows(v: Verdict) -> bool:
+    """A quick slice's "not enough data" that more repetitions would fill: not one whose rows
+    were left out as CPU-bound (analysis/cpu_bound.py), which a full run would not change."""
+    return v.status == NO_DATA and not any(cpu_bound.LEFT_OUT in line for line in v.found)
 
 
 def directions_section(
     ok: pd.DataFrame, quick: bool = False, windows: list[StackWindow] | None = None
 ) -> Section:
-    """The paper's findings against the rows. From a quick run, a finding that has not the
-    samples a verdict needs is marked as needing the full run, not left as a bare "not enough
-    data": the quick slice is chosen for time, and says which claims it cannot judge. A finding
-    that does not hold says what the captured evidence makes of it, where it has a reading."""
+    """The paper's findings against the rows. From a quick run, a finding without the rows a
+    verdict needs is marked as needing the full run, not left as a bare "not enough data":
+    the quick slice is chosen for time, and says which claims it cannot judge. A comparison
+    with rows but no decision is "not decided", with its figures. A finding that does not
+    hold says what the captured evidence makes of it, where it has a reading."""
     verdicts = [(d, explained(d, v, windows or [])) for d, v in evaluate(ok)]
     # The verdicts first, the method after them: a reader looks for the findings.
     blocks: list[Block] = []
     if quick:
-        verdicts = [(d, Verdict(NEEDS_FULL, v.found) if v.status == NO_DATA else v) for d, v in verdicts]
-        judged = sum(v.status in (HOLDS, FAILS) for _, v in verdicts)
-        blocks.append(
-            Text(
-                f"A quick run: it judges {judged} of {len(verdicts)} findings; "
-                f"those marked '{NOT_DECIDED}' say how many pairs a decision would need, and "
-                f"those marked '{NEEDS_FULL}' need the paper's repetitions "
-                "(`make reproduce FULL=1`)."
-            )
-        )
+        verdicts = [(d, Verdict(NEEDS_FULL, v.found) if lacks_rows(v) else v) for d, v in verdicts]
+        blocks.append(Text(quick_intro(Tally.of([v for _, v in verdicts]))))
     method = Text(
         "How: each finding of the paper (as a direction), what this run found, and whether "
         "it holds. A finding that compares two protocols pairs their trials (a pair: one "
@@ -248,13 +326,11 @@ def directions_section(
         "α 0.01, valid however often it is looked at, so a run that stopped once its own "
         "comparisons were decided is judged without bias (Waudby-Smith and Ramdas, JRSS B "
         "86(1), 2024); it says the pair that decided it, or how many a decision would "
-        "need. A similarity is an equivalence test against a stated margin. Stalls pair "
-        "each session's time stalled (0 without a stall; rounds where neither side "
-        "stalled drop out). The others (handshake arithmetic, the long-path gap, the "
-        "shrinking gain, switches, the lowest quality) use Welch's t-test and Mann–Whitney "
-        "U, both at p < 0.01 with ≥ 10 trials per side."
+        "need. A similarity is an equivalence test against a stated margin. Each finding's "
+        "own test:"
     )
-    return Section("Against the paper", [*blocks, VerdictList(verdicts), method])
+    tests = Bullets([f"{d.claim}: {d.test}" for d, _ in verdicts if d.test])
+    return Section(AGAINST, [*blocks, VerdictList(verdicts), method, tests])
 
 
 def explained(d: Direction, v: Verdict, windows: list[StackWindow]) -> Verdict:
@@ -758,15 +834,25 @@ def default_out_dir(runs: Sequence[str], manifests: list[dict[str, Any]]) -> Pat
     return results_root() / "reports" / "+".join(str(m.get("run_id")) for m in manifests)
 
 
-def build_report(run_ids: Sequence[str | Path], out_dir: str | Path | None = None) -> tuple[Path, list[str]]:
-    """Analyse the runs, write report.html and report.md; (report.html, flags)."""
+@dataclass(frozen=True)
+class Written:
+    """A report on disk: report.html (report.md beside it), the Summary's warnings, and its
+    findings' verdicts counted."""
+
+    html: Path
+    warnings: list[str]
+    tally: Tally
+
+
+def build_report(run_ids: Sequence[str | Path], out_dir: str | Path | None = None) -> Written:
+    """Analyse the runs, write report.html and report.md."""
     runs = [str(r) for r in run_ids]
     df, manifests = load_runs(runs)
     out = Path(out_dir) if out_dir else default_out_dir(runs, manifests)
     judged = verdict_rows(df, manifests)
     warnings = flags(df, manifests, judged)
     try:
-        return write_files(df, manifests, out, warnings, judged), warnings
+        return write_files(df, manifests, out, warnings, judged)
     except OSError as exc:
         raise AnalysisError(f"cannot write the report to {out}: " f"{exc.strerror or exc}") from None
 
@@ -777,7 +863,7 @@ def write_files(
     out: Path,
     warnings: list[str],
     judged: pd.Series | None = None,
-) -> Path:
+) -> Written:
     figure_dir = out / "figures"
     out.mkdir(parents=True, exist_ok=True)
     # Figures of an earlier report of the same runs would linger unreferenced.
@@ -796,23 +882,29 @@ def write_files(
     (out / "report.md").write_text(render.markdown(title, stamp, sections, out))
     html_path = out / "report.html"
     html_path.write_text(render.html(title, stamp, sections, out))
-    return html_path
+    return Written(html_path, warnings, tally(sections))
 
 
 def write_report(run_ids: Sequence[str | Path], out_dir: str | Path | None = None) -> Path:
     """Analyse the runs and write report.html and report.md; returns report.html's path."""
-    return build_report(run_ids, out_dir)[0]
+    return build_report(run_ids, out_dir).html
+
+
+def report_runs(argv_run_ids: list[str], out: str | None) -> Written | None:
+    """`quicbed report`'s work, printed: the warnings and where the report is, or one line
+    saying why it could not be written (then None)."""
+    try:
+        written = build_report(argv_run_ids, out)
+    except AnalysisError as exc:
+        print(f"quicbed report: {exc}", file=sys.stderr)
+        return None
+    for warning in written.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"report: {written.html}")
+    print(f"        {written.html.with_suffix('.md')}")
+    return written
 
 
 def main_report(argv_run_ids: list[str], out: str | None) -> int:
     """CLI entry: `quicbed report RUN_ID... [--out DIR]`. Errors: one line, exit code 2."""
-    try:
-        path, warnings = build_report(argv_run_ids, out)
-    except AnalysisError as exc:
-        print(f"quicbed report: {exc}", file=sys.stderr)
-        return 2
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(f"report: {path}")
-    print(f"        {path.with_suffix('.md')}")
-    return 0
+    return 0 if report_runs(argv_run_ids, out) else 2

@@ -1,11 +1,19 @@
 """`quicbed reproduce`: every experiment of a directory in turn, then one report over their runs.
 
+A run that ends with failed trials (exit 1, rows with an `error`) is resumed once with
+`--retry-failed` before the next experiment, and its code is the retry's: a trial that fails
+twice is a result the report shows, and the command's exit code says so. The command ends with
+one line: what the report holds (the paper's findings decided, holding or not, not decided; the
+trials that failed twice) and where it is.
+
 One Ctrl-C, SIGTERM (a CI cancel, `timeout`) or SIGHUP stops the whole command: the running
 experiment unwinds and tears its path down, no later experiment starts, no report is attempted,
-and every experiment is listed with the command that finishes it. Exit codes: the report's, else
-the worst run's; 1 when no run produced rows; 130 interrupted; 4 at once when a run stopped on a
-problem of this host (a link backend that cannot run, Docker down, an image missing), which no
-later experiment would get past either.
+and every experiment is listed with the command that finishes it. Exit codes: the report's (2:
+it could not be written), else the worst run's (0 every trial measured; 1 a trial failed twice
+or a condition could not be set up; 2 a bad experiment file; 3 a path failed calibration); 1
+when no run produced rows; 130 interrupted; 4 at once when a run stopped on a problem of this
+host (a link backend that cannot run, Docker down, an image missing), which no later experiment
+would get past either.
 
 The network is behind `run_one` (the CLI runs `quicbed run`; tests a synthetic executor).
 """
@@ -16,6 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from quicbed.errors import HostProblem, InputError
 
@@ -25,7 +34,11 @@ from .runner import signals_interrupt
 from .schema import Experiment, load_experiment
 from .store import MANIFEST, load_rows
 
+if TYPE_CHECKING:  # the report's module loads pandas: only the CLI's report step needs it
+    from quicbed.analysis.report import Written
+
 INTERRUPTED = 130
+FAILED = 1  # RunSummary.exit_code: a trial failed (or a condition could not be set up)
 HOST_PROBLEM = HostProblem.exit_code  # the same for every experiment: stop at the first
 
 
@@ -33,10 +46,16 @@ class HostStopped(Exception):
     """A run stopped on a problem of this host: no later experiment could run either."""
 
 
-# run_one(file, on_run_dir) runs one experiment and returns its exit code; it calls
-# on_run_dir(run_dir) once it knows where the run goes.
-RunOne = Callable[[Path, Callable[[Path], None]], int]
-Report = Callable[[list[str]], int]
+class RunOne(Protocol):
+    """Runs one experiment and returns its exit code, calling on_run_dir(run_dir) once it
+    knows where the run goes. With `retry` (a run directory) it resumes that run and runs its
+    failed trials again: `quicbed run FILE --resume RUN --retry-failed`."""
+
+    def __call__(self, file: Path, on_run_dir: Callable[[Path], None], retry: Path | None = None) -> int: ...
+
+
+# The report over the run ids: what it wrote, or None when it could not (it said why).
+Report = Callable[[list[str]], "Written | None"]
 
 
 @dataclass
@@ -46,6 +65,8 @@ class Started:
     file: Path
     run_dir: Path | None = None
     code: int | None = None  # None: it was running when the command was interrupted
+    retried: bool = False  # its failed trials were run a second time
+    failed: int = 0  # trials whose last attempt failed, once it ended
 
     @property
     def resumable(self) -> bool:
@@ -104,6 +125,15 @@ def _run_all(
             entry.run_dir = run_dir
 
         entry.code = run_one(file, remember)
+        entry.failed = failed_trials(entry.run_dir)
+        if entry.code == FAILED and entry.failed and entry.run_dir is not None:
+            say(
+                f"reproduce: {_shown(file)}: {entry.failed} trial(s) failed; running them once "
+                f"more (--resume {entry.run_dir.name} --retry-failed)"
+            )
+            entry.code, entry.retried = None, True  # running again: an interrupt resumes the retry
+            entry.code = run_one(file, remember, retry=entry.run_dir)
+            entry.failed = failed_trials(entry.run_dir)
         if entry.code == INTERRUPTED:
             return False
         if entry.code == HOST_PROBLEM:
@@ -129,7 +159,28 @@ def _report(started: list[Started], report: Report, say: Callable[[str], None]) 
         print("quicbed reproduce: no run produced results", file=sys.stderr)
         return 1
     say(f"reproduce: report over {', '.join(run_ids)}")
-    return report(run_ids) or worst
+    written = report(run_ids)
+    if written is None:
+        return 2  # the report said why it could not be written
+    say(f"reproduce: {what_it_holds(written, started)}")
+    return worst
+
+
+def failed_trials(run_dir: Path | None) -> int:
+    """Trials of the run whose last attempt failed (a row with an `error`)."""
+    if run_dir is None:
+        return 0
+    return sum(row.get("error") is not None for row in load_rows(run_dir)[0])
+
+
+def what_it_holds(written: Written, started: Sequence[Started]) -> str:
+    """The command's last line: the report's verdicts, the trials that failed, and where it is."""
+    twice = sum(s.failed for s in started if s.retried)
+    once = sum(s.failed for s in started if not s.retried)  # a run that ended otherwise than 1
+    failed = [
+        f"{n} trial{'s' if n != 1 else ''} failed{how}" for n, how in ((twice, " twice"), (once, "")) if n
+    ]
+    return "; ".join([written.tally.sentence(), *(failed or ["no trial failed"]), f"report: {written.html}"])
 
 
 def planned(exp: Experiment) -> tuple[float, float, int]:
@@ -174,7 +225,9 @@ def print_resume_hints(files: Sequence[Path], started: list[Started], quick: boo
         if entry is not None and entry.resumable:
             assert entry.run_dir is not None
             if entry.code in (None, INTERRUPTED):
-                print(f"resume with: quicbed run {_shown(file)} --resume {entry.run_dir.name}")
+                # A resume after --retry-failed must retry the rest too (commands.cmd_run).
+                again = " --retry-failed" if entry.retried else ""
+                print(f"resume with: quicbed run {_shown(file)} --resume {entry.run_dir.name}{again}")
             else:
                 print(f"done: {_shown(file)} as {entry.run_dir.name} (exit {entry.code})")
         else:

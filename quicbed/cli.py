@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -223,7 +224,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     """Every experiment in experiments/paper or --experiments DIR (quick unless --full), then
     one report; one Ctrl-C/SIGTERM/SIGHUP stops it all (experiments/reproduce.py)."""
-    from quicbed.analysis.report import main_report
+    from quicbed.analysis.report import report_runs
     from quicbed.experiments.options import PathOptions, RunOptions
     from quicbed.experiments.reproduce import experiment_files, plan, reproduce
     from quicbed.paths import REPO
@@ -232,8 +233,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         quick=not args.full, progress=not args.no_progress, path=PathOptions(backend=args.backend)
     )
 
-    def run_one(file: Path, on_run_dir: Callable[[Path], None]) -> int:
-        return run_file(file, opts, on_run_dir)
+    def run_one(file: Path, on_run_dir: Callable[[Path], None], retry: Path | None = None) -> int:
+        # A retry resumes the run and runs its failed trials again (quicbed run --resume
+        # RUN --retry-failed); the run keeps the --quick it was started with.
+        again = dataclasses.replace(opts, resume=str(retry), retry_failed=True) if retry else opts
+        return run_file(file, again, on_run_dir)
 
     directory = Path(args.experiments) if args.experiments else REPO / "experiments" / "paper"
     if args.dry_run:
@@ -242,7 +246,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return reproduce(
         experiment_files(directory),
         run_one,
-        lambda ids: main_report(ids, args.out),
+        lambda ids: report_runs(ids, args.out),
         quick=not args.full,
         say=_progress_printer(),
     )

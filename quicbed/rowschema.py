@@ -160,6 +160,15 @@ BROWSER = _columns(
     ("connections", "", "connections the client opened"),
     ("origins", "", "distinct hosts the document and its subresources came from"),
     ("origin_connections", "", "host -> connections its responses came over (coalesced: each)"),
+    # Resource Timing's setups (connectStart < connectEnd), chained when one began after the
+    # first response over the one before arrived (clients/browser/critical_path.py): QUIC saves
+    # one RTT per setup on this chain against TLS 1.3 over TCP (the report's prediction).
+    (
+        "critical_connections",
+        "",
+        "connection setups opened in sequence on the load's critical path (overlapping setups: one)",
+    ),
+    ("critical_chain", "", "the hosts of those setups, in order"),
     ("browser_cpu_ms", "ms", "CPU time of the browser's processes, navigation to load end"),
     ("browser_cpu_pct", "%", "browser_cpu_ms over the page load or download, of one core"),
     ("browser", "", "headless-shell (Debian's chromium-headless-shell), chromium-full or firefox"),
@@ -203,7 +212,12 @@ STREAMING = _columns(
     ("quality_switches", "", "representation changes"),
     ("lowest_quality", "", "lowest representation played"),
     ("trace_file", "", "the per-second trace beside the rows (traces/...)"),
-    ("cancelled_requests", "", "requests the player cancelled (abandoned segments)"),
+    (
+        "cancelled_requests",
+        "",
+        "requests the player cancelled (abandoned segments, their response begun or not): no "
+        "protocol to prove, left out of the protocol proof, which the completed ones pass",
+    ),
     ("stall_total_ms", "ms", "the stalls' total length"),
     ("longest_stall_ms", "ms", "the longest stall"),
     ("switches_up", "", "switches to a higher bitrate"),
@@ -236,8 +250,40 @@ CAPTURE_FILES: dict[str, str] = {
 }
 CAPTURE = _columns(
     ("capture_files", "", "capture files of the trial, relative to the run directory (executor)"),
-    ("capture_missing", "", "capture kind -> why it was not written, e.g. qlog/server (executor)"),
+    (
+        "capture_missing",
+        "",
+        "capture kind -> why it was not written, e.g. qlog/server, or handshake: why a row "
+        "has no WIRE columns (executor)",
+    ),
     ("capture_s", "s", "the capture's own time around the tool (tcpdump, server qlog); not in wall_s"),
+)
+# --- the handshake on the wire: every trial of a one-connection-per-GET tool (the perf tools,
+# the stack clients) is captured at the client's path interface and in the server's namespace
+# (headers of its first packets, experiments/capture.py HandshakeCapture), whatever the
+# experiment's `capture:`; analysis/wire.py handshake_columns computes these. connection_time_ms
+# stays the tool's raw figure beside them. A row whose captures could not say it has none of
+# these, and its capture_missing["handshake"] says why.
+WIRE = _columns(
+    (
+        "client_turn_ms",
+        "ms",
+        "the client's own time in the handshake, on the wire: start to its first packet out, "
+        "each server flight's last packet in to its next packet out, the last packet in to "
+        "handshake done",
+    ),
+    (
+        "server_turn_ms",
+        "ms",
+        "the server's own time in the handshake, on its wire: each client flight's last packet "
+        "in to the server's first packet out, up to handshake done",
+    ),
+    (
+        "wire_rtts",
+        "",
+        "the handshake's path time in calibrated RTTs: (connection_time_ms - client_turn_ms - "
+        "server_turn_ms) / calib_rtt_ms; 1 QUIC, 2 TLS 1.3, 3 TLS 1.2",
+    ),
 )
 # --- cross traffic (experiment `cross:`, experiments/cross.py): the trial's flow and the
 # competing flows on its bottleneck, read off a capture at the client; rows without cross
@@ -284,6 +330,7 @@ COLUMNS: dict[str, Column] = {
         STREAMING,
         LOSS_RESPONSE,
         CAPTURE,
+        WIRE,
         CROSS,
         DERIVED,
     )
@@ -311,6 +358,7 @@ EXECUTOR_OWNED: frozenset[str] = frozenset(
     {
         *(c.name for c in EXECUTOR if c.name != "cpu_bound"),
         *(c.name for c in CAPTURE),
+        *(c.name for c in WIRE),
         *(c.name for c in CROSS),
         "trace_file",  # the executor writes the tool's `trace` there and names it
     }
@@ -400,6 +448,9 @@ ANALYSIS_DEFAULTS: dict[str, object] = {
     "bytes": _NAN,
     "connection_time_ms": _NAN,
     "client_cpu_ms": _NAN,
+    "client_turn_ms": _NAN,  # WIRE: absent where no capture said them
+    "server_turn_ms": _NAN,
+    "wire_rtts": _NAN,
     "ttfb_ms": _NAN,
     "download_time_ms": _NAN,
     "throughput_mbps": _NAN,

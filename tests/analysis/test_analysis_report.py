@@ -171,7 +171,7 @@ def test_absent_data_is_skipped_not_drawn_empty(tmp_path):
     assert len(figures) == 6  # 3 metrics x (ms, RTTs)
     verdicts = {d.claim: v.status for d, v in evaluate(df[~df["failed"]])}
     assert verdicts["Streaming: startup delay is similar without loss"] == NO_DATA
-    assert verdicts[next(c for c in verdicts if c.startswith("QUIC uses about 2× the CPU"))] == NO_DATA
+    assert verdicts[next(c for c in verdicts if c.startswith("QUIC's client uses more CPU"))] == NO_DATA
 
 
 def test_directions_that_do_not_hold_say_so(tmp_path):
@@ -245,8 +245,10 @@ def test_too_few_samples_is_not_a_verdict(tmp_path):
     assert video.status == NOT_DECIDED and "not decided after 2 pairs" in video.found[0]
     # ... and a quick run's numbers are shown beside it, loss rate by loss rate.
     startup = judged["Streaming: with loss QUIC starts faster (≈40% at 5% loss)"].found
-    assert [line.split(":")[0] for line in startup[:-1]] == ["1% loss", "5% loss", "10% loss"]
-    assert "n=2/2" in startup[1] and "not decided after" in startup[-1]
+    assert [line.split(":")[0] for line in startup[:3]] == ["1% loss", "5% loss", "10% loss"]
+    assert "n=2/2" in startup[1] and "not decided after" in startup[3]
+    # Judged over 1, 5 and 10 % where the paper states 5 %: the verdict says so.
+    assert startup[-1] == "judged at 1/5/10% loss, where the paper states 5%"
 
 
 def test_browser_page_loads_are_their_own_kind_never_pooled_with_the_perf_tools(full_report):
@@ -303,17 +305,39 @@ def test_a_protocol_above_144p_is_judged_only_with_enough_sessions(sessions: int
 
 
 def test_a_quick_run_marks_the_findings_it_cannot_judge(tmp_path: Path) -> None:
-    """Three repetitions judge none of the paper's significance-tested findings: a quick run's
-    report says they need the full run; a full run with as few says only 'not enough data'."""
+    """Three repetitions judge none of the paper's fixed-n findings: a quick run's report says
+    they need the full run, counts its comparisons with rows as "not decided" (judged, with
+    their figures), and its opening line adds up to the findings; a full run with as few says
+    only 'not enough data'."""
     import json
+
+    from quicbed.analysis.claims import DIRECTIONS
+    from quicbed.analysis.report import NEEDS_FULL, Tally, build_report
 
     run_dir = write_run(tmp_path, "quick", Model(repetitions=3))
     manifest = json.loads((run_dir / "manifest.json").read_text())
     (run_dir / "manifest.json").write_text(json.dumps({**manifest, "quick": True}))
-    text = write_report([str(run_dir)]).with_suffix(".md").read_text()
+    written = build_report([str(run_dir)])
+    text = written.html.with_suffix(".md").read_text()
     section = text.split("## Against the paper", 1)[1].split("\n## ", 1)[0]
-    assert "A quick run: it judges" in section and "`make reproduce FULL=1`" in section
-    assert "needs FULL=1" in section and NO_DATA not in section
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    statuses = [row.split(" | ")[1] for row in rows]
+    assert len(statuses) == len(DIRECTIONS) and NO_DATA not in statuses
+    counted = written.tally
+    assert counted == Tally(
+        len(DIRECTIONS),
+        statuses.count(HOLDS),
+        statuses.count(FAILS),
+        statuses.count(NOT_DECIDED),
+        statuses.count(NEEDS_FULL),
+    )
+    assert counted.not_decided and counted.needs_full  # both kinds of open finding are here
+    assert (
+        f"A quick run: {counted.decided} of {len(DIRECTIONS)} findings decided, {counted.not_decided} "
+        "not decided (each says the pairs a decision would need), "
+        f"{counted.needs_full} marked '{NEEDS_FULL}'"
+    ) in section
+    assert "`make reproduce FULL=1`" in section
     full_dir = write_run(tmp_path, "few", Model(repetitions=3))
     full = write_report([str(full_dir)]).with_suffix(".md").read_text()
     assert "needs FULL=1" not in full and NO_DATA in full

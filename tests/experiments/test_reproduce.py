@@ -22,10 +22,12 @@ from pathlib import Path
 import pytest
 
 from quicbed import cli
+from quicbed.analysis.report import Tally, Written
 from quicbed.experiments.commands import cmd_run
 from quicbed.experiments.options import RunOptions
 from quicbed.experiments.reproduce import experiment_files, reproduce
-from quicbed.experiments.store import load_rows
+from quicbed.experiments.runner import TrialError
+from quicbed.experiments.store import load_history, load_rows
 from quicbed.experiments.synthetic import SyntheticExecutor
 
 EXPERIMENT = """\
@@ -75,22 +77,48 @@ class Interrupting(SyntheticExecutor):
         return super().run_trial(trial)
 
 
+class Flaky(SyntheticExecutor):
+    """Fails the `nth` trial it is asked for (1-based, over every run that shares `attempts`)
+    on its first attempt, or on every attempt when `always`."""
+
+    def __init__(self, attempts: dict[str, int], nth: int = 2, always: bool = False):
+        super().__init__()
+        self.attempts, self.nth, self.always = attempts, nth, always
+
+    def run_trial(self, trial):
+        self.attempts[trial.trial_id] = self.attempts.get(trial.trial_id, 0) + 1
+        flaky = list(self.attempts)[self.nth - 1] if len(self.attempts) >= self.nth else None
+        if trial.trial_id == flaky and (self.always or self.attempts[flaky] == 1):
+            raise TrialError("synthetic failure: the player's request went nowhere")
+        return super().run_trial(trial)
+
+
+TALLY = Tally(findings=14, holds=10, fails=2, not_decided=2)
+
+
 class Harness:
     """run_one and report for reproduce(), recording what was started."""
 
     def __init__(self, results: Path, executor_for: Callable[[str], SyntheticExecutor]):
         self.results, self.executor_for = results, executor_for
         self.started: list[str] = []
+        self.retried: list[str] = []
         self.reported: list[list[str]] | None = None
 
-    def run_one(self, file: Path, on_run_dir: Callable[[Path], None]) -> int:
-        self.started.append(file.stem)
-        opts = RunOptions(quick=True, results=self.results, progress=False)
+    def run_one(self, file: Path, on_run_dir: Callable[[Path], None], retry: Path | None = None) -> int:
+        (self.retried if retry else self.started).append(file.stem)
+        opts = RunOptions(
+            quick=True,
+            results=self.results,
+            progress=False,
+            resume=str(retry) if retry else None,
+            retry_failed=retry is not None,
+        )
         return cmd_run(file, lambda exp, run_dir: self.executor_for(file.stem), opts, on_run_dir)
 
-    def report(self, run_ids: list[str]) -> int:
+    def report(self, run_ids: list[str]) -> Written:
         self.reported = run_ids
-        return 0
+        return Written(self.results / "report" / "report.html", [], TALLY)
 
     def run_dirs(self) -> dict[str, Path]:
         return {p.name.split("-")[0]: p for p in self.results.iterdir()}
@@ -202,6 +230,71 @@ def test_every_experiment_then_one_report_without_empty_runs(tmp_path, experimen
     assert f"reproduce: {runs['charlie'].name} has no rows; left out of the report" in said
 
 
+def test_a_failed_trial_is_run_once_more_and_its_retry_decides(tmp_path, experiments):
+    """bravo's second trial fails once: reproduce resumes bravo with --retry-failed before
+    charlie starts, says so, and takes the retry's exit code; the last line says what the
+    report holds and where it is."""
+    attempts: dict[str, int] = {}
+    h = Harness(
+        tmp_path / "results", lambda name: Flaky(attempts) if name == "bravo" else SyntheticExecutor()
+    )
+    said: list[str] = []
+    assert reproduce(experiments, h.run_one, h.report, say=said.append) == 0
+    bravo = h.run_dirs()["bravo"]
+    assert h.started == list(NAMES) and h.retried == ["bravo"]
+    retry_line = next(i for i, line in enumerate(said) if "running them once more" in line)
+    assert said[retry_line] == (
+        f"reproduce: {experiments[1]}: 1 trial(s) failed; running them once more "
+        f"(--resume {bravo.name} --retry-failed)"
+    )
+    assert said.index(f"reproduce: {experiments[2]} (quick)") > retry_line  # before charlie
+    rows, history = load_rows(bravo)[0], load_history(bravo)[0]
+    assert len(rows) == TRIALS and all(r.get("error") is None for r in rows)
+    assert len(history) == TRIALS + 1  # the failed attempt stays, superseded
+    assert said[-1] == (
+        "reproduce: 12 of 14 findings decided (10 hold, 2 do not hold), 2 not decided; "
+        f"no trial failed; report: {tmp_path / 'results' / 'report' / 'report.html'}"
+    )
+
+
+def test_a_trial_that_fails_twice_is_exit_1_and_said_last(tmp_path, experiments):
+    attempts: dict[str, int] = {}
+    h = Harness(
+        tmp_path / "results",
+        lambda name: Flaky(attempts, always=True) if name == "alpha" else SyntheticExecutor(),
+    )
+    said: list[str] = []
+    assert reproduce(experiments, h.run_one, h.report, say=said.append) == 1
+    assert h.retried == ["alpha"] and sorted(attempts.values()) == [1] * (TRIALS - 1) + [2]  # once more
+    assert h.reported is not None and len(h.reported) == len(NAMES)  # the report is written
+    assert "; 1 trial failed twice; report: " in said[-1]
+
+
+def test_an_interrupted_retry_is_resumed_with_retry_failed(tmp_path, experiments, capsys):
+    attempts: dict[str, int] = {}
+    h = Harness(
+        tmp_path / "results", lambda name: Flaky(attempts) if name == "alpha" else SyntheticExecutor()
+    )
+
+    def run_one(file: Path, on_run_dir: Callable[[Path], None], retry: Path | None = None) -> int:
+        if retry is not None:
+            raise KeyboardInterrupt  # Ctrl-C while the failed trials run again
+        return h.run_one(file, on_run_dir)
+
+    assert reproduce(experiments, run_one, h.report, say=lambda m: None) == 130
+    out = capsys.readouterr().out
+    alpha = h.run_dirs()["alpha"].name
+    assert f"resume with: quicbed run {experiments[0]} --resume {alpha} --retry-failed" in out
+    assert f"not started: quicbed run {experiments[1]} --quick" in out and h.reported is None
+
+
+def test_a_report_that_cannot_be_written_is_exit_2(tmp_path, experiments):
+    h = Harness(tmp_path / "results", lambda name: SyntheticExecutor())
+    said: list[str] = []
+    assert reproduce(experiments, h.run_one, lambda ids: None, say=said.append) == 2
+    assert not any("report: " in line for line in said)
+
+
 def test_no_rows_anywhere_is_exit_1_without_a_report(tmp_path, experiments):
     def run_one(file: Path, on_run_dir: Callable[[Path], None]) -> int:
         return 2  # a bad file: no run directory at all
@@ -222,7 +315,10 @@ def test_cli_reproduce_runs_the_experiments_directory(tmp_path, experiments, mon
 
     monkeypatch.setattr(cli, "run_file", fake_run_file)
     reported: list[list[str]] = []
-    monkeypatch.setattr("quicbed.analysis.report.main_report", lambda ids, out: reported.append(ids) or 0)
+    written = Written(tmp_path / "report.html", [], TALLY)
+    monkeypatch.setattr(
+        "quicbed.analysis.report.report_runs", lambda ids, out: reported.append(ids) or written
+    )
     args = cli.build_parser().parse_args(
         ["reproduce", "--experiments", str(experiments[0].parent), "--no-progress", "--backend", "uml"]
     )
@@ -232,6 +328,31 @@ def test_cli_reproduce_runs_the_experiments_directory(tmp_path, experiments, mon
     run_defaults = RunOptions.from_args(cli.build_parser().parse_args(["run", "x.yaml", "--backend", "uml"]))
     for _, opts in seen:
         assert opts == dataclasses.replace(run_defaults, quick=True, progress=False)
+
+
+def test_cli_reproduce_retries_as_resume_with_retry_failed(tmp_path, experiments, monkeypatch):
+    """The CLI's retry is `quicbed run FILE --resume RUN --retry-failed` with reproduce's
+    other options; the command's exit code is the retry's."""
+    results, attempts = tmp_path / "results", {}
+    seen: list[RunOptions] = []
+
+    def fake_run_file(file: Path, opts: RunOptions, on_run_dir=None) -> int:
+        seen.append(opts)
+        executor = Flaky(attempts) if Path(file).stem == "alpha" else SyntheticExecutor()
+        return cmd_run(file, lambda e, d: executor, dataclasses.replace(opts, results=results), on_run_dir)
+
+    monkeypatch.setattr(cli, "run_file", fake_run_file)
+    written = Written(tmp_path / "report.html", [], TALLY)
+    monkeypatch.setattr("quicbed.analysis.report.report_runs", lambda ids, out: written)
+    args = cli.build_parser().parse_args(
+        ["reproduce", "--experiments", str(experiments[0].parent), "--no-progress"]
+    )
+    assert cli.cmd_reproduce(args) == 0
+    (alpha,) = [p for p in results.iterdir() if p.name.startswith("alpha-")]
+    first, retry = seen[0], seen[1]
+    assert (first.resume, first.retry_failed) == (None, False)
+    assert retry == dataclasses.replace(first, resume=str(alpha), retry_failed=True)
+    assert len(seen) == len(NAMES) + 1
 
 
 def test_cli_reproduce_with_an_empty_directory_is_bad_input(tmp_path):
