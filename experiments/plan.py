@@ -13,6 +13,7 @@ from quicbed.rowschema import TRIALS_DIR
 from quicbed.servers.pairing import need_text, spoken_pairs, unspoken_pairs
 from quicbed.workloads import WORKLOADS, TrialPath
 
+from . import cpu_known
 from .cross import CrossFlow
 from .matrix import Condition, conditions, count_per_condition
 from .registry import HANDSHAKE_RTTS, TOOLS
@@ -195,6 +196,8 @@ def dry_run(exp: Experiment) -> str:
         ),
         "cross traffic: " + ("; ".join(_cross_text(f) for f in exp.cross) or "none"),
         rate_cpu_text(exp),
+        # A browser the repo measured CPU-bound on such a path: the report will leave it out.
+        *cpu_known.warnings(exp, os.cpu_count() or WORKER_CORES),
     ]
     return "\n".join(lines)
 
