@@ -765,8 +765,8 @@ def pageload_vs_origins(df: pd.DataFrame, out_dir: Path, section: str) -> list[F
         ax.legend(fontsize=8, loc="upper left")
     caption = (
         "Median page load time of each recorded page against its number of origins, per "
-        "protocol, with 95% bootstrap CIs: each added origin costs a connection and its "
-        "handshake, where QUIC saves a round trip."
+        "protocol, with 95% bootstrap CIs. More origins mean more connections, but only "
+        "the setups opened in sequence lengthen the load (the table's critical path)."
     )
     return [save(fig, out_dir, f"{section}_pageload", section, "Page load against origins", caption)]
 

@@ -45,9 +45,6 @@ class Estimate:
     lo: float
     hi: float
 
-    def scaled(self, factor: float) -> Estimate:
-        return Estimate(self.n, self.value * factor, self.lo * factor, self.hi * factor)
-
 
 @dataclass(frozen=True)
 class Comparison:
@@ -127,30 +124,6 @@ def median_diff_ci(
     median = quantile_stat(0.5)
     dist = bootstrap_distribution(xa, median, n_boot, rng) - bootstrap_distribution(xb, median, n_boot, rng)
     return Estimate(min(len(xa), len(xb)), value, *interval(dist, level))
-
-
-def gain_difference_ci(
-    many: tuple[object, object],
-    few: tuple[object, object],
-    n_boot: int = N_BOOT,
-    level: float = LEVEL,
-    seed: int = SEED,
-) -> Estimate:
-    """(median(many[0]) - median(many[1])) - (median(few[0]) - median(few[1])): how much more
-    one side gains on one page than on another (QUIC's page-load gain over TLS on a page of
-    many origins against one of few), each of the four samples resampled independently."""
-    samples = [clean(x) for x in (*many, *few)]
-    n = min(len(x) for x in samples)
-    if n == 0:
-        return Estimate(0, np.nan, np.nan, np.nan)
-    m = [float(np.median(x)) for x in samples]
-    value = (m[0] - m[1]) - (m[2] - m[3])
-    if n < 2:
-        return Estimate(n, value, np.nan, np.nan)
-    rng = np.random.default_rng(seed)
-    median = quantile_stat(0.5)
-    a, b, c, d = (bootstrap_distribution(x, median, n_boot, rng) for x in samples)
-    return Estimate(n, value, *interval((a - b) - (c - d), level))
 
 
 def welch_p(xa: np.ndarray, xb: np.ndarray) -> float:

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from . import loss_response as lr
+from .cpu_bound import CPU_BOUND_SHARE_MAX  # above it, a group's loads measure the host's CPU
 from .model import (
     PAGELOAD,
     Metric,
@@ -20,7 +21,7 @@ from .model import (
     recorded_page_loads,
     size_label,
 )
-from .stats import ALPHA, MIN_N, Comparison, Estimate, compare, gain_difference_ci, median_ci, median_diff_ci
+from .stats import ALPHA, MIN_N, Comparison, Estimate, compare, median_ci, median_diff_ci
 
 BASELINES = ("tls1.2", "tls1.3")
 NUMERIC_KEYS = {"object_bytes", "loss_pct"}
@@ -222,9 +223,6 @@ def streaming_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 
-CPU_BOUND_SHARE_MAX = 0.10  # above it, a group's page loads measure the host's CPU
-
-
 def cpu_bound_share(rows: pd.DataFrame) -> float:
     return float(rows["cpu_bound"].astype(bool).mean()) if len(rows) else 0.0
 
@@ -269,45 +267,89 @@ def pageload_vs_download_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 
+# The prediction's model. QUIC's handshake costs one RTT, TLS 1.3 over TCP two (TCP's, then
+# TLS's), so QUIC saves one RTT per connection setup on a load's critical path. Setups opened in
+# parallel overlap, so the saving is per setup in sequence, not per origin or per connection:
+# predicted gain = critical-path setups (the loads' `critical_connections`, from Resource
+# Timing: clients/browser/critical_path.py) × RTT. It leaves out all else that differs between
+# the stacks (loss recovery, congestion windows, the browsers' own CPU): the measured gain keeps it.
+CRITICAL = "critical_connections"
+
+
 def pageload_by_origins_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per browser (facet) and recorded page: its origins, the page load over QUIC and over
-    TLS 1.3, QUIC's gain (TLS 1.3's median − QUIC's) and, against the page of fewest origins
-    of the same browser, how much more QUIC gains per added origin, each with its 95 % CI
-    (analysis/stats.py gain_difference_ci). Rows: recorded pages' page loads
+    """Per browser (facet) and recorded page, fewest origins first: its origins, connections,
+    connection setups on the critical path, QUIC's gain over TLS 1.3 as the model predicts it
+    and as measured (TLS 1.3's median page load − QUIC's, with its 95 % CI), whether the
+    prediction lies in that CI, and both loads. Rows: recorded pages' page loads
     (`page_origins`, workloads/recorded.py)."""
     pages = recorded_page_loads(df)
     lines = []
     for (facet,), rows in group_frames(pages, ["facet"]):
-        by_page = {obj: group for (obj,), group in group_frames(rows, ["object"])}
-        origins = {obj: int(group["page_origins"].iloc[0]) for obj, group in by_page.items()}
-        base = min(by_page, key=lambda obj: (origins[obj], obj))
-
-        loads = {
-            obj: tuple(group[group["protocol"] == p]["page_load_time_ms"] for p in ("tls1.3", "quic"))
-            for obj, group in by_page.items()
-        }
-        for obj, group in sorted(by_page.items(), key=lambda kv: (origins[kv[0]], kv[0])):
-            tls, quic = loads[obj]
-            gain = median_diff_ci(tls, quic)
-            added = origins[obj] - origins[base]
-            per_origin = gain_difference_ci(loads[obj], loads[base]) if added > 0 else None
-            connections = pd.to_numeric(group["connections"], errors="coerce")
-            lines.append(
-                {
-                    "condition": str(facet),
-                    "page": obj,
-                    "origins": str(origins[obj]),
-                    "connections (median)": fmt(connections.median()),
-                    "QUIC load (ms) [95% CI]": fmt_est(median_ci(quic)),
-                    "TLS 1.3 load (ms) [95% CI]": fmt_est(median_ci(tls)),
-                    "QUIC's gain (ms) [95% CI]": fmt_est(gain),
-                    f"more gain per added origin (ms), against {origins[base]}": (
-                        fmt_est(per_origin.scaled(1 / added)) if per_origin else "–"
-                    ),
-                    "CPU-bound share": f"{cpu_bound_share(group):.0%}",
-                }
-            )
+        by_page = [group for _, group in group_frames(rows, ["object"])]
+        for group in sorted(by_page, key=lambda g: (int(g["page_origins"].iloc[0]), g["object"].iloc[0])):
+            lines.append({"condition": str(facet), **_recorded_page_line(group)})
     return pd.DataFrame(lines)
+
+
+def _recorded_page_line(group: pd.DataFrame) -> dict[str, str]:
+    """One recorded page's line of pageload_by_origins_table: `group` is its loads by one browser."""
+    tls, quic = (group[group["protocol"] == p]["page_load_time_ms"] for p in ("tls1.3", "quic"))
+    gain = median_diff_ci(tls, quic)
+    rtt, rtt_source = page_rtt(group)
+    critical = _median(group, CRITICAL)
+    predicted = critical * rtt
+    return {
+        "page": str(group["object"].iloc[0]),
+        "origins": str(int(group["page_origins"].iloc[0])),
+        "connections (median)": fmt(_median(group, "connections")),
+        "critical-path connections (median)": _critical_cell(group),
+        "RTT (ms)": f"{fmt(rtt)} {rtt_source}" if np.isfinite(rtt) else "–",
+        "predicted gain (ms)": fmt(predicted),
+        "measured gain (ms) [95% CI]": fmt_est(gain),
+        "prediction in the CI": prediction_verdict(predicted, gain),
+        "QUIC load (ms) [95% CI]": fmt_est(median_ci(quic)),
+        "TLS 1.3 load (ms) [95% CI]": fmt_est(median_ci(tls)),
+        "CPU-bound share": f"{cpu_bound_share(group):.0%}",
+    }
+
+
+def _median(rows: pd.DataFrame, column: str) -> float:
+    """The median of a numeric column over the rows; NaN where no row has it (older runs)."""
+    if column not in rows:
+        return float("nan")
+    values = pd.to_numeric(rows[column], errors="coerce").dropna()
+    return float(values.median()) if len(values) else float("nan")
+
+
+def _critical_cell(group: pd.DataFrame) -> str:
+    """The median critical-path setups over both protocols' loads, and each protocol's where
+    they differ (a browser may chain its connections differently over QUIC)."""
+    pooled = fmt(_median(group, CRITICAL))
+    each = {p: _median(group[group["protocol"] == p], CRITICAL) for p in ("quic", "tls1.3")}
+    if all(np.isfinite(v) for v in each.values()) and each["quic"] != each["tls1.3"]:
+        return f"{pooled} (QUIC {fmt(each['quic'])}, TLS 1.3 {fmt(each['tls1.3'])})"
+    return pooled
+
+
+def page_rtt(rows: pd.DataFrame) -> tuple[float, str]:
+    """The RTT the prediction multiplies: the median calibrated RTT of the loads' path
+    (`calib_rtt_ms`, measured before the trials), else the configured one (`rtt_ms`), and
+    which of the two it is."""
+    for column, source in (("calib_rtt_ms", "calibrated"), ("rtt_ms", "configured")):
+        value = _median(rows, column)
+        if np.isfinite(value):
+            return value, source
+    return float("nan"), ""
+
+
+def prediction_verdict(predicted: float, gain: Estimate) -> str:
+    """Whether the predicted gain lies in the measured gain's 95 % CI, or on which side of it
+    the measurement fell."""
+    if not (np.isfinite(predicted) and np.isfinite(gain.lo) and np.isfinite(gain.hi)):
+        return "–"
+    if gain.lo <= predicted <= gain.hi:
+        return "yes"
+    return "no: measured more" if gain.lo > predicted else "no: measured less"
 
 
 def failures_table(df: pd.DataFrame) -> pd.DataFrame:

@@ -10,11 +10,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import qoe
+from critical_path import NO_NETWORK_SCHEMES, critical_connections
 
 # requested protocol -> (nextHopProtocol every resource must have, CDP securityDetails.protocol)
 EXPECTED = {"quic": ("h3", "QUIC"), "tls1.3": ("h2", "TLS 1.3"), "tls1.2": ("h2", "TLS 1.2")}
 HTTP_VERSION = {"h3": "3", "h2": "2", "http/1.1": "1.1", "http/1.0": "1.0"}
-NO_NETWORK_SCHEMES = ("data:", "blob:", "about:", "chrome:", "chrome-error:", "javascript:")
 ERROR_CATEGORIES = ("connect", "tls", "timeout", "protocol", "http", "browser")
 
 ROW_KEYS = (
@@ -57,6 +57,8 @@ ROW_KEYS = (
     "connections",
     "origins",
     "origin_connections",
+    "critical_connections",
+    "critical_chain",
     "browser_cpu_ms",
     "browser_cpu_pct",
     "browser",
@@ -79,6 +81,8 @@ PAGE_ONLY_KEYS = (
     "lcp_ms",
     "t_done",
     "download_time_ms",
+    "critical_connections",
+    "critical_chain",
 )
 
 
@@ -118,23 +122,28 @@ def drop_favicon(perf: dict[str, Any], net: dict[str, Any]) -> None:
     net["failures"] = [f for f in net.get("failures", []) if not is_favicon(f.get("url", ""))]
 
 
+def is_cancel(failure: dict[str, Any]) -> bool:
+    return bool(failure.get("canceled")) or "ERR_ABORTED" in failure.get("errorText", "")
+
+
 def drop_cancelled(perf: dict[str, Any], net: dict[str, Any]) -> int:
     """A player cancels requests (dash.js abandons a segment that arrives too slowly, and its
-    reset at the end aborts what is in flight): such a request got no response, so no protocol
-    to prove, and no error. Left out of the proof; returns how many there were."""
-    cancelled = {
-        f.get("url")
-        for f in net.get("failures", [])
-        if f.get("canceled") or "ERR_ABORTED" in f.get("errorText", "")
-    }
+    reset at the end aborts what is in flight): a cancelled request is no protocol error and
+    no failure. Its Resource Timing entry has no protocol, whether its response had begun or
+    not (an aborted fetch's entry is a network error's), so it is left out of the proof; a
+    response that had begun still proves its protocol over DevTools, and every chunk that
+    completed is proven as before. Returns how many requests were cancelled."""
+    cancelled = {f.get("url") for f in net.get("failures", []) if is_cancel(f)}
     answered = {r.get("url") for r in net.get("responses", [])}
-    gone = cancelled - answered
+    gone = cancelled - answered  # no response at all: not even a request to prove
     perf["resources"] = [
-        e for e in perf.get("resources") or [] if not (e.get("name") in gone and not e.get("nextHopProtocol"))
+        e
+        for e in perf.get("resources") or []
+        if not (e.get("name") in cancelled and not e.get("nextHopProtocol"))
     ]
-    net["failures"] = [f for f in net.get("failures", []) if f.get("url") not in gone]
+    net["failures"] = [f for f in net.get("failures", []) if not is_cancel(f)]
     net["requests"] = [u for u in net.get("requests", []) if u not in gone]
-    return len(gone)
+    return len(cancelled)
 
 
 def empty_row(protocol: str, url: str, rep: int) -> dict[str, Any]:
@@ -193,6 +202,7 @@ def build_row(row: dict[str, Any], perf: dict[str, Any], net: dict[str, Any]) ->
     hop = nav.get("nextHopProtocol") or doc.get("protocol") or ""
     connect_start, connect_end = nav.get("connectStart"), nav.get("connectEnd")
     secure_start = nav.get("secureConnectionStart")
+    critical, chain = critical_connections(perf)
     row.update(
         **connection_keys(row, doc, hop),
         bytes=int(sum(e.get("encodedBodySize") or 0 for e in [nav, *resources])),
@@ -220,6 +230,8 @@ def build_row(row: dict[str, Any], perf: dict[str, Any], net: dict[str, Any]) ->
         connections=len({r["connectionId"] for r in net.get("responses", []) if r.get("connectionId")}),
         origins=len({urlsplit(e.get("name", "")).hostname for e in [nav, *resources] if e.get("name")}),
         origin_connections=origin_connections(net.get("responses", [])),
+        critical_connections=critical,
+        critical_chain=chain,
     )
     return row
 

@@ -116,6 +116,11 @@ def test_a_replayed_page_loads_from_every_origin(replayed: Replayed, tool: str, 
         response = responses[e["entry"]]
         assert (e["host"], e["status"]) == (sites[response.site].name, response.status), e
     assert {e["host"] for e in answered} == names
+    # The setups on the critical path (clients/browser/critical_path.py): the document's, then
+    # its origins' (all named by the document): two at least, whatever the browser's sockets say.
+    chain, critical = row["critical_chain"], row["critical_connections"]
+    print(f"{tool} {protocol}: {critical} on the critical path of {row['connections']}: {chain}")
+    assert chain[0] == replayed.page.origins[0].host and len(chain) == critical >= 2, row
     # Connections: no two origins share an address or a certificate, so no connection serves
     # two origins (the server's serials); each origin's are counted in the row. A browser may
     # open two to one origin: CORS-anonymous requests (the page's fonts and fetch preloads) do

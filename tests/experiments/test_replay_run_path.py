@@ -4,7 +4,7 @@ origins) and its one-origin twin, served at once by the replay server (stacks/qu
 loaded by Chromium over HTTP/3 and HTTP/2 and fetched (its landing document) by tls_perf. The
 rows say what the page is, and what the browser and the server saw of it: every resource over
 the protocol asked for, from every origin, every request of the page at the server, each
-origin's connections counted."""
+origin's connections counted, and the connection setups on the load's critical path."""
 
 from __future__ import annotations
 
@@ -65,6 +65,13 @@ def test_a_replayed_page_experiment_runs_from_every_origin(tmp_path: Path, monke
         assert row["resources"] == 70 and row["server_requests"] == 71, row
         assert set(row["origin_connections"]) == {o.host for o in page.origins}, row["origin_connections"]
         assert all(n >= 1 for n in row["origin_connections"].values()), row["origin_connections"]
+        # The setups on the critical path (clients/browser/critical_path.py): the document's
+        # first; every other origin is named by the document, so on the page of many origins their
+        # setups follow its response: two at least, however many origins connect in parallel.
+        chain, critical = row["critical_chain"], row["critical_connections"]
+        print(f"{row['object']} {row['protocol']}: {critical} of {row['connections']} in sequence: {chain}")
+        assert chain[0] == page.origins[0].host and len(chain) == critical, row
+        assert (2 if len(page.origins) > 1 else 1) <= critical <= row["connections"], row
         # The twin: every response over the one origin's connections; the page: one at least per
         # origin it cannot coalesce, each a handshake.
         assert row["connections"] >= len(page.origins), row["connections"]
