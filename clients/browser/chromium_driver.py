@@ -62,11 +62,75 @@ PACKAGES = {"headless-shell": "chromium-headless-shell", "chromium-full": "chrom
 # off under Playwright as root anyway), the compositor's GPU process (software, --disable-gpu)
 # inside the browser process, and at most one renderer (a bound only: these same-origin pages
 # start one anyway). Measured: three processes instead of six, about the same CPU.
-# Background work is already off: Playwright's switches and ours below stop timers,
-# backgrounding, component updates, field trials and background networking. chromium-full
-# keeps exactly the switches it always had (the "before" of bench/browser_bench.py).
+# Background work is off in both browsers (QUIET_SWITCHES below). chromium-full takes no
+# process switch of these (the "before" of bench/browser_bench.py).
 LEAN_SWITCHES = ("--no-zygote", "--in-process-gpu", "--renderer-process-limit=1")
 FAVICON = "*/favicon.ico"
+# Quieting: the browser's own background work, switched off as page-load tools do (Playwright,
+# chrome-launcher, WebPageTest, browsertime), so that it neither runs inside the timed load nor
+# sends a packet (bench/browser_quiet_bench.py measures them; bench/README.md).
+# Playwright passes most of these itself; listed here, they hold whatever Playwright does.
+QUIET_SWITCHES: tuple[str, ...] = (
+    # The browser's own network services: background fetches (variations seed, promos),
+    # component updates (CRLSet, CT log list...), sync, Domain Reliability's beacons, the
+    # client-side phishing classifier. Each names a host outside the testbed: MAP * ~NOTFOUND
+    # refuses it, so they cost CPU and send nothing.
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-domain-reliability",
+    "--disable-client-side-phishing-detection",
+    # Metrics recorded, never uploaded; no crash reporter (breakpad's handler).
+    "--metrics-recording-only",
+    "--disable-breakpad",
+    # A fresh profile every load: no first-run work, default-browser check, default apps or
+    # extensions (each a process or a profile write at start).
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-default-apps",
+    "--disable-extensions",
+    # The build's features as shipped, not the field-trial testing config's experiments: the
+    # same browser in every load.
+    "--disable-field-trial-config",
+    # No hyperlink-auditing pings (<a ping>).
+    "--no-pings",
+)
+# Features off, for the same reasons: the translate ranker and its language model, optimization
+# hints' fetches, the media router's (Cast) discovery, autofill's server queries, the CT log
+# list's updater. Chromium reads only the last --disable-features, and Playwright passes one:
+# ours repeats Playwright's list (disabled_features()).
+QUIET_FEATURES: tuple[str, ...] = (
+    "Translate",
+    "OptimizationHints",
+    "MediaRouter",
+    "AutofillServerCommunication",
+    "CertificateTransparencyComponentUpdater",
+)
+# Playwright's own --disable-features (PLAYWRIGHT_VERSION in versions.env: 1.65.2, its
+# chromiumSwitches.ts): HttpsUpgrades, PaintHolding and the others change what a load does, so
+# they must survive our --disable-features. tests/clients/test_playwright_features.py holds
+# this copy to the list in the browser image's Playwright.
+PLAYWRIGHT_DISABLED_FEATURES: tuple[str, ...] = (
+    "AvoidUnnecessaryBeforeUnloadCheckSync",
+    "DestroyProfileOnBrowserClose",
+    "HttpsUpgrades",
+    "HttpsFirstBalancedModeAutoEnable",
+    "LensOverlay",
+    "MediaRouter",
+    "PaintHolding",
+    "ThirdPartyStoragePartitioning",
+    "AvoidCorsURLLoaderRestartOnRedirect",
+    "TcpPortRandomizationWin",
+    "OptimizationHints",
+    "NetworkTimeServiceQuerying",
+    "AimEnabled",
+    "PreconnectToSearch",
+    "msForceBrowserSignIn",
+    "msEdgeUpdateLaunchServicesPreferredVersion",
+)
+# bench/browser_quiet_bench.py's "before": QUICBED_BROWSER_QUIET=0 launches without the quieting
+# (ours and Playwright's copies of it). Never set by a run.
+QUIET_ENV = "QUICBED_BROWSER_QUIET"
 # The fresh profile's preferences: no speculative preconnect (Chromium's loading predictor
 # otherwise opens a second TCP+TLS connection to the page's origin at navigation start, which
 # it closes unused once the HTTP/2 session exists).
@@ -75,8 +139,8 @@ PROFILE_PREFERENCES = {"net": {"network_prediction_options": 2}}
 
 def chromium_args(args: argparse.Namespace) -> list[str]:
     """Chromium's switches: the protocol, name resolution from --resolve only, and nothing that
-    reaches outside the testbed. (Playwright adds --headless, --no-sandbox, --user-data-dir,
-    --remote-debugging-pipe and its own background-networking switches.)"""
+    reaches outside the testbed, the quieting switches. (Playwright adds --headless,
+    --no-sandbox, --user-data-dir, --remote-debugging-pipe and its own switches before ours.)"""
     url = urlsplit(args.url)
     port = url.port or 443
     rules = []
@@ -85,19 +149,12 @@ def chromium_args(args: argparse.Namespace) -> list[str]:
             address = f"[{r.address}]" if ":" in r.address else r.address
             rules.append(f"MAP {r.host} {address}")
     rules.append("MAP * ~NOTFOUND")  # any other name: not found, never a DNS query
-    flags = [
-        "--disable-gpu",
-        f"--host-resolver-rules={', '.join(rules)}",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-domain-reliability",
-        "--disable-breakpad",
-        "--no-first-run",
-        "--no-default-browser-check",
-        "--no-pings",
-        "--metrics-recording-only",
-    ]
+    flags = ["--disable-gpu", f"--host-resolver-rules={', '.join(rules)}"]
+    if quiet():
+        flags += [*QUIET_SWITCHES, "--disable-features=" + ",".join(disabled_features(QUIET_FEATURES))]
+    else:  # the bench's "before": Playwright's features less the quieting ones
+        loud = tuple(f for f in PLAYWRIGHT_DISABLED_FEATURES if f not in QUIET_FEATURES)
+        flags.append("--disable-features=" + ",".join(loud))
     if args.protocol == "quic":
         # Every origin's first request over QUIC, as if each had announced h3 (a replayed page's
         # origins: one entry each, comma-separated).
@@ -111,6 +168,23 @@ def chromium_args(args: argparse.Namespace) -> list[str]:
     if getattr(args, "browser", DEFAULT_BROWSER) == "headless-shell":
         flags += LEAN_SWITCHES
     return flags
+
+
+def quiet() -> bool:
+    """Whether the quieting switches apply: always, but in bench/browser_quiet_bench.py's
+    "before" arm."""
+    return os.environ.get(QUIET_ENV, "1") != "0"
+
+
+def disabled_features(ours: tuple[str, ...]) -> tuple[str, ...]:
+    """Playwright's features and ours, once each: one --disable-features that keeps both."""
+    return tuple(dict.fromkeys([*PLAYWRIGHT_DISABLED_FEATURES, *ours]))
+
+
+def ignored_defaults() -> list[str] | None:
+    """Playwright's own copies of the quieting switches, dropped only in the bench's "before"
+    (its --disable-features is overridden by ours, the last one); None: all of its defaults."""
+    return None if quiet() else list(QUIET_SWITCHES)
 
 
 @dataclass
@@ -191,6 +265,7 @@ class Load(BrowserLoad):
                     handle_sighup=False,
                     service_workers="block",
                     accept_downloads=False,
+                    ignore_default_args=ignored_defaults(),
                 )
             except PlaywrightError as e:
                 raise LoadError(f"browser: launch failed: {one_line(str(e), 200)}") from None

@@ -41,76 +41,112 @@ LAUNCH_TIMEOUT_S = 30.0
 _LISTENING = re.compile(r"WebDriver BiDi listening on (ws://\S+)")
 # security.tls.version.*: 3 = TLS 1.2, 4 = TLS 1.3
 TLS_PREF = {"tls1.3": 4, "tls1.2": 3}
-# Nothing reaches outside the testbed: telemetry, updates, safe browsing, captive portal and
-# connectivity checks, push, Normandy/studies, remote settings, OCSP and CRLite, add-on and
-# search updates, geolocation, GMP (media plug-in) downloads, speculative connections and
-# prefetches, the favicon guess (/favicon.ico is no resource of the page). Firefox's remote
-# agent also applies its own "recommended" prefs for automation (remote.prefs.recommended).
-PREFS: dict[str, Any] = {
-    "toolkit.telemetry.enabled": False,
-    "toolkit.telemetry.unified": False,
-    "toolkit.telemetry.archive.enabled": False,
-    "toolkit.telemetry.server": "",
-    "toolkit.telemetry.shutdownPingSender.enabled": False,
-    "toolkit.telemetry.firstShutdownPing.enabled": False,
-    "toolkit.coverage.endpoint.base": "",
-    "datareporting.healthreport.uploadEnabled": False,
-    "datareporting.policy.dataSubmissionEnabled": False,
-    "datareporting.policy.firstRunURL": "",
-    "app.update.auto": False,
-    "app.update.enabled": False,
-    "app.update.disabledForTesting": True,
-    "app.normandy.enabled": False,
-    "app.normandy.api_url": "",
-    "app.shield.optoutstudies.enabled": False,
-    "browser.safebrowsing.malware.enabled": False,
-    "browser.safebrowsing.phishing.enabled": False,
-    "browser.safebrowsing.downloads.enabled": False,
-    "browser.safebrowsing.downloads.remote.enabled": False,
-    "browser.safebrowsing.blockedURIs.enabled": False,
-    "browser.safebrowsing.provider.google4.updateURL": "",
-    "browser.safebrowsing.provider.mozilla.updateURL": "",
-    "network.captive-portal-service.enabled": False,
-    "network.connectivity-service.enabled": False,
-    "dom.push.enabled": False,
-    "dom.push.connection.enabled": False,
-    "dom.push.serverURL": "",
-    "services.settings.server": "data:,",
-    "security.OCSP.enabled": 0,
-    "security.pki.crlite_mode": 0,
-    "security.remote_settings.crlite_filters.enabled": False,
-    "security.remote_settings.intermediates.enabled": False,
-    "extensions.update.enabled": False,
-    "extensions.getAddons.cache.enabled": False,
-    "extensions.blocklist.enabled": False,
-    "extensions.systemAddon.update.enabled": False,
-    "browser.search.update": False,
-    "browser.region.update.enabled": False,
-    "browser.region.network.url": "",
-    "geo.enabled": False,
-    "geo.provider.network.url": "",
-    "media.gmp-manager.url": "",
-    "media.gmp-provider.enabled": False,
-    "browser.newtabpage.enabled": False,
-    "browser.startup.page": 0,
-    "browser.startup.homepage": "about:blank",
-    "browser.shell.checkDefaultBrowser": False,
-    "browser.ping-centre.telemetry": False,
-    "browser.chrome.site_icons": False,
-    "browser.chrome.guess_favicon": False,
+# What every load needs, quiet or not: nothing speculative on the measured path (predictor,
+# prefetch, speculative connections, the favicon guess: /favicon.ico is no resource of the
+# page), no certificate-status fetch inside a handshake (OCSP, CRLite), no DNS over HTTPS or
+# proxy, the start page blank, timing at its real precision (Firefox rounds and jitters timers
+# to 1 ms by default), and HTTP/3 kept on for the run's CA, a root of our own (Firefox would
+# otherwise turn HTTP/3 off for it).
+LOAD_PREFS: dict[str, Any] = {
     "network.predictor.enabled": False,
     "network.prefetch-next": False,
     "network.dns.disablePrefetch": True,
     "network.http.speculative-parallel-limit": 0,
     "browser.urlbar.speculativeConnect.enabled": False,
     "browser.places.speculativeConnect.enabled": False,
+    "browser.chrome.site_icons": False,
+    "browser.chrome.guess_favicon": False,
+    "security.OCSP.enabled": 0,
+    "security.pki.crlite_mode": 0,
     "network.trr.mode": 5,  # DNS over HTTPS off, by choice
     "network.proxy.type": 0,
-    # Timing at its real precision (Firefox rounds and jitters timers to 1 ms by default).
+    "browser.startup.page": 0,
+    "browser.startup.homepage": "about:blank",
     "privacy.reduceTimerPrecision": False,
-    # The run's CA is a root of our own; Firefox would otherwise turn HTTP/3 off for it.
     "network.http.http3.disable_when_third_party_roots_found": False,
 }
+# Quieting: Firefox's own background services off, as page-load tools do (browsertime,
+# WebPageTest, Playwright's Firefox; the remote agent's "recommended" automation prefs hold
+# many of them too), so that none runs inside the timed load or sends a packet. Each would
+# reach a Mozilla host, which network.dns.forceResolve sends to the server: handshakes on the
+# measured path (bench/browser_quiet_bench.py counts the packets; bench/README.md).
+QUIET_PREFS: tuple[tuple[str, Any], ...] = (
+    # Telemetry, the health report and their pings: no upload, no archive.
+    ("toolkit.telemetry.enabled", False),
+    ("toolkit.telemetry.unified", False),
+    ("toolkit.telemetry.archive.enabled", False),
+    ("toolkit.telemetry.server", ""),
+    ("toolkit.telemetry.shutdownPingSender.enabled", False),
+    ("toolkit.telemetry.firstShutdownPing.enabled", False),
+    ("toolkit.telemetry.reportingpolicy.firstRun", False),
+    ("toolkit.coverage.endpoint.base", ""),
+    ("datareporting.healthreport.uploadEnabled", False),
+    ("datareporting.policy.dataSubmissionEnabled", False),
+    ("datareporting.policy.firstRunURL", ""),
+    ("browser.ping-centre.telemetry", False),
+    ("browser.tabs.crashReporting.sendReport", False),
+    # Updates of the application, add-ons, system add-ons, search engines and region.
+    ("app.update.auto", False),
+    ("app.update.enabled", False),
+    ("app.update.disabledForTesting", True),
+    ("extensions.update.enabled", False),
+    ("extensions.getAddons.cache.enabled", False),
+    ("extensions.blocklist.enabled", False),
+    ("extensions.systemAddon.update.enabled", False),
+    ("browser.search.update", False),
+    ("browser.region.update.enabled", False),
+    ("browser.region.network.url", ""),
+    # Studies and remote configuration: Normandy, Shield, Nimbus, Remote Settings and what it
+    # feeds (CRLite filters, intermediates).
+    ("app.normandy.enabled", False),
+    ("app.normandy.api_url", ""),
+    ("app.shield.optoutstudies.enabled", False),
+    ("messaging-system.rsexperimentloader.enabled", False),
+    ("services.settings.server", "data:,"),
+    ("security.remote_settings.crlite_filters.enabled", False),
+    ("security.remote_settings.intermediates.enabled", False),
+    # Safe Browsing's list updates and lookups.
+    ("browser.safebrowsing.malware.enabled", False),
+    ("browser.safebrowsing.phishing.enabled", False),
+    ("browser.safebrowsing.downloads.enabled", False),
+    ("browser.safebrowsing.downloads.remote.enabled", False),
+    ("browser.safebrowsing.blockedURIs.enabled", False),
+    ("browser.safebrowsing.provider.google4.updateURL", ""),
+    ("browser.safebrowsing.provider.mozilla.updateURL", ""),
+    # Captive-portal detection and the connectivity check (detectportal.firefox.com), the
+    # MITM-detection priming request.
+    ("network.captive-portal-service.enabled", False),
+    ("network.connectivity-service.enabled", False),
+    ("security.certerrors.mitm.priming.enabled", False),
+    # Push, geolocation, media plug-in (GMP) downloads.
+    ("dom.push.enabled", False),
+    ("dom.push.connection.enabled", False),
+    ("dom.push.serverURL", ""),
+    ("geo.enabled", False),
+    ("geo.provider.network.url", ""),
+    ("media.gmp-manager.url", ""),
+    ("media.gmp-provider.enabled", False),
+    # The new-tab page and its feeds: Pocket, top sites, sponsored content; the welcome page,
+    # the default-browser check, the translation and ML engines (models from Remote Settings).
+    ("browser.newtabpage.enabled", False),
+    ("extensions.pocket.enabled", False),
+    ("browser.newtabpage.activity-stream.feeds.section.topstories", False),
+    ("browser.newtabpage.activity-stream.feeds.telemetry", False),
+    ("browser.newtabpage.activity-stream.telemetry", False),
+    ("browser.newtabpage.activity-stream.showSponsored", False),
+    ("browser.newtabpage.activity-stream.showSponsoredTopSites", False),
+    ("browser.topsites.contile.enabled", False),
+    ("browser.aboutwelcome.enabled", False),
+    ("browser.shell.checkDefaultBrowser", False),
+    ("browser.translations.enable", False),
+    ("browser.ml.enable", False),
+)
+# Every pref of a normal load (the unit tests and clients/firefox/README.md name this).
+PREFS: dict[str, Any] = {**LOAD_PREFS, **dict(QUIET_PREFS)}
+# bench/browser_quiet_bench.py's "before": QUICBED_BROWSER_QUIET=0 leaves QUIET_PREFS out and
+# turns the remote agent's recommended prefs off too. Never set by a run.
+QUIET_ENV = "QUICBED_BROWSER_QUIET"
+LOUD_PREFS: dict[str, Any] = {"remote.prefs.recommended": False}
 
 
 def unsupported(args: argparse.Namespace) -> str:
@@ -150,11 +186,16 @@ def _hosts_file_address(name: str) -> str:
     return str(infos[0][4][0]) if infos else ""
 
 
+def quiet() -> bool:
+    """Whether QUIET_PREFS apply: always, but in bench/browser_quiet_bench.py's "before" arm."""
+    return os.environ.get(QUIET_ENV, "1") != "0"
+
+
 def firefox_prefs(args: argparse.Namespace) -> dict[str, Any]:
     """The fresh profile's prefs (user.js): the protocol, name resolution, nothing outside."""
     url = urlsplit(args.url)
     port = url.port or 443
-    prefs = dict(PREFS)
+    prefs = dict(PREFS) if quiet() else {**LOAD_PREFS, **LOUD_PREFS}
     addresses = _addresses(args)
     if len(addresses) == 1:
         prefs["network.dns.forceResolve"] = next(iter(addresses))  # every name, no DNS query
