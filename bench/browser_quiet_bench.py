@@ -16,7 +16,10 @@ threads); then quiet − loud with a 95 % bootstrap CI. The header gives the hos
 over the bench: timings under steal are not the browser's.
 
     .venv/bin/python bench/browser_quiet_bench.py [--reps 10] [--profiles india germany]
-        [--browsers chromium firefox] [--protocol quic] [--page pages/news]
+        [--browsers chromium firefox] [--protocol quic] [--page pages/news] [--compare flags]
+
+--compare settle: both arms quiet, navigating at once (--settle 0) against after the wait for a
+quiet browser (the drivers' default, clients/browser/proc_watch.py settle_until_quiet).
 
 Run it under the path lock (flock /tmp/quicbed-path.lock ...); the browser image must hold the
 drivers as edited (images/build.sh browser).
@@ -43,7 +46,11 @@ from quicbed.topology.net import server_address
 from quicbed.topology.profiles import load_profile
 from quicbed.workloads import ensure_content
 
-ARMS = {"loud": "0", "quiet": "1"}  # arm -> QUICBED_BROWSER_QUIET (clients/browser drivers)
+# arm -> (QUICBED_BROWSER_QUIET of the clients/browser drivers, --settle ms; None: its default,
+# wait until the fresh browser is quiet, capped).
+ARMS: dict[str, tuple[str, int | None]] = {"loud": ("0", 0), "quiet": ("1", 0), "settled": ("1", None)}
+# --compare -> (before, after): the quieting flags, or the wait for a quiet browser (both quiet).
+COMPARE = {"flags": ("loud", "quiet"), "settle": ("quiet", "settled")}
 INTERFACE = "client-eth0"  # the client's end of the emulated link
 Cell = tuple[str, str, str]  # (profile, browser, arm)
 
@@ -57,7 +64,9 @@ def packets(dev: str) -> int:
 def one_load(tb, command: list[str], arm: str) -> dict | None:
     """One load in the arm's browser: its row, with the packets of the browser's whole life."""
     dev = f"grep '{INTERFACE}:' /proc/net/dev"
-    shell = f"{dev}; QUICBED_BROWSER_QUIET={ARMS[arm]} {shlex.join(command)}; {dev}"
+    quiet, settle = ARMS[arm]
+    command = command if settle is None else [*command, "--settle", str(settle)]
+    shell = f"{dev}; QUICBED_BROWSER_QUIET={quiet} {shlex.join(command)}; {dev}"
     out = tb.client.exec(["sh", "-c", shell], timeout=150).stdout.splitlines()
     devs = [line for line in out if f"{INTERFACE}:" in line]
     rows = [json.loads(line) for line in out if line.startswith("{")]
@@ -95,7 +104,8 @@ def run_path(profile_name: str, args: argparse.Namespace, cells: dict[Cell, list
         for rep in range(args.reps):
             for browser in args.browsers:
                 # The arm that goes first alternates: neither always follows the other browser.
-                for arm in ARMS if rep % 2 else reversed(ARMS):
+                arms = COMPARE[args.compare]
+                for arm in arms if rep % 2 else reversed(arms):
                     command = tool_argv(
                         browser, f"web/{args.page}/index.html", address, options={"protocol": args.protocol}
                     )
@@ -157,15 +167,16 @@ def report(cells: dict[Cell, list[dict]], paths: list[str], args: argparse.Names
     print("|---|---|---|---|---|")
     for (profile, browser, arm), rows in sorted(cells.items()):
         print(f"| {profile} | {browser} | {arm} | {cpu_by_kind(rows)} | {busiest_threads(rows)} |")
-    print("\nquiet − loud, median [95 % bootstrap CI]:\n")
+    before, after = COMPARE[args.compare]
+    print(f"\n{after} − {before}, median [95 % bootstrap CI]:\n")
     print("| path | browser | browser CPU ms/load | page load ms | packets/browser |")
     print("|---|---|---|---|---|")
     for profile in args.profiles:
         for browser in args.browsers:
-            quiet = cells.get((profile, browser, "quiet"), [])
-            loud = cells.get((profile, browser, "loud"), [])
+            a = cells.get((profile, browser, after), [])
+            b = cells.get((profile, browser, before), [])
             diffs = [
-                median_diff_ci([r[key] for r in quiet], [r[key] for r in loud])
+                median_diff_ci([r[key] for r in a], [r[key] for r in b])
                 for key in ("browser_cpu_ms", "page_load_time_ms", "packets")
             ]
             text = " | ".join(f"{d.value:+.0f} [{d.lo:+.0f}, {d.hi:+.0f}]" for d in diffs)
@@ -181,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--protocol", default="quic", choices=["quic", "tls1.3", "tls1.2"])
     parser.add_argument("--page", default="pages/news", help="a landing page (the quick reproduce's)")
     parser.add_argument("--server", default="nginx")
+    parser.add_argument(
+        "--compare", default="flags", choices=list(COMPARE), help="flags: loud, quiet; settle: quiet, settled"
+    )
     args = parser.parse_args(argv)
     cells: dict[Cell, list[dict]] = {}
     started, before = time.monotonic(), cpu_jiffies()

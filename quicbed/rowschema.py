@@ -179,6 +179,7 @@ BROWSER = _columns(
     ("cpu_throttled_ms", "ms", "the client container's CPU-quota throttled time over the load"),
     ("cpu_by_process", "", "process kind -> ms on a CPU over the load (browser, renderer, gpu-process...)"),
     ("cpu_top_threads", "", "the busiest threads over the load: [thread, process kind, ms]"),
+    ("settle_ms", "ms", "the wait for the fresh browser to go quiet before navigating (--settle cap)"),
 )
 # What a client with a `streams` option adds with --streams N > 1 (stacks/quicgo): its TOOL
 # columns are then all the streams' (bytes, t_done, download_time_ms).
@@ -223,6 +224,11 @@ STREAMING = _columns(
     ("switches_up", "", "switches to a higher bitrate"),
     ("switches_down", "", "switches to a lower bitrate"),
     ("seconds_at_resolution", "s", 'played seconds per resolution ({"720p": 12.5})'),
+    (
+        "first_rendition",
+        "",
+        "the rendition the playback started at (360p), dash.js's own choice: nothing pins it",
+    ),
     ("mean_height", "", "time-weighted mean of the played resolution's lines"),
     ("mean_bitrate_kbps", "kbit/s", "mean bitrate of the rendition played, per second"),
     ("dropped_frames", "", "frames the browser dropped"),
@@ -469,6 +475,7 @@ ANALYSIS_DEFAULTS: dict[str, object] = {
     "stall_durations_ms": None,
     "quality_switches": _NAN,
     "lowest_quality": None,
+    "first_rendition": None,
     "page_load_time_ms": _NAN,
     "dom_content_loaded_ms": _NAN,
     "fcp_ms": _NAN,

@@ -76,6 +76,9 @@ from proc_watch import (  # noqa: F401
 )
 
 VERSION = "1.3"
+# --settle's default cap: 1000 ms took chromium-full from 8 of 8 CPU-bound germany loads to 0
+# of 8 (bench/README.md); the wait ends as soon as the browser is quiet (proc_watch.py).
+SETTLE_CAP_MS = 1000
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNSUPPORTED = 0, 1, 2, 3
 # --browser -> the driver module that loads a page in it: each has BROWSERS (name ->
 # executable), CANNOT_PIN, versions(browser), version_line() and new_load(args, rep, vers).
@@ -178,10 +181,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--settle",
         type=_non_negative_int,
-        default=0,
+        default=SETTLE_CAP_MS,
         metavar="MS",
-        help="wait MS after the browser starts before navigating: its start-up work (a spare "
-        "renderer, its own services) out of the timed window (Chromium)",
+        help="after the browser starts, wait until it is quiet (a tenth of a core over 100 ms), "
+        f"at most MS (default {SETTLE_CAP_MS}; 0: navigate at once), before navigating: its "
+        "start-up work (a spare renderer, its own services) out of the timed window",
     )
     p.add_argument("--cpu", action="store_true", help="accepted for the contract: CPU is always measured")
     p.add_argument(

@@ -33,7 +33,13 @@ from page_row import (
     judge,
     one_line,
 )
-from proc_watch import cpu_limits, cpu_snapshot, local_endpoints, marked_pids, process_cpu_s
+from proc_watch import (
+    cpu_limits,
+    cpu_snapshot,
+    local_endpoints,
+    marked_pids,
+    process_cpu_s,
+)
 
 # The binaries themselves, not Debian's /usr/bin wrappers (which add Google API keys, remote
 # extensions and GPU rasterization from /etc/chromium.d). Both are built from one Chromium
@@ -290,8 +296,7 @@ class Load(BrowserLoad):
                 if getattr(args, "workload", "web") == "cloud":
                     self.fetch_file(page)
                     return self.row
-                if getattr(args, "settle", 0):  # the browser's start-up work before the timed window
-                    page.wait_for_timeout(args.settle)
+                self.settle()  # the browser's start-up work before the timed window
                 pids = marked_pids(self.token)
                 cpu0, snap0 = process_cpu_s(pids), cpu_snapshot(pids)
                 sampler.start()
@@ -357,6 +362,7 @@ class Load(BrowserLoad):
         page.route(blank, lambda route: route.fulfill(status=200, content_type="text/html", body=BLANK_HTML))
         page.goto(blank, wait_until="load", timeout=args.timeout * 1000)
         page.unroute(blank)
+        self.settle()  # the browser's and the blank page's start-up work before the transfer
         pids = marked_pids(self.token)
         cpu0, snap0 = process_cpu_s(pids), cpu_snapshot(pids)
         threading.Thread(target=self.sample_cpu, daemon=True).start()

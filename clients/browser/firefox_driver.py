@@ -23,7 +23,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -31,7 +30,13 @@ from urllib.parse import parse_qs, urlsplit
 from bidi_client import BidiClosed, BidiError, BidiSession
 from load_common import _PAGE_TIMINGS_JS, BrowserLoad, browser_env, page_origins
 from page_row import LoadError, add_cpu, build_row, drop_favicon, empty_row, http_problems, judge, one_line
-from proc_watch import cpu_limits, cpu_snapshot, local_endpoints, marked_pids, process_cpu_s
+from proc_watch import (
+    cpu_limits,
+    cpu_snapshot,
+    local_endpoints,
+    marked_pids,
+    process_cpu_s,
+)
 
 # The binary itself (Debian's /usr/bin/firefox-esr is a link to it).
 BROWSERS = {"firefox": "/usr/lib/firefox-esr/firefox-esr"}
@@ -432,8 +437,7 @@ class FirefoxLoad(BrowserLoad):
             "session.subscribe",
             {"events": ["network.beforeRequestSent", "network.responseCompleted", "network.fetchError"]},
         )
-        if getattr(args, "settle", 0):  # the browser's start-up work before the timed window
-            time.sleep(args.settle / 1000.0)
+        self.settle()  # the browser's start-up work before the timed window
         pids = marked_pids(self.token)
         cpu0, snap0 = process_cpu_s(pids), cpu_snapshot(pids)
         threading.Thread(target=self.sample_cpu, daemon=True).start()

@@ -27,6 +27,7 @@ from proc_watch import (
     kill_marked,
     marked_pids,
     process_cpu_s,
+    settle_until_quiet,
 )
 
 
@@ -112,6 +113,12 @@ class BrowserLoad:
     watchdog_fired: bool = False
     cpu_samples: list[dict[str, Any]] = field(default_factory=list)
     _sampling: threading.Event = field(default_factory=threading.Event)
+
+    def settle(self) -> None:
+        """The fresh browser's start-up work before the timed window: wait until it is quiet,
+        at most --settle ms (proc_watch.settle_until_quiet says why); the row keeps the wait."""
+        waited_s = settle_until_quiet(self.token, getattr(self.args, "settle", 0) / 1000.0)
+        self.row["settle_ms"] = round(1000.0 * waited_s, 1)
 
     def sample_cpu(self) -> None:
         ncpu = os.cpu_count() or 1

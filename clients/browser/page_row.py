@@ -70,6 +70,7 @@ ROW_KEYS = (
     "cpu_bound",
     "cpu_by_process",
     "cpu_top_threads",
+    "settle_ms",
 )
 # With --duration: the playback's QoE (qoe.summarize) and its per-second trace instead of the
 # page-load columns (the player page's own load is not what a playback row measures).

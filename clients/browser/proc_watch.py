@@ -150,6 +150,29 @@ def marked_pids(token: str) -> list[int]:
     return sorted(found)
 
 
+# A fresh browser's start-up work (its spare renderer, network service, profile writes) would
+# otherwise run inside the timed load: on 2 cores it made chromium-full CPU-bound in 8 of 8
+# germany loads (bench/README.md). Before navigating, the load waits until a window of
+# QUIET_WINDOW_S in which the browser's processes used at most QUIET_CPU_S (a tenth of a core,
+# one clock tick at 100 Hz), or the cap (--settle).
+QUIET_WINDOW_S = 0.1
+QUIET_CPU_S = 0.01
+
+
+def settle_until_quiet(token: str, cap_s: float) -> float:
+    """Wait until the load's browser is quiet (a window of QUIET_WINDOW_S with at most
+    QUIET_CPU_S of its CPU) or cap_s has passed; the seconds waited."""
+    start = time.monotonic()
+    used = process_cpu_s(marked_pids(token))
+    while time.monotonic() - start < cap_s:
+        time.sleep(QUIET_WINDOW_S)
+        now = process_cpu_s(marked_pids(token))
+        if now - used <= QUIET_CPU_S + 1e-9:
+            break
+        used = now
+    return time.monotonic() - start
+
+
 def _stat_fields(pid: int) -> list[str] | None:
     try:
         with open(f"/proc/{pid}/stat") as f:

@@ -17,6 +17,7 @@ COLUMNS = (
     "switches_up",
     "switches_down",
     "seconds_at_resolution",
+    "first_rendition",
     "lowest_quality",
     "mean_height",
     "mean_bitrate_kbps",
@@ -30,6 +31,24 @@ COLUMNS = (
 
 def _height_label(height: object) -> str:
     return f"{int(height)}p" if isinstance(height, int | float) and height > 0 else ""
+
+
+def first_rendition(qoe: dict[str, Any]) -> str | None:
+    """The rendition the playback started at ("360p"), as dash.js chose it: nothing pins its
+    start (issue 64), so QUIC's and TCP's sessions may start at different renditions, whose
+    first segments differ in size, and the startup findings say so. The player's render
+    event for the start (no rendition before it) names it; without one, the first switch
+    rendered left it; without a switch, one rendition played throughout and the trace's
+    first sample of it names it. None when no frame was rendered."""
+    if not isinstance(qoe.get("first_frame_ms"), int | float):
+        return None
+    switches = qoe.get("switches") or []
+    if switches:
+        first = switches[0]
+        label = _height_label(first.get("from_height") if first.get("from_kbps") else first.get("to_height"))
+        if label:
+            return label
+    return next((label for p in qoe.get("trace") or [] if (label := _height_label(p.get("height")))), None)
 
 
 def trace_since_play(qoe: dict[str, Any]) -> list[dict[str, Any]]:
@@ -78,6 +97,7 @@ def summarize(qoe: dict[str, Any]) -> dict[str, Any]:
         "switches_up": up,
         "switches_down": len(switches) - up,
         "seconds_at_resolution": seconds_at,
+        "first_rendition": first_rendition(qoe),
         "lowest_quality": min(heights, key=lambda k: heights[k]) if heights else None,
         "mean_height": round(sum(heights[k] * t for k, t in seconds_at.items()) / played, 1)
         if played

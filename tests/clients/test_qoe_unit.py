@@ -87,3 +87,27 @@ def test_the_trace_counts_from_the_play_request_not_the_page_load():
     assert [p["t_s"] for p in qoe.trace_since_play(record)] == [1.093, 2.093]
     assert qoe.trace_since_play({"trace": [{"t_s": 1.5}]}) == [{"t_s": 1.5}]  # no request: as is
     assert qoe.trace_since_play({}) == []
+
+
+def test_the_first_rendition_is_where_dashjs_started_however_it_said_so():
+    """The start's own render event names it; without one, the rendition the first switch
+    left; without a switch, the trace's first height. Nothing rendered: no start."""
+    started = {"first_frame_ms": 900.0}
+    initial = {"from_kbps": 0, "to_kbps": 700, "to_height": 480}
+    up = {"from_kbps": 700, "from_height": 480, "to_kbps": 2500, "to_height": 720}
+    assert qoe.summarize({**started, "switches": [initial, up]})["first_rendition"] == "480p"
+    assert qoe.summarize({**started, "switches": [up]})["first_rendition"] == "480p"
+    trace = [{"height": 0}, {"height": 360}, {"height": 720}]  # 0: before the stream was known
+    assert qoe.first_rendition({**started, "switches": [], "trace": trace}) == "360p"
+    assert qoe.first_rendition({"first_frame_ms": None, "switches": [up], "trace": trace}) is None
+
+
+def test_the_paper_lets_dashjs_choose_where_it_starts():
+    """Issue 64: dash.js runs as deployed. No paper experiment, full or quick, gives the
+    player a setting (a pinned initial bitrate or rendition range would fix its start), so
+    the browser gets no --player-settings and dash.js's defaults hold."""
+    from quicbed.experiments.schema import load_experiment
+
+    for quick in (False, True):
+        exp = load_experiment(REPO / "experiments" / "paper" / "video.yaml", quick=quick)
+        assert exp.workload.kind == "video" and not dict(exp.workload.settings), exp.workload.settings
