@@ -6,7 +6,7 @@ import math
 import os
 from collections.abc import Mapping
 
-from quicbed.analysis.decisions import PER_CELL, PER_CONDITION, PER_SERVER, floor_rounds
+from quicbed.analysis.decisions import PER_CELL, PER_CONDITION, PER_SERVER, Decide, floor_rounds
 from quicbed.analysis.loss_response import mathis_mbit
 from quicbed.errors import InputError
 from quicbed.rowschema import TRIALS_DIR
@@ -104,9 +104,28 @@ def floors(exp: Experiment) -> dict[tuple[str, str], int]:
     out = {}
     for cond in conditions(exp):
         for obj in exp.workload.objects:
-            lines = [d for d in exp.decide if d.judges(obj) and d.applies(cond.values)]
+            lines = _judging(exp, cond, obj)
             out[cond.id, obj] = floor_rounds(lines, exp.auto, servers, objects) if lines else exp.auto.min
     return out
+
+
+def caps(exp: Experiment) -> dict[tuple[str, str], int]:
+    """Each condition's objects' rounds when no line decides before the cap: an auto run's
+    longest. Where no line judges, `min`: the runner stops such a cell there
+    (stopping.Stopper), so the cap would overstate it (a slice that runs its bulk files on
+    one path for one line and on another for none)."""
+    assert exp.auto is not None
+    auto = exp.auto
+    return {
+        (cond.id, obj): auto.max if _judging(exp, cond, obj) else auto.min
+        for cond in conditions(exp)
+        for obj in exp.workload.objects
+    }
+
+
+def _judging(exp: Experiment, cond: Condition, obj: str) -> list[Decide]:
+    """The decide lines that judge an object's cells in a condition."""
+    return [d for d in exp.decide if d.judges(obj) and d.applies(cond.values)]
 
 
 def duration_text(exp: Experiment) -> str:
@@ -117,7 +136,7 @@ def duration_text(exp: Experiment) -> str:
     least = floors(exp)
     return (
         f"estimated duration: {hms(estimate_seconds(exp, least))} if every line decides at its "
-        f"floor (rounds: {_floors_text(least)}), {hms(estimate_seconds(exp))} at the cap of "
+        f"floor (rounds: {_floors_text(least)}), {hms(estimate_seconds(exp, caps(exp)))} at the cap of "
         f"{exp.auto.max} {model}"
     )
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 from quicbed.errors import HostProblem, InputError
 
 from .parallel import auto_parallel, parse_parallel, planned_wall
-from .plan import estimate_seconds, floors, hms, path_stretch
+from .plan import caps, estimate_seconds, floors, hms, path_stretch
 from .runner import signals_interrupt
 from .schema import Experiment, load_experiment
 from .store import MANIFEST, load_rows
@@ -189,7 +189,7 @@ def planned(exp: Experiment) -> tuple[float, float, int]:
     k = parse_parallel(exp.parallel) or auto_parallel(exp)
     # K paths share the host: each unit takes PARALLEL_WALL_K2 x 2 as long as alone.
     scale = planned_wall(exp, k) / planned_wall(exp, 1) * path_stretch(k)
-    cap = estimate_seconds(exp) * scale
+    cap = estimate_seconds(exp, caps(exp) if exp.auto else None) * scale
     least = estimate_seconds(exp, floors(exp)) * scale if exp.auto else cap
     return least, cap, k
 

@@ -10,6 +10,7 @@ perf tools' timings, TLS 1.2 one RTT shorter (False Start), and the load two RTT
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from quicbed import rowschema, runmanifest
+from quicbed.workloads.cloud import CLOUD_SIZES as FILE_BYTES
 
 HANDSHAKE_K = {"quic": 1, "tls1.3": 2, "tls1.2": 3}
 CLIENTS = {"quic": "quic-h3", "tls1.3": "tls1.3-h2", "tls1.2": "tls1.2-h2"}
@@ -159,17 +161,22 @@ def streaming_rows(rng, m, base, params) -> list[dict]:
         factor = 1 + loss / 5 * (0.6 if quic else 1.0)
         stalls = int(rng.poisson(loss / (8 if quic else 2)))  # QUIC seldom stalls (measured 2026-11-29)
         durations = list(rng.gamma(4, (150 if quic else 225), size=stalls))
+        startup = 600 * factor * (1 + 0.05 * rng.standard_normal())
+        switches = int(rng.poisson(1 + loss))  # drawn after the startup, as before: same runs
         rows.append(
             {
                 **base,
                 "workload": "streaming",
                 "object": "dash",
                 "loss_pct": loss,
-                "startup_delay_ms": 600 * factor * (1 + 0.05 * rng.standard_normal()),
+                "startup_delay_ms": startup,
                 "stall_count": stalls,
                 "stall_durations_ms": durations,
                 "stall_total_ms": float(sum(durations)),
-                "quality_switches": int(rng.poisson(1 + loss)),
+                "quality_switches": switches,
+                "switches_up": switches // 3,  # loss mostly switches down
+                "switches_down": switches - switches // 3,
+                "first_rendition": "360p",  # both protocols start alike: no rendition line
                 "lowest_quality": "144p" if loss >= 5 else "480p",
             }
         )
@@ -377,3 +384,65 @@ def write_run(
     if parquet:
         pd.DataFrame(rows).to_parquet(run_dir / "rows.parquet")
     return run_dir
+
+
+# Paths of the cloud findings' two regimes (analysis/claims.py RECEIVER_CPU_MBIT): this
+# testbed's germany, where both protocols fill the link, and germany-lab, where the
+# receiver's CPU can set the rate. (CONDITIONS' "germany" has germany-lab's figures.)
+GERMANY = ("germany", 20.0, 100.0)  # name, rtt_ms, rate_mbit
+GERMANY_LAB = ("germany-lab", 6.0, 500.0)
+
+
+@dataclass(frozen=True)
+class Side:
+    """One protocol's cloud trials in cloud_rounds: its goodput and both ends' CPU (% of one
+    core): the client is the receiver, the server the sender."""
+
+    mbit: float
+    client_pct: float = 20.0
+    server_pct: float = 20.0
+
+
+def cloud_rounds(
+    path: tuple[str, float, float],
+    sides: dict[str, Side],
+    files: tuple[str, ...] = ("50MB", "100MB"),
+    rounds: int = 12,
+    server: str = "caddy",
+) -> list[dict[str, Any]]:
+    """Rounds of paired cloud trials on one path, as analysis/load.py leaves them (the facet,
+    object_bytes, transfer_cpu_pct), one per protocol, file and round. A trial is CPU-bound
+    when an end used 90 % of a core or more, as the executor flags it. Each round adds a
+    little to every side's goodput alike, so the pairs keep their sign and no two rounds
+    tie; the CPU figures stay as given."""
+    name, rtt, rate = path
+    rows = []
+    for rep, obj, (protocol, side) in itertools.product(range(rounds), files, sides.items()):
+        rows.append(
+            {
+                "run_id": "r1",
+                "trial_id": f"{name}/{server}/{protocol}/{obj}/r{rep}",
+                "condition": name,
+                "condition_label": name,
+                "profile": name,
+                "facet": f"{name} · {server}",
+                "server": server,
+                "client": CLIENTS[protocol],
+                "protocol": protocol,
+                "tool": "quic_perf" if protocol == "quic" else "tls_perf",
+                "workload": "cloud",
+                "object": obj,
+                "object_bytes": float(FILE_BYTES[obj]),
+                "repetition": rep,
+                "rtt_ms": rtt,
+                "rate_down_mbit": rate,
+                "error": "",
+                "failed": False,
+                "throughput_mbps": side.mbit + 0.1 * rep,
+                "cpu_client_pct": side.client_pct,
+                "transfer_cpu_pct": side.client_pct,
+                "cpu_server_pct": side.server_pct,
+                "cpu_bound": max(side.client_pct, side.server_pct) >= 90.0,
+            }
+        )
+    return rows

@@ -5,21 +5,27 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 import pytest
+from analysis_synthetic import GERMANY, GERMANY_LAB, Side, cloud_rounds
 
 from quicbed.analysis import decisions
 from quicbed.analysis.claims import (
     FAILS,
+    FAST_LINKS,
     HOLDS,
     NO_DATA,
     NOT_DECIDED,
+    RECEIVER_REGIME,
+    Verdict,
     cpu_ratio,
     paired,
     stalls_longer,
     startup_no_loss,
+    throughput_direction,
 )
 from quicbed.analysis.decisions import TCP, Decide
 
@@ -112,7 +118,12 @@ def test_the_cpu_finding_is_the_direction_and_its_ratio_is_reported(
     quic = list(quic_pct + rng.normal(0, 1, 20))
     tls = list(50.0 + rng.normal(0, 1, 20))
     rows = rows_of(
-        {"quic": quic, "tls1.2": tls}, "transfer_cpu_pct", workload="cloud", object_bytes=100 * 2**20
+        {"quic": quic, "tls1.2": tls},
+        "transfer_cpu_pct",
+        workload="cloud",
+        object_bytes=100 * 2**20,
+        rate_down_mbit=500.0,
+        facet="germany-lab",
     )
     verdict = cpu_ratio(frame(rows))
     assert verdict.status == status, verdict.found
@@ -121,10 +132,86 @@ def test_the_cpu_finding_is_the_direction_and_its_ratio_is_reported(
     assert "1.41" not in " ".join(verdict.found)
     shown = verdict.found[-1]
     assert re.fullmatch(
-        rf"india: QUIC/TLS 1\.2 ×{ratio} \[\d\.\d\d, \d\.\d\d\] over 20 pairs \(median ratio, 95% CI\), "
+        rf"germany-lab: QUIC/TLS 1\.2 ×{ratio} \[\d\.\d\d, \d\.\d\d\] over 20 pairs "
+        r"\(median ratio, 95% CI\), "
         r"beside the paper's ×2: reported, not tested",
         shown,
     ), shown
+
+
+LARGE_FILES = throughput_direction(small=False)
+SMALL_FILES = throughput_direction(small=True)
+
+
+def test_the_large_file_finding_reads_the_fast_links_rows_only() -> None:
+    """On germany's 100 Mbit/s both protocols fill the link: rows where QUIC is ahead there
+    would make "TLS 1.2 ahead" fail if they were read. They are not: the finding holds on
+    germany-lab's rows alone, and says it is the receiver's CPU that decides it."""
+    slow = cloud_rounds(GERMANY, {"quic": Side(93.0), "tls1.2": Side(91.0)})
+    fast = cloud_rounds(GERMANY_LAB, {"quic": Side(400.0, 45.0, 60.0), "tls1.2": Side(425.0, 25.0, 30.0)})
+    verdict = LARGE_FILES(frame(slow, fast))
+    assert verdict.status == HOLDS, verdict.found
+    assert verdict.found[0].startswith("germany-lab · caddy: QUIC 401 vs TLS 1.2 426 Mbit/s")
+    assert "QUIC below TLS 1.2 in 24 of 24 pairs, decided at pair 11" in verdict.found[0]
+    assert not any(line.startswith("germany ·") for line in verdict.found), verdict.found
+    assert verdict.found[-1] == RECEIVER_REGIME
+    assert LARGE_FILES(frame(slow)).found == (f"no cloud file > 20 MB over QUIC and TLS 1.2 {FAST_LINKS}",)
+    # The CPU finding likewise: QUIC's client below TLS 1.2's on germany is not read.
+    slow_cpu = cloud_rounds(GERMANY, {"quic": Side(93.0, 10.0), "tls1.2": Side(91.0, 30.0)})
+    assert cpu_ratio(frame(slow_cpu, fast)).status == HOLDS
+    assert cpu_ratio(frame(slow_cpu)).status == NO_DATA
+
+
+def test_the_small_file_finding_stays_on_the_slower_links() -> None:
+    """Files up to 20 MB are judged where they were (germany), not on germany-lab, where a
+    few rounds of small files (run at the slice's minimum, undecided) would hold it open."""
+    small = ("1MB", "10MB")
+    slow = cloud_rounds(GERMANY, {"quic": Side(60.0), "tls1.2": Side(50.0)}, small)
+    fast = cloud_rounds(GERMANY_LAB, {"quic": Side(150.0), "tls1.2": Side(160.0)}, small, rounds=1)
+    verdict = SMALL_FILES(frame(slow, fast))
+    assert verdict.status == HOLDS, verdict.found
+    assert [line.split(":")[0] for line in verdict.found] == ["germany · caddy"]
+
+
+def test_both_ends_cpu_and_the_cpu_bound_trials_stand_beside_each_path() -> None:
+    """The client is the receiver, the server the sender: both are shown, with the trials
+    flagged CPU-bound (here QUIC's receiver at 95 % of a core: the mechanism, judged)."""
+    fast = cloud_rounds(GERMANY_LAB, {"quic": Side(380.0, 95.0, 70.0), "tls1.2": Side(425.0, 40.0, 30.0)})
+    verdict = LARGE_FILES(frame(fast))
+    assert verdict.status == HOLDS, verdict.found
+    assert verdict.found[1] == (
+        "germany-lab · caddy, the ends' CPU (medians, % of one core): receiver (client) QUIC 95.0 vs "
+        "TLS 1.2 40.0, sender (server) QUIC 70.0 vs TLS 1.2 30.0; CPU-bound trials QUIC 24 of 24, "
+        "TLS 1.2 0 of 24"
+    )
+
+
+@pytest.mark.parametrize("finding", [LARGE_FILES, cpu_ratio], ids=["large-files", "cpu"])
+@pytest.mark.parametrize(("saturated_rounds", "status"), [(0, HOLDS), (1, HOLDS), (2, NOT_DECIDED)])
+def test_a_path_whose_sender_saturates_is_not_decided(
+    finding: Callable[[pd.DataFrame], Verdict], saturated_rounds: int, status: str
+) -> None:
+    """QUIC's server at 95 % of a core while its client is at 40 %: the rate is the sender's,
+    so the receiver decides nothing there. One round of 12 (2 of 24 trials, 8 %) is within
+    the 10 % a verdict tolerates; two rounds (17 %) are not."""
+    rows = cloud_rounds(GERMANY_LAB, {"quic": Side(380.0, 40.0, 60.0), "tls1.2": Side(425.0, 30.0, 30.0)})
+    for row in rows:
+        if row["protocol"] == "quic" and row["repetition"] < saturated_rounds:
+            row["cpu_server_pct"] = 95.0
+    verdict = finding(frame(rows))
+    assert verdict.status == status, verdict.found
+    said = "not decided: the sender, not the receiver, limits here"
+    assert (said in verdict.found[0]) == (status == NOT_DECIDED), verdict.found
+    if status == NOT_DECIDED:
+        why = f"QUIC's server at ≥ 90 % of a core, its client below, in {2 * saturated_rounds} of 24 trials"
+        assert f"({why})" in verdict.found[0]
+        assert "; the test alone: QUIC " in verdict.found[0] and "decided at pair 11" in verdict.found[0]
+
+
+def test_a_sender_at_a_full_core_beside_a_saturated_receiver_is_judged() -> None:
+    """Both ends at a core: the receiver's CPU is spent too, so the path is judged."""
+    rows = cloud_rounds(GERMANY_LAB, {"quic": Side(380.0, 97.0, 96.0), "tls1.2": Side(425.0, 50.0, 40.0)})
+    assert LARGE_FILES(frame(rows)).status == HOLDS
 
 
 @pytest.mark.parametrize(("tcp_ms", "status"), [(1000.0, HOLDS), (1500.0, FAILS)])

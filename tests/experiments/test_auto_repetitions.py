@@ -283,8 +283,9 @@ def test_the_dry_run_gives_the_floor_and_the_cap(tmp_path: Path, capsys) -> None
 
 def test_the_dry_run_gives_each_objects_floor_from_the_lines_that_judge_it() -> None:
     """Cloud files: small ones pooled three to a round (4), bulk ones two (6), one that no
-    line judges at min; the estimate at the floors is below the one at the cap."""
-    from quicbed.experiments.plan import estimate_seconds, floors
+    line judges at min, at the floors and at the cap alike; the estimate at the floors is
+    below the one at the cap."""
+    from quicbed.experiments.plan import caps, estimate_seconds, floors
 
     text = DECISIVE.replace(
         "{kind: web, objects: [index.html]}", "{kind: cloud, files: [5KB, 1MB, 10MB, 50MB, 100MB, 2MB]}"
@@ -306,6 +307,10 @@ def test_the_dry_run_gives_each_objects_floor_from_the_lines_that_judge_it() -> 
         "2MB": 3,
     }
     assert estimate_seconds(exp, least) < estimate_seconds(exp)
+    # At the cap, too, the object no line judges runs min: the runner stops it there.
+    most = caps(exp)
+    assert {obj: n for (_, obj), n in most.items()} == {obj: 40 for _, obj in least} | {"2MB": 3}
+    assert estimate_seconds(exp, least) < estimate_seconds(exp, most) < estimate_seconds(exp)
 
 
 def test_the_report_shows_each_decision_with_its_rounds(tmp_path: Path) -> None:

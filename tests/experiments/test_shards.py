@@ -121,7 +121,7 @@ def test_the_paper_plans_within_an_hour_for_cloud_on_16_workers(capsys):
     bins = assign(exp, 16)
     assert max(worker_seconds(exp, b, shared=False) for b in bins) <= 3600  # Ray: a path per unit
     text = plan(exp, 16, shared=False)
-    assert f"{len(units(exp))} unit(s) in 2 condition(s)" in text and "bound: the longest unit" in text
+    assert f"{len(units(exp))} unit(s) in 3 condition(s)" in text and "bound: the longest unit" in text
 
 
 def test_shards_run_one_after_the_other_merge_into_the_unsharded_run(tmp_path, capsys):
