@@ -26,11 +26,14 @@ gives it no TLS group (empty) and no connection ids (sockets at the load event).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from quicbed.clients.tools import TOOLS, tool_argv
 from quicbed.paths import CACHE
@@ -84,6 +87,27 @@ def captured(tb, command: list[str]) -> dict | None:
     return None if row["error"] else {"row": row, "wire": check}
 
 
+@contextlib.contextmanager
+def browser_testbed(profile_name: str, server: str, backend: str = "auto") -> Iterator[tuple[Any, str]]:
+    """The profile's path with `server` serving the web content and the browser image as the
+    client container: (testbed, the server's address). bench/browser_quiet_bench.py uses it too."""
+    root = ensure_content(CACHE / "content", {"web"})
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        served_testbed(
+            load_profile(profile_name),
+            [server],
+            log_root=Path(tmp) / "logs",
+            pki_dir=Path(tmp) / "pki",
+            content_dir=root,
+            start=True,
+            backend=backend,
+            client_image=TOOLS["chromium"].image,  # the browser image, as the client container
+        ) as (tb, hosts),
+    ):
+        yield tb, server_address(tb.servers.index(hosts[server]))
+
+
 def quartiles(values: list[float]) -> tuple[float, float, float]:
     q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
     return q1, q2, q3
@@ -110,24 +134,9 @@ def main() -> int:
     )
     parser.add_argument("--browsers", nargs="+", default=list(BROWSERS), help="before, then after")
     args = parser.parse_args()
-    root = ensure_content(CACHE / "content", {"web"})
-    profile = load_profile(args.profile)
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        served_testbed(
-            profile,
-            [args.server],
-            log_root=Path(tmp) / "logs",
-            pki_dir=Path(tmp) / "pki",
-            content_dir=root,
-            start=True,
-            backend=args.backend,
-            client_image=TOOLS["chromium"].image,  # the browser image, as the client container
-        ) as (tb, hosts),
-    ):
+    with browser_testbed(args.profile, args.server, args.backend) as (tb, address):
         calibration = check_rtt(tb, 30)
-        rtt = calibration.measured
-        address = server_address(tb.servers.index(hosts[args.server]))
+        rtt, configured_ms = calibration.measured, load_profile(args.profile).rtt_ms
         results = {}
         for protocol in PROTOCOLS:  # the browsers alternate per protocol: the same host load
             for browser in args.browsers:
@@ -144,7 +153,7 @@ def main() -> int:
                 ]
                 results[browser, protocol] = rows, wires
         print(
-            f"\n{args.profile} via {tb.backend.name}: configured RTT {profile.rtt_ms:g} ms, "
+            f"\n{args.profile} via {tb.backend.name}: configured RTT {configured_ms:g} ms, "
             f"calibrated {rtt:.2f} ms ({'passed' if calibration.passed else 'FAILED'}); "
             f"{args.server}, web/{args.page}, {args.reps} loads per browser and protocol, each in "
             f"a fresh browser; {args.captures} more captured. Median [IQR].\n"

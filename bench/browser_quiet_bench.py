@@ -32,19 +32,14 @@ import json
 import shlex
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
+
+from browser_bench import browser_testbed, busiest_threads, cell, cpu_by_kind  # beside this file
 
 from quicbed.analysis.stats import median_diff_ci
-from quicbed.clients.tools import TOOLS, tool_argv
+from quicbed.clients.tools import tool_argv
 from quicbed.hostload import cpu_jiffies, steal_share
-from quicbed.paths import CACHE
-from quicbed.servers.testbed import served_testbed
 from quicbed.topology.calibrate import check_rtt
-from quicbed.topology.net import server_address
-from quicbed.topology.profiles import load_profile
-from quicbed.workloads import ensure_content
 
 # arm -> (QUICBED_BROWSER_QUIET of the clients/browser drivers, --settle ms; None: its default,
 # wait until the fresh browser is quiet, capped).
@@ -83,22 +78,8 @@ def one_load(tb, command: list[str], arm: str) -> dict | None:
 
 def run_path(profile_name: str, args: argparse.Namespace, cells: dict[Cell, list[dict]]) -> str:
     """N loads per browser and arm on one path, interleaved; the path's line for the table."""
-    root = ensure_content(CACHE / "content", {"web"})
-    profile = load_profile(profile_name)
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        served_testbed(
-            profile,
-            [args.server],
-            log_root=Path(tmp) / "logs",
-            pki_dir=Path(tmp) / "pki",
-            content_dir=root,
-            start=True,
-            client_image=TOOLS["chromium"].image,  # the browser image, as the client container
-        ) as (tb, hosts),
-    ):
+    with browser_testbed(profile_name, args.server) as (tb, address):
         calibration = check_rtt(tb, 20)
-        address = server_address(tb.servers.index(hosts[args.server]))
         path = f"{profile_name} via {tb.backend.name}, RTT {calibration.measured:.1f} ms"
         print(path, file=sys.stderr)
         for rep in range(args.reps):
@@ -116,30 +97,6 @@ def run_path(profile_name: str, args: argparse.Namespace, cells: dict[Cell, list
     return path
 
 
-def median_iqr(values: list[float], spec: str = ".0f") -> str:
-    if not values:
-        return "-"
-    if len(values) < 2:
-        return format(values[0], spec)
-    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return f"{q2:{spec}} [{q1:{spec}}–{q3:{spec}}]"
-
-
-def cpu_by_kind(rows: list[dict], top: int = 4) -> str:
-    kinds = {k for r in rows for k in r.get("cpu_by_process") or {}}
-    medians = {k: statistics.median((r.get("cpu_by_process") or {}).get(k, 0.0) for r in rows) for k in kinds}
-    return ", ".join(f"{k} {v:.0f}" for k, v in sorted(medians.items(), key=lambda kv: -kv[1])[:top]) or "-"
-
-
-def busiest_threads(rows: list[dict], top: int = 4) -> str:
-    times: dict[str, list[float]] = {}
-    for r in rows:
-        for name, kind, ms in r.get("cpu_top_threads") or []:
-            times.setdefault(f"{name} @ {kind}", []).append(ms)
-    medians = {k: statistics.median(v + [0.0] * (len(rows) - len(v))) for k, v in times.items()}
-    return ", ".join(f"{k} {v:.0f}" for k, v in sorted(medians.items(), key=lambda kv: -kv[1])[:top]) or "-"
-
-
 def report(cells: dict[Cell, list[dict]], paths: list[str], args: argparse.Namespace, steal: str) -> None:
     print(
         f"\n{'; '.join(paths)}. {args.server}, web/{args.page} over {args.protocol}, "
@@ -155,18 +112,20 @@ def report(cells: dict[Cell, list[dict]], paths: list[str], args: argparse.Names
         pkts = [r["packets"] for r in rows]
         print(
             f"| {profile} | {browser} | {arm} | {len(rows)} "
-            f"| {median_iqr([r['browser_cpu_ms'] for r in rows])} "
+            f"| {cell([r['browser_cpu_ms'] for r in rows])} "
             f"| {bound}/{len(rows)} ({100 * bound / len(rows):.0f} %) "
-            f"| {median_iqr([r['cpu_wait_ms'] for r in rows if r['cpu_wait_ms'] is not None], '.1f')} "
-            f"| {median_iqr([r['host_idle_pct'] for r in rows if r['host_idle_pct'] is not None])} "
-            f"| {median_iqr([r['page_load_time_ms'] for r in rows])} "
+            f"| {cell([r['cpu_wait_ms'] for r in rows if r['cpu_wait_ms'] is not None], '.1f')} "
+            f"| {cell([r['host_idle_pct'] for r in rows if r['host_idle_pct'] is not None])} "
+            f"| {cell([r['page_load_time_ms'] for r in rows])} "
             f"| {statistics.median(pkts):.0f} ({min(pkts)}–{max(pkts)}) |"
         )
     print("\nWhere the timed load's CPU went (ms on a CPU, schedstat; medians over loads, 0 where absent):\n")
     print("| path | browser | arm | by process kind | busiest threads (thread @ process) |")
     print("|---|---|---|---|---|")
     for (profile, browser, arm), rows in sorted(cells.items()):
-        print(f"| {profile} | {browser} | {arm} | {cpu_by_kind(rows)} | {busiest_threads(rows)} |")
+        print(
+            f"| {profile} | {browser} | {arm} | {cpu_by_kind(rows, top=4)} | {busiest_threads(rows, top=4)} |"
+        )
     before, after = COMPARE[args.compare]
     print(f"\n{after} − {before}, median [95 % bootstrap CI]:\n")
     print("| path | browser | browser CPU ms/load | page load ms | packets/browser |")
