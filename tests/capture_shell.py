@@ -16,12 +16,14 @@ def captured(command: str, iface: str, stem: str) -> str:
     )
 
 
-def wirecheck(tool: str, iface: str, stem: str) -> str:
+def wirecheck(tool: str, iface: str, stem: str, *, false_start: bool = False) -> str:
     """The tool's row checked against a capture of its connection, decrypted by its key log
-    (wirecheck.py --json prints the verdict as the last line)."""
+    (wirecheck.py --json prints the verdict as the last line). false_start: the tool is a
+    browser that ends a TLS 1.2 handshake when its own Finished leaves (wirecheck.py)."""
     return (
         captured(f"{tool} --keylog {stem}.keys > {stem}.json", iface, stem)
         + f"; wirecheck.py --pcap {stem}.pcap --row {stem}.json --keylog {stem}.keys --json"
+        + (" --false-start" if false_start else "")
     )
 
 

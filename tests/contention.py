@@ -16,13 +16,15 @@ Contention is quicbed.hostload's `Load.contended`, any of:
   cost 3-4x, with no steal to show for it).
 The rule (`remeasured`): attempt 1 uncontended is judged. Attempt 1 contended is recorded,
 then the host is given up to 2 minutes to calm down (`hostload.wait_for_calm`: 2 s windows
-until one is uncontended), and the check measures again. Attempt 2 uncontended is judged, and a
-failure names both attempts' loads: a check that fails on an uncontended host fails. Attempt 2
-contended too is not judged: the test is skipped as "not judged: <what>: host contended in
-both attempts: <figures>" (allowed by tests/allowed_skips.yaml), and a session in which more
-than 10 % of its timing checks were not judged fails as a host unfit to judge timing
-(tests/tiers_plugin.py). Every attempt and the wait are printed; the re-measurements, the
-checks not judged and every attempt's figures go to the session's files, listed at its end.
+until 10 s of them in a row were uncontended), and the check measures again. Attempt 2
+uncontended is judged, and a failure names both attempts' loads: a check that fails on an
+uncontended host fails. Attempt 2 contended too is not judged: the test is skipped as "not
+judged: <what>: host contended in both attempts: <figures>" (allowed by
+tests/allowed_skips.yaml), and a session in which more than 10 % of its timing checks were
+not judged fails as a host unfit to judge timing (tests/tiers_plugin.py). A `quicbed run`'s
+steal is its trials' (`trials_steal`), not its bring-up's. Every attempt and the wait are
+printed; the re-measurements, the checks not judged and every attempt's figures go to the
+session's files, listed at its end.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ __all__ = [
     "LoadMeter",
     "path_proof",
     "remeasured",
+    "trials_steal",
     "wait_for_calm",
 ]
 
@@ -89,21 +92,25 @@ def remeasured(
     *,
     meter: Callable[[Iterable[str]], Meter] = LoadMeter,
     wait: Callable[..., tuple[bool, Load]] = wait_for_calm,
+    steal_of: Callable[[T], float | None] | None = None,
 ) -> T:
     """measure(), judged by judge() (which raises AssertionError) unless the host was contended
     while it measured; then, after waiting for a calm host, measured once more and that one
     judged if it was uncontended, or the test skipped as not judged if it was contended too.
     Returns what was judged. `own`: the containers the measurement runs in; the host's CPU
-    beyond them is contention. `meter` and `wait` stand in for the host in unit tests
-    (`wait` is called with say=)."""
+    beyond them is contention. `steal_of`: the steal the measurement itself recorded where it
+    knows better than the whole block (a run's rows: its trials, `trials_steal`), in place of
+    the block's. `meter` and `wait` stand in for the host in unit tests (`wait` is called
+    with say=)."""
     own = list(own)
-    result, first = _attempt(what, 1, measure, cpu_bound, own, meter)
+    steal_of = steal_of or (lambda _: None)
+    result, first = _attempt(what, 1, measure, cpu_bound, own, meter, steal_of)
     if not first.contended:
         judge(result)  # an uncontended failure fails as it is
         return result
     waited = _waited(what, wait)
     _append(REMEASURE_ENV, f"{_test()}: {what}: measured again ({waited}), attempt 1 was {first.describe()}")
-    result, second = _attempt(what, 2, measure, cpu_bound, own, meter)
+    result, second = _attempt(what, 2, measure, cpu_bound, own, meter, steal_of)
     attempts = f"1: {first.describe()}; 2: {second.describe()}"
     if second.contended:
         _append(NOT_JUDGED_ENV, f"{_test()}: {what}: not judged ({waited}); {attempts}")
@@ -122,15 +129,37 @@ def _attempt(
     cpu_bound: Callable[[T], bool],
     own: list[str],
     meter: Callable[[Iterable[str]], Meter],
+    steal_of: Callable[[T], float | None] = lambda _: None,
 ) -> tuple[T, Load]:
     """One measurement and the host's load while it ran, printed and logged."""
     with meter(own) as metered:
         result = measure()
     assert metered.load is not None
     load = dataclasses.replace(metered.load, cpu_bound=metered.load.cpu_bound or bool(cpu_bound(result)))
-    print(f"{what}: attempt {attempt}: {load.describe()}", flush=True)
+    own_steal = steal_of(result)
+    if own_steal is not None:
+        load = dataclasses.replace(load, steal=own_steal)
+    where = " (steal: over its trials)" if own_steal is not None else ""
+    print(f"{what}: attempt {attempt}: {load.describe()}{where}", flush=True)
     _append(LOADS_ENV, json.dumps({"test": _test(), "what": what, "attempt": attempt, **load.to_dict()}))
     return result, load
+
+
+def trials_steal(rows: Iterable[dict]) -> float | None:
+    """The steal over a run's trials, as a share of the busy CPU: each row's host_steal_pct
+    (quicbed.hostload.OtherWork, over the tool's run alone) weighted by its tool_wall_s; None
+    where no row has both. A `quicbed run` also brings its path up and calibrates it, and its
+    calibration is proven on a calm host by its own rule (topology/proven.py): a spell then
+    touches no row. And not any one row's: a 0.3 s trial spans a few 10 ms jiffies, so one
+    stolen tick can read as 10 % (CI, stop 68: whole runs of 27 trials were made again for
+    spells outside their trials, and their checks went unjudged)."""
+    pairs = [
+        (r["host_steal_pct"], r["tool_wall_s"])
+        for r in rows
+        if r.get("host_steal_pct") is not None and r.get("tool_wall_s")
+    ]
+    wall = sum(w for _, w in pairs)
+    return sum(s * w for s, w in pairs) / wall / 100 if wall > 0 else None
 
 
 def _waited(what: str, wait: Callable[..., tuple[bool, Load]]) -> str:

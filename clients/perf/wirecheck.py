@@ -13,6 +13,9 @@ Wire events (all from the client's point of view):
   handshake   the instant libcurl's APPCONNECT describes, i.e. the client has finished:
                 TLS 1.2: the server's ChangeCipherSpec+Finished arrives (OpenSSL does no
                          False Start, so SSL_connect returns once that is processed);
+                         with --false-start (browsers), the client sends its Finished, as in
+                         TLS 1.3: a False Start client is done then, an RTT and the server's
+                         turn before the server's Finished arrives;
                 TLS 1.3, QUIC: the client sends its Finished (it does so as soon as the server's
                          Finished is processed, so this is handshake completion + client CPU).
               With --keylog the Finished messages are found by decryption; without it by
@@ -180,14 +183,16 @@ def _last(packets: list[Packet], pred: Pred, end: int | None = None) -> int | No
     return None
 
 
-def tcp_events(pk: list[Packet], tls12: bool, keyed: bool) -> dict[str, int | None]:
+def tcp_events(
+    pk: list[Packet], tls12: bool, keyed: bool, false_start: bool = False
+) -> dict[str, int | None]:
     ev: dict[str, int | None] = {}
     ev["start"] = _first(
         pk, lambda p: p.from_client and p.has("tcp.flags.syn", "1") and p.has("tcp.flags.ack", "0")
     )
     ev["connect"] = _first(pk, lambda p: not p.from_client and p.has("tcp.flags.syn", "1"))
     hello = _first(pk, lambda p: not p.from_client and p.has("tls.handshake.type", "2")) or 0
-    if tls12:  # the server's CCS (+Finished) ends the client's handshake
+    if tls12 and not false_start:  # the server's CCS (+Finished) ends the client's handshake
         ev["handshake"] = _first(
             pk, lambda p: not p.from_client and p.has("tls.record.content_type", TLS_CCS), hello
         )
@@ -270,9 +275,10 @@ ROW_KEYS = {
 }
 
 
-def compare(row: dict, pk: list[Packet], keyed: bool) -> dict:
+def compare(row: dict, pk: list[Packet], keyed: bool, false_start: bool = False) -> dict:
     quic = row.get("protocol") == "quic"
-    ev = quic_events(pk, keyed) if quic else tcp_events(pk, row.get("protocol") == "tls1.2", keyed)
+    tls12 = row.get("protocol") == "tls1.2"
+    ev = quic_events(pk, keyed) if quic else tcp_events(pk, tls12, keyed, false_start)
     ev.update(response_events(pk, str(row.get("http_version", "")), keyed, ev.get("handshake")))
     events = {}
     for name, key in ROW_KEYS.items():
@@ -359,6 +365,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rep", type=int, help="check the row with this rep")
     ap.add_argument("--tolerance-ms", type=float, default=1.0)
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument(
+        "--false-start",
+        action="store_true",
+        help="TLS 1.2: the handshake ends with the client's Finished leaving (browsers' False Start)",
+    )
     args = ap.parse_args(argv)
     try:
         row = load_row(args.row, args.rep, capture_ports(args.pcap))
@@ -369,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     if not pk:
         print("wirecheck: no packets of that connection in the capture", file=sys.stderr)
         return 2
-    res = compare(row, pk, args.keylog is not None)
+    res = compare(row, pk, args.keylog is not None, args.false_start)
     checked = [res["events"][k]["delta_ms"] for k in ("handshake", "first_byte")]
     res["ok"] = all(d is not None and abs(d) <= args.tolerance_ms for d in checked)
     if args.json:

@@ -28,6 +28,7 @@ from contention import (
     LoadMeter,
     path_proof,
     remeasured,
+    trials_steal,
 )
 
 from quicbed import hostload
@@ -131,13 +132,13 @@ def test_a_spell_during_attempt_1_is_waited_out_and_attempt_2_judged(
         judged.append(value)
         assert value == 1
 
-    host = _Host(STEAL_SPELL, SLOW_SPELL, CALM)  # two contended windows, then a calm one
+    host = _Host(STEAL_SPELL, SLOW_SPELL, CALM)  # two contended windows, then calm ones
     meter = _Recorded(SLOW_SPELL, CALM)
     result = remeasured("x", lambda: next(attempts), judge, meter=meter, wait=host.waiter())
-    assert result == 1 and judged == [1] and host.measured == 3
+    assert result == 1 and judged == [1] and host.measured == 2 + 5  # then 10 s of calm
     out = capsys.readouterr().out
     assert "x: attempt 1: contended" in out and "x: attempt 2: uncontended" in out, out
-    assert "x: waiting for a calm host" in out and "x: calm after 6 s" in out, out
+    assert "x: waiting for a calm host" in out and "x: calm after 14 s" in out, out
     assert "x: waited 0 s for a calm host, calm" in out, out
     (line,) = log.read_text().splitlines()
     assert "x: measured again (waited 0 s for a calm host, calm), attempt 1 was contended" in line, line
@@ -156,6 +157,44 @@ def test_the_rows_cpu_bound_flag_is_contention_too() -> None:
     assert result == (1, False)
 
 
+def test_a_runs_steal_is_its_trials_weighted_by_their_time() -> None:
+    """Two trials: 1 s at 2 % steal, 3 s at 10 %: 8 % of the trials' time. Rows without the
+    figures (an unreadable /proc/stat, a failed trial) count for nothing; none: no figure."""
+    rows = [
+        {"host_steal_pct": 2.0, "tool_wall_s": 1.0},
+        {"host_steal_pct": 10.0, "tool_wall_s": 3.0},
+        {"host_steal_pct": None, "tool_wall_s": 5.0},
+        {"tool_wall_s": 2.0},
+    ]
+    assert trials_steal(rows) == pytest.approx(0.08)
+    assert trials_steal(rows[2:]) is None and trials_steal([]) is None
+
+
+def test_a_spell_outside_the_trials_does_not_make_a_run_again() -> None:
+    """A run whose bring-up saw a steal spell (the block's steal 20 %) but whose trials did
+    not (1 %) is judged at once; trials under steal are made again, and judged when calm."""
+    judged = []
+    result = remeasured(
+        "run",
+        lambda: "calm trials",
+        judged.append,
+        meter=_Recorded(STEAL_SPELL),
+        wait=_never_waits,
+        steal_of=lambda _: 0.01,
+    )
+    assert result == "calm trials" and judged == ["calm trials"]
+    attempts = iter([("stolen trials", 0.2), ("calm trials", 0.0)])
+    result = remeasured(
+        "run",
+        lambda: next(attempts),
+        lambda r: None if r[0] == "calm trials" else pytest.fail("judged the trials under steal"),
+        meter=_Recorded(CALM, CALM),
+        wait=_Host(CALM).waiter(),
+        steal_of=lambda r: r[1],
+    )
+    assert result == ("calm trials", 0.0)
+
+
 def test_a_spell_held_through_both_attempts_is_not_judged(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv(NOT_JUDGED_ENV, str(tmp_path / "not-judged.txt"))
     monkeypatch.setenv(LOADS_ENV, str(tmp_path / "loads.jsonl"))
@@ -169,7 +208,7 @@ def test_a_spell_held_through_both_attempts_is_not_judged(tmp_path: Path, monkey
     )
     with pytest.raises(pytest.skip.Exception, match=pattern):
         remeasured("x", lambda: 5, judge, meter=_Recorded(STEAL_SPELL, SLOW_SPELL), wait=host.waiter())
-    assert host.now >= 120 and "x: still contended after 120 s" in capsys.readouterr().out
+    assert host.now >= 120 and "x: not calm for 10 s in a row after 120 s" in capsys.readouterr().out
     (line,) = (tmp_path / "not-judged.txt").read_text().splitlines()
     assert "x: not judged (waited 0 s for a calm host, not calm); 1: contended" in line, line
     loads = [json.loads(x) for x in (tmp_path / "loads.jsonl").read_text().splitlines()]

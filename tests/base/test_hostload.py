@@ -266,21 +266,33 @@ class _Host:
         return self.now
 
 
-def test_the_wait_ends_at_the_first_calm_window() -> None:
-    host, said = _Host(STEAL_SPELL, SLOW_SPELL, CALM, STEAL_SPELL), list[str]()
+def test_the_wait_ends_after_ten_seconds_of_calm_windows_in_a_row() -> None:
+    """A calm window between two spells does not end the wait: five calm 2 s windows in a row
+    do (hostload.CALM_S)."""
+    windows = [STEAL_SPELL, CALM, CALM, SLOW_SPELL, CALM, CALM, CALM, CALM, CALM, STEAL_SPELL]
+    host, said = _Host(*windows), list[str]()
     calm, last = hostload.wait_for_calm(
         2.0, 120.0, said.append, measure_window=host.measure, clock=host.clock
     )
-    assert (calm, last, host.measured) == (True, CALM, 3)
-    assert said[0] == "waiting for a calm host: windows of 2 s, at most 120 s"
-    assert said[1].startswith("calm after 6 s: uncontended: ") and len(said) == 2, said
+    assert (calm, last, host.measured) == (True, CALM, 9)
+    assert said[0] == "waiting for a calm host: 10 s of calm windows of 2 s in a row, at most 120 s"
+    assert said[1].startswith("calm after 18 s (last window: uncontended: ") and len(said) == 2, said
 
 
 def test_the_wait_gives_up_at_its_limit() -> None:
     host, said = _Host(SLOW_SPELL), list[str]()
     calm, last = hostload.wait_for_calm(2, 10, said.append, measure_window=host.measure, clock=host.clock)
     assert (calm, last, host.measured) == (False, SLOW_SPELL, 5)
-    assert said[1].startswith("still contended after 10 s: contended: ") and "3.5×" in said[1], said
+    assert said[1].startswith("not calm for 10 s in a row after 10 s (last window: contended: "), said
+    assert "3.5×" in said[1], said
+
+
+def test_calm_windows_cut_short_by_the_limit_are_not_calm() -> None:
+    """Three calm windows when the limit comes are not the ten seconds asked for."""
+    host, said = _Host(STEAL_SPELL, STEAL_SPELL, CALM, CALM, CALM), list[str]()
+    calm, last = hostload.wait_for_calm(2, 10, said.append, measure_window=host.measure, clock=host.clock)
+    assert (calm, last, host.measured) == (False, CALM, 5)
+    assert said[1].startswith("not calm for 10 s in a row after 10 s (last window: uncontended: "), said
 
 
 def test_a_real_window_counts_all_the_hosts_busy_cpu_as_other_work(

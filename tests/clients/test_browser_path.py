@@ -261,18 +261,19 @@ def test_fresh_connections_cost_their_rtts(path: Path_, protocol: str) -> None:
 def test_browser_packets_cross_the_emulated_link(path: Path_, protocol: str) -> None:
     """A capture on the client's emulated interface, decrypted with the browser's key log:
     its first RTT is the path's, and the browser's handshake and first-byte instants are the
-    wire's (TLS 1.2: the handshake ends one RTT before the server's Finished arrives, False
-    Start), within 3 ms. A busy host only makes the browser late, so a contended attempt is
-    measured again (tests/contention.py), never judged; every attempt is reported, decrypted,
-    and none puts the first byte before the capture saw it
-    (the browser's handshake is its own Finished leaving, or with False Start an RTT early:
-    no sign)."""
+    wire's within 3 ms. The browser's handshake is its own Finished leaving, in every protocol
+    (TLS 1.2: Chromium's False Start, wirecheck.py --false-start). It was once judged against
+    the server's Finished arriving, one RTT later, and so held the server's turn too: nginx's
+    3.2 ms on a busy CI host failed it (stop 68), though the path and the browser were right.
+    A busy host only makes the browser late, so a contended attempt is measured again
+    (tests/contention.py), never judged; every attempt is reported, decrypted, and none puts
+    the first byte before the capture saw it (the handshake, a packet leaving: no sign)."""
     command = " ".join(_argv(path, "nginx", protocol))
     report: list[str] = []
-    false_start = path.rtt if protocol == "tls1.2" else 0.0
+    shell = wirecheck(command, "client-eth0", "/tmp/bw", false_start=protocol == "tls1.2")
 
     def measure() -> dict:
-        proc = path.tb.client.exec(["sh", "-c", wirecheck(command, "client-eth0", "/tmp/bw")], timeout=120)
+        proc = path.tb.client.exec(["sh", "-c", shell], timeout=120)
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         report.append(attempt_line(len(report), result))
         print(f"{protocol} {report[-1]}")
@@ -290,7 +291,7 @@ def test_browser_packets_cross_the_emulated_link(path: Path_, protocol: str) -> 
         # 23 ms in CI, which is a contended host's figure, measured again.
         assert result["wire_first_rtt_ms"] <= 1.1 * path.rtt, (result, report)
         events = {k: result["events"][k]["delta_ms"] for k in ("handshake", "first_byte")}
-        worst = max(abs(events["handshake"] - false_start), abs(events["first_byte"]))
+        worst = max(abs(events["handshake"]), abs(events["first_byte"]))
         assert worst <= 3.0, report
 
     remeasured(f"{protocol} browser against wire", measure, judge)

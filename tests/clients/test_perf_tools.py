@@ -679,6 +679,11 @@ def test_wirecheck_tls12_and_quic_events() -> None:
     ]
     ev = wc.tcp_events(tls12, tls12=True, keyed=False)
     assert ev["handshake"] == 4  # the server's CCS+Finished ends a TLS 1.2 client handshake
+    # A False Start client (a browser) is done when its own CCS+Finished leaves, an RTT and
+    # the server's turn earlier; decrypted, its Finished (type 20) is found by type.
+    assert wc.tcp_events(tls12, tls12=True, keyed=False, false_start=True)["handshake"] == 3
+    keyed = [*tls12[:3], _pk(wc, 0.161, True, tcp_len="90", ctype="22,20,22", hs="16,20"), tls12[4]]
+    assert wc.tcp_events(keyed, tls12=True, keyed=True, false_start=True)["handshake"] == 3
     quic = [
         _pk(wc, 0.0, True, qtype="0", qform="1"),
         _pk(wc, 0.08, False, qtype="0,2", qform="1,1"),

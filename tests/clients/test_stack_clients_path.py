@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from cli_process import quicbed
-from contention import remeasured
+from contention import remeasured, trials_steal
 from stack_registry import stack_clients
 
 from quicbed import hostload
@@ -101,13 +101,23 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
 
     # The tests below judge this run's timings: a run on a contended host is made again, and
     # the second judged (tests/contention.py). A whole run's load averages a burst away, so a
-    # trial that was CPU-bound, or that shared the host with other work, counts too.
-    return remeasured(f"{client}'s run", run, lambda _: None, any_trial_contended)
+    # trial that was CPU-bound, or that shared the host with other work, counts too. Steal is
+    # the trials' own (trials_steal): the bring-up and calibration before them are not judged.
+    return remeasured(
+        f"{client}'s run",
+        run,
+        lambda _: None,
+        any_trial_contended,
+        steal_of=lambda found: trials_steal(_all_rows(found)),
+    )
+
+
+def _all_rows(found: Path) -> list[dict]:
+    return [json.loads(line) for line in (found / "rows.jsonl").read_text().splitlines()]
 
 
 def any_trial_contended(found: Path) -> bool:
-    rows = [json.loads(line) for line in (found / "rows.jsonl").read_text().splitlines()]
-    return any(hostload.contended(r) for r in rows)
+    return any(hostload.contended(r) for r in _all_rows(found))
 
 
 VARIANTS = ("-resume", "-s30")
