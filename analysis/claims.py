@@ -70,7 +70,6 @@ SATURATED_PCT = 90.0
 # finding's line is its direction, fixed in advance (experiments/paper/cloud.yaml says why):
 # a line at a multiple chosen after seeing a run would spend the error rate it claims.
 PAPER_CPU_RATIO = 2.0
-SIMILAR = 0.10  # relative difference under which two medians count as "similar"
 # "Startup delay is similar without loss": the median of QUIC's over TLS/TCP's within 1.2x
 # either way. The paper calls a 40 % difference (at 5 % loss) large; half of that is "similar".
 STARTUP_SIMILAR_WITHIN = 1.20
@@ -117,10 +116,6 @@ def combined(statuses: list[str], found: list[str]) -> Verdict:
         if status in statuses:
             return Verdict(status, tuple(found))
     return Verdict(HOLDS, tuple(found))
-
-
-def significance_note(c: Comparison) -> str:
-    return "" if c.significant else " (not significant at p < 0.01)"
 
 
 def no_data(reason: str) -> Verdict:

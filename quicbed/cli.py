@@ -442,14 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _validate_backend(args: argparse.Namespace) -> None:
     """--backend names auto or a registered backend (topology/backends): said before anything
     is brought up, and without root."""
-    name = getattr(args, "backend", "auto")
-    if name == "auto":
-        return
-    from quicbed.topology.backends import BACKENDS, in_auto_order
+    from quicbed.topology.backends import check_name
 
-    if name not in BACKENDS:
-        names = ", ".join(backend.name for backend in in_auto_order())
-        raise InputError(f"unknown link backend {name!r} (choose from auto, {names})", field="--backend")
+    check_name(getattr(args, "backend", "auto"))
 
 
 def _validate_profile(args: argparse.Namespace) -> None:

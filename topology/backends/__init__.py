@@ -96,6 +96,7 @@ __all__ = [
     "Lan",
     "NetemBackend",
     "BackendChoice",
+    "check_name",
     "Proof",
     "TcBackend",
     "UmlBackend",
@@ -198,13 +199,17 @@ def choose_backend(
     raise HostProblem(f"no link backend runs on this host: {'; '.join(passed_over)}")
 
 
+def check_name(name: str) -> None:
+    """A --backend value names auto or a registered backend; said without root, before anything
+    is brought up (the command line calls it first, the choice again)."""
+    if name != "auto" and name not in BACKENDS:
+        names = ", ".join(backend.name for backend in in_auto_order())
+        raise InputError(f"unknown link backend {name!r} (choose from auto, {names})", field="--backend")
+
+
 def _requested(name: str) -> BackendChoice:
     """The backend the user named (--backend), once it has proven that it runs here."""
-    if name not in BACKENDS:
-        raise InputError(
-            f"unknown link backend {name!r} (choose from auto, {', '.join(b.name for b in in_auto_order())})",
-            field="--backend",
-        )
+    check_name(name)
     proof = BACKENDS[name].prove()
     if not proof.runs:
         raise HostProblem(
