@@ -92,7 +92,7 @@ def remeasured(
     *,
     meter: Callable[[Iterable[str]], Meter] = LoadMeter,
     wait: Callable[..., tuple[bool, Load]] = wait_for_calm,
-    steal_of: Callable[[T], float | None] | None = None,
+    steal_of: Callable[[T], float | None] = lambda _: None,
 ) -> T:
     """measure(), judged by judge() (which raises AssertionError) unless the host was contended
     while it measured; then, after waiting for a calm host, measured once more and that one
@@ -103,7 +103,6 @@ def remeasured(
     the block's. `meter` and `wait` stand in for the host in unit tests (`wait` is called
     with say=)."""
     own = list(own)
-    steal_of = steal_of or (lambda _: None)
     result, first = _attempt(what, 1, measure, cpu_bound, own, meter, steal_of)
     if not first.contended:
         judge(result)  # an uncontended failure fails as it is
