@@ -28,6 +28,8 @@ from quicbed.topology.profiles import load_profile
 
 # How far a TCG guest's timers may drift late between the bring-up's probe and the calibration.
 GUEST_TIMER_MS = 1.0
+# The checks timed by the guest's netem delay, judged below with that drift (never short).
+GUEST_TIMED = ("rtt_median_ms", "rtt_loaded_ms")
 
 
 def _failed(calibration: dict) -> list[tuple]:
@@ -59,7 +61,7 @@ def test_netem_backend_calibrates_in_a_guest_kernel(guest: GuestResult) -> None:
     cal = guest.calibration
     assert guest.guest.startswith("vm") and guest.kernel == read_versions()["VM_KERNEL_ABI"]
     assert cal["backend"] == "netem" and cal["link"]["backend"] == "netem"
-    assert [f for f in _failed(cal) if f[0] != "rtt_median_ms"] == []
+    assert [f for f in _failed(cal) if f[0] not in GUEST_TIMED] == []
     # Never short; long by at most the guest's own timers. Under TCG a timer fires late by
     # 1-2 ms at 80 ms and the lateness drifts: the bring-up's probe saw 1.0-1.4 ms, the
     # calibration's pings a minute later 1.5-1.8 (CI, 2026-12-07). The bring-up subtracts the
@@ -93,7 +95,11 @@ def test_fq_codel_holds_the_queue_near_its_target_in_a_guest_kernel(guest: Guest
     loaded = _check(cal, "rtt_loaded_ms", "up")["measured"]
     india = load_profile("india")
     droptail = expected_loaded_rtt(india.down, india.up)
-    assert droptail.base_ms - 1 <= loaded <= droptail.base_ms + 5 + 2 < droptail.expected_ms - 40
+    # The loaded RTT runs on the same late timers as the idle one: its upper bound holds the
+    # guest's drift too (CI, 2026-12-07: 87.77 ms against 80.6 + 7, the idle pings 81.35 and
+    # the ping beside the flows 80.9, so the queue stood 6.9 ms above them, as fq_codel keeps it).
+    high = droptail.base_ms + 5 + 2 + GUEST_TIMER_MS
+    assert droptail.base_ms - 1 <= loaded <= high < droptail.expected_ms - 40, (loaded, high)
 
 
 def test_guest_command_line_carries_the_clean_mark_and_refuses_spaces(tmp_path) -> None:
