@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quicbed import limits, rowschema
+from quicbed import rowschema, runfolder
 from quicbed.analysis.load import AnalysisError, resolve_run_dir
 from quicbed.clients.perf.wirecheck import (
     FIELDS as WIRECHECK_FIELDS,
@@ -578,25 +578,19 @@ def explain_packets(packets: list[Packet], protocol: str, rtt_ms: float, keyed: 
 
 
 def find_row(run_dir: Path, trial_id: str) -> dict[str, Any]:
-    """The trial's last row (a resumed run's rerun supersedes the first)."""
+    """The trial's last row (a resumed run's rerun supersedes the first), read as the store
+    and the report read rows.jsonl (quicbed/runfolder.py): a damaged line mid-file is refused."""
     path = run_dir / rowschema.ROWS_FILE
     if not path.is_file():
         raise ExplainError(f"run {run_dir.name}: no {rowschema.ROWS_FILE}")
-    found = None
     try:
-        with limits.open_regular(path, follow=False) as f:
-            for _, line in limits.bounded_lines(f, limits.ROW_LINE_MAX_BYTES):
-                try:
-                    row = json.loads(line)
-                except (ValueError, RecursionError):
-                    continue  # a torn last line
-                if isinstance(row, dict) and row.get("trial_id") == trial_id:
-                    found = row
-    except (OSError, limits.TooBig) as exc:  # a results folder's rows: bounded, not followed elsewhere
-        raise ExplainError(f"{path}: {exc}") from None
-    if found is None:
+        rows = runfolder.read_rows_file(path).rows
+    except runfolder.RunFolderError as exc:
+        raise ExplainError(str(exc)) from None
+    found = [row for row in rows if row.get("trial_id") == trial_id]
+    if not found:
         raise ExplainError(f"run {run_dir.name} has no trial '{trial_id}'")
-    return found
+    return found[-1]
 
 
 def evidence(run_dir: Path, trial_id: str) -> dict[str, Any]:

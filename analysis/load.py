@@ -7,16 +7,15 @@ appears only when the run ends. So Parquet is preferred and JSON lines are the f
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from quicbed import limits, paths, rowschema, runmanifest
+from quicbed import paths, rowschema, runfolder, runmanifest
 from quicbed.errors import QuicbedError
 from quicbed.workloads import derived_kinds
 from quicbed.workloads.web import PAGELOAD
@@ -80,14 +79,9 @@ def read_manifest(run_dir: Path, notes: list[str]) -> dict[str, Any]:
         notes.append(f"run {run_dir.name}: no manifest.json; versions and calibration unknown")
         return {"run_id": run_dir.name}
     try:
-        manifest = json.loads(limits.read_bounded(path, limits.RUN_JSON_MAX_BYTES, follow=False).decode())
-    except limits.TooBig as exc:
-        raise AnalysisError(f"{path}: {exc}") from None
-    except OSError as exc:
-        raise AnalysisError(f"run {run_dir.name}: cannot read {path} ({exc.strerror})") from None
-    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested JSON
-        where = f"{path}:{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else str(path)
-        raise AnalysisError(f"{where}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
+        manifest = runfolder.read_json(path)
+    except runfolder.RunFolderError as exc:  # it names the file (and line)
+        raise AnalysisError(str(exc)) from None
     problem = manifest_problem(manifest)
     if problem:
         raise AnalysisError(f"{path}: {problem} (written by another version of quicbed, " "or edited?)")
@@ -167,43 +161,16 @@ def _values_at(data: Any, parts: list[str], where: str) -> Iterable[tuple[str, A
 
 
 def read_jsonl(path: Path, notes: list[str]) -> pd.DataFrame:
+    """rows.jsonl's rows (quicbed/runfolder.py, the one reader of the file): a line torn by a
+    crash is left out with a note; damage anywhere else is an edit, which the report must not
+    silently paper over: refused, naming the file and line."""
     try:
-        with limits.open_regular(path, follow=False) as f:
-            return pd.DataFrame.from_records(_jsonl_records(f, path, notes))
-    except limits.TooBig as exc:
-        raise AnalysisError(f"{path}: {exc}") from None
-    except OSError as exc:
-        raise AnalysisError(f"cannot read {path} ({exc.strerror})") from None
-
-
-def _jsonl_records(f: BinaryIO, path: Path, notes: list[str]) -> list[dict[str, Any]]:
-    """rows.jsonl's rows, a line at most limits.ROW_LINE_MAX_BYTES (TooBig past it)."""
-    records = []
-    # Only "\n" ends a row (splitlines would also split at U+2028 inside a hand-edited string).
-    for number, raw in limits.bounded_lines(f, limits.ROW_LINE_MAX_BYTES):
-        line = raw.removesuffix(b"\n").decode(errors="replace")
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError) as exc:
-            # The runner appends one whole line per trial, so a crash can only tear the last
-            # one, cut before its newline (as experiments.store reads it too); damage
-            # anywhere else is an edit, which the report must not silently paper over.
-            if not raw.endswith(b"\n"):
-                notes.append(
-                    f"{path.parent.name}/rows.jsonl: last line torn (a crash while " "writing it), ignored"
-                )
-                continue
-            raise AnalysisError(
-                f"{path}:{number}: not a JSON row " f"({getattr(exc, 'msg', 'nested too deeply')})"
-            ) from None
-        if not isinstance(record, dict):
-            raise AnalysisError(
-                f"{path}:{number}: a row must be a JSON object, not " f"{type(record).__name__}"
-            )
-        records.append(record)
-    return records
+        read = runfolder.read_rows_file(path)
+    except runfolder.RunFolderError as exc:
+        raise AnalysisError(str(exc)) from None
+    if read.torn:
+        notes.append(f"{path.parent.name}/rows.jsonl: last line torn (a crash while writing it), ignored")
+    return pd.DataFrame.from_records(read.rows)
 
 
 def read_rows(run_dir: Path, notes: list[str]) -> pd.DataFrame:

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from quicbed import limits, rowschema, runmanifest
+from quicbed import limits, rowschema, runfolder, runmanifest
 from quicbed.errors import QuicbedError
 
 ROWS, MANIFEST = rowschema.ROWS_FILE, rowschema.MANIFEST_FILE
@@ -166,46 +166,18 @@ def load_history(run_dir: Path | str) -> tuple[list[dict[str, Any]], int]:
     """Every complete row in file order, superseded attempts included, and how many lines
     were torn by a crash (0 or 1: only the last line, cut before its newline, can be).
 
-    Any other unreadable line (hand-edited, not JSON, not a row object) raises StoreError
-    naming the file and line: guessing past damage would silently lose or invent trials."""
+    Any other unreadable line (hand-edited, not JSON, not a row object, no trial_id) raises
+    StoreError naming the file and line (quicbed/runfolder.py, the one reader of the file):
+    guessing past damage would silently lose or invent trials."""
     path = Path(run_dir) / ROWS
-    rows, torn = [], 0
     try:
-        with limits.open_regular(path, follow=False) as f:
-            # Only "\n" ends a row (splitlines would also split at U+2028 inside a string).
-            for number, raw in limits.bounded_lines(f, limits.ROW_LINE_MAX_BYTES):
-                line = raw.removesuffix(b"\n").decode(errors="replace")
-                if not line.strip():
-                    continue
-                row, problem = _parse_row(line)
-                if row is not None:
-                    rows.append(row)
-                elif not raw.endswith(b"\n"):  # no newline after it: a crash cut this write short
-                    torn += 1
-                else:
-                    raise StoreError(f"{path}:{number}: {problem}")
-    except FileNotFoundError:
-        return [], 0
-    except limits.TooBig as exc:
-        raise StoreError(f"{path}: {exc}") from None
-    except OSError as exc:
-        raise StoreError(f"cannot read {path}: {_why(exc)}") from None
-    return rows, torn
-
-
-def _parse_row(line: str) -> tuple[dict[str, Any] | None, str]:
-    """One line of rows.jsonl as a row, or None and why it is not one."""
-    try:
-        row = json.loads(line)
-    except ValueError as exc:
-        return None, f"not a JSON row ({getattr(exc, 'msg', exc)})"
-    except RecursionError:  # thousands of nested brackets
-        return None, "not a JSON row (nested too deeply)"
-    if not isinstance(row, dict):
-        return None, f"a row must be a JSON object, not {type(row).__name__}"
-    if not isinstance(row.get("trial_id"), str):
-        return None, "the row has no trial_id"
-    return row, ""
+        read = runfolder.read_rows_file(path)
+    except runfolder.RunFolderError as exc:
+        raise StoreError(str(exc)) from None
+    for number, row in read.numbered:
+        if not isinstance(row.get("trial_id"), str):
+            raise StoreError(f"{path}:{number}: the row has no trial_id")
+    return read.rows, read.torn
 
 
 # What resuming and checking a run rely on; a manifest without them is not one this version
@@ -216,16 +188,11 @@ _MANIFEST_KEYS: dict[str, type] = {"run_id": str, "matrix_hash": str, "sessions"
 def read_manifest(run_dir: Path | str) -> dict[str, Any]:
     path = Path(run_dir) / MANIFEST
     try:
-        manifest = json.loads(limits.read_bounded(path, limits.RUN_JSON_MAX_BYTES, follow=False).decode())
+        manifest = runfolder.read_json(path)
     except FileNotFoundError:
         raise StoreError(f"no run at {run_dir} ({MANIFEST} is missing)") from None
-    except limits.TooBig as exc:
-        raise StoreError(f"{path}: {exc}") from None
-    except OSError as exc:
-        raise StoreError(f"cannot read {path}: {_why(exc)}") from None
-    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested JSON
-        where = f"{path}:{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else str(path)
-        raise StoreError(f"{where}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
+    except runfolder.RunFolderError as exc:
+        raise StoreError(str(exc)) from None
     if not isinstance(manifest, dict):
         raise StoreError(f"{path} is not a run manifest (a JSON {type(manifest).__name__}, " "not an object)")
     bad = [key for key, kind in _MANIFEST_KEYS.items() if not isinstance(manifest.get(key), kind)]

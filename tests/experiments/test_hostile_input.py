@@ -19,6 +19,7 @@ from bad_experiments import BAD, expected_lines
 
 from quicbed import cli, limits, paths, rowschema, yamlio
 from quicbed.analysis import load
+from quicbed.analysis.explain import NO_CAPTURE
 from quicbed.experiments import cluster, links
 from quicbed.experiments.commands import cmd_run
 from quicbed.experiments.options import RunOptions
@@ -357,6 +358,26 @@ def test_report_refuses_a_damaged_row_naming_file_and_line(analysis_run, capsys,
     code, lines = report(capsys, analysis_run)
     assert code == 2 and len(lines) == 1
     assert lines[0].startswith(f"quicbed report: {analysis_run}/rows.jsonl:3: {problem}")
+
+
+def test_explain_reads_rows_as_the_report_and_the_store_do(analysis_run, capsys):
+    """One reader of rows.jsonl (quicbed/runfolder.py): `quicbed explain` refuses a damaged
+    line mid-file as the report and a resume do (it used to skip it silently), and finds its
+    trial past a line a crash tore."""
+    rows = analysis_run / "rows.jsonl"
+    trial = json.loads(rows.read_text().splitlines()[0])["trial_id"]
+    original = rows.read_text()
+    _insert_line(rows, 2, "{not json")
+    code, lines, _ = quicbed(capsys, "explain", str(analysis_run), trial)
+    assert code == 2 and lines == [
+        f"quicbed explain: {rows}:2: not a JSON row (Expecting property name enclosed in double quotes)"
+    ]
+    with pytest.raises(StoreError, match=r"rows.jsonl:2: not a JSON row"):
+        load_rows(analysis_run)
+    rows.write_text(original + '{"run_id": "r1", "trial_')
+    code, lines, _ = quicbed(capsys, "explain", str(analysis_run), trial)
+    assert code == 1 and lines == [f"quicbed explain: {trial}: {NO_CAPTURE}"]  # found; no capture
+    assert len(load_rows(analysis_run)[0]) == len(original.splitlines())
 
 
 def test_report_skips_a_torn_last_line_with_a_warning(analysis_run, capsys):
