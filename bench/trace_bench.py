@@ -23,7 +23,7 @@ from pathlib import Path
 
 from quicbed.paths import REPO
 from quicbed.topology.calibrate import TRACE_FLOOD_OVER_PEAK, flood_arrivals, probe_queue
-from quicbed.topology.linkspec import FRAME_BYTES, LinkSpec
+from quicbed.topology.linkspec import FRAME_BYTES, LinkSpec, htb_class
 from quicbed.topology.net import HostSpec, Testbed, TestbedConfig
 from quicbed.topology.profiles import Profile
 from quicbed.topology.traces import (
@@ -97,26 +97,7 @@ def _stepper(tb: Testbed, trace: Trace, started: list[int], stop: threading.Even
     def command(rate_mbit: float) -> list[str]:
         # htb rates are whole kbit; FRAME_BYTES/OPPORTUNITY_BYTES: htb counts Ethernet frames.
         kbit = str(max(8, round(rate_mbit * 1000 * FRAME_BYTES / OPPORTUNITY_BYTES)))
-        return [
-            "tc",
-            "class",
-            "change",
-            "dev",
-            port,
-            "parent",
-            f"{htb}:",
-            "classid",
-            f"{htb}:1",
-            "htb",
-            "rate",
-            f"{kbit}kbit",
-            "ceil",
-            f"{kbit}kbit",
-            "burst",
-            str(4 * FRAME_BYTES),
-            "cburst",
-            str(4 * FRAME_BYTES),
-        ]
+        return htb_class("change", port, htb, kbit, str(4 * FRAME_BYTES))
 
     def loop() -> None:
         batch = None

@@ -244,30 +244,19 @@ def rate_commands(
     return [
         *([] if under_netem else [["tc", "qdisc", "del", "dev", dev, "root"]]),
         qdisc,
-        [
-            "tc",
-            "class",
-            "add",
-            "dev",
-            dev,
-            "parent",
-            f"{htb}:",
-            "classid",
-            f"{htb}:1",
-            "htb",
-            "rate",
-            f"{rate_kbit}kbit",
-            "ceil",
-            f"{rate_kbit}kbit",
-            "burst",
-            burst,
-            "cburst",
-            burst,
-            "quantum",
-            str(FRAME_BYTES * 10),
-        ],
+        htb_class("add", dev, htb, rate_kbit, burst, quantum=str(FRAME_BYTES * 10)),
         *queue_commands(dev, f"{htb}:1", spec, rtt_ms, super_frames),
     ]
+
+
+def htb_class(verb: str, dev: str, htb: str, rate_kbit: str, burst: str, quantum: str = "") -> list[str]:
+    """`tc class add|change` of the bottleneck's one htb class (`htb`:1, under handle `htb`:),
+    at `rate_kbit` with the same ceiling and burst: rate_commands adds it, a stepped trace
+    (bench/trace_bench.py) changes its rate."""
+    rate = f"{rate_kbit}kbit"
+    command = ["tc", "class", verb, "dev", dev, "parent", f"{htb}:", "classid", f"{htb}:1", "htb"]
+    command += ["rate", rate, "ceil", rate, "burst", burst, "cburst", burst]
+    return command + (["quantum", quantum] if quantum else [])
 
 
 def netem_commands(dev: str, spec: LinkSpec, delay_ms: float | None = None) -> list[list[str]]:
