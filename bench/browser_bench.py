@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from quicbed.clients.capture_shell import wirecheck
 from quicbed.clients.tools import TOOLS, tool_argv
 from quicbed.paths import CACHE
 from quicbed.servers.testbed import served_testbed
@@ -69,16 +70,10 @@ def loads(tb, command: list[str], reps: int) -> list[dict]:
 
 def captured(tb, command: list[str]) -> dict | None:
     """One load under tcpdump on the client's emulated interface, checked by wirecheck.py
-    (tests/capture_shell.py's recipe): the row and the wire events."""
+    as the path tests check it (clients/capture_shell.py; a browser's TLS 1.2 handshake
+    ends with its own Finished: False Start): the row and the wire events."""
     stem = "/tmp/bb"
-    shell = (
-        f"rm -f {stem}.pcap {stem}.keys {stem}.err && (tcpdump --immediate-mode -B 131072 -Z "
-        f"root -i client-eth0 -w {stem}.pcap 'port 443' 2>{stem}.err & echo $! > {stem}.pid) "
-        f"&& i=0 && while ! grep -q listening {stem}.err && [ $i -lt 100 ]; do sleep 0.05; "
-        f"i=$((i+1)); done; {' '.join(command)} --keylog {stem}.keys > {stem}.json; sleep 0.3; "
-        f"kill $(cat {stem}.pid); sleep 0.3; wirecheck.py --pcap {stem}.pcap --row {stem}.json "
-        f"--keylog {stem}.keys --json; cat {stem}.json"
-    )
+    shell = wirecheck(" ".join(command), "client-eth0", stem, false_start=True) + f"; cat {stem}.json"
     out = tb.client.exec(["sh", "-c", shell], timeout=120).stdout.strip().splitlines()
     try:
         check, row = json.loads(out[-2]), json.loads(out[-1])
