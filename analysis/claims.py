@@ -41,9 +41,16 @@ from .model import (
     protocol_label,
     truthy,
 )
-from .physics import HANDSHAKE_RTTS, PATH_TOLERANCE, row_connection_within, row_upper_rtts, wire_within
+from .physics import (
+    HANDSHAKE_RTTS,
+    PATH_TOLERANCE,
+    row_connection_within,
+    row_upper_rtts,
+    tcp_download_s,
+    wire_within,
+)
 from .sequential import direction as sequential_direction
-from .stats import MIN_N, Comparison, compare, median_ci
+from .stats import MIN_N, Comparison, compare, finite_number, median_ci
 from .tables import compare_protocols, flagged_stacks, fmt, fmt_est, lowest_quality, protocol_values
 
 HOLDS, FAILS, NO_DATA = "holds", "does not hold", "not enough data"
@@ -66,6 +73,14 @@ RECEIVER_CPU_MBIT = 500.0
 # (the client): where the sender saturates and the receiver does not, the rate is the
 # sender's, and the receiver's CPU decides nothing.
 SATURATED_PCT = 90.0
+# Both sides at this share of the TCP model of the link or more (their receivers not
+# saturated): the link sets both rates, and what still differs between them is framing (QUIC
+# carries a little less payload per packet than TCP) and pacing, not the receiver's CPU the
+# finding is about. Such a path is not decided, however many rounds would separate the two.
+# Fixed before the data it judges (issue 64, 2026-12-07): the last reproduce ran this line
+# to its cap on germany-lab with QUIC at 451 and TLS 1.2 at 453 Mbit/s, neither receiver
+# above 27 % of a core; the line stops such a path from deciding on framing later.
+LINK_FILLED = 0.90
 # The paper's CPU ratio ("about 2x": ≈90 % against ≈50 %), shown beside the measured one. The
 # finding's line is its direction, fixed in advance (experiments/paper/cloud.yaml says why):
 # a line at a multiple chosen after seeing a run would spend the error rate it claims.
@@ -264,12 +279,15 @@ def _wire_part(label: str, expected: int, rows: pd.DataFrame) -> tuple[bool, str
         for server, turns in rows.groupby("server")["server_turn_ms"]
     )
     low, high = expected * (1 - PATH_TOLERANCE), expected * (1 + PATH_TOLERANCE)
+    holds = wire_within(expected, wire.value)
+    # Short: a reproduce has a dozen such cells in one verdict; the range (the method's line)
+    # is spelled only where it is missed.
+    outside = "" if holds else f", outside {low:.3g} to {high:.3g}"
     text = (
-        f"{label} {fmt(wire.value)} RTT on the wire, net of the server's turns ({servers}) and "
-        f"the client's ({client:.2f} ms), {fmt(raw.value)} raw (expected {low:.3g} to {high:.3g}, "
-        f"n={wire.n})"
+        f"{label} {fmt(wire.value)} RTT on the wire{outside} (raw {fmt(raw.value)}; turns: "
+        f"{servers}, client {client:.2f} ms; n={wire.n})"
     )
-    return wire_within(expected, wire.value), text
+    return holds, text
 
 
 def _net_of_client_part(label: str, expected: int, rows: pd.DataFrame) -> tuple[bool, str]:
@@ -278,11 +296,10 @@ def _net_of_client_part(label: str, expected: int, rows: pd.DataFrame) -> tuple[
     own = rows["client_cpu_ms"].astype(float).fillna(0.0)
     net = median_ci((rows["connection_time_ms"] - own) / rows["rtt_ref_ms"])
     rtt = float(rows["rtt_ref_ms"].median())
-    text = (
-        f"{label} {fmt(net.value)} RTT net of client time, {fmt(raw.value)} raw (expected "
-        f"{expected} to {row_upper_rtts(expected, rtt):.3g}, n={net.n})"
-    )
-    return row_connection_within(expected, net.value, rtt), text
+    holds = row_connection_within(expected, net.value, rtt)
+    outside = "" if holds else f", outside {expected} to {row_upper_rtts(expected, rtt):.3g}"
+    text = f"{label} {fmt(net.value)} RTT net of client time{outside} (raw {fmt(raw.value)}; n={net.n})"
+    return holds, text
 
 
 def connection_order(df: pd.DataFrame) -> Verdict:
@@ -379,11 +396,20 @@ RECEIVER_REGIME = (
     "the two share the host's cores; where the sender saturates a core and the receiver does "
     "not, the path is not decided"
 )
+# A rate's finding only (link_limits): CPU per byte is the receiver's whatever sets the rate.
+LINK_REGIME = (
+    f"; nor is a rate's where both sides reach {LINK_FILLED:.2f} of the TCP model of the link "
+    "with their receivers unsaturated: the link sets the rate there"
+)
 # The report's method for those two findings (Direction.test), after the test's own words.
 RECEIVER_TEST = (
     f"; on the links of {RECEIVER_CPU_MBIT:g} Mbit/s or more only (the receiver's CPU decides it "
     f"there); a path where the server saturated a core ({SATURATED_PCT:g} %) and the client did "
     f"not in over {100 * cpu_bound.CPU_BOUND_SHARE_MAX:g} % of a protocol's trials is not decided"
+)
+LINK_TEST = (
+    f", and so is a path where both protocols reach {LINK_FILLED:.2f} of the TCP model of the "
+    "link with their receivers unsaturated (the link limits there)"
 )
 
 
@@ -421,26 +447,32 @@ def throughput_direction(small: bool) -> Callable[[pd.DataFrame], Verdict]:
             none = f"no cloud file ≤ 20 MB over QUIC and TLS 1.2 {SLOW_LINKS}"
             return decided_by_facet(rows, decide, "A > B", "Mbit/s", none)
         none = f"no cloud file > 20 MB over QUIC and TLS 1.2 {FAST_LINKS}"
-        return receiver_decided(rows, decide, "A < B", "Mbit/s", none)
+        return receiver_decided(rows, decide, "A < B", "Mbit/s", none, link_bound=True)
 
     return check
 
 
-def receiver_decided(rows: pd.DataFrame, decide: Decide, claimed: str, unit: str, none: str) -> Verdict:
+def receiver_decided(
+    rows: pd.DataFrame, decide: Decide, claimed: str, unit: str, none: str, link_bound: bool = False
+) -> Verdict:
     """decided_by_facet for a finding the receiver's CPU decides: each facet (a path's
     server) by its test, but not decided where the sender limits (sender_limits, the test's
-    line beside it); both ends' CPU and the CPU-bound trials beside each, and the regime."""
+    line beside it), nor, for a rate (`link_bound`), where the link does (link_limits: CPU
+    per byte is the receiver's whatever sets the rate); both ends' CPU and the CPU-bound
+    trials beside each, and the regime."""
     found, statuses = [], []
     for facet, in_facet in by_facet(rows):
         status, line = paired(in_facet, decide, claimed)
         if status == NO_DATA:
             continue
-        if (sender := sender_limits(in_facet, decide)) is not None:
-            status, line = NOT_DECIDED, f"{sender}; the test alone: {line}"
+        limit = sender_limits(in_facet, decide) or (link_limits(in_facet, decide) if link_bound else None)
+        if limit is not None:
+            status, line = NOT_DECIDED, f"{limit}; the test alone: {line}"
         statuses.append(status)
         medians = _medians(in_facet, decide.column, (decide.a, decide.b), unit)
         found += [f"{facet}: {medians}; {line}", f"{facet}, {ends_cpu(in_facet, decide)}"]
-    return combined(statuses, [*found, RECEIVER_REGIME]) if found else no_data(none)
+    regime = RECEIVER_REGIME + (LINK_REGIME if link_bound else "")
+    return combined(statuses, [*found, regime]) if found else no_data(none)
 
 
 def _in_group(rows: pd.DataFrame, group: str) -> pd.Series:
@@ -474,6 +506,43 @@ def sender_limits(rows: pd.DataFrame, decide: Decide) -> str | None:
     if not sides:
         return None
     return f"{NOT_DECIDED}: the sender, not the receiver, limits here ({'; '.join(sides)})"
+
+
+def link_limits(rows: pd.DataFrame, decide: Decide) -> str | None:
+    """Why a path is not decided when the link, not the receiver, set both sides' rate:
+    each side's median goodput is LINK_FILLED of the TCP model of the link or more
+    (physics.tcp_download_s, its own handshake's RTTs) and its receiver stayed below
+    SATURATED_PCT in all but cpu_bound.CPU_BOUND_SHARE_MAX of its trials. None otherwise,
+    or where a row lacks what the model needs."""
+    shares = []
+    for group in (decide.a, decide.b):
+        side = rows[_in_group(rows, group)]
+        filled = _median_model_share(side)
+        saturated = int((_receiver_cpu(side) >= SATURATED_PCT).sum())
+        if filled is None or filled < LINK_FILLED or saturated > cpu_bound.CPU_BOUND_SHARE_MAX * len(side):
+            return None
+        shares.append(f"{group_name(group)} at {filled:.2f}")
+    return (
+        f"{NOT_DECIDED}: the link, not the receiver, limits here ({' and '.join(shares)} of the "
+        f"TCP model of the link, each receiver below {SATURATED_PCT:g} % of a core)"
+    )
+
+
+def _median_model_share(rows: pd.DataFrame) -> float | None:
+    """The median over the rows of each one's goodput over the TCP model's for its file on
+    its link; rows without a goodput (a failed trial), a size, a rate or an RTT are left out,
+    and None when none is left."""
+    shares = []
+    for row in rows.to_dict("records"):
+        size, rate = finite_number(row.get("object_bytes")), finite_number(row.get("rate_down_mbit"))
+        rtt = finite_number(row.get("calib_rtt_ms")) or finite_number(row.get("rtt_ms"))
+        mbit, setup = (
+            finite_number(row.get(CLOUD_THROUGHPUT.column)),
+            HANDSHAKE_RTTS.get(str(row.get("protocol"))),
+        )
+        if size and rate and rtt and mbit and setup is not None:
+            shares.append(mbit / (size * 8 / tcp_download_s(size, rate, rtt, setup) / 1e6))
+    return float(np.median(shares)) if shares else None
 
 
 def ends_cpu(rows: pd.DataFrame, decide: Decide) -> str:
@@ -866,7 +935,7 @@ DIRECTIONS: list[Direction] = [
         throughput_direction(small=False),
         rates_of=("cloud",),
         rests_on=("cloud",),
-        test=PAIRED + ", every file of the regime's sizes" + RECEIVER_TEST,
+        test=PAIRED + ", every file of the regime's sizes" + RECEIVER_TEST + LINK_TEST,
     ),
     Direction(
         "QUIC's client uses more CPU than TLS 1.2's on a bulk download (paper: about 2×, ≈90% vs "

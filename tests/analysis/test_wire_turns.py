@@ -230,14 +230,16 @@ def test_handshake_arithmetic_judges_the_wire_and_says_what_each_server_took() -
     df = pd.DataFrame(_rows("quic", 10, 1.004, 1.5, 1.17))
     v = claims.handshake_rtts(df)
     assert v.status == claims.HOLDS, v.found
-    assert "QUIC 1.00 RTT on the wire" in v.found[0] and "caddy 1.50 ms" in v.found[0], v.found
-    assert "1.17 raw" in v.found[0]
+    assert v.found[0].endswith(
+        "QUIC 1.00 RTT on the wire (raw 1.17; turns: caddy 1.50 ms, client 0.40 ms; n=10)"
+    )
     # The same rows without captures are judged as before: net of the client only, it fails.
     old = pd.DataFrame(_rows("quic", 10, None, 1.5, 1.17))
     assert claims.handshake_rtts(old).status == claims.FAILS
     # A path that is long by 2 % fails on the wire, whatever the servers took.
     long = pd.DataFrame(_rows("quic", 10, 1.02, 0.1, 1.03))
-    assert claims.handshake_rtts(long).status == claims.FAILS
+    failed = claims.handshake_rtts(long)
+    assert failed.status == claims.FAILS and "RTT on the wire, outside 0.99 to 1.01 (raw" in failed.found[0]
 
 
 def test_rows_without_captures_beside_captured_ones_keep_todays_rule() -> None:
