@@ -42,8 +42,9 @@ STAGES := topology servers clients experiments analysis workloads labs
 
 # Both tiers on both cores (pytest-xdist, a file per worker): tests that judge a time or a rate
 # run alone, the others two at a time (tests/tiers.yaml, tests/tiers_plugin.py).
-# --durations: the slowest tests, so a test that grows slow shows in every CI log.
-PYTEST_TIER := $(VENV)/bin/pytest -v -rs --durations=25 -n 2 --dist loadfile
+# --durations: every test phase of 10 s or more, so a test that grows slow shows in every CI
+# log, and a tier over its budget (20 min) shows where its time went.
+PYTEST_TIER := $(VENV)/bin/pytest -v -rs --durations=0 --durations-min=10 -n 2 --dist loadfile
 SETUP := deps docker venv cluster images images-on-demand delayline vm actionlint doctor
 
 test: $(SETUP) lint
