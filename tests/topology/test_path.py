@@ -16,7 +16,9 @@ from dataclasses import replace
 
 import pytest
 from calibrated import Calibrated, calibrated
+from contention import remeasured
 
+from quicbed.hostload import LoadMeter
 from quicbed.topology.calibrate import (
     GOODPUT_CEILING,
     calibrate,
@@ -176,19 +178,34 @@ def test_busy_endpoints_do_not_hold_the_link_back(backend: str, priority: str) -
     with Testbed(config) as tb:
         assert tb.describe()[priority] == "SCHED_FIFO 50"
         tb.ping(count=3, interval=0.2)
-        hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(3)]
-        try:
-            rtts = sorted(tb.ping(count=200, interval=0.01))
-        finally:
-            for hog in hogs:
-                hog.kill()
-                hog.wait()
-    configured = expected_ping_rtt_ms(tb.profile.down, tb.profile.up)
-    p99 = rtts[int(0.99 * len(rtts)) - 1]
-    median = statistics.median(rtts)
-    print(f"{backend}, 3 busy loops: ping median {median:.2f}, p99 {p99:.2f}, max {rtts[-1]:.2f} ms")
-    assert len(rtts) >= 190, rtts
-    assert p99 - configured <= rtt_tolerance_ms(configured), (p99, configured, rtts[-10:])
+        configured = expected_ping_rtt_ms(tb.profile.down, tb.profile.up)
+
+        def busy_pings() -> list[float]:
+            hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(3)]
+            try:
+                return sorted(tb.ping(count=200, interval=0.01))
+            finally:
+                for hog in hogs:
+                    hog.kill()
+                    hog.wait()
+
+        def judge(rtts: list[float]) -> None:
+            p99 = rtts[int(0.99 * len(rtts)) - 1]
+            median = statistics.median(rtts)
+            print(f"{backend}, 3 busy loops: ping median {median:.2f}, p99 {p99:.2f}, max {rtts[-1]:.2f} ms")
+            assert len(rtts) >= 190, rtts
+            assert p99 - configured <= rtt_tolerance_ms(configured), (p99, configured, rtts[-10:])
+
+        # The busy loops' CPU pressure is the test's own load (not counted); steal and slow
+        # spells pause the router as no priority can help, so they are, as for every timing
+        # check (CI, 2026-12-07: UML's p99 was 81.7 ms at 80.08, during steal of 14-25 % of the
+        # busy CPU in 10 s windows).
+        remeasured(
+            f"{backend} pings beside 3 busy loops",
+            busy_pings,
+            judge,
+            meter=lambda own: LoadMeter(own, own_pressure=True),
+        )
 
 
 LOOKUP = """
