@@ -56,7 +56,7 @@ def read_rows_file(path: Path | str) -> RowLines:
                 line = raw.removesuffix(b"\n").decode(errors="replace")
                 if not line.strip():
                     continue
-                row, problem = parse_row(line)
+                row, problem = _parse_row(line)
                 if row is not None:
                     read.numbered.append((number, row))
                 elif not raw.endswith(b"\n"):  # no newline after it: a crash cut it short
@@ -72,7 +72,7 @@ def read_rows_file(path: Path | str) -> RowLines:
     return read
 
 
-def parse_row(line: str) -> tuple[dict[str, Any] | None, str]:
+def _parse_row(line: str) -> tuple[dict[str, Any] | None, str]:
     """One line as a row, or None and why it is not one."""
     try:
         row = json.loads(line)
