@@ -265,8 +265,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("calibrate", help="bring a profile's path up and prove it")
     _link_args(p)
     p.add_argument("--samples", type=int, default=30, help="ping samples (>= 20)")
-    p.add_argument("--udp-packets", type=int, default=20000, help="UDP datagrams per direction")
-    p.add_argument("--seconds", type=float, default=5.0, help="goodput test length")
+    p.add_argument(
+        "--udp-packets",
+        type=int,
+        default=20000,
+        help="most UDP datagrams per direction (the loss probe stops once decided)",
+    )
+    p.add_argument(
+        "--seconds", type=float, default=1.2, help="goodput measured after slow start, per direction"
+    )
     p.add_argument("--json", help="write the calibration as JSON here")
     p.set_defaults(func=cmd_calibrate)
 

@@ -46,6 +46,7 @@ import yaml
 from contention import LOADS_ENV, NOT_JUDGED_ENV, REMEASURE_ENV
 
 from quicbed import hostload
+from quicbed.topology.calibrate import CALIBRATION_LOG_ENV
 
 TABLE = Path(__file__).resolve().parent / "tiers.yaml"
 KINDS = ("timing", "behaviour")
@@ -113,6 +114,7 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[REMEASURE_ENV] = os.path.join(locks, "remeasures.txt")
         os.environ[NOT_JUDGED_ENV] = os.path.join(locks, "not-judged.txt")
         os.environ[LOADS_ENV] = os.path.join(locks, "loads.jsonl")
+        os.environ[CALIBRATION_LOG_ENV] = os.path.join(locks, "calibrations.jsonl")
         config.stash[_LOCKS] = locks
         config.pluginmanager.register(TimingLedger(), "quicbed-timing-ledger")
 
@@ -203,15 +205,33 @@ def _lines(env: str) -> list[str]:
     return log.read_text().splitlines() if log.is_file() else []
 
 
-def _attempt_loads() -> list[dict]:
-    """Every attempt's figures that the session's meters logged (a torn line is skipped)."""
-    loads = []
-    for line in _lines(LOADS_ENV):
+def _entries(env: str) -> list[dict]:
+    """The JSON objects a session's log holds, one a line (a torn line is skipped)."""
+    entries = []
+    for line in _lines(env):
         with contextlib.suppress(ValueError):
             entry = json.loads(line)
             if isinstance(entry, dict):
-                loads.append(entry)
-    return loads
+                entries.append(entry)
+    return entries
+
+
+def _attempt_loads() -> list[dict]:
+    """Every attempt's figures that the session's meters logged."""
+    return _entries(LOADS_ENV)
+
+
+def calibration_line(entries: list[dict]) -> str:
+    """What the session's calibrations (topology/calibrate.py's log) cost, fresh and recorded
+    (route and RTT again, the rest from a record: calibration_reuse.py): issue 65's figure."""
+    seconds = [e["seconds"] for e in entries if isinstance(e.get("seconds"), int | float)]
+    fresh = [
+        e["seconds"] for e in entries if not e.get("recorded") and isinstance(e.get("seconds"), int | float)
+    ]
+    return (
+        f"calibrations: {len(seconds)} took {sum(seconds):.0f} s in all; {len(fresh)} fresh took "
+        f"{sum(fresh):.0f} s (longest {max(fresh, default=0.0):.0f} s)"
+    )
 
 
 def _worst(loads: list[dict], field: str) -> float | None:
@@ -249,6 +269,7 @@ class TimingLedger:
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         tr = terminalreporter
+        tr.line(calibration_line(_entries(CALIBRATION_LOG_ENV)))
         remeasures = _lines(REMEASURE_ENV)
         tr.section(f"re-measurements on a contended host: {len(remeasures)}")
         for line in remeasures:

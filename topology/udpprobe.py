@@ -2,9 +2,14 @@
 
 Run with the host's python3 inside a host's network namespace (no handshake to lose, unlike
 iperf3's UDP mode, whose setup fails on very lossy links):
-    udpprobe.py recv PORT COUNT IDLE_S      → prints {"received": N, "duplicates": D,
-                                                      "loss_runs": R, "ahead": A}
-("ahead": datagrams that arrived while one sent before them was still missing: reordering.)
+    udpprobe.py count PORT COUNT IDLE_S REORDER
+        → prints, every REPORT_S while datagrams arrive, {"sent": S, "received": N,
+          "duplicates": D, "loss_runs": R, "ahead": A, "final": F}
+("sent": the datagrams decided so far: every sequence number below the highest seen less
+REORDER, which a late datagram may still fill; "received" and "loss_runs" count among those.
+"ahead": datagrams that arrived while one sent before them was still missing: reordering.
+The last line, once COUNT have arrived or IDLE_S passed without one, has "final": true and
+decides all COUNT. The caller may stop reading, and kill both ends, at any line.)
     udpprobe.py send HOST PORT COUNT PPS
 Or time the arrivals of a paced flood of MTU-sized datagrams (a trace-driven link's delivered
 rate, per window, from the receiver's clock: CLOCK_MONOTONIC, shared by every namespace):
@@ -26,32 +31,74 @@ PAYLOAD = 64
 FLOOD_PAYLOAD = 1472  # a 1500-byte IP packet: one delivery opportunity of a trace each
 
 
-def receive(port: int, count: int, idle_s: float) -> dict[str, int]:
+REPORT_S = 0.05
+
+
+class Counts:
+    """What has arrived, and the losses among the sequence numbers already decided."""
+
+    def __init__(self, count: int, reorder: int) -> None:
+        self.count, self.reorder = count, reorder
+        self.seen: set[int] = set()
+        self.duplicates = self.ahead = 0
+        self.highest = -1
+        self.decided = self.received = self.runs = 0
+        self.previous_lost = False
+
+    def arrived(self, seq: int) -> None:
+        self.duplicates += seq in self.seen
+        self.ahead += seq > self.highest + 1
+        self.highest = max(self.highest, seq)
+        self.seen.add(seq)
+
+    def decide(self, upto: int) -> None:
+        for seq in range(self.decided, min(upto, self.count)):
+            lost = seq not in self.seen
+            self.received += not lost
+            self.runs += lost and not self.previous_lost
+            self.previous_lost = lost
+        self.decided = max(self.decided, min(upto, self.count))
+
+    def report(self, final: bool) -> dict[str, int | bool]:
+        self.decide(self.count if final else self.highest + 1 - self.reorder)
+        return {
+            "sent": self.decided,
+            "received": self.received,
+            "duplicates": self.duplicates,
+            "loss_runs": self.runs,
+            "ahead": self.ahead,
+            "final": final,
+        }
+
+
+def count(port: int, total: int, idle_s: float, reorder: int) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     sock.bind(("0.0.0.0", port))
     print("ready", flush=True)
-    seen: set[int] = set()
-    duplicates = ahead = 0
-    highest = -1
+    counts = Counts(total, reorder)
     sock.settimeout(60.0)  # until the first datagram
-    while len(seen) < count:
+    last_datagram = last_report = time.monotonic()
+    while len(counts.seen) < total:
+        now = time.monotonic()
+        if counts.highest >= 0 and now - last_datagram >= idle_s:
+            break
         try:
             data = sock.recv(2048)
         except TimeoutError:
-            break
-        sock.settimeout(idle_s)
-        seq = struct.unpack_from("!I", data)[0]
-        duplicates += seq in seen
-        ahead += seq > highest + 1
-        highest = max(highest, seq)
-        seen.add(seq)
-    return {
-        "received": len(seen),
-        "duplicates": duplicates,
-        "loss_runs": loss_runs(seen, count),
-        "ahead": ahead,
-    }
+            if counts.highest < 0:
+                break
+            data = b""
+        now = time.monotonic()
+        if data:
+            if counts.highest < 0:
+                sock.settimeout(REPORT_S)
+            counts.arrived(struct.unpack_from("!I", data)[0])
+            last_datagram = now
+        if now - last_report >= REPORT_S:
+            print(json.dumps(counts.report(final=False)), flush=True)
+            last_report = now
+    print(json.dumps(counts.report(final=True)), flush=True)
 
 
 def loss_runs(seen: set[int], count: int) -> int:
@@ -64,6 +111,11 @@ def loss_runs(seen: set[int], count: int) -> int:
     return runs
 
 
+# A burst of datagrams sent to catch up would queue at the bottleneck (dsl's 12 ms queue is five
+# full frames), and a probe that fills the queue it measures counts the queue's drops as loss.
+BEHIND_S = 0.002
+
+
 def send(host: str, port: int, count: int, pps: float) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     pad = bytes(PAYLOAD - 4)
@@ -72,6 +124,8 @@ def send(host: str, port: int, count: int, pps: float) -> None:
         delay = start + seq / pps - time.monotonic()
         if delay > 0:
             time.sleep(delay)
+        elif delay < -BEHIND_S:  # a stalled sender resumes its pace, not a burst to catch up
+            start -= delay
         sock.sendto(struct.pack("!I", seq) + pad, (host, port))
 
 
@@ -123,8 +177,8 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"arrivals_ns": times, "bytes": (FLOOD_PAYLOAD + 28) * len(times)}))
     elif argv[:1] == ["flood"]:
         flood(argv[1], int(argv[2]), float(argv[3]), float(argv[4]), bytes.fromhex(argv[5]))
-    elif argv[:1] == ["recv"]:
-        print(json.dumps(receive(int(argv[1]), int(argv[2]), float(argv[3]))))
+    elif argv[:1] == ["count"]:
+        count(int(argv[1]), int(argv[2]), float(argv[3]), int(argv[4]))
     elif argv[:1] == ["send"]:
         send(argv[1], int(argv[2]), int(argv[3]), float(argv[4]))
     else:

@@ -167,3 +167,17 @@ def test_a_session_with_a_tenth_not_judged_passes_and_lists_them(tmp_path: Path)
     assert "timing checks not judged (host contended in both attempts): 1 of 10" in out, out
     assert "test_t.py::test_spell0: a check: not judged" in out and "host unfit" not in out, out
     assert "re-measurements on a contended host: 1" in out, out
+
+
+def test_the_session_says_what_its_calibrations_cost() -> None:
+    """Issue 65's figure in each tier's summary: fresh calibrations and recorded ones."""
+    entries = [
+        {"profile": "india", "backend": "delayline", "seconds": 8.2, "recorded": False},
+        {"profile": "india", "backend": "delayline", "seconds": 1.9, "recorded": True},
+        {"profile": "dsl", "backend": "delayline", "seconds": 7.6, "recorded": False},
+        {"profile": "torn"},
+    ]
+    assert tiers_plugin.calibration_line(entries) == (
+        "calibrations: 3 took 18 s in all; 2 fresh took 16 s (longest 8 s)"
+    )
+    assert tiers_plugin.calibration_line([]).startswith("calibrations: 0 took 0 s")

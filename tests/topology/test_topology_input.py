@@ -373,10 +373,13 @@ def test_loss_check_holds_a_sweep_to_a_small_false_alarm_rate_and_still_refuses_
     # Seen in the paper's video sweep: 4.60 % of 20,000 at a configured 5 % (2.6 σ low), which
     # a 99 % interval refused. A correct link lands there once in a hundred calibrations.
     assert _loss_check("down", 5.0, 920, 20000, bursty=False).passed
-    # A link 0.6 points off is still refused, on either side, and so is a lossless "5 %" link.
-    for lost in (1120, 880, 0):
+    # Issue 65 changed this line: a link is judged against a band (20 % of the asked rate, at
+    # least 0.25 points; loss_sequence.py says why), not a point, so the probe can stop once
+    # decided. A link 0.6 points off at 5 % (inside the band) now passes; one outside it by
+    # more than the sequence's width is refused, on either side, and so is a lossless "5 %".
+    for lost in (1500, 500, 0):  # 7.5 %, 2.5 %, none
         assert not _loss_check("down", 5.0, lost, 20000, bursty=False).passed
-    assert not _loss_check("up", 1.0, 260, 20000, bursty=False).passed  # 1.3 % at 1 %
+    assert not _loss_check("up", 1.0, 400, 20000, bursty=False).passed  # 2 % at 1 %
     assert _loss_check("up", 1.0, 200, 20000, bursty=False).passed
 
 
@@ -405,6 +408,43 @@ def test_goodput_is_the_median_second_and_the_ceiling_is_the_payload_share() -> 
     assert receiver_goodput_mbit(short, "down") == pytest.approx(19.13)
     assert TCP_PAYLOAD_SHARE == pytest.approx(1448 / 1514)
     assert 0.956 < GOODPUT_CEILING < 0.962  # 0.968 of the rate, seen in a reproduce, fails
+
+
+def test_goodput_is_read_after_the_ramp_it_detects() -> None:
+    """Slow start found in the receiver's 100 ms intervals, not assumed: the interval that
+    reaches the link and the next (a backlog read) are left out, and a stall and its
+    catch-up (a loss recovered) do not move the median. A flow that never reaches the link
+    is judged on its run's second half."""
+    from quicbed.topology.calibrate import goodput_after_ramp, goodput_interval_s, goodput_run_s
+    from quicbed.topology.profiles import load_profile
+
+    def flow(shares: list[float], rate: float = 20.0) -> dict:
+        intervals, start = [], 0.0
+        for share in shares:
+            seconds = 0.1
+            intervals.append(
+                {
+                    "sum": {
+                        "bytes": share * rate * 1e6 / 8 * seconds,
+                        "seconds": seconds,
+                        "start": start,
+                        "end": start + seconds,
+                    }
+                }
+            )
+            start += seconds
+        return {"intervals": intervals}
+
+    steady = [0.956, 0.951, 0.962, 0.955, 0.957, 0.041, 0.62, 2.2, 0.956, 0.955, 0.956, 0.960, 0.953]
+    ramped = goodput_after_ramp(flow([0.17, 0.21, 0.44, 0.87, 0.99, *steady]), "down", 20.0, 0.1)
+    assert ramped.mbit == pytest.approx(0.956 * 20) and ramped.intervals == len(steady)
+    assert ramped.ramp_s == pytest.approx(0.5)
+    half = goodput_after_ramp(flow([0.2, 0.4, 0.47, 0.48, 0.48, 0.47, 0.48, 0.48]), "down", 20.0, 0.1)
+    assert half.mbit == pytest.approx(0.48 * 20) and half.intervals == 4
+    # the run: india 2 s (a 0.78 s allowance and 1.2 s); a slow link's intervals are longer
+    india, da2gc = load_profile("india"), load_profile("da2gc")
+    assert goodput_interval_s(india.down) == 0.1 and goodput_run_s(india.down, india.rtt_ms, 1.2) == 2
+    assert goodput_interval_s(da2gc.down) == pytest.approx(0.6)
 
 
 # --- how many goodput attempts a calibration makes -----------------------------------------------
