@@ -98,6 +98,21 @@ def test_loss_within_binomial_ci() -> None:
             assert abs(check.measured - loss_pct) < loss_pct * 0.25, (loss_pct, check)
 
 
+def test_the_loss_probe_refuses_a_link_losing_twice_what_is_asked() -> None:
+    """Issue 65's wrong loss: 4 % applied where 2 % is asked. The probe stops as soon as its
+    confidence sequence lies above the band [1.6, 2.4], well before its cap."""
+    with Testbed(_config("india", loss_pct="4")) as tb:
+        tb.profile = apply_overrides(tb.profile, {"loss_pct": "2"})  # what check_loss expects
+        checks = check_loss(tb, packets=20000)
+    rates = [c for c in checks if c.metric == "loss_pct"]
+    assert len(rates) == 2
+    for check in rates:
+        assert not check.passed and "outside the band" in check.detail, (check.measured, check.detail)
+        assert 3.0 <= check.measured <= 5.0, check
+        sent = int(check.detail.split(" of ")[1].split()[0])
+        assert sent < 12000, check.detail
+
+
 def test_host_container_has_no_route_but_the_emulated_one() -> None:
     with Testbed(_config("india")) as tb:
         links = tb.client.run(["ip", "-o", "link", "show"]).stdout
