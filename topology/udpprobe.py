@@ -101,16 +101,6 @@ def count(port: int, total: int, idle_s: float, reorder: int) -> None:
     print(json.dumps(counts.report(final=True)), flush=True)
 
 
-def loss_runs(seen: set[int], count: int) -> int:
-    """How many runs of consecutive lost datagrams (a burst of 5 counts once)."""
-    runs, previous_lost = 0, False
-    for seq in range(count):
-        lost = seq not in seen
-        runs += lost and not previous_lost
-        previous_lost = lost
-    return runs
-
-
 # A burst of datagrams sent to catch up would queue at the bottleneck (dsl's 12 ms queue is five
 # full frames), and a probe that fills the queue it measures counts the queue's drops as loss.
 BEHIND_S = 0.002

@@ -25,7 +25,7 @@ from quicbed.topology.profiles import (
     load_profile,
     parse_overrides,
 )
-from quicbed.topology.udpprobe import loss_runs
+from quicbed.topology.udpprobe import Counts
 
 GOOD = "down: {rate_mbit: 20, delay_ms: 40}\nup: {rate_mbit: 20, delay_ms: 40}\n"
 
@@ -167,6 +167,12 @@ def test_delay_line_settings_are_netems_parameters() -> None:
 
 
 def test_loss_runs_and_their_expected_length() -> None:
+    def loss_runs(seen: set[int], count: int) -> int:
+        counts = Counts(count, reorder=0)
+        for seq in sorted(seen):
+            counts.arrived(seq)
+        return int(counts.report(final=True)["loss_runs"])
+
     assert loss_runs({0, 3, 4, 8}, 10) == 3  # 1-2, 5-7 and 9 lost
     assert loss_runs(set(range(10)), 10) == 0
     assert expected_loss_run(LinkSpec(rate_mbit=1, loss_pct=10)) == pytest.approx(1 / 0.9)
