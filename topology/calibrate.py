@@ -201,6 +201,27 @@ def rtt_tolerance_ms(rtt_ms: float, jitter_ms: float = 0.0) -> float:
     return max(0.5, 0.01 * rtt_ms) + jitter_ms
 
 
+MEDIAN_CONFIDENCE = 0.99
+
+
+def median_bounds(values: list[float], confidence: float = MEDIAN_CONFIDENCE) -> tuple[float, float] | None:
+    """A distribution-free interval for the median of what `values` sample: the order
+    statistics x(k) and x(n+1-k) with the largest k for which Binomial(n, 1/2) falls below k
+    at most (1 - confidence)/2 of the time. What a calibration's RTT and goodput figures
+    state beside their median (issue 65); None for too few values (under 8 at 99 %)."""
+    n, tail = len(values), (1 - confidence) / 2
+    below, k = 0.0, 0
+    while True:
+        below += math.comb(n, k) / 2**n  # P(Binomial(n, 1/2) <= k)
+        if below > tail:
+            break
+        k += 1
+    if k == 0:
+        return None
+    ordered = sorted(values)
+    return ordered[k - 1], ordered[n - k]
+
+
 PING_FRAME_BYTES = 98  # 56-byte payload + ICMP, IP and Ethernet headers
 
 
@@ -235,6 +256,8 @@ def judge_rtt(tb: Testbed, rtts: list[float]) -> Check:
         )
     median = statistics.median(rtts)
     detail = f"min {min(rtts):.2f} ms over {len(rtts)} samples"
+    if bounds := median_bounds(rtts):
+        detail += f"; the median's {MEDIAN_CONFIDENCE:.0%} CI [{bounds[0]:.2f}, {bounds[1]:.2f}]"
     if median < configured - tolerance:
         detail = f"{SHORT_PATH}; {detail}"
     return Check(
@@ -457,6 +480,9 @@ class GoodputAttempt:
     iperf_cpu_pct: tuple[float, float] | None = None
     ramp_s: float = 0.0  # when the flow's slow start ended (goodput_after_ramp)
     intervals: int = 0  # the receiver's intervals its goodput is the median of
+    # Mbit/s: median_bounds of those intervals. They are not independent (a read late in one
+    # interval is made up in the next), so this states their spread, not a guarantee.
+    median_ci: tuple[float, float] | None = None
 
     def describe(self) -> str:
         tools = ""
@@ -464,6 +490,8 @@ class GoodputAttempt:
             sender, receiver = self.iperf_cpu_pct
             tools = f"; iperf3 sender {sender:.0f} %, receiver {receiver:.0f} % of a core"
         ramp = f"; after a {self.ramp_s:.1f} s ramp, median of {self.intervals}" if self.intervals else ""
+        if self.median_ci:
+            ramp += f" ({MEDIAN_CONFIDENCE:.0%} CI {self.median_ci[0]:.2f}..{self.median_ci[1]:.2f})"
         return f"{self.mbit:.1f} ({self.cpu.describe()}{tools}{ramp})"
 
 
@@ -607,6 +635,7 @@ def _goodput_once(tb: Testbed, direction: str, seconds: float, flows: int = 1) -
         iperf_cpu(result, direction),
         goodput.ramp_s,
         goodput.intervals,
+        goodput.median_ci,
     )
 
 
@@ -615,6 +644,7 @@ class RampedGoodput:
     mbit: float
     ramp_s: float  # when slow start ended (the flow's time): nothing before is counted
     intervals: int  # the receiver's intervals the median is of
+    median_ci: tuple[float, float] | None = None  # median_bounds of those intervals
 
 
 def goodput_after_ramp(
@@ -633,7 +663,8 @@ def goodput_after_ramp(
     first = len(rates) // 2 if ramp is None else ramp + 2
     counted = rates[first:] or rates[-1:]
     ramp_s = float(full[first - 1]["end"]) if 0 < first <= len(full) else 0.0
-    return RampedGoodput(statistics.median(counted) if counted else 0.0, ramp_s, len(counted))
+    median = statistics.median(counted) if counted else 0.0
+    return RampedGoodput(median, ramp_s, len(counted), median_bounds(counted))
 
 
 def iperf_cpu(result: dict[str, Any], direction: str) -> tuple[float, float] | None:

@@ -72,6 +72,10 @@ def test_check_rtt_names_a_short_path_and_only_that() -> None:
     assert not short.passed and short.detail.startswith(f"{SHORT_PATH}; min 62.50 ms over 30 samples")
     assert short_path(_calibration(short))
     long = _checked(90.0)
-    assert not long.passed and long.detail == "min 90.00 ms over 30 samples"
+    ci = "the median's 99% CI"
+    assert not long.passed and long.detail == f"min 90.00 ms over 30 samples; {ci} [90.00, 90.00]"
     assert not short_path(_calibration(long))
-    assert _checked(80.1).passed and _checked(80.1).detail == "min 80.10 ms over 30 samples"
+    assert (
+        _checked(80.1).passed
+        and _checked(80.1).detail == f"min 80.10 ms over 30 samples; {ci} [80.10, 80.10]"
+    )

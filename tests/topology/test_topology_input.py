@@ -453,6 +453,20 @@ def test_goodput_is_read_after_the_ramp_it_detects() -> None:
     assert goodput_interval_s(da2gc.down) == pytest.approx(0.6)
 
 
+def test_the_median_is_stated_with_a_distribution_free_interval() -> None:
+    """median_bounds: the widest order statistics whose binomial tails stay within 1 % in
+    all, and no narrower: the RTT's 30 pings give x(8)..x(23), 14 goodput intervals x(2)..x(13)."""
+    from scipy.stats import binom
+
+    from quicbed.topology.calibrate import median_bounds
+
+    for n, k in ((30, 8), (14, 2), (8, 1)):
+        assert median_bounds([float(x) for x in range(1, n + 1)]) == (k, n + 1 - k)
+        assert binom.cdf(k - 1, n, 0.5) <= 0.005 < binom.cdf(k, n, 0.5)
+    assert median_bounds([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]) is None  # too few for 99 %
+    assert median_bounds([5.0, 1.0, 3.0, 2.0, 4.0, 9.0, 8.0, 7.0, 6.0]) == (1.0, 9.0)  # sorted first
+
+
 # --- how many goodput attempts a calibration makes -----------------------------------------------
 
 
