@@ -21,9 +21,10 @@ import pytest
 from quicbed import cli, paths
 from quicbed.topology import net
 from quicbed.topology.backends import vm as vm_backend
-from quicbed.topology.calibrate import TCP_PAYLOAD_SHARE
+from quicbed.topology.calibrate import TCP_PAYLOAD_SHARE, goodput_checks
 from quicbed.topology.calibration_reuse import REUSE_ENV
 from quicbed.topology.linkspec import LinkSpec, rate_commands
+from quicbed.topology.profiles import load_profile
 
 pytestmark = [pytest.mark.path, pytest.mark.usefixtures("clean_slate")]
 
@@ -103,18 +104,27 @@ def test_calibrate_refuses_a_path_at_half_its_rate(
 
 
 @pytest.mark.usefixtures("rate_5_percent_low")
-def test_calibrate_refuses_a_path_5_percent_slow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_goodput_refuses_a_path_5_percent_slow() -> None:
     """Issue 65: the goodput read after its detected ramp, in 2 s of iperf3 a direction, still
-    tells a link 5 % slow from its profile (0.908 of the rate against the 0.94 floor)."""
-    out = tmp_path / "cal.json"
-    code = cli.main(["calibrate", "india", "--client-image", TOPOLOGY_IMAGE, "--json", str(out)])
-    printed = capsys.readouterr()
-    assert code == 3, (printed.out + printed.err)[-3000:]
-    cal = json.loads(out.read_text())
-    failed = {(c["metric"], c["direction"]): c["measured"] for c in cal["checks"] if not c["passed"]}
-    assert set(failed) == {("goodput_mbit", "down"), ("goodput_mbit", "up")}, failed
-    expected = 0.95 * TCP_PAYLOAD_SHARE * 20
-    assert all(abs(mbit - expected) <= 0.01 * expected for mbit in failed.values()), (expected, failed)
+    tells a link 5 % slow from its profile (0.908 of the rate against the 0.94 floor). The
+    goodput check alone, as calibrate() runs it (`quicbed calibrate`'s exit 3 on a wrong rate
+    is the half-rate test's): a whole calibration refused beside another test is measured
+    again on a calm host, which took 57 s of make test."""
+    profile = load_profile("india")
+    config = net.TestbedConfig(
+        profile, client=net.HostSpec(TOPOLOGY_IMAGE), servers=(net.HostSpec(TOPOLOGY_IMAGE),)
+    )
+    with net.Testbed(config) as tb:
+        tb.apply_link(*tb.without_loss())
+        found = {
+            d: goodput_checks(tb, d, spec, 1.2)[0][0]
+            for d, spec in (("down", profile.down), ("up", profile.up))
+        }
+    expected = 0.95 * TCP_PAYLOAD_SHARE * profile.down.rate_mbit
+    for direction, check in found.items():
+        assert check.metric == "goodput_mbit" and not check.passed, (direction, check)
+        # never above the slowed link's share; below it only by what a busy neighbour takes
+        assert 0.85 * expected <= check.measured <= 1.01 * expected, (direction, expected, check)
 
 
 @pytest.mark.usefixtures("ten_ms_long")
