@@ -449,9 +449,6 @@ class HoleTracker:
                         hole.recovered = t
         self.high = max(self.high, end)
 
-    def open_bytes(self) -> int:
-        return sum(b - a for h in self.holes for a, b in h.missing)
-
 
 def _subtract(ranges: list[tuple[int, int]], begin: int, end: int) -> list[tuple[int, int]]:
     out = []

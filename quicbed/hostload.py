@@ -133,12 +133,6 @@ def busy_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> f
     return min(max(share, 0.0), 1.0) * 100 * (os.cpu_count() or 1)
 
 
-def contended(row: dict) -> bool:
-    """A trial that shared the host: CPU-bound, or other work beyond CONTENDED_OTHER_PCT."""
-    other = row.get("host_cpu_other_pct")
-    return bool(row.get("cpu_bound")) or (other is not None and other > CONTENDED_OTHER_PCT)
-
-
 @functools.cache
 def _cpu_stat_file(container: str) -> Path | None:
     """The container's cgroup CPU accounting file, found once through its init's cgroup."""

@@ -60,6 +60,7 @@ __all__ = [
     "LoadMeter",
     "path_proof",
     "remeasured",
+    "trial_contended",
     "trials_steal",
     "wait_for_calm",
 ]
@@ -142,6 +143,13 @@ def _attempt(
     print(f"{what}: attempt {attempt}: {load.describe()}{where}", flush=True)
     _append(LOADS_ENV, json.dumps({"test": _test(), "what": what, "attempt": attempt, **load.to_dict()}))
     return result, load
+
+
+def trial_contended(row: dict) -> bool:
+    """A run's trial that shared the host: CPU-bound, or other work beyond CONTENDED_OTHER_PCT
+    (the row's host_cpu_other_pct)."""
+    other = row.get("host_cpu_other_pct")
+    return bool(row.get("cpu_bound")) or (other is not None and other > CONTENDED_OTHER_PCT)
 
 
 def trials_steal(rows: Iterable[dict]) -> float | None:

@@ -54,11 +54,13 @@ def test_busy_time_is_summed_over_cores_and_steal_counts_as_busy(
 
 
 def test_a_trial_shared_the_host_when_cpu_bound_or_beside_half_a_core_of_other_work() -> None:
+    from contention import trial_contended
+
     limit = hostload.CONTENDED_OTHER_PCT
-    assert not hostload.contended({"cpu_bound": False, "host_cpu_other_pct": limit})
-    assert hostload.contended({"cpu_bound": False, "host_cpu_other_pct": limit + 0.1})
-    assert hostload.contended({"cpu_bound": True, "host_cpu_other_pct": 0.0})
-    assert not hostload.contended({"cpu_bound": False, "host_cpu_other_pct": None})
+    assert not trial_contended({"cpu_bound": False, "host_cpu_other_pct": limit})
+    assert trial_contended({"cpu_bound": False, "host_cpu_other_pct": limit + 0.1})
+    assert trial_contended({"cpu_bound": True, "host_cpu_other_pct": 0.0})
+    assert not trial_contended({"cpu_bound": False, "host_cpu_other_pct": None})
 
 
 def test_other_work_reads_a_busy_loop_as_a_core_beyond_the_named_containers() -> None:

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 from cli_process import quicbed
-from contention import remeasured, trials_steal
+from contention import remeasured, trial_contended, trials_steal
 from stack_registry import stack_clients
 
-from quicbed import hostload
 from quicbed.analysis.physics import net_connection_rtts, row_connection_within
 from quicbed.clients import tools
 
@@ -117,7 +116,7 @@ def _all_rows(found: Path) -> list[dict]:
 
 
 def any_trial_contended(found: Path) -> bool:
-    return any(hostload.contended(r) for r in _all_rows(found))
+    return any(trial_contended(r) for r in _all_rows(found))
 
 
 VARIANTS = ("-resume", "-s30")
