@@ -224,10 +224,9 @@ def _attempt_loads() -> list[dict]:
 def calibration_line(entries: list[dict]) -> str:
     """What the session's calibrations (topology/calibrate.py's log) cost, fresh and recorded
     (route and RTT again, the rest from a record: calibration_reuse.py): issue 65's figure."""
-    seconds = [e["seconds"] for e in entries if isinstance(e.get("seconds"), int | float)]
-    fresh = [
-        e["seconds"] for e in entries if not e.get("recorded") and isinstance(e.get("seconds"), int | float)
-    ]
+    timed = [e for e in entries if isinstance(e.get("seconds"), int | float)]
+    seconds = [e["seconds"] for e in timed]
+    fresh = [e["seconds"] for e in timed if not e.get("recorded")]
     return (
         f"calibrations: {len(seconds)} took {sum(seconds):.0f} s in all; {len(fresh)} fresh took "
         f"{sum(fresh):.0f} s (longest {max(fresh, default=0.0):.0f} s)"

@@ -235,11 +235,6 @@ def expected_ping_rtt_ms(down: LinkSpec, up: LinkSpec) -> float:
 def check_rtt(tb: Testbed, samples: int) -> Check:
     tb.ping(count=2, interval=RTT_PING_INTERVAL_S)  # ARP through the delay line takes an extra RTT
     rtts = tb.ping(count=max(20, samples), interval=RTT_PING_INTERVAL_S)
-    return judge_rtt(tb, rtts)
-
-
-def judge_rtt(tb: Testbed, rtts: list[float]) -> Check:
-    """The ping RTTs against the profile: their median (a trace's: their least)."""
     if tb.profile.has_trace:
         return check_min_rtt(tb, rtts)
     configured = round(expected_ping_rtt_ms(tb.profile.down, tb.profile.up), 3)
@@ -468,7 +463,7 @@ def host_cpu_between(before: list[int], after: list[int]) -> HostCpu:
 
 @dataclass(frozen=True)
 class GoodputAttempt:
-    mbit: float
+    goodput: RampedGoodput  # the receiver's figure, after the ramp it detected
     received: int
     crossed: int
     cpu: HostCpu
@@ -478,21 +473,17 @@ class GoodputAttempt:
     # iperf3's own CPU (its cpu_utilization_percent, % of one core), sender's and receiver's:
     # at 1 Gbit/s the measuring tools must be seen not to be the limit.
     iperf_cpu_pct: tuple[float, float] | None = None
-    ramp_s: float = 0.0  # when the flow's slow start ended (goodput_after_ramp)
-    intervals: int = 0  # the receiver's intervals its goodput is the median of
-    # Mbit/s: median_bounds of those intervals. They are not independent (a read late in one
-    # interval is made up in the next), so this states their spread, not a guarantee.
-    median_ci: tuple[float, float] | None = None
+
+    @property
+    def mbit(self) -> float:
+        return self.goodput.mbit
 
     def describe(self) -> str:
         tools = ""
         if self.iperf_cpu_pct:
             sender, receiver = self.iperf_cpu_pct
             tools = f"; iperf3 sender {sender:.0f} %, receiver {receiver:.0f} % of a core"
-        ramp = f"; after a {self.ramp_s:.1f} s ramp, median of {self.intervals}" if self.intervals else ""
-        if self.median_ci:
-            ramp += f" ({MEDIAN_CONFIDENCE:.0%} CI {self.median_ci[0]:.2f}..{self.median_ci[1]:.2f})"
-        return f"{self.mbit:.1f} ({self.cpu.describe()}{tools}{ramp})"
+        return f"{self.mbit:.1f} ({self.cpu.describe()}{tools}{self.goodput.describe()})"
 
 
 def goodput_checks(
@@ -617,7 +608,7 @@ def _goodput_once(tb: Testbed, direction: str, seconds: float, flows: int = 1) -
     parallel = ["-P", str(flows)] if flows > 1 else []
     result = iperf(
         tb,
-        ["-t", str(run_s), "-i", f"{interval:g}", *parallel, *(["-R"] if direction == "down" else [])],
+        ["-t", str(run_s), *parallel, *(["-R"] if direction == "down" else [])],
         timeout=run_s + 30 + 10 * tb.profile.rtt_ms / 1000,
         interval=interval,
     )
@@ -625,7 +616,7 @@ def _goodput_once(tb: Testbed, direction: str, seconds: float, flows: int = 1) -
     after = tb.backend.counters()[egress]
     goodput = goodput_after_ramp(result, direction, spec.rate_mbit, interval)
     return GoodputAttempt(
-        goodput.mbit,
+        goodput,
         _received_bytes(result, direction),
         after["tx_bytes"] - before["tx_bytes"],
         cpu,
@@ -633,9 +624,6 @@ def _goodput_once(tb: Testbed, direction: str, seconds: float, flows: int = 1) -
         tuple(_finish_ping(*ping, goodput.ramp_s)) if ping else (),
         flows,
         iperf_cpu(result, direction),
-        goodput.ramp_s,
-        goodput.intervals,
-        goodput.median_ci,
     )
 
 
@@ -644,7 +632,15 @@ class RampedGoodput:
     mbit: float
     ramp_s: float  # when slow start ended (the flow's time): nothing before is counted
     intervals: int  # the receiver's intervals the median is of
-    median_ci: tuple[float, float] | None = None  # median_bounds of those intervals
+    # Mbit/s: median_bounds of those intervals. They are not independent (a read late in one
+    # interval is made up in the next), so this states their spread, not a guarantee.
+    median_ci: tuple[float, float] | None = None
+
+    def describe(self) -> str:
+        said = f"; after a {self.ramp_s:.1f} s ramp, median of {self.intervals}" if self.intervals else ""
+        if self.median_ci:
+            said += f" ({MEDIAN_CONFIDENCE:.0%} CI {self.median_ci[0]:.2f}..{self.median_ci[1]:.2f})"
+        return said
 
 
 def goodput_after_ramp(
@@ -1115,7 +1111,8 @@ def iperf(tb: Testbed, args: list[str], timeout: float, interval: float = 1.0) -
 def start_iperf(
     tb: Testbed, port: int, args: list[str], timeout: float, interval: float = 1.0
 ) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
-    """iperf3's server (its report every `interval`: an upload's receiver) and client."""
+    """iperf3's server and client, each reporting every `interval` (the receiver's reports
+    are the goodput: the client's downloading, the server's uploading)."""
     server_argv = [
         "iperf3",
         "-s",
@@ -1147,6 +1144,8 @@ def start_iperf(
         str(port),
         "-J",
         "--get-server-output",
+        "-i",
+        f"{interval:g}",
         *args,
     ]
     client = subprocess.Popen(
